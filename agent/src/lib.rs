@@ -1,0 +1,4 @@
+//! The Kura rollout-health agent: discovery, polling, aggregation, the
+//! gate's server checks, status writes, a debug endpoint and metrics.
+
+pub mod sample;

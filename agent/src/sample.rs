@@ -1,0 +1,54 @@
+//! What one poll of one pod produced: the unit that flows from the poller
+//! (or the simulator, or an offline file) into the aggregation.
+
+use jiff::Timestamp;
+use kura_schemas::NodeReport;
+
+/// The instance a sweep ran against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceInfo {
+    /// Namespace of the `KuraInstance`.
+    pub namespace: String,
+    /// Name of the `KuraInstance`.
+    pub name: String,
+    /// `spec.replicas`.
+    pub expected_pods: u32,
+    /// `metadata.generation`.
+    pub generation: i64,
+}
+
+/// A pod as discovery sees it (never as a report claims it).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PodIdentity {
+    /// Pod name: the key of the per-pod counter state.
+    pub name: String,
+    /// Pod UID.
+    pub uid: String,
+    /// The Kura container's restart count.
+    pub restart_count: u32,
+    /// The Kura container's image.
+    pub image: Option<String>,
+    /// The pod IP, when it has one.
+    pub ip: Option<String>,
+}
+
+/// The outcome of one poll.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SampleResult {
+    /// A valid report.
+    Report(Box<NodeReport>),
+    /// A failed sample with a short reason (timeout, refused, HTTP 500, an
+    /// invalid report, `pod identity mismatch`, ...).
+    Error(String),
+}
+
+/// One pod's sample in one sweep.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodSample {
+    /// The pod polled.
+    pub pod: PodIdentity,
+    /// When the answer (or the failure) was received.
+    pub received_at: Timestamp,
+    /// What came back.
+    pub result: SampleResult,
+}

@@ -1,0 +1,1 @@
+//! Pure rollout gate rules (contract/gate.md).

@@ -1,0 +1,3 @@
+//! `kura-gate`.
+
+fn main() {}

@@ -1,0 +1,222 @@
+//! `status.rolloutGate`: the agent's per-instance gate verdict
+//! (contract/gate.md, "In the agent"), and the vocabulary the gate shares
+//! with everything that reports it: signals and evidence.
+
+use jiff::Timestamp;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Every signal the gate can name. The set is fixed so it can be a metric
+/// label.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Signal {
+    /// Converged and healthy, waiting for the soak to finish.
+    Soaking,
+    /// Not every server of the current wave runs the target yet.
+    NotConverged,
+    /// Server check 1 (hard stop): memory pressure 2.
+    MemoryPressureCritical,
+    /// Server check 2: no aggregate at all.
+    SampleMissing,
+    /// Server check 3: `sampledAt` absent or too old.
+    SampleStale,
+    /// Server check 4: `sampledAt` too far in the future.
+    SampleInvalid,
+    /// Server check 5: `sampledPods < expectedPods`.
+    PodsUnsampled,
+    /// Server check 6.
+    NotReady,
+    /// Server check 7.
+    NotServing,
+    /// Server check 8.
+    RingSkew,
+    /// Server check 9.
+    BootstrapInFlight,
+    /// Server check 10.
+    BackfillDegraded,
+    /// Server check 11.
+    BackfillBudgetExhausted,
+    /// Server check 12.
+    OutboxRegressed,
+    /// Server check 13.
+    FdTimeoutsRegressed,
+    /// Server check 14.
+    PeerConnectionFailuresRegressed,
+    /// Hard stop: a server not converged whose deployment failed.
+    DeploymentFailed,
+    /// Hard stop: a converged server whose status is `failed`.
+    ServerRegressedToFailed,
+    /// Hard stop: the wave did not complete before its deadline.
+    WaveDeadlineExceeded,
+}
+
+impl Signal {
+    /// Every signal, in a fixed order.
+    pub const ALL: [Signal; 19] = [
+        Signal::Soaking,
+        Signal::NotConverged,
+        Signal::MemoryPressureCritical,
+        Signal::SampleMissing,
+        Signal::SampleStale,
+        Signal::SampleInvalid,
+        Signal::PodsUnsampled,
+        Signal::NotReady,
+        Signal::NotServing,
+        Signal::RingSkew,
+        Signal::BootstrapInFlight,
+        Signal::BackfillDegraded,
+        Signal::BackfillBudgetExhausted,
+        Signal::OutboxRegressed,
+        Signal::FdTimeoutsRegressed,
+        Signal::PeerConnectionFailuresRegressed,
+        Signal::DeploymentFailed,
+        Signal::ServerRegressedToFailed,
+        Signal::WaveDeadlineExceeded,
+    ];
+
+    /// The wire spelling (snake_case).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Signal::Soaking => "soaking",
+            Signal::NotConverged => "not_converged",
+            Signal::MemoryPressureCritical => "memory_pressure_critical",
+            Signal::SampleMissing => "sample_missing",
+            Signal::SampleStale => "sample_stale",
+            Signal::SampleInvalid => "sample_invalid",
+            Signal::PodsUnsampled => "pods_unsampled",
+            Signal::NotReady => "not_ready",
+            Signal::NotServing => "not_serving",
+            Signal::RingSkew => "ring_skew",
+            Signal::BootstrapInFlight => "bootstrap_in_flight",
+            Signal::BackfillDegraded => "backfill_degraded",
+            Signal::BackfillBudgetExhausted => "backfill_budget_exhausted",
+            Signal::OutboxRegressed => "outbox_regressed",
+            Signal::FdTimeoutsRegressed => "fd_timeouts_regressed",
+            Signal::PeerConnectionFailuresRegressed => "peer_connection_failures_regressed",
+            Signal::DeploymentFailed => "deployment_failed",
+            Signal::ServerRegressedToFailed => "server_regressed_to_failed",
+            Signal::WaveDeadlineExceeded => "wave_deadline_exceeded",
+        }
+    }
+
+    /// Whether this signal stops a rollout at once.
+    pub fn is_hard_stop(self) -> bool {
+        matches!(
+            self,
+            Signal::MemoryPressureCritical
+                | Signal::DeploymentFailed
+                | Signal::ServerRegressedToFailed
+                | Signal::WaveDeadlineExceeded
+        )
+    }
+}
+
+impl std::fmt::Display for Signal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a check failed: enough to answer "why did it stop?" from the verdict
+/// alone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Evidence {
+    /// The server (instance) the check ran on.
+    pub server: String,
+    /// The failing check.
+    pub signal: Signal,
+    /// The observed value (a count, a pressure, a sample age in seconds, a
+    /// pod count), when the check compares a number.
+    #[serde(default)]
+    pub observed: Option<u64>,
+    /// The top of the allowed band (or the limit), when there is one.
+    #[serde(default)]
+    pub band_top: Option<u64>,
+    /// The (effective) baseline the band was computed from, when there is one.
+    #[serde(default)]
+    pub baseline: Option<u64>,
+    /// A short human-readable explanation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// The agent's verdict on one instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentVerdict {
+    /// Every server check passes.
+    Healthy,
+    /// A server check fails.
+    Unhealthy,
+    /// A hard-stop check fails.
+    HardStop,
+}
+
+impl AgentVerdict {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentVerdict::Healthy => "healthy",
+            AgentVerdict::Unhealthy => "unhealthy",
+            AgentVerdict::HardStop => "hard_stop",
+        }
+    }
+}
+
+/// Baseline counters (each may be null: a null baseline is never compared).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BaselineCounters {
+    /// `outboxMessages` at capture.
+    #[serde(default)]
+    pub outbox_messages: Option<u64>,
+    /// `fdTimeoutCount` at capture.
+    #[serde(default)]
+    pub fd_timeout_count: Option<u64>,
+    /// `peerConnectionFailures` at capture.
+    #[serde(default)]
+    pub peer_connection_failures: Option<u64>,
+}
+
+/// `status.rolloutGate`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutGate {
+    /// The `spec.image` being judged.
+    pub target_image: String,
+    /// The image the baseline was taken on; null until `spec.image` changed
+    /// while the agent watched.
+    #[serde(default)]
+    pub baseline_image: Option<String>,
+    /// When the baseline was captured.
+    #[serde(default)]
+    pub baseline_captured_at: Option<Timestamp>,
+    /// Baseline counters as captured.
+    #[serde(default)]
+    pub baseline: BaselineCounters,
+    /// Baseline counters after reset handling (a counter seen below its
+    /// baseline lowers it here, so growth after a reset is still caught).
+    #[serde(default)]
+    pub effective_baseline: BaselineCounters,
+    /// Whether the instance was healthy at capture (a server sick before its
+    /// upgrade is not held to its baseline).
+    #[serde(default)]
+    pub soak_eligible: bool,
+    /// `healthy`, `unhealthy` or `hard_stop`.
+    pub verdict: AgentVerdict,
+    /// The first failing check; null when healthy.
+    #[serde(default)]
+    pub signal: Option<Signal>,
+    /// Since when every check has passed continuously; null when not healthy.
+    #[serde(default)]
+    pub healthy_since: Option<Timestamp>,
+    /// When this verdict was computed.
+    pub evaluated_at: Timestamp,
+    /// Evidence of the failing checks (empty when healthy).
+    #[serde(default)]
+    pub evidence: Vec<Evidence>,
+}

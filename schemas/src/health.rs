@@ -1,0 +1,160 @@
+//! `status.rolloutHealth`: the per-instance aggregate the agent publishes
+//! (contract/rollout-health.md). camelCase on the wire.
+//!
+//! Fields the contract defines as "integer or null" are `Option` and
+//! serialize as `null` when absent: absent is never zero.
+
+use jiff::Timestamp;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The `schemaVersion` this crate writes.
+pub const ROLLOUT_HEALTH_SCHEMA_VERSION: u32 = 1;
+
+/// At most this many entries in [`RolloutHealth::pods`].
+pub const MAX_POD_ENTRIES: usize = 32;
+
+/// The aggregate of one instance's pod reports for one sweep.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutHealth {
+    /// Always 1.
+    pub schema_version: u32,
+    /// When the sweep that produced this aggregate finished.
+    pub observed_at: Timestamp,
+    /// The oldest receive time among the sweep's valid samples; absent when
+    /// no pod answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampled_at: Option<Timestamp>,
+    /// The instance's `metadata.generation` the sweep ran against.
+    pub observed_generation: i64,
+    /// `spec.replicas`.
+    pub expected_pods: u32,
+    /// Pods with a valid report in this sweep.
+    pub sampled_pods: u32,
+    /// Conjunction of `ready`, false whenever `sampledPods < expectedPods`.
+    pub ready: bool,
+    /// Conjunction of `state == "serving"`, same pod-count rule.
+    pub serving: bool,
+    /// Conjunction of `writer_lock_owned`.
+    pub writer_lock_owned: bool,
+    /// Conjunction of `initial_discovery_completed` (a pod that does not
+    /// report it makes this false).
+    pub initial_discovery_completed: bool,
+    /// All sampled pods report the same `generation`, and all pods sampled.
+    pub generation_consistent: bool,
+    /// All sampled pods see the same ring (fingerprints when every pod has
+    /// one, else ring sizes), and all pods sampled.
+    pub ring_consistent: bool,
+    /// Smallest `ring_members` among sampled pods (0 when none was sampled).
+    pub ring_members: u64,
+    /// Sum of `bootstrap_inflight_peers`; null when no sampled pod reports it.
+    pub bootstrap_inflight_peers: Option<u64>,
+    /// Fold of `backfill_initial_cycle` by precedence; "" when absent.
+    pub backfill_initial_cycle: String,
+    /// Sum of `backfill_backfilling_peers`; null when no pod reports it.
+    pub backfilling_peers: Option<u64>,
+    /// Any sampled pod reports `degraded`.
+    pub backfill_degraded: bool,
+    /// Sum of `backfill_budget_exhausted_real_peers`; null when none reports it.
+    pub backfill_budget_exhausted_peers: Option<u64>,
+    /// Sum of `outbox_messages` over the pods that report it; null when none does.
+    pub outbox_messages: Option<u64>,
+    /// Sum of per-pod reset-clamped `fd_timeout_count` plus retired totals.
+    pub fd_timeout_count: u64,
+    /// Sum of per-pod reset-clamped `peer_connection_failure_count` plus
+    /// retired totals; null when no pod ever reported it.
+    pub peer_connection_failures: Option<u64>,
+    /// Maximum `memory_pressure_state` over sampled pods.
+    pub memory_pressure_state: u8,
+    /// Sum of http + grpc in-flight requests (diagnostic).
+    pub inflight_requests: u64,
+    /// Counter resets absorbed for this instance so far.
+    pub counter_resets: u64,
+    /// Per tracked pod, at most [`MAX_POD_ENTRIES`] entries.
+    #[serde(default)]
+    #[schemars(length(max = 32))]
+    pub pods: Vec<PodHealth>,
+    /// Clamped totals folded in from pods gone for good.
+    #[serde(default)]
+    pub retired_counters: RetiredCounters,
+    /// The agent replica that wrote this (pod name).
+    #[serde(default)]
+    pub agent: String,
+}
+
+/// One tracked pod in [`RolloutHealth::pods`]. It carries exactly the
+/// per-pod counter state the agent needs to continue after a restart.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodHealth {
+    /// Pod name (the key of the counter state).
+    pub name: String,
+    /// Pod UID.
+    #[serde(default)]
+    pub uid: String,
+    /// The Kura container's restart count.
+    #[serde(default)]
+    pub restart_count: u32,
+    /// The pod's image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// The pod IP polled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip: Option<String>,
+    /// The report's `serving_authority.identity.incarnation`, when reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incarnation: Option<String>,
+    /// When the last valid sample was received.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampled_at: Option<Timestamp>,
+    /// A short reason when the last sample failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The pod's own `ready`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<bool>,
+    /// The pod's own `state`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// The pod's own `generation`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<u64>,
+    /// The pod's own `ring_members`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ring_members: Option<u64>,
+    /// The pod's own `ring_fingerprint`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ring_fingerprint: Option<String>,
+    /// The pod's own `memory_pressure_state`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_pressure_state: Option<u8>,
+    /// The pod's own `outbox_messages`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outbox_messages: Option<u64>,
+    /// Clamped fd timeouts: offset + last raw.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fd_timeout_count: Option<u64>,
+    /// Last raw `fd_timeout_count`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fd_timeout_count_raw: Option<u64>,
+    /// Clamped peer connection failures: offset + last raw.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_connection_failures: Option<u64>,
+    /// Last raw `peer_connection_failure_count`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_connection_failures_raw: Option<u64>,
+}
+
+/// Clamped counter totals of pods that are gone for good.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RetiredCounters {
+    /// Retired fd timeouts.
+    #[serde(default)]
+    pub fd_timeout_count: u64,
+    /// Retired peer connection failures; null while no retired pod ever
+    /// reported the counter.
+    #[serde(default)]
+    pub peer_connection_failures: Option<u64>,
+}

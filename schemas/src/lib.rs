@@ -1,0 +1,20 @@
+//! Shared types of the Kura rollout-health agent and gate, and their
+//! machine-readable forms:
+//!
+//! - [`report`]: the node report of `GET /status/rollout` in every generation,
+//!   and its one strict parser;
+//! - [`health`]: `status.rolloutHealth`, the per-instance aggregate;
+//! - [`gate_status`]: `status.rolloutGate`, signals and evidence;
+//! - [`instance`]: the `KuraInstance` custom resource;
+//! - [`generated`]: the CRD YAML and JSON Schemas written by `crdgen`.
+
+pub mod gate_status;
+pub mod generated;
+pub mod health;
+pub mod instance;
+pub mod report;
+
+pub use gate_status::{AgentVerdict, BaselineCounters, Evidence, RolloutGate, Signal};
+pub use health::{PodHealth, RetiredCounters, RolloutHealth};
+pub use instance::{KuraInstance, KuraInstanceSpec, KuraInstanceStatus};
+pub use report::{NodeReport, NodeState, ReportError, parse_report, parse_report_limited};

@@ -1,0 +1,494 @@
+//! The node report a Kura pod answers on `GET /status/rollout`, in every
+//! generation (contract/node-report.md), and its one strict parser.
+//!
+//! Unknown keys are ignored. A known key with the wrong type or an impossible
+//! value, or a missing required key, is an error that names the field. Absent
+//! optional keys stay `None`: absent is never zero.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::borrow::Cow;
+
+/// Default limit on a report body, in bytes (64 KiB).
+pub const DEFAULT_BODY_LIMIT: usize = 64 * 1024;
+
+/// Longest string accepted for `backfill_initial_cycle` and the identity
+/// strings of `serving_authority`; longer values are refused or dropped so a
+/// hostile pod cannot make the agent keep large strings per pod.
+pub const MAX_TEXT_LEN: usize = 128;
+
+/// The lifecycle state a node reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeState {
+    /// Not yet latched serving.
+    Joining,
+    /// Latched serving.
+    Serving,
+    /// A drain was requested.
+    Draining,
+}
+
+impl NodeState {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeState::Joining => "joining",
+            NodeState::Serving => "serving",
+            NodeState::Draining => "draining",
+        }
+    }
+}
+
+/// `backfill_initial_cycle`: known values, or a value a newer Kura may add.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum BackfillCycle {
+    /// Peer links have not settled yet.
+    Pending,
+    /// Every link settled.
+    Complete,
+    /// A link gave up after real failures.
+    Degraded,
+    /// A value this version does not know (kept verbatim, bounded length).
+    Other(String),
+}
+
+impl BackfillCycle {
+    /// Parse the wire value; unknown values are kept as [`BackfillCycle::Other`].
+    pub fn from_wire(s: &str) -> Self {
+        match s {
+            "pending" => BackfillCycle::Pending,
+            "complete" => BackfillCycle::Complete,
+            "degraded" => BackfillCycle::Degraded,
+            other => BackfillCycle::Other(other.to_owned()),
+        }
+    }
+
+    /// The wire spelling.
+    pub fn as_str(&self) -> &str {
+        match self {
+            BackfillCycle::Pending => "pending",
+            BackfillCycle::Complete => "complete",
+            BackfillCycle::Degraded => "degraded",
+            BackfillCycle::Other(s) => s,
+        }
+    }
+}
+
+impl Serialize for BackfillCycle {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl JsonSchema for BackfillCycle {
+    fn schema_name() -> Cow<'static, str> {
+        "BackfillCycle".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "minLength": 1,
+            "maxLength": MAX_TEXT_LEN,
+            "description": "\"pending\", \"complete\", \"degraded\", or a value a newer Kura adds"
+        })
+    }
+}
+
+/// `serving_authority` of the newest builds. Read leniently: inner keys of
+/// unexpected type are dropped, not errors.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct ServingAuthority {
+    /// `capability`, when a string.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capability: Option<String>,
+    /// `enabled`, when a bool.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// `identity`, when an object.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub identity: Option<ServingIdentity>,
+}
+
+/// `serving_authority.identity`: who answered.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct ServingIdentity {
+    /// `instance_uid`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instance_uid: Option<String>,
+    /// `pod_uid`: the pod that answered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
+    /// `incarnation` (string or integer on the wire, kept as text): changes
+    /// on every process restart.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub incarnation: Option<String>,
+    /// `host`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+}
+
+/// One parsed node report. Fields every generation carries are plain values;
+/// the rest are `Option`, `None` meaning the node did not report it.
+///
+/// It serializes back to the wire form (absent keys left out), which is what
+/// the simulator serves; [`parse_report`] is the only way in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[schemars(title = "Kura node report (GET /status/rollout)")]
+pub struct NodeReport {
+    /// `generation`: process-local peer-set generation.
+    pub generation: u64,
+    /// `ready`.
+    pub ready: bool,
+    /// `state`.
+    pub state: NodeState,
+    /// `ring_members`: known peers + 1.
+    pub ring_members: u64,
+    /// `ring_fingerprint`: 16 lowercase hex chars (G3+).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9a-f]{16}$"))]
+    pub ring_fingerprint: Option<String>,
+    /// `initial_discovery_completed`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub initial_discovery_completed: Option<bool>,
+    /// `writer_lock_owned`.
+    pub writer_lock_owned: bool,
+    /// `bootstrap_known_peers` (G1, G2).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bootstrap_known_peers: Option<u64>,
+    /// `bootstrap_completed_peers` (G1, G2).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bootstrap_completed_peers: Option<u64>,
+    /// `bootstrap_inflight_peers` (G1, G2).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bootstrap_inflight_peers: Option<u64>,
+    /// `http_inflight_requests`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_inflight_requests: Option<u64>,
+    /// `grpc_inflight_requests`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grpc_inflight_requests: Option<u64>,
+    /// `outbox_messages`: a gauge; absent on the newest nodes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outbox_messages: Option<u64>,
+    /// `memory_pressure_state`: 0, 1 or 2.
+    #[schemars(range(min = 0, max = 2))]
+    pub memory_pressure_state: u8,
+    /// `fd_timeout_count`: per-process counter.
+    pub fd_timeout_count: u64,
+    /// `peer_connection_failure_count`: per-process counter (G3+).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peer_connection_failure_count: Option<u64>,
+    /// `backfill_initial_cycle`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backfill_initial_cycle: Option<BackfillCycle>,
+    /// `backfill_backfilling_peers`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backfill_backfilling_peers: Option<u64>,
+    /// `backfill_budget_exhausted_real_peers`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backfill_budget_exhausted_real_peers: Option<u64>,
+    /// `backfill_budget_exhausted_capability_peers`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backfill_budget_exhausted_capability_peers: Option<u64>,
+    /// `backfill_ring_fullness_percent`: 0–100.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 100))]
+    pub backfill_ring_fullness_percent: Option<u64>,
+    /// `serving_authority` (newest builds).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub serving_authority: Option<ServingAuthority>,
+}
+
+impl NodeReport {
+    /// The report's `serving_authority.identity.incarnation`, if any.
+    pub fn incarnation(&self) -> Option<&str> {
+        self.identity().and_then(|i| i.incarnation.as_deref())
+    }
+
+    /// The report's `serving_authority.identity.pod_uid`, if any.
+    pub fn pod_uid(&self) -> Option<&str> {
+        self.identity().and_then(|i| i.pod_uid.as_deref())
+    }
+
+    fn identity(&self) -> Option<&ServingIdentity> {
+        self.serving_authority.as_ref()?.identity.as_ref()
+    }
+
+    /// Which report generation (1–4) the keys present suggest. Diagnostic
+    /// only: decisions never depend on it.
+    pub fn shape_generation(&self) -> u8 {
+        if self.ring_fingerprint.is_some() {
+            if self.outbox_messages.is_none() { 4 } else { 3 }
+        } else if self.backfill_initial_cycle.is_some() || self.backfill_backfilling_peers.is_some()
+        {
+            2
+        } else {
+            1
+        }
+    }
+}
+
+/// Why a body is not a valid node report. Every variant that concerns a key
+/// names it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReportError {
+    /// The body is larger than the limit; it was not parsed.
+    #[error("body of {size} bytes exceeds the limit of {limit} bytes")]
+    TooLarge {
+        /// Size seen (at least `limit + 1`).
+        size: usize,
+        /// The limit in force.
+        limit: usize,
+    },
+    /// The body is not JSON (or not UTF-8, or nested too deeply).
+    #[error("body is not valid JSON: {0}")]
+    Malformed(String),
+    /// The body is JSON but not an object.
+    #[error("body is JSON but not an object")]
+    NotAnObject,
+    /// A key every generation carries is missing.
+    #[error("field `{field}` is missing")]
+    Missing {
+        /// The key.
+        field: &'static str,
+    },
+    /// A known key has the wrong JSON type.
+    #[error("field `{field}` must be {expected}")]
+    WrongType {
+        /// The key.
+        field: &'static str,
+        /// What was expected.
+        expected: &'static str,
+    },
+    /// A known key has a value outside its domain.
+    #[error("field `{field}` has an impossible value: {reason}")]
+    Invalid {
+        /// The key.
+        field: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl ReportError {
+    /// The key this error is about, if any.
+    pub fn field(&self) -> Option<&'static str> {
+        match self {
+            ReportError::Missing { field }
+            | ReportError::WrongType { field, .. }
+            | ReportError::Invalid { field, .. } => Some(field),
+            _ => None,
+        }
+    }
+}
+
+/// Parse a report body with the default size limit.
+pub fn parse_report(body: &[u8]) -> Result<NodeReport, ReportError> {
+    parse_report_limited(body, DEFAULT_BODY_LIMIT)
+}
+
+/// Parse a report body, refusing bodies over `limit` bytes before parsing.
+pub fn parse_report_limited(body: &[u8], limit: usize) -> Result<NodeReport, ReportError> {
+    if body.len() > limit {
+        return Err(ReportError::TooLarge {
+            size: body.len(),
+            limit,
+        });
+    }
+    let value: Value =
+        serde_json::from_slice(body).map_err(|e| ReportError::Malformed(e.to_string()))?;
+    report_from_value(&value)
+}
+
+/// Validate an already-decoded JSON value as a report (used for reports
+/// embedded in other documents, e.g. `kura-agent aggregate` input).
+pub fn report_from_value(value: &Value) -> Result<NodeReport, ReportError> {
+    let obj = value.as_object().ok_or(ReportError::NotAnObject)?;
+    let state_text = req_str(obj, "state")?;
+    let state = match state_text {
+        "joining" => NodeState::Joining,
+        "serving" => NodeState::Serving,
+        "draining" => NodeState::Draining,
+        other => {
+            return Err(ReportError::Invalid {
+                field: "state",
+                reason: format!("unknown state {:?}", truncate(other)),
+            });
+        }
+    };
+    let memory_pressure_state = {
+        let v = req_u64(obj, "memory_pressure_state")?;
+        if v > 2 {
+            return Err(ReportError::Invalid {
+                field: "memory_pressure_state",
+                reason: format!("{v} is outside 0–2"),
+            });
+        }
+        v as u8
+    };
+    let ring_fingerprint = match opt_str(obj, "ring_fingerprint")? {
+        None => None,
+        Some(f) => {
+            if f.len() != 16 || !f.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+                return Err(ReportError::Invalid {
+                    field: "ring_fingerprint",
+                    reason: format!("{:?} is not 16 lowercase hex chars", truncate(f)),
+                });
+            }
+            Some(f.to_owned())
+        }
+    };
+    let backfill_initial_cycle = match opt_str(obj, "backfill_initial_cycle")? {
+        None => None,
+        Some(s) => {
+            if s.is_empty() || s.len() > MAX_TEXT_LEN {
+                return Err(ReportError::Invalid {
+                    field: "backfill_initial_cycle",
+                    reason: format!("value of {} bytes", s.len()),
+                });
+            }
+            Some(BackfillCycle::from_wire(s))
+        }
+    };
+    let backfill_ring_fullness_percent = opt_u64(obj, "backfill_ring_fullness_percent")?;
+    if let Some(p) = backfill_ring_fullness_percent
+        && p > 100
+    {
+        return Err(ReportError::Invalid {
+            field: "backfill_ring_fullness_percent",
+            reason: format!("{p} is outside 0–100"),
+        });
+    }
+    Ok(NodeReport {
+        generation: req_u64(obj, "generation")?,
+        ready: req_bool(obj, "ready")?,
+        state,
+        ring_members: req_u64(obj, "ring_members")?,
+        ring_fingerprint,
+        initial_discovery_completed: opt_bool(obj, "initial_discovery_completed")?,
+        writer_lock_owned: req_bool(obj, "writer_lock_owned")?,
+        bootstrap_known_peers: opt_u64(obj, "bootstrap_known_peers")?,
+        bootstrap_completed_peers: opt_u64(obj, "bootstrap_completed_peers")?,
+        bootstrap_inflight_peers: opt_u64(obj, "bootstrap_inflight_peers")?,
+        http_inflight_requests: opt_u64(obj, "http_inflight_requests")?,
+        grpc_inflight_requests: opt_u64(obj, "grpc_inflight_requests")?,
+        outbox_messages: opt_u64(obj, "outbox_messages")?,
+        memory_pressure_state,
+        fd_timeout_count: req_u64(obj, "fd_timeout_count")?,
+        peer_connection_failure_count: opt_u64(obj, "peer_connection_failure_count")?,
+        backfill_initial_cycle,
+        backfill_backfilling_peers: opt_u64(obj, "backfill_backfilling_peers")?,
+        backfill_budget_exhausted_real_peers: opt_u64(obj, "backfill_budget_exhausted_real_peers")?,
+        backfill_budget_exhausted_capability_peers: opt_u64(
+            obj,
+            "backfill_budget_exhausted_capability_peers",
+        )?,
+        backfill_ring_fullness_percent,
+        serving_authority: obj.get("serving_authority").and_then(serving_authority),
+    })
+}
+
+fn truncate(s: &str) -> &str {
+    match s.char_indices().nth(32) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+fn u64_of(field: &'static str, v: &Value) -> Result<u64, ReportError> {
+    if let Some(n) = v.as_u64() {
+        return Ok(n);
+    }
+    match v {
+        Value::Number(n) if n.is_i64() => Err(ReportError::Invalid {
+            field,
+            reason: format!("negative count {n}"),
+        }),
+        Value::Number(n) => Err(ReportError::Invalid {
+            field,
+            reason: format!("{n} is not an integer in 0..=2^64-1"),
+        }),
+        _ => Err(ReportError::WrongType {
+            field,
+            expected: "a non-negative integer",
+        }),
+    }
+}
+
+fn req_u64(obj: &Map<String, Value>, field: &'static str) -> Result<u64, ReportError> {
+    obj.get(field)
+        .ok_or(ReportError::Missing { field })
+        .and_then(|v| u64_of(field, v))
+}
+
+fn opt_u64(obj: &Map<String, Value>, field: &'static str) -> Result<Option<u64>, ReportError> {
+    obj.get(field).map(|v| u64_of(field, v)).transpose()
+}
+
+fn bool_of(field: &'static str, v: &Value) -> Result<bool, ReportError> {
+    v.as_bool().ok_or(ReportError::WrongType {
+        field,
+        expected: "a boolean",
+    })
+}
+
+fn req_bool(obj: &Map<String, Value>, field: &'static str) -> Result<bool, ReportError> {
+    obj.get(field)
+        .ok_or(ReportError::Missing { field })
+        .and_then(|v| bool_of(field, v))
+}
+
+fn opt_bool(obj: &Map<String, Value>, field: &'static str) -> Result<Option<bool>, ReportError> {
+    obj.get(field).map(|v| bool_of(field, v)).transpose()
+}
+
+fn str_of<'a>(field: &'static str, v: &'a Value) -> Result<&'a str, ReportError> {
+    v.as_str().ok_or(ReportError::WrongType {
+        field,
+        expected: "a string",
+    })
+}
+
+fn req_str<'a>(obj: &'a Map<String, Value>, field: &'static str) -> Result<&'a str, ReportError> {
+    obj.get(field)
+        .ok_or(ReportError::Missing { field })
+        .and_then(|v| str_of(field, v))
+}
+
+fn opt_str<'a>(
+    obj: &'a Map<String, Value>,
+    field: &'static str,
+) -> Result<Option<&'a str>, ReportError> {
+    obj.get(field).map(|v| str_of(field, v)).transpose()
+}
+
+/// Lenient read of `serving_authority`: anything unexpected is dropped.
+fn serving_authority(v: &Value) -> Option<ServingAuthority> {
+    let obj = v.as_object()?;
+    let text = |o: &Map<String, Value>, k: &str| {
+        o.get(k)
+            .and_then(Value::as_str)
+            .filter(|s| s.len() <= MAX_TEXT_LEN)
+            .map(str::to_owned)
+    };
+    let identity = obj
+        .get("identity")
+        .and_then(Value::as_object)
+        .map(|i| ServingIdentity {
+            instance_uid: text(i, "instance_uid"),
+            pod_uid: text(i, "pod_uid"),
+            incarnation: match i.get("incarnation") {
+                Some(Value::String(s)) if s.len() <= MAX_TEXT_LEN => Some(s.clone()),
+                Some(Value::Number(n)) => Some(n.to_string()),
+                _ => None,
+            },
+            host: text(i, "host"),
+        });
+    Some(ServingAuthority {
+        capability: text(obj, "capability"),
+        enabled: obj.get("enabled").and_then(Value::as_bool),
+        identity,
+    })
+}

@@ -1,0 +1,49 @@
+//! The committed CRD and JSON Schemas must be exactly what the code
+//! generates (regenerate with `cargo run -p kura-schemas --bin crdgen`).
+
+use std::path::PathBuf;
+
+#[test]
+fn committed_artifacts_match_the_code() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    for (rel, content) in kura_schemas::generated::artifacts().unwrap() {
+        let committed = std::fs::read_to_string(root.join(&rel))
+            .unwrap_or_else(|e| panic!("{rel} missing ({e}); run crdgen"));
+        assert!(
+            committed == content,
+            "{rel} differs from the generated one; run `cargo run -p kura-schemas --bin crdgen`"
+        );
+    }
+}
+
+#[test]
+fn crd_declares_both_agent_status_fields_and_the_status_subresource() {
+    let crd: serde_json::Value =
+        serde_yaml::from_str(&kura_schemas::generated::crd_yaml().unwrap()).unwrap();
+    let v = &crd["spec"]["versions"][0];
+    assert_eq!(v["name"], "v1alpha1");
+    assert!(v["subresources"]["status"].is_object());
+    let status = &v["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"];
+    for f in ["rolloutHealth", "rolloutGate", "phase", "observedImage"] {
+        assert!(status[f].is_object(), "status.{f} declared");
+    }
+    assert_eq!(crd["spec"]["names"]["shortNames"][0], "kura");
+    let columns: Vec<&str> = v["additionalPrinterColumns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    for c in [
+        "Ready",
+        "Serving",
+        "Sampled",
+        "Expected",
+        "Pressure",
+        "Verdict",
+        "Signal",
+        "Sample-Age",
+    ] {
+        assert!(columns.contains(&c), "printer column {c}");
+    }
+}

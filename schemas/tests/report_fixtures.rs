@@ -1,0 +1,165 @@
+//! One table-driven test over every fixture in testdata/reports/: each
+//! case's exact outcome (the parsed value, or the error kind and the field it
+//! names) is listed in testdata/reports/cases.json.
+
+use kura_schemas::report::{ReportError, parse_report};
+use serde::Deserialize;
+use std::path::PathBuf;
+
+#[derive(Deserialize)]
+struct Manifest {
+    cases: Vec<Case>,
+}
+
+#[derive(Deserialize)]
+struct Case {
+    file: String,
+    note: String,
+    expect: String,
+    #[serde(default)]
+    kind: Option<String>,
+    #[serde(default)]
+    field: Option<String>,
+}
+
+fn dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/reports")
+}
+
+fn kind_of(e: &ReportError) -> &'static str {
+    match e {
+        ReportError::TooLarge { .. } => "too_large",
+        ReportError::Malformed(_) => "malformed",
+        ReportError::NotAnObject => "not_an_object",
+        ReportError::Missing { .. } => "missing",
+        ReportError::WrongType { .. } => "wrong_type",
+        ReportError::Invalid { .. } => "invalid",
+    }
+}
+
+#[test]
+fn every_fixture_has_its_exact_outcome() {
+    let manifest: Manifest =
+        serde_json::from_slice(&std::fs::read(dir().join("cases.json")).unwrap()).unwrap();
+    let mut generations = std::collections::BTreeSet::new();
+    let (mut oks, mut errors) = (0, 0);
+    for case in &manifest.cases {
+        let body = std::fs::read(dir().join(&case.file)).unwrap();
+        let got = parse_report(&body);
+        match case.expect.as_str() {
+            "ok" => {
+                let report = got.unwrap_or_else(|e| panic!("{} ({}): {e}", case.file, case.note));
+                let expected_path = dir().join(case.file.replace(".json", ".expected.json"));
+                let expected: serde_json::Value =
+                    serde_json::from_slice(&std::fs::read(&expected_path).unwrap()).unwrap();
+                assert_eq!(
+                    serde_json::to_value(&report).unwrap(),
+                    expected,
+                    "{} ({})",
+                    case.file,
+                    case.note
+                );
+                generations.insert(report.shape_generation());
+                oks += 1;
+            }
+            "error" => {
+                let err = match got {
+                    Ok(r) => panic!("{} ({}) parsed but must fail: {r:?}", case.file, case.note),
+                    Err(e) => e,
+                };
+                assert_eq!(
+                    Some(kind_of(&err)),
+                    case.kind.as_deref(),
+                    "{} ({}): {err}",
+                    case.file,
+                    case.note
+                );
+                assert_eq!(
+                    err.field(),
+                    case.field.as_deref(),
+                    "{} ({}): {err}",
+                    case.file,
+                    case.note
+                );
+                if let Some(f) = err.field() {
+                    assert!(
+                        err.to_string().contains(f),
+                        "message names the field: {err}"
+                    );
+                }
+                errors += 1;
+            }
+            other => panic!("unknown expectation {other}"),
+        }
+    }
+    assert_eq!(
+        generations.into_iter().collect::<Vec<_>>(),
+        vec![1, 2, 3, 4],
+        "fixtures cover all four report generations"
+    );
+    assert!(oks >= 5, "at least one realistic report per generation");
+    assert!(errors >= 15, "at least 15 hostile inputs, have {errors}");
+}
+
+#[test]
+fn mixed_generation_set_parses_pod_by_pod() {
+    let set: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir().join("sets/mixed-generations.json")).unwrap())
+            .unwrap();
+    let pods = set["pods"].as_array().unwrap();
+    let shapes: Vec<u8> = pods
+        .iter()
+        .map(|p| {
+            kura_schemas::report::report_from_value(&p["report"])
+                .unwrap()
+                .shape_generation()
+        })
+        .collect();
+    assert_eq!(shapes, vec![4, 3, 2]);
+}
+
+#[test]
+fn absent_optional_fields_stay_absent() {
+    let r = parse_report(&std::fs::read(dir().join("g4-pull-sync.json")).unwrap()).unwrap();
+    assert_eq!(r.outbox_messages, None);
+    assert_eq!(r.bootstrap_inflight_peers, None);
+    assert_eq!(r.serving_authority, None);
+    let r = parse_report(&std::fs::read(dir().join("g1-bootstrap.json")).unwrap()).unwrap();
+    assert_eq!(r.peer_connection_failure_count, None);
+    assert_eq!(r.ring_fingerprint, None);
+    assert_eq!(r.backfill_initial_cycle, None);
+}
+
+#[test]
+fn identity_is_read_from_serving_authority() {
+    let r = parse_report(&std::fs::read(dir().join("g4-serving-authority.json")).unwrap()).unwrap();
+    assert_eq!(r.pod_uid(), Some("0f6e2a9c-1b3d-4c5e-8f7a-9b0c1d2e3f40"));
+    assert_eq!(r.incarnation(), Some("01J3ZK8Q4W"));
+    let r = parse_report(&std::fs::read(dir().join("g4-authority-lenient.json")).unwrap()).unwrap();
+    assert_eq!(r.incarnation(), Some("42"));
+}
+
+#[test]
+fn size_limit_is_checked_before_parsing() {
+    let body = b"{\"not json at all".repeat(10);
+    match kura_schemas::report::parse_report_limited(&body, 16) {
+        Err(ReportError::TooLarge { size, limit }) => {
+            assert_eq!((size, limit), (body.len(), 16));
+        }
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+}
+
+#[test]
+fn serialized_report_parses_back_to_itself() {
+    for f in [
+        "g1-bootstrap.json",
+        "g2-backfill-flag.json",
+        "g3-fingerprint.json",
+        "g4-serving-authority.json",
+    ] {
+        let r = parse_report(&std::fs::read(dir().join(f)).unwrap()).unwrap();
+        let again = parse_report(&serde_json::to_vec(&r).unwrap()).unwrap();
+        assert_eq!(r, again, "{f}");
+    }
+}
