@@ -123,18 +123,21 @@ pub fn prometheus_builder() -> Result<PrometheusBuilder, BuildError> {
         )
 }
 
+/// Counts per label value.
+pub type LabelCounts = Vec<(&'static str, u64)>;
+
 /// How many instances carry each signal and each verdict, every label value
 /// included (zeros too, so a signal that cleared drops to 0 instead of
 /// keeping its last value). `None` verdicts (no gate yet) are not counted.
 pub fn count_by_signal<'a>(
     verdicts: impl IntoIterator<Item = Option<(AgentVerdict, Option<Signal>)>> + 'a,
-) -> (Vec<(&'static str, u64)>, Vec<(&'static str, u64)>) {
-    let mut by_signal: Vec<(&'static str, u64)> = Signal::ALL
+) -> (LabelCounts, LabelCounts) {
+    let mut by_signal: LabelCounts = Signal::ALL
         .iter()
         .map(|s| (s.as_str(), 0))
         .chain([(NO_SIGNAL, 0)])
         .collect();
-    let mut by_verdict: Vec<(&'static str, u64)> = [
+    let mut by_verdict: LabelCounts = [
         AgentVerdict::Healthy,
         AgentVerdict::Unhealthy,
         AgentVerdict::HardStop,

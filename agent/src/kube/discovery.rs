@@ -572,10 +572,10 @@ fn observe_event(
 ) {
     match result {
         Ok(()) if init_done => {
-            if let Some(flag) = flags.get(index) {
-                if !flag.swap(true, Ordering::AcqRel) {
-                    tracing::info!(resource, "initial list received");
-                }
+            if let Some(flag) = flags.get(index)
+                && !flag.swap(true, Ordering::AcqRel)
+            {
+                tracing::info!(resource, "initial list received");
             }
         }
         Ok(()) => {}
