@@ -163,6 +163,46 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
+    /// What discovery watches.
+    pub fn discovery_config(&self) -> crate::kube::discovery::DiscoveryConfig {
+        crate::kube::discovery::DiscoveryConfig {
+            namespaces: self
+                .namespaces
+                .iter()
+                .filter(|n| !n.trim().is_empty())
+                .cloned()
+                .collect(),
+            instance_selector: self
+                .instance_selector
+                .clone()
+                .filter(|s| !s.trim().is_empty()),
+            pod_selector: self.pod_selector.clone().filter(|s| !s.trim().is_empty()),
+        }
+    }
+
+    /// How pods become targets.
+    pub fn target_config(&self) -> crate::kube::discovery::TargetConfig {
+        use crate::kube::discovery::{PollPort, TargetConfig};
+        TargetConfig {
+            container_name: self.container_name.clone(),
+            port: match &self.port_name {
+                Some(name) if !name.trim().is_empty() => PollPort::Named(name.clone()),
+                _ => PollPort::Number(self.port),
+            },
+            ..TargetConfig::default()
+        }
+    }
+
+    /// The write scheduler's settings.
+    pub fn write_queue_config(&self) -> crate::kube::write_queue::WriteQueueConfig {
+        crate::kube::write_queue::WriteQueueConfig {
+            heartbeat: self.heartbeat,
+            rate_per_second: self.write_rate,
+            burst: self.write_burst,
+            ..Default::default()
+        }
+    }
+
     /// The agent identity: `--agent-identity`, else `POD_NAME`, else the
     /// hostname. Reads the environment: call at start-up only.
     pub fn resolve_identity(&self) -> Result<String, ConfigError> {
@@ -291,6 +331,33 @@ mod tests {
         assert_eq!(w.args.write_rate, 5.0);
         assert!(Wrapper::try_parse_from(["x", "--poll-timeout", "2"]).is_err());
         assert!(Wrapper::try_parse_from(["x", "--poll-concurrency", "0"]).is_err());
+    }
+
+    #[test]
+    fn args_convert_to_module_configs() {
+        use crate::kube::discovery::PollPort;
+        let w = Wrapper::try_parse_from([
+            "x",
+            "--port-name",
+            "http",
+            "--pod-selector",
+            "app.kubernetes.io/name=kura",
+            "--heartbeat",
+            "1m",
+        ])
+        .expect("parse");
+        assert_eq!(w.args.target_config().port, PollPort::Named("http".into()));
+        assert_eq!(
+            w.args.discovery_config().pod_selector.as_deref(),
+            Some("app.kubernetes.io/name=kura")
+        );
+        assert_eq!(
+            w.args.write_queue_config().heartbeat,
+            Duration::from_secs(60)
+        );
+        let d = Wrapper::try_parse_from(["x"]).expect("parse");
+        assert_eq!(d.args.target_config().port, PollPort::Number(4000));
+        assert_eq!(d.args.write_queue_config().rate_per_second, 20.0);
     }
 
     #[test]

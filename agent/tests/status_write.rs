@@ -257,3 +257,114 @@ async fn api_errors_are_classified() {
         "{r:?}"
     );
 }
+
+async fn until(what: &str, cond: impl Fn() -> bool) {
+    let waited = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        while !cond() {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(waited.is_ok(), "timed out waiting for {what}");
+}
+
+fn reply(status: u16, body: &Value) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(Body::from(serde_json::to_vec(body).expect("encode")))
+        .expect("response")
+}
+
+async fn next_body(
+    handle: &mut mock::Handle<Request<Body>, Response<Body>>,
+) -> (Value, mock::SendResponse<Response<Body>>) {
+    let (request, send) = handle.next_request().await.expect("request");
+    let bytes = request.into_body().collect_bytes().await.expect("body");
+    (serde_json::from_slice(&bytes).expect("json"), send)
+}
+
+/// The write loop end to end against the mock: a pruned write fails
+/// readiness, a failed write is retried with the latest status, a full write
+/// restores readiness.
+#[tokio::test]
+async fn the_write_loop_records_pruning_retries_and_recovery() {
+    use kura_agent::debug::FleetView;
+    use kura_agent::debug::view::{SweepRecord, WriteRecord};
+    use kura_agent::kube::status::{WriteHandle, run_writes};
+    use kura_agent::kube::write_queue::{BasicChangePolicy, WriteQueue, WriteQueueConfig};
+
+    let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let writer = StatusWriter::new(kube::Client::new(service, "default"));
+    let key = InstanceKey::new("kura", "acme-eu");
+    let view = FleetView::new();
+    view.record_sweep(
+        &key,
+        SweepRecord {
+            spec_image: "img",
+            current_pods: &[],
+            samples: &[],
+            health: None,
+            gate: None,
+            at: Timestamp::now(),
+        },
+    );
+    let queue = WriteQueue::new(
+        WriteQueueConfig {
+            min_backoff: std::time::Duration::from_millis(20),
+            max_backoff: std::time::Duration::from_millis(100),
+            jitter: false,
+            ..WriteQueueConfig::default()
+        },
+        BasicChangePolicy,
+    );
+    let writes = WriteHandle::new(queue);
+    let task = tokio::spawn(run_writes(writes.clone(), writer, view.clone(), 4));
+
+    // 1. Pruned.
+    writes.push(key.clone(), desired(), Timestamp::now());
+    let (body, send) = next_body(&mut handle).await;
+    let mut pruned = echo(&body);
+    pruned["status"]
+        .as_object_mut()
+        .expect("status")
+        .remove("rolloutGate");
+    send.send_response(reply(200, &pruned));
+    until("the pruned write to be recorded", || {
+        view.instance(&key)
+            .and_then(|v| v.last_write)
+            .map(|w| w.result)
+            == Some(WriteRecord::Pruned {
+                missing: vec!["status.rolloutGate".into()],
+            })
+    })
+    .await;
+    assert!(!view.readiness().ready);
+
+    // 2. A material change fails with 500, then is retried.
+    let mut changed = desired();
+    changed.health.fd_timeout_count = 8;
+    writes.push(key.clone(), changed.clone(), Timestamp::now());
+    let (_, send) = next_body(&mut handle).await;
+    send.send_response(reply(500, &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "boom", "code": 500})));
+    // A newer aggregate arrives during the backoff: the retry carries it.
+    let mut newest = changed.clone();
+    newest.health.fd_timeout_count = 9;
+    writes.push(key.clone(), newest, Timestamp::now());
+    let (body, send) = next_body(&mut handle).await;
+    assert_eq!(body["status"]["rolloutHealth"]["fdTimeoutCount"], 9);
+    send.send_response(reply(200, &echo(&body)));
+    until("the retried write to be applied", || {
+        view.instance(&key)
+            .and_then(|v| v.last_write)
+            .map(|w| (w.attempt, w.result))
+            == Some((1, WriteRecord::Applied))
+    })
+    .await;
+    assert!(
+        view.readiness().ready,
+        "a full write clears the pruned detail"
+    );
+    assert_eq!(writes.pending(), 0);
+    task.abort();
+}

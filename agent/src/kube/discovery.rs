@@ -22,6 +22,7 @@
 //! the instance nor breaks the watch for every other instance.
 
 use crate::kube::InstanceKey;
+use crate::kube::write_queue::DesiredStatus;
 use crate::metrics;
 use crate::sample::{InstanceInfo, PodIdentity, PodSample, SampleResult};
 use ::kube::Client;
@@ -133,6 +134,18 @@ impl InstanceTarget {
     /// The instance's key.
     pub fn key(&self) -> InstanceKey {
         InstanceKey::of(&self.info)
+    }
+
+    /// The agent-owned status as found in the cluster, with the time it was
+    /// observed (`rolloutHealth.observedAt`): what to seed the write queue
+    /// with, so a restarted agent does not rewrite an unchanged status at
+    /// once. `None` unless both fields were readable.
+    pub fn previous_written(&self) -> Option<(DesiredStatus, Timestamp)> {
+        let status = self.previous_status.as_ref()?;
+        let health = status.rollout_health.clone()?;
+        let gate = status.rollout_gate.clone()?;
+        let at = health.observed_at;
+        Some((DesiredStatus { health, gate }, at))
     }
 
     /// The pods that have an address: the poller's input.
@@ -788,6 +801,94 @@ mod tests {
         );
         assert_eq!(target.status_warnings.len(), 1);
         assert!(target.status_warnings[0].starts_with("status.rolloutHealth unreadable"));
+    }
+
+    async fn until(what: &str, cond: impl Fn() -> bool) {
+        let waited = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+            while !cond() {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        assert!(waited.is_ok(), "timed out waiting for {what}");
+    }
+
+    fn list_response(body: serde_json::Value) -> http::Response<::kube::client::Body> {
+        http::Response::builder()
+            .status(200)
+            .header("content-type", "application/json")
+            .body(::kube::client::Body::from(
+                serde_json::to_vec(&body).expect("encode"),
+            ))
+            .expect("response")
+    }
+
+    #[tokio::test]
+    async fn ready_only_once_both_initial_lists_are_in() {
+        use ::kube::client::Body;
+        use http::{Request, Response};
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let client = Client::new(service, "default");
+        let config = DiscoveryConfig {
+            namespaces: vec![],
+            instance_selector: None,
+            pod_selector: Some("app.kubernetes.io/name=kura".into()),
+        };
+        let (discovery, driver) = Discovery::start(client, &config);
+        let driver = tokio::spawn(driver);
+        assert!(!discovery.is_ready());
+
+        // The two initial lists, in whatever order the watchers send them.
+        let mut lists = Vec::new();
+        for _ in 0..2 {
+            lists.push(handle.next_request().await.expect("list request"));
+        }
+        lists.sort_by_key(|(r, _)| r.uri().path().to_owned());
+        let (pod_req, pod_send) = lists.remove(0);
+        let (inst_req, inst_send) = lists.remove(0);
+        assert_eq!(pod_req.uri().path(), "/api/v1/pods");
+        assert!(
+            pod_req
+                .uri()
+                .query()
+                .unwrap_or_default()
+                .contains("labelSelector=app.kubernetes.io%2Fname%3Dkura"),
+            "{:?}",
+            pod_req.uri()
+        );
+        assert_eq!(
+            inst_req.uri().path(),
+            "/apis/kura.tuist.dev/v1alpha1/kurainstances"
+        );
+
+        let instance_obj =
+            serde_json::to_value(instance("kura", "acme", 1, json!(null))).expect("encode");
+        inst_send.send_response(list_response(json!({
+            "apiVersion": "kura.tuist.dev/v1alpha1", "kind": "KuraInstanceList",
+            "metadata": {"resourceVersion": "10"}, "items": [instance_obj]
+        })));
+        until("the instance list to land", || {
+            discovery.targets(&TargetConfig::default()).instances.len() == 1
+        })
+        .await;
+        assert!(!discovery.is_ready(), "the pod list is not in yet");
+        assert_eq!(discovery.pending_lists(), ["pods#0"]);
+
+        let pod_obj =
+            serde_json::to_value(pod("kura", "acme-0", "acme", Some("10.0.0.1"), json!({})))
+                .expect("encode");
+        pod_send.send_response(list_response(json!({
+            "apiVersion": "v1", "kind": "PodList",
+            "metadata": {"resourceVersion": "11"}, "items": [pod_obj]
+        })));
+        until("both lists", || discovery.is_ready()).await;
+        let t = discovery.targets(&TargetConfig::default());
+        assert_eq!(t.instances[0].pods.len(), 1);
+        assert_eq!(
+            t.instances[0].pollable()[0].1,
+            "10.0.0.1:4000".parse().expect("addr")
+        );
+        driver.abort();
     }
 
     #[test]
