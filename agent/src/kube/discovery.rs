@@ -42,6 +42,7 @@ use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Default Kura container name.
@@ -444,6 +445,7 @@ pub struct Discovery {
     instances: Vec<Store<DynamicObject>>,
     pods: Vec<Store<Pod>>,
     synced: Arc<Vec<AtomicBool>>,
+    last_errors: Arc<Vec<Mutex<Option<String>>>>,
 }
 
 /// The future that drives every watch of a [`Discovery`]; it runs until
@@ -466,6 +468,8 @@ impl Discovery {
                 .map(|_| AtomicBool::new(false))
                 .collect(),
         );
+        let last_errors: Arc<Vec<Mutex<Option<String>>>> =
+            Arc::new((0..scopes.len() * 2).map(|_| Mutex::new(None)).collect());
         let mut drivers: Vec<DiscoveryDriver> = Vec::new();
         let mut instance_stores = Vec::new();
         let mut pod_stores = Vec::new();
@@ -489,7 +493,10 @@ impl Discovery {
 
             let writer = reflector::store::Writer::new(resource.clone());
             instance_stores.push(writer.as_reader());
-            let flags = synced.clone();
+            let flags = WatchFlags {
+                synced: synced.clone(),
+                errors: last_errors.clone(),
+            };
             let stream = reflector::reflector(
                 writer,
                 watcher::watcher(instance_api, instance_cfg)
@@ -509,7 +516,10 @@ impl Discovery {
 
             let (reader, writer) = reflector::store::<Pod>();
             pod_stores.push(reader);
-            let flags = synced.clone();
+            let flags = WatchFlags {
+                synced: synced.clone(),
+                errors: last_errors.clone(),
+            };
             let stream = reflector::reflector(
                 writer,
                 watcher::watcher(pod_api, pod_cfg)
@@ -538,6 +548,7 @@ impl Discovery {
                 instances: instance_stores,
                 pods: pod_stores,
                 synced,
+                last_errors,
             },
             driver,
         )
@@ -550,7 +561,8 @@ impl Discovery {
     }
 
     /// The watches that have not delivered their initial list yet, e.g.
-    /// `kurainstances#0`, for the readiness detail.
+    /// `kurainstances#0`, with their last error if any, for the readiness
+    /// detail.
     pub fn pending_lists(&self) -> Vec<String> {
         self.synced
             .iter()
@@ -558,7 +570,15 @@ impl Discovery {
             .filter(|(_, f)| !f.load(Ordering::Acquire))
             .map(|(i, _)| {
                 let kind = if i % 2 == 0 { "kurainstances" } else { "pods" };
-                format!("{kind}#{}", i / 2)
+                let error = self.last_errors.get(i).and_then(|m| {
+                    m.lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .clone()
+                });
+                match error {
+                    Some(e) => format!("{kind}#{} (last error: {e})", i / 2),
+                    None => format!("{kind}#{}", i / 2),
+                }
             })
             .collect()
     }
@@ -576,8 +596,14 @@ impl Discovery {
     }
 }
 
+/// Per-watch readiness flags and last errors, shared with the drivers.
+struct WatchFlags {
+    synced: Arc<Vec<AtomicBool>>,
+    errors: Arc<Vec<Mutex<Option<String>>>>,
+}
+
 fn observe_event(
-    flags: &[AtomicBool],
+    flags: &WatchFlags,
     index: usize,
     resource: &'static str,
     result: Result<(), String>,
@@ -585,7 +611,7 @@ fn observe_event(
 ) {
     match result {
         Ok(()) if init_done => {
-            if let Some(flag) = flags.get(index)
+            if let Some(flag) = flags.synced.get(index)
                 && !flag.swap(true, Ordering::AcqRel)
             {
                 tracing::info!(resource, "initial list received");
@@ -595,6 +621,11 @@ fn observe_event(
         Err(error) => {
             ::metrics::counter!(metrics::WATCH_ERRORS_TOTAL, "resource" => resource).increment(1);
             tracing::warn!(resource, %error, "watch error; retrying with backoff");
+            if let Some(slot) = flags.errors.get(index) {
+                *slot
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(error);
+            }
         }
     }
 }
@@ -874,6 +905,38 @@ mod tests {
         assert!(!discovery.is_ready(), "the pod list is not in yet");
         assert_eq!(discovery.pending_lists(), ["pods#0"]);
 
+        // RBAC refuses the pod list first: not ready, and the detail says why.
+        pod_send.send_response(
+            http::Response::builder()
+                .status(403)
+                .header("content-type", "application/json")
+                .body(Body::from(
+                    serde_json::to_vec(
+                        &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                        "message": "pods is forbidden", "reason": "Forbidden", "code": 403}),
+                    )
+                    .expect("encode"),
+                ))
+                .expect("response"),
+        );
+        until("the list error to show", || {
+            discovery
+                .pending_lists()
+                .first()
+                .is_some_and(|p| p.contains("pods is forbidden"))
+        })
+        .await;
+        assert!(!discovery.is_ready());
+        // The watcher retries after kube's backoff; set aside the instance
+        // watch request, answer the pod list again.
+        let mut held = Vec::new();
+        let pod_send = loop {
+            let (req, send) = handle.next_request().await.expect("request");
+            if req.uri().path() == "/api/v1/pods" {
+                break send;
+            }
+            held.push(send);
+        };
         let pod_obj =
             serde_json::to_value(pod("kura", "acme-0", "acme", Some("10.0.0.1"), json!({})))
                 .expect("encode");

@@ -118,14 +118,26 @@ pub fn apply_body(status: &DesiredStatus) -> Result<Value, WriteError> {
     }))
 }
 
+/// Whether a value carries data: a non-null scalar somewhere inside it.
+/// Nulls, empty objects and empty arrays carry none; the API server may
+/// drop them without that meaning anything was pruned.
+fn has_content(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Object(m) => m.values().any(has_content),
+        Value::Array(a) => a.iter().any(has_content),
+        _ => true,
+    }
+}
+
 /// The paths of everything in `sent` that is not in `returned` (object
-/// keys recursively, array entries by index). `null` values sent are
-/// skipped: the API server may drop a null.
+/// keys recursively, array entries by index). Parts of `sent` without data
+/// ([`has_content`]: nulls, empty objects and arrays) are skipped.
 pub fn missing_fields(sent: &Value, returned: &Value, path: &str, out: &mut Vec<String>) {
     match sent {
         Value::Object(map) => {
             for (k, v) in map {
-                if v.is_null() {
+                if !has_content(v) {
                     continue;
                 }
                 let p = if path.is_empty() {
@@ -141,6 +153,9 @@ pub fn missing_fields(sent: &Value, returned: &Value, path: &str, out: &mut Vec<
         }
         Value::Array(items) => {
             for (i, v) in items.iter().enumerate() {
+                if !has_content(v) {
+                    continue;
+                }
                 let p = format!("{path}[{i}]");
                 match returned.get(i) {
                     Some(r) => missing_fields(v, r, &p, out),

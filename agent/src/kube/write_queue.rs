@@ -76,6 +76,30 @@ impl ChangePolicy for BasicChangePolicy {
     }
 }
 
+/// A [`ChangePolicy`] from two functions, e.g. the aggregation module's
+/// comparisons wrapped to take [`DesiredStatus`].
+#[derive(Debug, Clone, Copy)]
+pub struct FnChangePolicy<M, Q> {
+    /// `material_change(written, desired)`.
+    pub material: M,
+    /// `is_priority_change(written, desired)`.
+    pub priority: Q,
+}
+
+impl<M, Q> ChangePolicy for FnChangePolicy<M, Q>
+where
+    M: Fn(&DesiredStatus, &DesiredStatus) -> bool,
+    Q: Fn(&DesiredStatus, &DesiredStatus) -> bool,
+{
+    fn material_change(&self, written: &DesiredStatus, desired: &DesiredStatus) -> bool {
+        (self.material)(written, desired)
+    }
+
+    fn is_priority_change(&self, written: &DesiredStatus, desired: &DesiredStatus) -> bool {
+        (self.priority)(written, desired)
+    }
+}
+
 /// Scheduler settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WriteQueueConfig {
@@ -620,6 +644,35 @@ mod tests {
         q.push(key("a"), status(1, true, 2), ts(1));
         q.complete(&job, JobResult::Accepted, ts(1));
         assert_eq!(q.next(ts(1)).map(|j| j.status), Some(status(1, true, 2)));
+    }
+
+    #[test]
+    fn a_function_policy_can_replace_the_basic_one() {
+        // Only fdTimeoutCount is material; nothing is priority.
+        let policy = FnChangePolicy {
+            material: |a: &DesiredStatus, b: &DesiredStatus| {
+                a.health.fd_timeout_count != b.health.fd_timeout_count
+            },
+            priority: |_: &DesiredStatus, _: &DesiredStatus| false,
+        };
+        let mut q = WriteQueue::new(
+            WriteQueueConfig {
+                jitter: false,
+                ..WriteQueueConfig::default()
+            },
+            policy,
+        );
+        q.push(key("a"), status(0, true, 1), ts(0));
+        let j = q.next(ts(0)).expect("first");
+        q.complete(&j, JobResult::Accepted, ts(0));
+        q.push(key("a"), status(1, false, 1), ts(1));
+        assert_eq!(
+            q.next(ts(1)),
+            None,
+            "ready flip is not material under this policy"
+        );
+        q.push(key("a"), status(2, false, 2), ts(2));
+        assert!(q.next(ts(2)).is_some());
     }
 
     #[test]
