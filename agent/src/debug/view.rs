@@ -276,12 +276,15 @@ impl FleetView {
             .notes = notes;
     }
 
-    /// Records the result of a status write.
+    /// Records the result of a status write (creating the instance's entry
+    /// if needed: a pruned write must never go unreported).
     pub fn record_write(&self, key: &InstanceKey, write: LastWrite) {
         let mut state = self.write();
-        if let Some(view) = state.instances.get_mut(key) {
-            view.last_write = Some(write);
-        }
+        state
+            .instances
+            .entry(key.clone())
+            .or_insert_with(|| InstanceView::empty(key))
+            .last_write = Some(write);
     }
 
     /// Keeps only the instances for which `keep` is true.
