@@ -1,6 +1,6 @@
 //! The read-only debug HTTP server and the in-memory fleet view it serves.
 //!
-//! - [`view`]: [`FleetView`](view::FleetView), what the run loop (or
+//! - [`view`]: [`FleetView`], what the run loop (or
 //!   `kura-agent demo`) saw, decided and wrote, per instance;
 //! - [`html`]: the small HTML overview page;
 //! - [`server`]: the hyper server and its routes.

@@ -132,7 +132,7 @@ fn has_content(v: &Value) -> bool {
 
 /// The paths of everything in `sent` that is not in `returned` (object
 /// keys recursively, array entries by index). Parts of `sent` without data
-/// ([`has_content`]: nulls, empty objects and arrays) are skipped.
+/// (nulls, empty objects and arrays) are skipped.
 pub fn missing_fields(sent: &Value, returned: &Value, path: &str, out: &mut Vec<String>) {
     match sent {
         Value::Object(map) => {
