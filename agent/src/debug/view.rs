@@ -1,0 +1,444 @@
+//! [`FleetView`]: the shared, in-memory picture of every instance the agent
+//! tracks: the last sample of each pod, the aggregate, the gate verdict and
+//! the last status write with its result. The run loop updates it; the
+//! debug server only reads it.
+
+use crate::kube::InstanceKey;
+use crate::sample::{PodSample, SampleResult};
+use jiff::Timestamp;
+use kura_schemas::{AgentVerdict, NodeReport, RolloutGate, RolloutHealth, Signal};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// The last sample of one pod.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodView {
+    /// Pod name.
+    pub name: String,
+    /// Pod UID.
+    pub uid: String,
+    /// The Kura container's restart count.
+    pub restart_count: u32,
+    /// The Kura container's image.
+    pub image: Option<String>,
+    /// The pod IP polled.
+    pub ip: Option<String>,
+    /// When the sample (or failure) was received.
+    pub received_at: Timestamp,
+    /// Why the sample failed, if it did.
+    pub error: Option<String>,
+    /// The report, if the sample was valid.
+    pub report: Option<NodeReport>,
+}
+
+impl PodView {
+    /// The view of one sample.
+    pub fn from_sample(sample: &PodSample) -> Self {
+        let (error, report) = match &sample.result {
+            SampleResult::Report(r) => (None, Some((**r).clone())),
+            SampleResult::Error(e) => (Some(e.clone()), None),
+        };
+        Self {
+            name: sample.pod.name.clone(),
+            uid: sample.pod.uid.clone(),
+            restart_count: sample.pod.restart_count,
+            image: sample.pod.image.clone(),
+            ip: sample.pod.ip.clone(),
+            received_at: sample.received_at,
+            error,
+            report,
+        }
+    }
+}
+
+/// The result of a status write, as the debug endpoint shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum WriteRecord {
+    /// Everything written came back.
+    Applied,
+    /// Accepted, but these fields were pruned (CRD too old).
+    Pruned {
+        /// The missing paths.
+        missing: Vec<String>,
+    },
+    /// Not accepted.
+    Failed {
+        /// `conflict`, `not_found`, `forbidden` or `error`.
+        kind: String,
+        /// The error.
+        message: String,
+    },
+}
+
+/// The last status write of an instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LastWrite {
+    /// When the result came back.
+    pub at: Timestamp,
+    /// 0 for a first attempt, then the retry number.
+    pub attempt: u32,
+    /// Whether the write jumped the queue.
+    pub priority: bool,
+    /// What happened.
+    #[serde(flatten)]
+    pub result: WriteRecord,
+}
+
+/// Everything known about one instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceView {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// `spec.image`, when known.
+    pub spec_image: Option<String>,
+    /// When the last sweep of this instance finished.
+    pub swept_at: Option<Timestamp>,
+    /// The last sample of every pod, by pod name.
+    pub pods: Vec<PodView>,
+    /// The last aggregate.
+    pub health: Option<RolloutHealth>,
+    /// The last gate verdict.
+    pub gate: Option<RolloutGate>,
+    /// The last status write and its result.
+    pub last_write: Option<LastWrite>,
+    /// Notes from discovery (e.g. an unreadable previous status).
+    pub notes: Vec<String>,
+}
+
+impl InstanceView {
+    fn empty(key: &InstanceKey) -> Self {
+        Self {
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+            spec_image: None,
+            swept_at: None,
+            pods: Vec::new(),
+            health: None,
+            gate: None,
+            last_write: None,
+            notes: Vec::new(),
+        }
+    }
+
+    /// The verdict and signal, when there is a verdict.
+    pub fn verdict(&self) -> Option<(AgentVerdict, Option<Signal>)> {
+        self.gate.as_ref().map(|g| (g.verdict, g.signal))
+    }
+}
+
+/// One instance in `/debug/instances`: the aggregate and the verdict,
+/// without the per-pod samples.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceSummary {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// `spec.image`.
+    pub spec_image: Option<String>,
+    /// When the last sweep finished.
+    pub swept_at: Option<Timestamp>,
+    /// The last aggregate.
+    pub health: Option<RolloutHealth>,
+    /// The last gate verdict.
+    pub gate: Option<RolloutGate>,
+    /// The last write.
+    pub last_write: Option<LastWrite>,
+}
+
+impl From<&InstanceView> for InstanceSummary {
+    fn from(v: &InstanceView) -> Self {
+        Self {
+            namespace: v.namespace.clone(),
+            name: v.name.clone(),
+            spec_image: v.spec_image.clone(),
+            swept_at: v.swept_at,
+            health: v.health.clone(),
+            gate: v.gate.clone(),
+            last_write: v.last_write.clone(),
+        }
+    }
+}
+
+/// What one sweep of one instance produced, for [`FleetView::record_sweep`].
+#[derive(Debug, Clone)]
+pub struct SweepRecord<'a> {
+    /// `spec.image`.
+    pub spec_image: &'a str,
+    /// The names of the instance's current pods.
+    pub current_pods: &'a [String],
+    /// The sweep's samples.
+    pub samples: &'a [PodSample],
+    /// The aggregate.
+    pub health: Option<RolloutHealth>,
+    /// The verdict.
+    pub gate: Option<RolloutGate>,
+    /// When the sweep finished.
+    pub at: Timestamp,
+}
+
+/// Whether the agent is ready, and why not.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Readiness {
+    /// True when there is no reason below.
+    pub ready: bool,
+    /// Why not ready, one line each.
+    pub reasons: Vec<String>,
+}
+
+/// Lists the watches still waiting for their initial list.
+pub type SyncProbe = Arc<dyn Fn() -> Vec<String> + Send + Sync>;
+
+#[derive(Default)]
+struct FleetState {
+    instances: BTreeMap<InstanceKey, InstanceView>,
+    sync_probe: Option<SyncProbe>,
+}
+
+/// The shared fleet view. Cheap to clone; all clones see the same state.
+/// Locks are held only to copy in or out, never across an await.
+#[derive(Clone, Default)]
+pub struct FleetView {
+    state: Arc<RwLock<FleetState>>,
+}
+
+impl std::fmt::Debug for FleetView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FleetView")
+            .field("instances", &self.read().instances.len())
+            .finish()
+    }
+}
+
+impl FleetView {
+    /// An empty view that is ready as soon as no write was pruned (set a
+    /// [`SyncProbe`] to gate readiness on the initial lists).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, FleetState> {
+        self.state
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, FleetState> {
+        self.state
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Gates readiness on `probe` returning no pending list.
+    pub fn set_sync_probe(&self, probe: SyncProbe) {
+        self.write().sync_probe = Some(probe);
+    }
+
+    /// Records one sweep of one instance: the samples (merged by pod name
+    /// into the last sample per pod; pods not in `current_pods` are
+    /// dropped), the aggregate and the verdict.
+    pub fn record_sweep(&self, key: &InstanceKey, sweep: SweepRecord<'_>) {
+        let mut state = self.write();
+        let view = state
+            .instances
+            .entry(key.clone())
+            .or_insert_with(|| InstanceView::empty(key));
+        view.spec_image = Some(sweep.spec_image.to_owned());
+        view.swept_at = Some(sweep.at);
+        for sample in sweep.samples {
+            let pod = PodView::from_sample(sample);
+            match view.pods.iter_mut().find(|p| p.name == pod.name) {
+                Some(slot) => *slot = pod,
+                None => view.pods.push(pod),
+            }
+        }
+        view.pods.retain(|p| sweep.current_pods.contains(&p.name));
+        view.pods.sort_by(|a, b| a.name.cmp(&b.name));
+        view.health = sweep.health;
+        view.gate = sweep.gate;
+    }
+
+    /// Replaces the discovery notes of an instance.
+    pub fn set_notes(&self, key: &InstanceKey, notes: Vec<String>) {
+        let mut state = self.write();
+        state
+            .instances
+            .entry(key.clone())
+            .or_insert_with(|| InstanceView::empty(key))
+            .notes = notes;
+    }
+
+    /// Records the result of a status write (creating the instance's entry
+    /// if needed: a pruned write must never go unreported).
+    pub fn record_write(&self, key: &InstanceKey, write: LastWrite) {
+        let mut state = self.write();
+        state
+            .instances
+            .entry(key.clone())
+            .or_insert_with(|| InstanceView::empty(key))
+            .last_write = Some(write);
+    }
+
+    /// Keeps only the instances for which `keep` is true.
+    pub fn retain(&self, keep: impl Fn(&InstanceKey) -> bool) {
+        self.write().instances.retain(|k, _| keep(k));
+    }
+
+    /// Every instance, by namespace and name.
+    pub fn snapshot(&self) -> Vec<InstanceView> {
+        self.read().instances.values().cloned().collect()
+    }
+
+    /// One instance.
+    pub fn instance(&self, key: &InstanceKey) -> Option<InstanceView> {
+        self.read().instances.get(key).cloned()
+    }
+
+    /// Not ready while an initial list is pending, or while the last write
+    /// of any instance was pruned.
+    pub fn readiness(&self) -> Readiness {
+        let (probe, pruned) = {
+            let state = self.read();
+            let pruned: Vec<String> = state
+                .instances
+                .iter()
+                .filter_map(|(k, v)| match v.last_write.as_ref().map(|w| &w.result) {
+                    Some(WriteRecord::Pruned { missing }) => Some(format!(
+                        "status write for {k} was pruned (CRD too old): missing {}",
+                        missing.join(", ")
+                    )),
+                    _ => None,
+                })
+                .collect();
+            (state.sync_probe.clone(), pruned)
+        };
+        let mut reasons: Vec<String> = probe
+            .map(|p| p())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|l| format!("initial list pending: {l}"))
+            .collect();
+        reasons.extend(pruned);
+        Readiness {
+            ready: reasons.is_empty(),
+            reasons,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sample::PodIdentity;
+
+    fn ts(s: i64) -> Timestamp {
+        Timestamp::from_second(1_780_000_000 + s).expect("ts")
+    }
+
+    fn failed(name: &str, at: i64, why: &str) -> PodSample {
+        PodSample {
+            pod: PodIdentity {
+                name: name.into(),
+                uid: format!("u-{name}"),
+                ..Default::default()
+            },
+            received_at: ts(at),
+            result: SampleResult::Error(why.into()),
+        }
+    }
+
+    #[test]
+    fn sweeps_keep_the_last_sample_per_current_pod() {
+        let v = FleetView::new();
+        let k = InstanceKey::new("ns", "a");
+        let pods = ["a-0".to_owned(), "a-1".to_owned()];
+        let first = [failed("a-0", 0, "timeout"), failed("a-1", 0, "refused")];
+        v.record_sweep(
+            &k,
+            SweepRecord {
+                spec_image: "img",
+                current_pods: &pods,
+                samples: &first,
+                health: None,
+                gate: None,
+                at: ts(0),
+            },
+        );
+        let second = [failed("a-0", 10, "HTTP 500")];
+        v.record_sweep(
+            &k,
+            SweepRecord {
+                spec_image: "img",
+                current_pods: &pods[..1],
+                samples: &second,
+                health: None,
+                gate: None,
+                at: ts(10),
+            },
+        );
+        let view = v.instance(&k).expect("instance");
+        assert_eq!(view.pods.len(), 1);
+        assert_eq!(view.pods[0].error.as_deref(), Some("HTTP 500"));
+        assert_eq!(view.swept_at, Some(ts(10)));
+    }
+
+    #[test]
+    fn readiness_fails_on_pending_lists_and_pruned_writes() {
+        let v = FleetView::new();
+        assert!(v.readiness().ready);
+        let pending = Arc::new(std::sync::Mutex::new(vec!["pods#0".to_owned()]));
+        let p = pending.clone();
+        v.set_sync_probe(Arc::new(move || {
+            p.lock().map(|g| g.clone()).unwrap_or_default()
+        }));
+        let r = v.readiness();
+        assert!(!r.ready);
+        assert_eq!(r.reasons, ["initial list pending: pods#0"]);
+        pending.lock().expect("lock").clear();
+        assert!(v.readiness().ready);
+
+        let k = InstanceKey::new("ns", "a");
+        v.record_sweep(
+            &k,
+            SweepRecord {
+                spec_image: "img",
+                current_pods: &[],
+                samples: &[],
+                health: None,
+                gate: None,
+                at: ts(0),
+            },
+        );
+        let pruned = LastWrite {
+            at: ts(1),
+            attempt: 0,
+            priority: false,
+            result: WriteRecord::Pruned {
+                missing: vec!["status.rolloutGate".into()],
+            },
+        };
+        v.record_write(&k, pruned.clone());
+        let r = v.readiness();
+        assert!(!r.ready);
+        assert!(
+            r.reasons[0].contains("ns/a") && r.reasons[0].contains("status.rolloutGate"),
+            "{r:?}"
+        );
+        v.record_write(
+            &k,
+            LastWrite {
+                result: WriteRecord::Applied,
+                ..pruned
+            },
+        );
+        assert!(v.readiness().ready, "a later full write clears it");
+    }
+}

@@ -1,0 +1,431 @@
+//! The status writer: server-side apply of `status.rolloutHealth` and
+//! `status.rolloutGate` on the `status` subresource, under the agent's own
+//! field manager, with detection of pruned fields (an API server whose CRD
+//! is too old silently drops what its schema does not declare).
+//!
+//! The request is `PATCH
+//! /apis/kura.tuist.dev/v1alpha1/namespaces/{ns}/kurainstances/{name}/status?force=true&fieldManager=kura-health-agent`
+//! with content type `application/apply-patch+yaml` and a JSON body holding
+//! `apiVersion`, `kind` and `status.{rolloutHealth,rolloutGate}` only (the
+//! name comes from the URL). The response is read as a dynamic object, so
+//! a partly pruned status is reported as [`WriteOutcome::Pruned`] instead of
+//! failing to deserialize.
+
+use crate::debug::view::{FleetView, LastWrite, WriteRecord};
+use crate::kube::InstanceKey;
+use crate::kube::discovery::kura_instance_resource;
+use crate::kube::write_queue::{ChangePolicy, DesiredStatus, JobResult, WriteJob, WriteQueue};
+use crate::metrics;
+use ::kube::Client;
+use ::kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use jiff::Timestamp;
+use serde_json::{Value, json};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// The field manager of every write.
+pub const FIELD_MANAGER: &str = "kura-health-agent";
+
+/// A write the API server accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteOutcome {
+    /// Everything sent came back.
+    Applied,
+    /// Accepted, but these fields did not come back (JSON paths such as
+    /// `status.rolloutGate` or `status.rolloutHealth.pods[0].incarnation`):
+    /// the CRD in the cluster does not declare them.
+    Pruned {
+        /// The missing paths, at most [`MAX_MISSING_PATHS`].
+        missing: Vec<String>,
+    },
+}
+
+/// At most this many missing paths are reported.
+pub const MAX_MISSING_PATHS: usize = 20;
+
+/// A write the API server did not accept.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WriteError {
+    /// 409: another manager owns a field (should not happen with force).
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// 404: the instance is gone.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// 403 (or 401): RBAC does not allow patching `kurainstances/status`.
+    #[error("forbidden: {0}")]
+    Forbidden(String),
+    /// Anything else: transport, timeouts, 5xx, 422 validation, a response
+    /// that is not an object.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl WriteError {
+    /// The `result` label of [`metrics::STATUS_WRITES_TOTAL`].
+    pub fn kind(&self) -> &'static str {
+        match self {
+            WriteError::Conflict(_) => "conflict",
+            WriteError::NotFound(_) => "not_found",
+            WriteError::Forbidden(_) => "forbidden",
+            WriteError::Other(_) => "error",
+        }
+    }
+
+    /// What the scheduler should do about it.
+    pub fn job_result(&self) -> JobResult {
+        match self {
+            WriteError::NotFound(_) => JobResult::Gone,
+            _ => JobResult::Failed,
+        }
+    }
+}
+
+/// Classifies a kube client error.
+pub fn classify(error: ::kube::Error) -> WriteError {
+    match error {
+        ::kube::Error::Api(status) => {
+            let msg = if status.message.is_empty() {
+                status.reason.clone()
+            } else {
+                status.message.clone()
+            };
+            match status.code {
+                409 => WriteError::Conflict(msg),
+                404 => WriteError::NotFound(msg),
+                401 | 403 => WriteError::Forbidden(msg),
+                code => WriteError::Other(format!("HTTP {code}: {msg}")),
+            }
+        }
+        other => WriteError::Other(other.to_string()),
+    }
+}
+
+/// The server-side apply body: `apiVersion`, `kind` and the two status
+/// fields the agent owns, nothing else.
+pub fn apply_body(status: &DesiredStatus) -> Result<Value, WriteError> {
+    let health = serde_json::to_value(&status.health)
+        .map_err(|e| WriteError::Other(format!("encode rolloutHealth: {e}")))?;
+    let gate = serde_json::to_value(&status.gate)
+        .map_err(|e| WriteError::Other(format!("encode rolloutGate: {e}")))?;
+    Ok(json!({
+        "apiVersion": "kura.tuist.dev/v1alpha1",
+        "kind": "KuraInstance",
+        "status": {"rolloutHealth": health, "rolloutGate": gate}
+    }))
+}
+
+/// Whether a value carries data: a non-null scalar somewhere inside it.
+/// Nulls, empty objects and empty arrays carry none; the API server may
+/// drop them without that meaning anything was pruned.
+fn has_content(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Object(m) => m.values().any(has_content),
+        Value::Array(a) => a.iter().any(has_content),
+        _ => true,
+    }
+}
+
+/// The paths of everything in `sent` that is not in `returned` (object
+/// keys recursively, array entries by index). Parts of `sent` without data
+/// (nulls, empty objects and arrays) are skipped.
+pub fn missing_fields(sent: &Value, returned: &Value, path: &str, out: &mut Vec<String>) {
+    match sent {
+        Value::Object(map) => {
+            for (k, v) in map {
+                if !has_content(v) {
+                    continue;
+                }
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                match returned.get(k) {
+                    Some(r) if !r.is_null() => missing_fields(v, r, &p, out),
+                    _ => out.push(p),
+                }
+            }
+        }
+        Value::Array(items) => {
+            for (i, v) in items.iter().enumerate() {
+                if !has_content(v) {
+                    continue;
+                }
+                let p = format!("{path}[{i}]");
+                match returned.get(i) {
+                    Some(r) => missing_fields(v, r, &p, out),
+                    None => out.push(p),
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Compares the body sent with the object returned.
+pub fn check_returned(body: &Value, returned: &Value) -> WriteOutcome {
+    let mut missing = Vec::new();
+    if let Some(sent_status) = body.get("status") {
+        let returned_status = returned.get("status").unwrap_or(&Value::Null);
+        missing_fields(sent_status, returned_status, "status", &mut missing);
+    }
+    if missing.is_empty() {
+        WriteOutcome::Applied
+    } else {
+        missing.truncate(MAX_MISSING_PATHS);
+        WriteOutcome::Pruned { missing }
+    }
+}
+
+/// The debug view's record of a write result.
+pub fn write_record(result: &Result<WriteOutcome, WriteError>) -> WriteRecord {
+    match result {
+        Ok(WriteOutcome::Applied) => WriteRecord::Applied,
+        Ok(WriteOutcome::Pruned { missing }) => WriteRecord::Pruned {
+            missing: missing.clone(),
+        },
+        Err(e) => WriteRecord::Failed {
+            kind: e.kind().to_owned(),
+            message: e.to_string(),
+        },
+    }
+}
+
+/// Writes statuses. Cheap to clone.
+#[derive(Clone)]
+pub struct StatusWriter {
+    client: Client,
+    resource: ApiResource,
+    params: PatchParams,
+}
+
+impl StatusWriter {
+    /// A writer using `client`.
+    pub fn new(client: Client) -> Self {
+        Self {
+            client,
+            resource: kura_instance_resource(),
+            params: PatchParams::apply(FIELD_MANAGER).force(),
+        }
+    }
+
+    /// Applies `status` to the instance `key` and checks what came back.
+    /// Logs and counts the result.
+    pub async fn write(
+        &self,
+        key: &InstanceKey,
+        status: &DesiredStatus,
+    ) -> Result<WriteOutcome, WriteError> {
+        let result = self.write_quiet(key, status).await;
+        let label = match &result {
+            Ok(WriteOutcome::Applied) => "applied",
+            Ok(WriteOutcome::Pruned { .. }) => "pruned",
+            Err(e) => e.kind(),
+        };
+        ::metrics::counter!(metrics::STATUS_WRITES_TOTAL, "result" => label).increment(1);
+        match &result {
+            Ok(WriteOutcome::Applied) => tracing::debug!(instance = %key, "status written"),
+            Ok(WriteOutcome::Pruned { missing }) => {
+                ::metrics::counter!(metrics::STATUS_WRITES_PRUNED_TOTAL).increment(1);
+                tracing::error!(
+                    instance = %key,
+                    missing = ?missing,
+                    "status fields were pruned by the API server: the KuraInstance CRD in this cluster is too old; apply the CRD shipped with this agent"
+                );
+            }
+            Err(e) => tracing::warn!(instance = %key, error = %e, "status write failed"),
+        }
+        result
+    }
+
+    async fn write_quiet(
+        &self,
+        key: &InstanceKey,
+        status: &DesiredStatus,
+    ) -> Result<WriteOutcome, WriteError> {
+        let body = apply_body(status)?;
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), &key.namespace, &self.resource);
+        let returned = api
+            .patch_status(&key.name, &self.params, &Patch::Apply(&body))
+            .await
+            .map_err(classify)?;
+        Ok(check_returned(&body, &returned.data))
+    }
+}
+
+/// The run loop's handle on the write queue: push desired statuses, forget
+/// instances. Cheap to clone.
+#[derive(Clone)]
+pub struct WriteHandle<P> {
+    queue: Arc<Mutex<WriteQueue<P>>>,
+    notify: Arc<Notify>,
+}
+
+impl<P: ChangePolicy> WriteHandle<P> {
+    /// A handle on `queue`.
+    pub fn new(queue: WriteQueue<P>) -> Self {
+        Self {
+            queue: Arc::new(Mutex::new(queue)),
+            notify: Arc::new(Notify::new()),
+        }
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut WriteQueue<P>) -> R) -> R {
+        let mut guard = self
+            .queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(&mut guard)
+    }
+
+    /// Records the latest desired status of an instance.
+    pub fn push(&self, key: InstanceKey, desired: DesiredStatus, now: Timestamp) {
+        self.with(|q| q.push(key, desired, now));
+        self.notify.notify_one();
+    }
+
+    /// Seeds the status read back from the cluster at start-up.
+    pub fn seed_written(&self, key: InstanceKey, written: DesiredStatus, written_at: Timestamp) {
+        self.with(|q| q.seed_written(key, written, written_at));
+    }
+
+    /// Forgets an instance.
+    pub fn remove(&self, key: &InstanceKey) {
+        self.with(|q| q.remove(key));
+    }
+
+    /// Instances with writes pending.
+    pub fn pending(&self) -> usize {
+        self.with(|q| q.pending())
+    }
+}
+
+/// Longest sleep of the write loop when nothing is scheduled.
+const IDLE_WAIT: Duration = Duration::from_secs(5);
+/// Shortest sleep of the write loop (no spinning on rounding).
+const MIN_WAIT: Duration = Duration::from_millis(5);
+
+/// Drains the queue forever: up to `max_in_flight` writes at once, each
+/// result recorded in the queue, the debug view and the metrics.
+pub async fn run_writes<P: ChangePolicy>(
+    handle: WriteHandle<P>,
+    writer: StatusWriter,
+    view: FleetView,
+    max_in_flight: usize,
+) {
+    let mut in_flight = FuturesUnordered::new();
+    loop {
+        let now = Timestamp::now();
+        while in_flight.len() < max_in_flight.max(1) {
+            let Some(job) = handle.with(|q| q.next(now)) else {
+                break;
+            };
+            let writer = writer.clone();
+            in_flight.push(async move {
+                let result = writer.write(&job.key, &job.status).await;
+                (job, result)
+            });
+        }
+        let at_cap = in_flight.len() >= max_in_flight.max(1);
+        let wait = handle
+            .with(|q| q.next_wakeup(now))
+            .map(|at| Duration::try_from(at.duration_since(now)).unwrap_or(Duration::ZERO))
+            .unwrap_or(IDLE_WAIT)
+            .clamp(MIN_WAIT, IDLE_WAIT);
+        ::metrics::gauge!(metrics::PENDING_WRITES).set(handle.pending() as f64);
+        tokio::select! {
+            Some((job, result)) = in_flight.next(), if !in_flight.is_empty() => {
+                finish(&handle, &view, &job, &result);
+            }
+            () = handle.notify.notified() => {}
+            () = tokio::time::sleep(wait), if !at_cap => {}
+        }
+    }
+}
+
+fn finish<P: ChangePolicy>(
+    handle: &WriteHandle<P>,
+    view: &FleetView,
+    job: &WriteJob,
+    result: &Result<WriteOutcome, WriteError>,
+) {
+    let now = Timestamp::now();
+    let job_result = match result {
+        Ok(_) => JobResult::Accepted,
+        Err(e) => e.job_result(),
+    };
+    handle.with(|q| q.complete(job, job_result, now));
+    view.record_write(
+        &job.key,
+        LastWrite {
+            at: now,
+            attempt: job.attempt,
+            priority: job.priority,
+            result: write_record(result),
+        },
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_fields_names_every_lost_path() {
+        let sent =
+            json!({"a": {"b": 1, "c": [ {"d": 1}, {"d": 2, "e": "x"} ], "n": null}, "f": true});
+        let back = json!({"a": {"b": 1, "c": [ {"d": 1}, {"d": 2} ]}});
+        let mut out = Vec::new();
+        missing_fields(&sent, &back, "", &mut out);
+        assert_eq!(out, ["a.c[1].e", "f"]);
+    }
+
+    #[test]
+    fn a_response_without_rollout_gate_is_pruned() {
+        let body = json!({"status": {"rolloutHealth": {"ready": true}, "rolloutGate": {"verdict": "healthy"}}});
+        assert_eq!(
+            check_returned(
+                &body,
+                &json!({"status": {"rolloutHealth": {"ready": true}, "phase": "Running"}})
+            ),
+            WriteOutcome::Pruned {
+                missing: vec!["status.rolloutGate".into()]
+            }
+        );
+        assert_eq!(
+            check_returned(
+                &body,
+                &json!({"status": {"rolloutHealth": {"ready": true}, "rolloutGate": {"verdict": "healthy"}}})
+            ),
+            WriteOutcome::Applied
+        );
+        assert_eq!(
+            check_returned(&body, &json!({"spec": {}})),
+            WriteOutcome::Pruned {
+                missing: vec!["status.rolloutGate".into(), "status.rolloutHealth".into()]
+            }
+        );
+    }
+
+    #[test]
+    fn api_errors_are_classified() {
+        let api = |code: u16| {
+            ::kube::Error::Api(Box::new(::kube::core::Status {
+                code,
+                message: "m".into(),
+                ..Default::default()
+            }))
+        };
+        assert_eq!(classify(api(409)), WriteError::Conflict("m".into()));
+        assert_eq!(classify(api(404)).job_result(), JobResult::Gone);
+        assert_eq!(classify(api(403)).kind(), "forbidden");
+        assert_eq!(classify(api(500)), WriteError::Other("HTTP 500: m".into()));
+        assert_eq!(classify(api(500)).job_result(), JobResult::Failed);
+    }
+}

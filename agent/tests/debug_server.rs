@@ -1,0 +1,324 @@
+//! The debug server over real TCP on 127.0.0.1: every route's status code,
+//! content type and shape, HTML escaping, 405 and 404.
+
+use jiff::Timestamp;
+use kura_agent::debug::view::SweepRecord;
+use kura_agent::debug::{DebugServer, DebugState, FleetView, LastWrite, WriteRecord};
+use kura_agent::kube::InstanceKey;
+use kura_agent::sample::{PodIdentity, PodSample, SampleResult};
+use kura_schemas::{AgentVerdict, RetiredCounters, RolloutGate, RolloutHealth, Signal};
+use serde_json::Value;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+fn ts(s: &str) -> Timestamp {
+    s.parse().expect("timestamp")
+}
+
+fn health(ready: bool) -> RolloutHealth {
+    RolloutHealth {
+        schema_version: 1,
+        observed_at: ts("2026-07-21T10:00:10Z"),
+        sampled_at: Some(ts("2026-07-21T10:00:09Z")),
+        observed_generation: 1,
+        expected_pods: 2,
+        sampled_pods: 1,
+        ready,
+        serving: true,
+        writer_lock_owned: true,
+        initial_discovery_completed: true,
+        generation_consistent: true,
+        ring_consistent: true,
+        ring_members: 2,
+        bootstrap_inflight_peers: None,
+        backfill_initial_cycle: String::new(),
+        backfilling_peers: None,
+        backfill_degraded: false,
+        backfill_budget_exhausted_peers: None,
+        outbox_messages: None,
+        fd_timeout_count: 0,
+        peer_connection_failures: None,
+        memory_pressure_state: 1,
+        inflight_requests: 0,
+        counter_resets: 0,
+        pods: vec![],
+        retired_counters: RetiredCounters::default(),
+        agent: "agent-0".into(),
+    }
+}
+
+fn gate() -> RolloutGate {
+    RolloutGate {
+        target_image: "img:2".into(),
+        baseline_image: None,
+        baseline_captured_at: None,
+        baseline: Default::default(),
+        effective_baseline: Default::default(),
+        soak_eligible: false,
+        verdict: AgentVerdict::Unhealthy,
+        signal: Some(Signal::PodsUnsampled),
+        healthy_since: None,
+        evaluated_at: ts("2026-07-21T10:00:10Z"),
+        evidence: vec![],
+    }
+}
+
+struct Fixture {
+    addr: SocketAddr,
+    view: FleetView,
+    pending: Arc<Mutex<Vec<String>>>,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+async fn start() -> Fixture {
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    metrics::with_local_recorder(&recorder, || {
+        metrics::counter!(kura_agent::metrics::STATUS_WRITES_TOTAL, "result" => "applied")
+            .increment(3);
+    });
+    let view = FleetView::new();
+    let pending = Arc::new(Mutex::new(vec!["pods#0".to_owned()]));
+    let p = pending.clone();
+    view.set_sync_probe(Arc::new(move || {
+        p.lock().map(|g| g.clone()).unwrap_or_default()
+    }));
+
+    let key = InstanceKey::new("kura", "acme-eu");
+    let pods = ["acme-eu-0".to_owned(), "acme-eu-1".to_owned()];
+    let samples = [PodSample {
+        pod: PodIdentity {
+            name: "acme-eu-1".into(),
+            uid: "u-1".into(),
+            restart_count: 0,
+            image: Some("img:2".into()),
+            ip: Some("10.0.0.2".into()),
+        },
+        received_at: ts("2026-07-21T10:00:09Z"),
+        result: SampleResult::Error("timeout".into()),
+    }];
+    view.record_sweep(
+        &key,
+        SweepRecord {
+            spec_image: "img:2",
+            current_pods: &pods,
+            samples: &samples,
+            health: Some(health(false)),
+            gate: Some(gate()),
+            at: ts("2026-07-21T10:00:10Z"),
+        },
+    );
+    // A hostile name: must come out escaped in the HTML.
+    let hostile = InstanceKey::new("kura", "<script>alert('x')</script>");
+    view.record_sweep(
+        &hostile,
+        SweepRecord {
+            spec_image: "img:2",
+            current_pods: &[],
+            samples: &[],
+            health: None,
+            gate: None,
+            at: ts("2026-07-21T10:00:10Z"),
+        },
+    );
+
+    let server = DebugServer::bind(
+        "127.0.0.1:0".parse().expect("addr"),
+        DebugState {
+            view: view.clone(),
+            metrics: handle,
+        },
+    )
+    .await
+    .expect("bind");
+    let addr = server.local_addr().expect("addr");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(server.serve(async move {
+        let _ = stopped.await;
+    }));
+    Fixture {
+        addr,
+        view,
+        pending,
+        _stop: stop,
+    }
+}
+
+struct Reply {
+    status: u16,
+    headers: String,
+    body: String,
+}
+
+async fn request(addr: SocketAddr, method: &str, path: &str) -> Reply {
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+    );
+    stream.write_all(req.as_bytes()).await.expect("send");
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await.expect("read");
+    let text = String::from_utf8(raw).expect("utf-8");
+    let (head, body) = text.split_once("\r\n\r\n").expect("head and body");
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("status code");
+    Reply {
+        status,
+        headers: head.to_ascii_lowercase(),
+        body: body.to_owned(),
+    }
+}
+
+#[tokio::test]
+async fn healthz_is_up_and_readyz_follows_lists_and_pruning() {
+    let f = start().await;
+    let r = request(f.addr, "GET", "/healthz").await;
+    assert_eq!(r.status, 200);
+
+    let r = request(f.addr, "GET", "/readyz").await;
+    assert_eq!(r.status, 503);
+    let v: Value = serde_json::from_str(&r.body).expect("json");
+    assert_eq!(v["ready"], false);
+    assert_eq!(v["reasons"][0], "initial list pending: pods#0");
+
+    f.pending.lock().expect("lock").clear();
+    assert_eq!(request(f.addr, "GET", "/readyz").await.status, 200);
+
+    let key = InstanceKey::new("kura", "acme-eu");
+    f.view.record_write(
+        &key,
+        LastWrite {
+            at: ts("2026-07-21T10:00:11Z"),
+            attempt: 0,
+            priority: true,
+            result: WriteRecord::Pruned {
+                missing: vec!["status.rolloutGate".into()],
+            },
+        },
+    );
+    let r = request(f.addr, "GET", "/readyz").await;
+    assert_eq!(r.status, 503);
+    assert!(r.body.contains("status.rolloutGate"), "{}", r.body);
+}
+
+#[tokio::test]
+async fn metrics_are_rendered_from_the_handle() {
+    let f = start().await;
+    let r = request(f.addr, "GET", "/metrics").await;
+    assert_eq!(r.status, 200);
+    assert!(
+        r.headers
+            .contains("content-type: text/plain; version=0.0.4"),
+        "{}",
+        r.headers
+    );
+    assert!(
+        r.body
+            .contains("kura_agent_status_writes_total{result=\"applied\"} 3"),
+        "{}",
+        r.body
+    );
+}
+
+#[tokio::test]
+async fn instances_list_and_detail_have_the_documented_shape() {
+    let f = start().await;
+    let r = request(f.addr, "GET", "/debug/instances").await;
+    assert_eq!(r.status, 200);
+    assert!(r.headers.contains("content-type: application/json"));
+    let v: Value = serde_json::from_str(&r.body).expect("json");
+    let list = v.as_array().expect("array");
+    assert_eq!(list.len(), 2);
+    let acme = list.iter().find(|i| i["name"] == "acme-eu").expect("acme");
+    assert_eq!(acme["namespace"], "kura");
+    assert_eq!(acme["health"]["sampledPods"], 1);
+    assert_eq!(acme["gate"]["verdict"], "unhealthy");
+    assert_eq!(acme["gate"]["signal"], "pods_unsampled");
+    assert!(
+        acme.get("pods").is_none(),
+        "the list leaves per-pod samples to the detail"
+    );
+
+    let r = request(f.addr, "GET", "/debug/instances/kura/acme-eu").await;
+    assert_eq!(r.status, 200);
+    let d: Value = serde_json::from_str(&r.body).expect("json");
+    assert_eq!(d["specImage"], "img:2");
+    assert_eq!(d["pods"].as_array().map(Vec::len), Some(1));
+    assert_eq!(d["pods"][0]["name"], "acme-eu-1");
+    assert_eq!(d["pods"][0]["error"], "timeout");
+    assert_eq!(d["lastWrite"], Value::Null);
+
+    f.view.record_write(
+        &InstanceKey::new("kura", "acme-eu"),
+        LastWrite {
+            at: ts("2026-07-21T10:00:11Z"),
+            attempt: 2,
+            priority: false,
+            result: WriteRecord::Failed {
+                kind: "forbidden".into(),
+                message: "forbidden: no".into(),
+            },
+        },
+    );
+    let d: Value = serde_json::from_str(
+        &request(f.addr, "GET", "/debug/instances/kura/acme-eu")
+            .await
+            .body,
+    )
+    .expect("json");
+    assert_eq!(d["lastWrite"]["result"], "failed");
+    assert_eq!(d["lastWrite"]["kind"], "forbidden");
+    assert_eq!(d["lastWrite"]["attempt"], 2);
+
+    assert_eq!(
+        request(f.addr, "GET", "/debug/instances/kura/nope")
+            .await
+            .status,
+        404
+    );
+}
+
+#[tokio::test]
+async fn the_overview_escapes_everything() {
+    let f = start().await;
+    let r = request(f.addr, "GET", "/").await;
+    assert_eq!(r.status, 200);
+    assert!(r.headers.contains("content-type: text/html"));
+    assert!(!r.body.contains("<script>"), "{}", r.body);
+    assert!(
+        r.body
+            .contains("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;"),
+        "{}",
+        r.body
+    );
+    assert!(r.body.contains("kura/acme-eu"));
+    assert!(r.body.contains("pods_unsampled"));
+    assert!(r.body.contains("1/2"));
+    assert!(
+        !r.body.contains("http://") && !r.body.contains("https://"),
+        "no external assets"
+    );
+}
+
+#[tokio::test]
+async fn only_get_and_head_are_allowed_and_unknown_paths_are_404() {
+    let f = start().await;
+    for method in ["POST", "PUT", "DELETE", "PATCH"] {
+        let r = request(f.addr, method, "/debug/instances").await;
+        assert_eq!(r.status, 405, "{method}");
+        assert!(r.headers.contains("allow: get, head"), "{}", r.headers);
+    }
+    let r = request(f.addr, "HEAD", "/healthz").await;
+    assert_eq!(r.status, 200);
+    assert!(r.body.is_empty());
+    assert_eq!(request(f.addr, "GET", "/nope").await.status, 404);
+    assert_eq!(
+        request(f.addr, "GET", "/debug/instances/kura").await.status,
+        404
+    );
+}
