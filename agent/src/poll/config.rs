@@ -41,7 +41,9 @@ impl PodPort {
 pub struct PollConfig {
     /// Most requests in flight at once, over every instance (default 64).
     pub concurrency: usize,
-    /// Limit on one attempt, connect to last body byte (default 2 s).
+    /// Limit on one attempt, connect to last body byte (default 2 s). The
+    /// TCP connect alone gets half of it, so a connect timeout (retried) is
+    /// told apart from a pod that accepted and never answered (not retried).
     pub timeout: Duration,
     /// Largest report body accepted, in bytes (default 64 KiB).
     pub body_limit: usize,

@@ -63,6 +63,16 @@ impl SimStats {
 
 struct InFlight(Arc<SimStats>);
 
+/// What all pods of one simulator share.
+#[derive(Debug, Default)]
+pub(crate) struct Fleet {
+    /// Counters over every pod.
+    pub(crate) stats: Arc<SimStats>,
+    /// Whether connections stay open after an answer (HTTP keep-alive);
+    /// applies to connections accepted after a change.
+    pub(crate) keep_alive: std::sync::atomic::AtomicBool,
+}
+
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
@@ -84,7 +94,7 @@ struct PodShared {
     addr: SocketAddr,
     state: Mutex<PodState>,
     stats: Arc<SimStats>,
-    fleet: Arc<SimStats>,
+    fleet: Arc<Fleet>,
     body_bytes_sent: Arc<AtomicU64>,
     /// Bumped to close every open connection.
     epoch: watch::Sender<u64>,
@@ -130,10 +140,10 @@ impl SimPodSpec {
 
 impl SimPodHandle {
     /// Start serving `spec` on an already bound listener.
-    pub(crate) fn start(
+    pub(crate) async fn start(
         spec: SimPodSpec,
         listener: std::net::TcpListener,
-        fleet: Arc<SimStats>,
+        fleet: Arc<Fleet>,
     ) -> Result<Self, SimError> {
         let addr = listener.local_addr().map_err(SimError::Bind)?;
         let mut node = spec.node;
@@ -160,9 +170,7 @@ impl SimPodHandle {
         };
         if !refused {
             let task = handle.serve(listener)?;
-            if let Ok(mut l) = handle.shared.listening.try_lock() {
-                *l = Some(task);
-            }
+            *handle.shared.listening.lock().await = Some(task);
         }
         Ok(handle)
     }
@@ -319,9 +327,11 @@ impl SimPodHandle {
                 let mut closed = shared.epoch.subscribe();
                 closed.mark_unchanged();
                 tokio::spawn(async move {
+                    let keep_alive = conn_shared.fleet.keep_alive.load(Ordering::Relaxed);
                     let service = service_fn(move |req| answer(Arc::clone(&conn_shared), req));
-                    let conn =
-                        http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+                    let conn = http1::Builder::new()
+                        .keep_alive(keep_alive)
+                        .serve_connection(TokioIo::new(stream), service);
                     tokio::select! {
                         _ = conn => {}
                         _ = closed.changed() => {}
@@ -337,7 +347,7 @@ async fn answer(
     req: Request<Incoming>,
 ) -> Result<Response<SimBody>, Infallible> {
     let _pod = shared.stats.enter();
-    let _fleet = shared.fleet.enter();
+    let _fleet = shared.fleet.stats.enter();
     let sent = Arc::clone(&shared.body_bytes_sent);
     let text = |code: StatusCode, msg: &'static str| {
         let mut r = Response::new(SimBody::full(
@@ -363,6 +373,7 @@ async fn answer(
         r
     };
     Ok(match behaviour {
+        // A request that raced a switch to `Refused` still gets its answer.
         Behaviour::Normal | Behaviour::Refused => json(node.report_json()),
         Behaviour::Slow { delay_ms } => {
             tokio::time::sleep(std::time::Duration::from_millis(delay_ms)).await;

@@ -25,11 +25,18 @@ pub struct Scenario {
     /// Where pods listen.
     #[serde(default)]
     pub addressing: Addressing,
+    /// Whether pods keep connections open after answering (default true).
+    #[serde(default = "yes")]
+    pub keep_alive: bool,
     /// The pods.
     pub pods: Vec<PodTemplate>,
     /// One spec per pod, built and checked by [`Scenario::parse`].
     #[serde(skip)]
     specs: Vec<(usize, SimPodSpec)>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn one() -> f64 {
