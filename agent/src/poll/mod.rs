@@ -4,7 +4,9 @@
 //!
 //! Metrics (through the `metrics` facade; the exporter is set up elsewhere):
 //! `kura_agent_polls_total{result}` (`ok` or a [`PollError::reason`]),
-//! `kura_agent_poll_retries_total`, `kura_agent_poll_duration_seconds`.
+//! `kura_agent_poll_retries_total` (retries, counted apart from failures),
+//! `kura_agent_poll_duration_seconds` (one observation per attempt, from
+//! the moment it holds a concurrency permit).
 
 mod config;
 mod error;

@@ -112,8 +112,9 @@ impl Poller {
         result
     }
 
-    /// Fetch a report from a plain URL (no pod identity to check), with the
-    /// same limits, retries and metrics as a pod poll.
+    /// Fetch a report from a plain URL, the full report URL (e.g.
+    /// `http://10.0.0.5:4000/status/rollout`): no pod identity to check,
+    /// the same limits, retries and metrics as a pod poll.
     pub async fn fetch(&self, uri: &Uri) -> Result<NodeReport, PollError> {
         let result = self.get(uri).await;
         count(&result);
