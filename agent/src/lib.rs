@@ -5,4 +5,6 @@ pub mod config;
 pub mod debug;
 pub mod kube;
 pub mod metrics;
+pub mod poll;
 pub mod sample;
+pub mod sim;

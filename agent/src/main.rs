@@ -1,5 +1,7 @@
 //! `kura-agent`: the Kura rollout-health agent.
 
+mod cli;
+
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
@@ -12,9 +14,14 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
-enum Command {}
+enum Command {
+    /// Serve a simulated Kura fleet from a scenario file.
+    Simulate(cli::simulate::SimulateArgs),
+}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {}
+    match cli.command {
+        Command::Simulate(args) => cli::simulate::run(args),
+    }
 }

@@ -1,0 +1,3 @@
+//! The binary's subcommands.
+
+pub mod simulate;

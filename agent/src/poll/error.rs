@@ -1,0 +1,75 @@
+//! Why a poll failed: short, stable messages (they become `pods[].error`)
+//! and a fixed set of metric reasons.
+
+use kura_schemas::ReportError;
+
+/// A failed poll.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PollError {
+    /// No answer within the timeout.
+    #[error("timeout")]
+    Timeout,
+    /// The TCP connect did not complete in time.
+    #[error("connect timeout")]
+    ConnectTimeout,
+    /// Nothing listens on the port.
+    #[error("connection refused")]
+    Refused,
+    /// Another failure to connect (unreachable, reset during connect, ...).
+    #[error("connect error")]
+    Connect,
+    /// The connection closed or reset before a response arrived.
+    #[error("connection closed before a response")]
+    Closed,
+    /// The answer's status was not 200 (a redirect is never followed).
+    #[error("http {0}")]
+    HttpStatus(u16),
+    /// The body was larger than the limit; reading stopped there.
+    #[error("body exceeds {limit} bytes")]
+    TooLarge {
+        /// The limit in force.
+        limit: usize,
+    },
+    /// Reading the body failed.
+    #[error("body read error")]
+    Body,
+    /// The answer was not valid HTTP.
+    #[error("invalid http response")]
+    Protocol,
+    /// The body is not a valid report (the parser's message names the field).
+    #[error("{0}")]
+    InvalidReport(ReportError),
+    /// The report names another pod in `serving_authority.identity.pod_uid`.
+    #[error("pod identity mismatch")]
+    IdentityMismatch,
+    /// The pod has no usable address.
+    #[error("no pod address")]
+    NoAddress,
+}
+
+impl PollError {
+    /// The metric label for this failure, from a fixed small set: `timeout`,
+    /// `refused`, `http_status`, `too_large`, `invalid_report`,
+    /// `identity_mismatch`, `connect_error`, `body_error`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            PollError::Timeout | PollError::ConnectTimeout => "timeout",
+            PollError::Refused => "refused",
+            PollError::Connect | PollError::Closed | PollError::NoAddress => "connect_error",
+            PollError::HttpStatus(_) => "http_status",
+            PollError::TooLarge { .. } => "too_large",
+            PollError::Body | PollError::Protocol => "body_error",
+            PollError::InvalidReport(_) => "invalid_report",
+            PollError::IdentityMismatch => "identity_mismatch",
+        }
+    }
+
+    /// Whether a retry inside the sweep may help: connection-level failures
+    /// only, never an answer that came back wrong.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            PollError::Refused | PollError::ConnectTimeout | PollError::Connect | PollError::Closed
+        )
+    }
+}

@@ -1,0 +1,17 @@
+//! Polling pods' `GET /status/rollout`: one shared keep-alive client, a
+//! global bound on concurrent requests, a timeout per attempt, a hard body
+//! limit, no redirects, and a short retry of connection-level failures.
+//!
+//! Metrics (through the `metrics` facade; the exporter is set up elsewhere):
+//! `kura_agent_polls_total{result}` (`ok` or a [`PollError::reason`]),
+//! `kura_agent_poll_retries_total` (retries, counted apart from failures),
+//! `kura_agent_poll_duration_seconds` (one observation per attempt, from
+//! the moment it holds a concurrency permit).
+
+mod config;
+mod error;
+mod poller;
+
+pub use config::{PodPort, PollConfig};
+pub use error::PollError;
+pub use poller::Poller;

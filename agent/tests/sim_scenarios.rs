@@ -1,0 +1,144 @@
+//! The scenario files under testdata/sim/ load, serve, and run their
+//! timelines (compressed with a small time scale).
+
+use kura_agent::poll::{PollConfig, Poller};
+use kura_agent::sim::{Scenario, Simulator};
+use kura_schemas::NodeReport;
+use kura_schemas::report::{BackfillCycle, NodeState};
+use std::path::PathBuf;
+use std::time::Duration;
+
+fn dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/sim")
+}
+
+fn poller() -> Poller {
+    Poller::new(PollConfig {
+        timeout: Duration::from_millis(500),
+        retries: 0,
+        ..PollConfig::default()
+    })
+}
+
+async fn reports(sim: &Simulator) -> Vec<Result<NodeReport, String>> {
+    let p = poller();
+    let mut out = Vec::new();
+    for (pod, addr) in sim.targets() {
+        out.push(p.poll_result(&pod, addr).await.map_err(|e| e.to_string()));
+    }
+    out
+}
+
+#[tokio::test]
+async fn every_scenario_file_loads_and_serves() {
+    let mut n = 0;
+    for entry in std::fs::read_dir(dir()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        let sc = Scenario::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        // A huge time scale: the timeline never fires during this test.
+        let sim = Simulator::from_scenario(&sc, Some(1e6)).await.unwrap();
+        assert_eq!(sim.pods().len(), sc.pod_specs().len());
+        let healthy = sim
+            .pods()
+            .iter()
+            .find(|p| p.behaviour() == Default::default())
+            .unwrap();
+        poller()
+            .poll_result(&healthy.identity(), healthy.addr())
+            .await
+            .unwrap();
+        n += 1;
+    }
+    assert!(n >= 5, "only {n} scenario files");
+}
+
+#[tokio::test]
+async fn broken_scenario_fails_each_pod_its_own_way() {
+    let sc = Scenario::load(&dir().join("broken.json")).unwrap();
+    let sim = Simulator::from_scenario(&sc, Some(1e6)).await.unwrap();
+    let p = poller();
+    let mut got = Vec::new();
+    for (pod, addr) in sim.targets() {
+        let reason = p.poll_result(&pod, addr).await.err().map(|e| e.reason());
+        got.push((pod.name, reason.unwrap_or("ok")));
+    }
+    let want = [
+        ("healthy", "ok"),
+        ("slow", "timeout"),
+        ("hang", "timeout"),
+        ("http-500", "http_status"),
+        ("refused", "refused"),
+        ("malformed", "invalid_report"),
+        ("oversized", "too_large"),
+        ("wrong-type", "invalid_report"),
+        ("redirect", "http_status"),
+        ("identity-mismatch", "identity_mismatch"),
+        ("flapping", "ok"),
+    ];
+    let want: Vec<_> = want.iter().map(|(n, r)| (n.to_string(), *r)).collect();
+    assert_eq!(got, want);
+}
+
+#[tokio::test]
+async fn regressions_timeline_runs_compressed() {
+    let sc = Scenario::load(&dir().join("regressions.json")).unwrap();
+    // 5 s becomes 50 ms; 15 s becomes 150 ms.
+    let sim = Simulator::from_scenario(&sc, Some(0.01)).await.unwrap();
+    let before = reports(&sim).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let after = reports(&sim).await;
+    let get = |v: &[Result<NodeReport, String>], name: &str| {
+        let i = sim.pods().iter().position(|p| p.name() == name).unwrap();
+        v[i].clone().unwrap()
+    };
+    let (b, a) = (get(&before, "outbox-growth"), get(&after, "outbox-growth"));
+    assert!(a.outbox_messages.unwrap() > b.outbox_messages.unwrap());
+    assert_eq!(
+        get(&after, "healthy").outbox_messages,
+        None,
+        "G4 has no outbox"
+    );
+    assert!(get(&after, "fd-timeout-growth").fd_timeout_count > 0);
+    assert!(
+        get(&after, "peer-failure-growth")
+            .peer_connection_failure_count
+            .unwrap()
+            > 0
+    );
+    assert_eq!(get(&after, "memory-pressure").memory_pressure_state, 2);
+    let (b, a) = (get(&before, "restart"), get(&after, "restart"));
+    assert_eq!((b.fd_timeout_count, a.fd_timeout_count), (40, 0));
+    assert_ne!(b.incarnation(), a.incarnation());
+    assert_eq!(sim.pod("restart").unwrap().restarts(), 1);
+    let d = get(&after, "draining");
+    assert_eq!((d.state, d.ready), (NodeState::Draining, false));
+    assert_ne!(
+        get(&after, "ring-skew").ring_fingerprint,
+        get(&after, "healthy").ring_fingerprint
+    );
+    assert_eq!(
+        get(&before, "backfill").backfill_initial_cycle,
+        Some(BackfillCycle::Pending)
+    );
+    let bf = get(&after, "backfill");
+    assert_eq!(bf.backfill_initial_cycle, Some(BackfillCycle::Degraded));
+    assert_eq!(bf.backfill_budget_exhausted_real_peers, Some(1));
+}
+
+#[tokio::test]
+async fn mixed_generations_upgrade_into_g4() {
+    let sc = Scenario::load(&dir().join("mixed-generations.json")).unwrap();
+    let sim = Simulator::from_scenario(&sc, Some(0.005)).await.unwrap();
+    let shapes = |v: Vec<Result<NodeReport, String>>| -> Vec<u8> {
+        v.into_iter()
+            .map(|r| r.unwrap().shape_generation())
+            .collect()
+    };
+    assert_eq!(shapes(reports(&sim).await), [1, 2, 1, 3, 4]);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(sim.timeline_done());
+    assert_eq!(shapes(reports(&sim).await), [4, 4, 1, 4, 4]);
+}
