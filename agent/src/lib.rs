@@ -1,4 +1,6 @@
 //! The Kura rollout-health agent: discovery, polling, aggregation, the
 //! gate's server checks, status writes, a debug endpoint and metrics.
 
+pub mod aggregate;
+pub mod cli;
 pub mod sample;

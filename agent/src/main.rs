@@ -1,6 +1,7 @@
 //! `kura-agent`: the Kura rollout-health agent.
 
 use clap::{Parser, Subcommand};
+use kura_agent::cli;
 use std::process::ExitCode;
 
 /// The Kura rollout-health agent.
@@ -12,9 +13,14 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
-enum Command {}
+enum Command {
+    /// Aggregate recorded pod reports from a file, one JSON line per sweep.
+    Aggregate(cli::aggregate::AggregateArgs),
+}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {}
+    match cli.command {
+        Command::Aggregate(args) => cli::aggregate::run(&args),
+    }
 }

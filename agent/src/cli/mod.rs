@@ -1,0 +1,3 @@
+//! The `kura-agent` subcommands; `main.rs` only dispatches to them.
+
+pub mod aggregate;
