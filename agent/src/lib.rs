@@ -1,6 +1,8 @@
 //! The Kura rollout-health agent: discovery, polling, aggregation, the
 //! gate's server checks, status writes, a debug endpoint and metrics.
 
+pub mod aggregate;
+pub mod cli;
 pub mod config;
 pub mod debug;
 pub mod kube;

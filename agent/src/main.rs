@@ -1,8 +1,7 @@
 //! `kura-agent`: the Kura rollout-health agent.
 
-mod cli;
-
 use clap::{Parser, Subcommand};
+use kura_agent::cli;
 use std::process::ExitCode;
 
 /// The Kura rollout-health agent.
@@ -15,6 +14,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Aggregate recorded pod reports from a file, one JSON line per sweep.
+    Aggregate(cli::aggregate::AggregateArgs),
     /// Serve a simulated Kura fleet from a scenario file.
     Simulate(cli::simulate::SimulateArgs),
 }
@@ -22,6 +23,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Aggregate(args) => cli::aggregate::run(&args),
         Command::Simulate(args) => cli::simulate::run(args),
     }
 }

@@ -1,3 +1,4 @@
-//! The binary's subcommands.
+//! The `kura-agent` subcommands; `main.rs` only dispatches to them.
 
+pub mod aggregate;
 pub mod simulate;

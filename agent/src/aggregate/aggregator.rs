@@ -1,0 +1,331 @@
+//! [`InstanceAggregator`]: the per-instance fold of one sweep's pod samples
+//! into `status.rolloutHealth`, with the counter state carried between sweeps.
+
+use super::AggregateConfig;
+use super::backfill::BackfillFold;
+use super::counters::Counter;
+use super::tracked::TrackedPod;
+use crate::sample::{InstanceInfo, PodSample, SampleResult};
+use jiff::Timestamp;
+use kura_schemas::health::{MAX_POD_ENTRIES, ROLLOUT_HEALTH_SCHEMA_VERSION};
+use kura_schemas::{NodeReport, RetiredCounters, RolloutHealth};
+
+/// The aggregation state of one instance: per-pod counter state keyed by pod
+/// name, retired totals, the reset count and the last `backfillInitialCycle`.
+///
+/// Everything it keeps is published in the aggregate it returns, so
+/// [`InstanceAggregator::restore`] on that aggregate continues exactly where
+/// this one stopped.
+#[derive(Debug, Clone)]
+pub struct InstanceAggregator {
+    config: AggregateConfig,
+    /// Sorted by pod name, at most [`MAX_POD_ENTRIES`] between sweeps.
+    pods: Vec<TrackedPod>,
+    retired: RetiredCounters,
+    counter_resets: u64,
+    backfill: String,
+}
+
+impl InstanceAggregator {
+    /// An aggregator with no history (a new instance, or no status yet).
+    pub fn new(config: AggregateConfig) -> Self {
+        InstanceAggregator {
+            config,
+            pods: Vec::new(),
+            retired: RetiredCounters::default(),
+            counter_resets: 0,
+            backfill: String::new(),
+        }
+    }
+
+    /// Continue from a published aggregate (after an agent restart). Pod
+    /// entries past the bound or with a duplicate name are folded into the
+    /// retired totals, so no count is lost.
+    pub fn restore(previous: &RolloutHealth, config: AggregateConfig) -> Self {
+        let mut agg = InstanceAggregator::new(config);
+        agg.retired = previous.retired_counters.clone();
+        agg.counter_resets = previous.counter_resets;
+        agg.backfill.clone_from(&previous.backfill_initial_cycle);
+        for entry in &previous.pods {
+            let pod = TrackedPod::restore(entry, previous.observed_at);
+            match agg
+                .pods
+                .binary_search_by(|p| p.detail.name.as_str().cmp(&entry.name))
+            {
+                Ok(_) => retire(&mut agg.retired, &pod),
+                Err(i) => agg.pods.insert(i, pod),
+            }
+        }
+        agg.enforce_bound();
+        agg
+    }
+
+    /// Fold one sweep. `samples` holds one entry per pod discovery lists
+    /// now, answered or not (a second entry with the same pod name is
+    /// ignored); a tracked pod missing from it is gone: it keeps contributing
+    /// its clamped counters until it has been gone longer than the
+    /// retention, judged against `now`, and then folds into
+    /// `retiredCounters`. `now` becomes `observedAt`; `agent` names the
+    /// writer.
+    pub fn sweep(
+        &mut self,
+        instance: &InstanceInfo,
+        samples: &[PodSample],
+        now: Timestamp,
+        agent: &str,
+    ) -> RolloutHealth {
+        for pod in &mut self.pods {
+            pod.listed = false;
+        }
+        let mut fold = Fold::default();
+        for sample in samples {
+            let index = match self
+                .pods
+                .binary_search_by(|p| p.detail.name.as_str().cmp(&sample.pod.name))
+            {
+                Ok(i) if self.pods[i].listed => continue,
+                Ok(i) => i,
+                Err(i) => {
+                    self.pods.insert(i, TrackedPod::new(&sample.pod, now));
+                    i
+                }
+            };
+            let pod = &mut self.pods[index];
+            pod.listed = true;
+            pod.last_seen = now;
+            match &sample.result {
+                SampleResult::Report(report) => {
+                    if pod.absorb(&sample.pod, report, sample.received_at) {
+                        self.counter_resets = self.counter_resets.saturating_add(1);
+                    }
+                    fold.add(report, sample.received_at);
+                }
+                SampleResult::Error(reason) => {
+                    pod.fail(&sample.pod, reason, self.config.max_error_bytes)
+                }
+            }
+        }
+        self.retire_gone(now);
+        self.enforce_bound();
+        if fold.sampled > 0 {
+            let value = fold.backfill.result();
+            if self.backfill != value {
+                self.backfill.clear();
+                self.backfill.push_str(value);
+            }
+        }
+        self.publish(instance, &fold, now, agent)
+    }
+
+    fn retire_gone(&mut self, now: Timestamp) {
+        let retention = self.config.retention;
+        let retired = &mut self.retired;
+        self.pods.retain_mut(|pod| {
+            if pod.listed {
+                return true;
+            }
+            if now.duration_since(pod.last_seen) > retention {
+                retire(retired, pod);
+                return false;
+            }
+            pod.mark_gone();
+            true
+        });
+    }
+
+    /// Fold the pods past [`MAX_POD_ENTRIES`] into the retired totals: the
+    /// ones gone longest first, then by name.
+    fn enforce_bound(&mut self) {
+        let excess = self.pods.len().saturating_sub(MAX_POD_ENTRIES);
+        if excess == 0 {
+            return;
+        }
+        let mut order: Vec<usize> = (0..self.pods.len()).collect();
+        order.sort_by(|&a, &b| {
+            let (pa, pb) = (&self.pods[a], &self.pods[b]);
+            pa.last_seen
+                .cmp(&pb.last_seen)
+                .then_with(|| pa.detail.name.cmp(&pb.detail.name))
+        });
+        let mut drop = vec![false; self.pods.len()];
+        for &i in &order[..excess] {
+            drop[i] = true;
+            retire(&mut self.retired, &self.pods[i]);
+        }
+        let mut i = 0;
+        self.pods.retain(|_| {
+            let keep = !drop[i];
+            i += 1;
+            keep
+        });
+    }
+
+    fn publish(
+        &self,
+        instance: &InstanceInfo,
+        fold: &Fold<'_>,
+        now: Timestamp,
+        agent: &str,
+    ) -> RolloutHealth {
+        let complete = fold.sampled > 0 && fold.sampled >= instance.expected_pods;
+        let mut fd = self.retired.fd_timeout_count;
+        let mut peer = self.retired.peer_connection_failures;
+        for pod in &self.pods {
+            fd = fd.saturating_add(pod.fd.map_or(0, Counter::clamped));
+            if let Some(c) = pod.peer {
+                peer = Some(peer.unwrap_or(0).saturating_add(c.clamped()));
+            }
+        }
+        RolloutHealth {
+            schema_version: ROLLOUT_HEALTH_SCHEMA_VERSION,
+            observed_at: now,
+            sampled_at: fold.oldest,
+            observed_generation: instance.generation,
+            expected_pods: instance.expected_pods,
+            sampled_pods: fold.sampled,
+            ready: complete && fold.all_ready,
+            serving: complete && fold.all_serving,
+            writer_lock_owned: complete && fold.all_writer_lock,
+            initial_discovery_completed: complete && fold.all_discovered,
+            generation_consistent: complete && fold.same_generation,
+            ring_consistent: complete
+                && if fold.all_fingerprinted {
+                    fold.same_fingerprint
+                } else {
+                    fold.same_ring_members
+                },
+            ring_members: fold.min_ring_members.unwrap_or(0),
+            bootstrap_inflight_peers: fold.bootstrap_inflight,
+            backfill_initial_cycle: self.backfill.clone(),
+            backfilling_peers: fold.backfilling,
+            backfill_degraded: fold.degraded,
+            backfill_budget_exhausted_peers: fold.budget_exhausted,
+            outbox_messages: fold.outbox,
+            fd_timeout_count: fd,
+            peer_connection_failures: peer,
+            memory_pressure_state: fold.max_pressure,
+            inflight_requests: fold.inflight,
+            counter_resets: self.counter_resets,
+            pods: self.pods.iter().map(|p| p.detail.clone()).collect(),
+            retired_counters: self.retired.clone(),
+            agent: agent.to_owned(),
+        }
+    }
+}
+
+/// Add a pod's clamped counters to the retired totals.
+fn retire(retired: &mut RetiredCounters, pod: &TrackedPod) {
+    if let Some(c) = pod.fd {
+        retired.fd_timeout_count = retired.fd_timeout_count.saturating_add(c.clamped());
+    }
+    if let Some(c) = pod.peer {
+        retired.peer_connection_failures = Some(
+            retired
+                .peer_connection_failures
+                .unwrap_or(0)
+                .saturating_add(c.clamped()),
+        );
+    }
+}
+
+/// The per-sweep fold of the valid reports (no allocation).
+#[derive(Debug)]
+struct Fold<'a> {
+    sampled: u32,
+    oldest: Option<Timestamp>,
+    all_ready: bool,
+    all_serving: bool,
+    all_writer_lock: bool,
+    all_discovered: bool,
+    first_generation: Option<u64>,
+    same_generation: bool,
+    all_fingerprinted: bool,
+    first_fingerprint: Option<&'a str>,
+    same_fingerprint: bool,
+    first_ring_members: Option<u64>,
+    same_ring_members: bool,
+    min_ring_members: Option<u64>,
+    bootstrap_inflight: Option<u64>,
+    backfill: BackfillFold<'a>,
+    backfilling: Option<u64>,
+    degraded: bool,
+    budget_exhausted: Option<u64>,
+    outbox: Option<u64>,
+    max_pressure: u8,
+    inflight: u64,
+}
+
+impl Default for Fold<'_> {
+    fn default() -> Self {
+        Fold {
+            sampled: 0,
+            oldest: None,
+            all_ready: true,
+            all_serving: true,
+            all_writer_lock: true,
+            all_discovered: true,
+            first_generation: None,
+            same_generation: true,
+            all_fingerprinted: true,
+            first_fingerprint: None,
+            same_fingerprint: true,
+            first_ring_members: None,
+            same_ring_members: true,
+            min_ring_members: None,
+            bootstrap_inflight: None,
+            backfill: BackfillFold::default(),
+            backfilling: None,
+            degraded: false,
+            budget_exhausted: None,
+            outbox: None,
+            max_pressure: 0,
+            inflight: 0,
+        }
+    }
+}
+
+impl<'a> Fold<'a> {
+    fn add(&mut self, r: &'a NodeReport, at: Timestamp) {
+        self.sampled = self.sampled.saturating_add(1);
+        self.oldest = Some(self.oldest.map_or(at, |o| o.min(at)));
+        self.all_ready &= r.ready;
+        self.all_serving &= r.state == kura_schemas::NodeState::Serving;
+        self.all_writer_lock &= r.writer_lock_owned;
+        self.all_discovered &= r.initial_discovery_completed == Some(true);
+        self.same_generation &= *self.first_generation.get_or_insert(r.generation) == r.generation;
+        match r.ring_fingerprint.as_deref() {
+            Some(f) => self.same_fingerprint &= *self.first_fingerprint.get_or_insert(f) == f,
+            None => self.all_fingerprinted = false,
+        }
+        self.same_ring_members &=
+            *self.first_ring_members.get_or_insert(r.ring_members) == r.ring_members;
+        self.min_ring_members = Some(
+            self.min_ring_members
+                .map_or(r.ring_members, |m| m.min(r.ring_members)),
+        );
+        sum(&mut self.bootstrap_inflight, r.bootstrap_inflight_peers);
+        self.backfill.add(r.backfill_initial_cycle.as_ref());
+        sum(&mut self.backfilling, r.backfill_backfilling_peers);
+        self.degraded |= matches!(
+            r.backfill_initial_cycle,
+            Some(kura_schemas::report::BackfillCycle::Degraded)
+        );
+        sum(
+            &mut self.budget_exhausted,
+            r.backfill_budget_exhausted_real_peers,
+        );
+        sum(&mut self.outbox, r.outbox_messages);
+        self.max_pressure = self.max_pressure.max(r.memory_pressure_state);
+        self.inflight = self
+            .inflight
+            .saturating_add(r.http_inflight_requests.unwrap_or(0))
+            .saturating_add(r.grpc_inflight_requests.unwrap_or(0));
+    }
+}
+
+/// Sum of the values present; `None` while none was.
+fn sum(acc: &mut Option<u64>, value: Option<u64>) {
+    if let Some(v) = value {
+        *acc = Some(acc.unwrap_or(0).saturating_add(v));
+    }
+}

@@ -1,0 +1,378 @@
+//! The document `kura-agent aggregate FILE` reads (contract/rollout-health.md,
+//! "Offline aggregation"), parsed strictly: every problem names the sweep,
+//! the pod and the field. A pod's `report` goes through the same parser as a
+//! live report, and an invalid one becomes that pod's `error`.
+//!
+//! Besides the contract's keys, a pod may carry `receivedAt` (RFC 3339; the
+//! sweep's `at` when absent) and the document a `description` string.
+//! Unknown keys are refused, so a misspelt key cannot silently become a
+//! default.
+
+use super::{AggregateConfig, InstanceAggregator};
+use crate::sample::{InstanceInfo, PodIdentity, PodSample, SampleResult};
+use jiff::Timestamp;
+use kura_schemas::RolloutHealth;
+use kura_schemas::report::report_from_value;
+use serde_json::{Map, Value};
+use std::fmt;
+
+/// A parsed aggregate document.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AggregateInput {
+    /// The instance every sweep runs against.
+    pub instance: InstanceInfo,
+    /// The aggregate to continue from, as after an agent restart.
+    pub previous: Option<RolloutHealth>,
+    /// The sweeps, in order.
+    pub sweeps: Vec<Sweep>,
+}
+
+/// One sweep of the document.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sweep {
+    /// When the sweep finished (`observedAt` of its aggregate).
+    pub at: Timestamp,
+    /// One sample per pod listed.
+    pub samples: Vec<PodSample>,
+}
+
+/// Where in the document a problem is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Place {
+    /// The top-level object.
+    Document,
+    /// `instance`.
+    Instance,
+    /// Sweep `n` (0-based index into `sweeps`).
+    Sweep(usize),
+    /// A pod of a sweep: by name when it has one, else by index.
+    Pod {
+        /// The sweep index.
+        sweep: usize,
+        /// The pod's name, or `#index` when it has none.
+        pod: String,
+    },
+}
+
+impl fmt::Display for Place {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Place::Document => f.write_str("document"),
+            Place::Instance => f.write_str("instance"),
+            Place::Sweep(i) => write!(f, "sweep {i}"),
+            Place::Pod { sweep, pod } => write!(f, "sweep {sweep}, pod {pod}"),
+        }
+    }
+}
+
+/// Why a document is not a valid aggregate input.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InputError {
+    /// Not JSON at all.
+    #[error("input is not valid JSON: {0}")]
+    Json(String),
+    /// A key is missing, of the wrong type, impossible or unknown.
+    #[error("{place}, field `{field}`: {reason}")]
+    Field {
+        /// Where.
+        place: Place,
+        /// The key.
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+fn err(place: &Place, field: &str, reason: impl Into<String>) -> InputError {
+    InputError::Field {
+        place: place.clone(),
+        field: field.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+/// Parse a document.
+pub fn parse_input(bytes: &[u8]) -> Result<AggregateInput, InputError> {
+    let value: Value =
+        serde_json::from_slice(bytes).map_err(|e| InputError::Json(e.to_string()))?;
+    let doc = Place::Document;
+    let top = object(&value, &doc, "(document)")?;
+    known_keys(
+        top,
+        &doc,
+        &["description", "instance", "previous", "sweeps"],
+    )?;
+    if let Some(d) = top.get("description")
+        && !d.is_string()
+    {
+        return Err(err(&doc, "description", "must be a string"));
+    }
+    let instance = parse_instance(required(top, &doc, "instance")?)?;
+    let previous = match top.get("previous") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(
+            serde_json::from_value::<RolloutHealth>(v.clone())
+                .map_err(|e| err(&doc, "previous", format!("not a rolloutHealth object: {e}")))?,
+        ),
+    };
+    let sweeps = required(top, &doc, "sweeps")?
+        .as_array()
+        .ok_or_else(|| err(&doc, "sweeps", "must be an array"))?
+        .iter()
+        .enumerate()
+        .map(|(i, s)| parse_sweep(i, s))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(AggregateInput {
+        instance,
+        previous,
+        sweeps,
+    })
+}
+
+/// Run every sweep of a document through one [`InstanceAggregator`]
+/// (restored from `previous` when present): one aggregate per sweep, with
+/// `observedAt` equal to the sweep's `at`.
+pub fn run(input: &AggregateInput, config: AggregateConfig, agent: &str) -> Vec<RolloutHealth> {
+    let mut agg = match &input.previous {
+        Some(p) => InstanceAggregator::restore(p, config),
+        None => InstanceAggregator::new(config),
+    };
+    input
+        .sweeps
+        .iter()
+        .map(|s| agg.sweep(&input.instance, &s.samples, s.at, agent))
+        .collect()
+}
+
+fn parse_instance(v: &Value) -> Result<InstanceInfo, InputError> {
+    let p = Place::Instance;
+    let o = object(v, &p, "instance")?;
+    known_keys(o, &p, &["namespace", "name", "expectedPods", "generation"])?;
+    let expected = u64_field(o, &p, "expectedPods")?;
+    Ok(InstanceInfo {
+        namespace: string(o, &p, "namespace")?.to_owned(),
+        name: string(o, &p, "name")?.to_owned(),
+        expected_pods: u32::try_from(expected)
+            .map_err(|_| err(&p, "expectedPods", format!("{expected} is too large")))?,
+        generation: required(o, &p, "generation")?
+            .as_i64()
+            .ok_or_else(|| err(&p, "generation", "must be an integer"))?,
+    })
+}
+
+fn parse_sweep(index: usize, v: &Value) -> Result<Sweep, InputError> {
+    let p = Place::Sweep(index);
+    let o = object(v, &p, "(sweep)")?;
+    known_keys(o, &p, &["at", "pods"])?;
+    let at = timestamp(o, &p, "at")?;
+    let pods = required(o, &p, "pods")?
+        .as_array()
+        .ok_or_else(|| err(&p, "pods", "must be an array"))?;
+    let mut samples: Vec<PodSample> = Vec::with_capacity(pods.len());
+    for (i, pod) in pods.iter().enumerate() {
+        let sample = parse_pod(index, i, at, pod)?;
+        if samples.iter().any(|s| s.pod.name == sample.pod.name) {
+            return Err(err(
+                &Place::Pod {
+                    sweep: index,
+                    pod: format!("{:?}", sample.pod.name),
+                },
+                "name",
+                "listed twice in one sweep",
+            ));
+        }
+        samples.push(sample);
+    }
+    Ok(Sweep { at, samples })
+}
+
+fn parse_pod(
+    sweep: usize,
+    index: usize,
+    at: Timestamp,
+    v: &Value,
+) -> Result<PodSample, InputError> {
+    let unnamed = Place::Pod {
+        sweep,
+        pod: format!("#{index}"),
+    };
+    let o = object(v, &unnamed, "(pod)")?;
+    let name = string(o, &unnamed, "name")?;
+    if name.is_empty() {
+        return Err(err(&unnamed, "name", "must not be empty"));
+    }
+    let p = Place::Pod {
+        sweep,
+        pod: format!("{name:?}"),
+    };
+    known_keys(
+        o,
+        &p,
+        &[
+            "name",
+            "uid",
+            "restartCount",
+            "image",
+            "ip",
+            "receivedAt",
+            "report",
+            "error",
+        ],
+    )?;
+    let restarts = u64_field(o, &p, "restartCount")?;
+    let pod = PodIdentity {
+        name: name.to_owned(),
+        uid: string(o, &p, "uid")?.to_owned(),
+        restart_count: u32::try_from(restarts)
+            .map_err(|_| err(&p, "restartCount", format!("{restarts} is too large")))?,
+        image: optional_string(o, &p, "image")?,
+        ip: optional_string(o, &p, "ip")?,
+    };
+    let received_at = match o.get("receivedAt") {
+        None => at,
+        Some(_) => timestamp(o, &p, "receivedAt")?,
+    };
+    let result = match (o.get("report"), o.get("error")) {
+        (Some(report), None) => match report_from_value(report) {
+            Ok(r) => SampleResult::Report(Box::new(r)),
+            Err(e) => SampleResult::Error(format!("invalid report: {e}")),
+        },
+        (None, Some(Value::String(e))) => SampleResult::Error(e.clone()),
+        (None, Some(_)) => return Err(err(&p, "error", "must be a string")),
+        (Some(_), Some(_)) => {
+            return Err(err(
+                &p,
+                "report",
+                "a pod has either `report` or `error`, not both",
+            ));
+        }
+        (None, None) => {
+            return Err(err(&p, "report", "a pod needs `report` or `error`"));
+        }
+    };
+    Ok(PodSample {
+        pod,
+        received_at,
+        result,
+    })
+}
+
+fn object<'a>(v: &'a Value, p: &Place, what: &str) -> Result<&'a Map<String, Value>, InputError> {
+    v.as_object()
+        .ok_or_else(|| err(p, what, "must be an object"))
+}
+
+fn known_keys(o: &Map<String, Value>, p: &Place, known: &[&str]) -> Result<(), InputError> {
+    match o.keys().find(|k| !known.contains(&k.as_str())) {
+        Some(k) => Err(err(p, k, "unknown key")),
+        None => Ok(()),
+    }
+}
+
+fn required<'a>(
+    o: &'a Map<String, Value>,
+    p: &Place,
+    field: &str,
+) -> Result<&'a Value, InputError> {
+    o.get(field).ok_or_else(|| err(p, field, "is missing"))
+}
+
+fn string<'a>(o: &'a Map<String, Value>, p: &Place, field: &str) -> Result<&'a str, InputError> {
+    required(o, p, field)?
+        .as_str()
+        .ok_or_else(|| err(p, field, "must be a string"))
+}
+
+fn optional_string(
+    o: &Map<String, Value>,
+    p: &Place,
+    field: &str,
+) -> Result<Option<String>, InputError> {
+    match o.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(err(p, field, "must be a string")),
+    }
+}
+
+fn u64_field(o: &Map<String, Value>, p: &Place, field: &str) -> Result<u64, InputError> {
+    required(o, p, field)?
+        .as_u64()
+        .ok_or_else(|| err(p, field, "must be a non-negative integer"))
+}
+
+fn timestamp(o: &Map<String, Value>, p: &Place, field: &str) -> Result<Timestamp, InputError> {
+    let s = string(o, p, field)?;
+    s.parse::<Timestamp>()
+        .map_err(|e| err(p, field, format!("{s:?} is not an RFC 3339 time: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<AggregateInput, InputError> {
+        parse_input(s.as_bytes())
+    }
+
+    const INSTANCE: &str =
+        r#""instance": {"namespace": "kura", "name": "a", "expectedPods": 1, "generation": 1}"#;
+
+    #[test]
+    fn errors_name_sweep_pod_and_field() {
+        let e = parse(&format!(
+            r#"{{{INSTANCE}, "sweeps": [{{"at": "2026-07-21T10:00:00Z", "pods": [
+                {{"name": "a-0", "uid": "u", "restartCount": -1, "error": "timeout"}}]}}]}}"#
+        ))
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "sweep 0, pod \"a-0\", field `restartCount`: must be a non-negative integer"
+        );
+        let e = parse(&format!(
+            r#"{{{INSTANCE}, "sweeps": [{{"at": "yesterday", "pods": []}}]}}"#
+        ))
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("sweep 0, field `at`: \"yesterday\" is not an RFC 3339 time"),
+            "{e}"
+        );
+        let e = parse(&format!(
+            r#"{{{INSTANCE}, "sweeps": [{{"at": "2026-07-21T10:00:00Z", "pods": [{{"uid": "u"}}]}}]}}"#
+        ))
+        .unwrap_err();
+        assert_eq!(e.to_string(), "sweep 0, pod #0, field `name`: is missing");
+    }
+
+    #[test]
+    fn invalid_report_becomes_the_pods_error() {
+        let input = parse(&format!(
+            r#"{{{INSTANCE}, "sweeps": [{{"at": "2026-07-21T10:00:00Z", "pods": [
+                {{"name": "a-0", "uid": "u", "restartCount": 0, "report": {{"ready": true}}}}]}}]}}"#
+        ))
+        .unwrap();
+        match &input.sweeps[0].samples[0].result {
+            SampleResult::Error(e) => assert_eq!(e, "invalid report: field `state` is missing"),
+            other => panic!("expected an error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn both_or_neither_report_and_error_are_refused() {
+        for pod in [
+            r#"{"name": "a-0", "uid": "u", "restartCount": 0}"#,
+            r#"{"name": "a-0", "uid": "u", "restartCount": 0, "error": "x", "report": {}}"#,
+        ] {
+            let e = parse(&format!(
+                r#"{{{INSTANCE}, "sweeps": [{{"at": "2026-07-21T10:00:00Z", "pods": [{pod}]}}]}}"#
+            ))
+            .unwrap_err();
+            assert!(
+                e.to_string()
+                    .starts_with("sweep 0, pod \"a-0\", field `report`"),
+                "{e}"
+            );
+        }
+    }
+}
