@@ -251,7 +251,7 @@ impl Gate {
     }
 
     fn judge(&mut self, input: &TickInput) -> Verdict {
-        let config = &self.config;
+        let config = self.config.clone();
         let now = input.now;
         let mut deployment_failed = Evidences::default();
         let mut regressed = Evidences::default();
@@ -259,10 +259,11 @@ impl Gate {
         let mut unconverged = Evidences::default();
         let mut unhealthy = Evidences::default();
         let mut current_wave_servers = 0usize;
-        let mut lowered = BTreeMap::new();
+        let mut kept = 0usize;
 
         for server in &input.servers {
             if server.wave > input.wave || server.status == ServerStatus::Destroyed {
+                self.forget_baseline(&server.id);
                 continue;
             }
             if !server.converged && server.deployment == Some(Deployment::Failed) {
@@ -291,9 +292,11 @@ impl Gate {
                 }
             }
             let Some(baseline) = server.baseline.as_ref().filter(|b| b.soak_eligible) else {
+                self.forget_baseline(&server.id);
                 continue;
             };
-            let effective = self.effective_for(server, baseline, now, &mut lowered);
+            let (effective, remembered) = self.effective_for(server, baseline, now);
+            kept += usize::from(remembered);
             if !server.converged {
                 continue;
             }
@@ -302,7 +305,7 @@ impl Gate {
                 server.health.as_ref(),
                 Some(&effective),
                 now,
-                config,
+                &config,
             ) {
                 if failure.signal == Signal::MemoryPressureCritical {
                     memory.push(|| failure);
@@ -311,7 +314,13 @@ impl Gate {
                 }
             }
         }
-        self.state.effective_baselines = lowered;
+        if self.state.effective_baselines.len() > kept {
+            // Entries of servers no longer in the input.
+            let ids: HashSet<&str> = input.servers.iter().map(|s| s.id.as_str()).collect();
+            self.state
+                .effective_baselines
+                .retain(|id, _| ids.contains(id.as_str()));
+        }
 
         for stop in [deployment_failed, regressed, memory] {
             if let Some(first) = stop.first_server() {
@@ -412,15 +421,16 @@ impl Gate {
 
     /// The server's effective baseline: the remembered one when it belongs
     /// to this capture, else the captured counters; lowered by a fresh
-    /// sample below it, and remembered in `lowered` when it differs.
+    /// sample below it. It is remembered in the state while it differs from
+    /// the captured one (the second value says whether it is).
     fn effective_for(
-        &self,
+        &mut self,
         server: &ServerInput,
         baseline: &Baseline,
-        now: jiff::Timestamp,
-        lowered: &mut BTreeMap<String, EffectiveBaseline>,
-    ) -> BaselineCounters {
-        let mut effective = match self.state.effective_baselines.get(&server.id) {
+        now: Timestamp,
+    ) -> (BaselineCounters, bool) {
+        let kept = self.state.effective_baselines.get_mut(&server.id);
+        let mut effective = match &kept {
             Some(kept)
                 if kept.captured_at == baseline.captured_at
                     && kept.captured == baseline.counters =>
@@ -434,17 +444,32 @@ impl Gate {
         {
             lower_on_reset(&mut effective, health);
         }
-        if effective != baseline.counters {
-            lowered.insert(
-                server.id.clone(),
-                EffectiveBaseline {
-                    captured_at: baseline.captured_at,
-                    captured: baseline.counters.clone(),
-                    effective: effective.clone(),
-                },
-            );
+        if effective == baseline.counters {
+            if kept.is_some() {
+                self.state.effective_baselines.remove(&server.id);
+            }
+            return (effective, false);
         }
-        effective
+        let entry = EffectiveBaseline {
+            captured_at: baseline.captured_at,
+            captured: baseline.counters.clone(),
+            effective: effective.clone(),
+        };
+        match kept {
+            Some(kept) => *kept = entry,
+            None => {
+                self.state
+                    .effective_baselines
+                    .insert(server.id.clone(), entry);
+            }
+        }
+        (effective, true)
+    }
+
+    fn forget_baseline(&mut self, id: &str) {
+        if !self.state.effective_baselines.is_empty() {
+            self.state.effective_baselines.remove(id);
+        }
     }
 }
 
