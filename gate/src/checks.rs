@@ -1,0 +1,294 @@
+//! The fourteen server checks (contract/gate.md, "Checking one server"),
+//! soak eligibility and counter-reset handling. Shared by the wave judge and
+//! the agent's per-instance judge.
+
+use jiff::{SignedDuration, Timestamp};
+use kura_schemas::{BaselineCounters, Evidence, Signal};
+
+use crate::config::GateConfig;
+use crate::health_view::HealthView;
+
+/// How a sample's `sampledAt` relates to `now`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Freshness {
+    /// No aggregate at all.
+    Missing,
+    /// An aggregate without `sampledAt` (no pod answered).
+    NoSampledAt,
+    /// Older than the maximum age; the age in whole seconds, rounded up.
+    Stale(u64),
+    /// Further in the future than the skew allowance; seconds ahead, rounded up.
+    Future(u64),
+    /// Usable.
+    Fresh,
+}
+
+/// Classifies a sample's time against `now` (checks 2 to 4). Equality with
+/// a limit is fresh.
+pub fn freshness(health: Option<&HealthView>, now: Timestamp, config: &GateConfig) -> Freshness {
+    let Some(health) = health else {
+        return Freshness::Missing;
+    };
+    let Some(sampled_at) = health.sampled_at else {
+        return Freshness::NoSampledAt;
+    };
+    let age = now.duration_since(sampled_at);
+    if age > seconds(config.max_sample_age_seconds) {
+        return Freshness::Stale(ceil_seconds(age));
+    }
+    let ahead = sampled_at.duration_since(now);
+    if ahead > seconds(config.future_skew_seconds) {
+        return Freshness::Future(ceil_seconds(ahead));
+    }
+    Freshness::Fresh
+}
+
+/// Whether an aggregate captured at `captured_at` makes its server
+/// soak-eligible: present, fresh at capture, every pod sampled, `ready`,
+/// `serving`, `ringConsistent` and memory pressure below 2. A missing field
+/// makes the server ineligible.
+pub fn soak_eligible(
+    health: Option<&HealthView>,
+    captured_at: Timestamp,
+    config: &GateConfig,
+) -> bool {
+    if freshness(health, captured_at, config) != Freshness::Fresh {
+        return false;
+    }
+    let Some(h) = health else {
+        return false;
+    };
+    let all_sampled = matches!((h.sampled_pods, h.expected_pods), (Some(s), Some(e)) if s >= e);
+    all_sampled
+        && h.ready == Some(true)
+        && h.serving == Some(true)
+        && h.ring_consistent == Some(true)
+        && matches!(h.memory_pressure_state, Some(p) if p < 2)
+}
+
+/// Counter-reset handling: a fd-timeout or peer-failure count below its
+/// effective baseline is a reset, so the effective baseline drops to it.
+/// Returns whether anything changed. The outbox is a backlog (a gauge), not
+/// a counter: a lower outbox is a drained queue and never moves its baseline.
+/// Call it only with a fresh sample (see [`freshness`]): an old sample is
+/// naturally lower than a newer baseline and must not tighten the band.
+pub fn lower_on_reset(effective: &mut BaselineCounters, health: &HealthView) -> bool {
+    let fd = lower(&mut effective.fd_timeout_count, health.fd_timeout_count);
+    let peers = lower(
+        &mut effective.peer_connection_failures,
+        health.peer_connection_failures,
+    );
+    fd || peers
+}
+
+fn lower(baseline: &mut Option<u64>, current: Option<u64>) -> bool {
+    match (*baseline, current) {
+        (Some(b), Some(c)) if c < b => {
+            *baseline = Some(c);
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Runs the server checks in contract order and returns the evidence of the
+/// first failure, or `None` when every check passes.
+///
+/// `counters` is the effective baseline the counter checks (12 to 14)
+/// compare with; `None` skips them (no baseline, or not soak-eligible), and
+/// a null counter inside it is never compared. A missing
+/// `memoryPressureState` is not a hard stop but makes the sample
+/// `sample_invalid` (checked right after check 4): unknown pressure is
+/// never healthy.
+pub fn check_server(
+    server: &str,
+    health: Option<&HealthView>,
+    counters: Option<&BaselineCounters>,
+    now: Timestamp,
+    config: &GateConfig,
+) -> Option<Evidence> {
+    let ev = |signal: Signal| Evidence {
+        server: server.to_owned(),
+        signal,
+        observed: None,
+        band_top: None,
+        baseline: None,
+        detail: None,
+    };
+    // 1. memory pressure
+    if let Some(pressure) = health.and_then(|h| h.memory_pressure_state)
+        && pressure >= 2
+    {
+        return Some(Evidence {
+            observed: Some(u64::from(pressure)),
+            band_top: Some(1),
+            ..ev(Signal::MemoryPressureCritical)
+        });
+    }
+    // 2 to 4. presence and time
+    match freshness(health, now, config) {
+        Freshness::Missing => {
+            return Some(Evidence {
+                detail: Some("no aggregate".into()),
+                ..ev(Signal::SampleMissing)
+            });
+        }
+        Freshness::NoSampledAt => {
+            return Some(Evidence {
+                band_top: Some(config.max_sample_age_seconds),
+                detail: Some("sampledAt is missing".into()),
+                ..ev(Signal::SampleStale)
+            });
+        }
+        Freshness::Stale(age) => {
+            return Some(Evidence {
+                observed: Some(age),
+                band_top: Some(config.max_sample_age_seconds),
+                detail: Some("sample age in seconds".into()),
+                ..ev(Signal::SampleStale)
+            });
+        }
+        Freshness::Future(ahead) => {
+            return Some(Evidence {
+                observed: Some(ahead),
+                band_top: Some(config.future_skew_seconds),
+                detail: Some("seconds sampledAt is ahead of now".into()),
+                ..ev(Signal::SampleInvalid)
+            });
+        }
+        Freshness::Fresh => {}
+    }
+    let h = health?;
+    if h.memory_pressure_state.is_none() {
+        return Some(Evidence {
+            detail: Some("memoryPressureState is missing".into()),
+            ..ev(Signal::SampleInvalid)
+        });
+    }
+    // 5. every pod sampled
+    match (h.sampled_pods, h.expected_pods) {
+        (Some(sampled), Some(expected)) if sampled >= expected => {}
+        (sampled, expected) => {
+            return Some(Evidence {
+                observed: sampled.map(u64::from),
+                band_top: expected.map(u64::from),
+                detail: Some(match (sampled, expected) {
+                    (Some(_), Some(_)) => "sampledPods below expectedPods".into(),
+                    (None, _) => "sampledPods is missing".into(),
+                    (_, None) => "expectedPods is missing".into(),
+                }),
+                ..ev(Signal::PodsUnsampled)
+            });
+        }
+    }
+    // 6 to 8, 10: flags that must hold (9 sits between them)
+    let flag = |value: Option<bool>, want: bool, field: &str, signal: Signal| match value {
+        Some(v) if v == want => None,
+        Some(v) => Some(Evidence {
+            observed: Some(u64::from(v)),
+            detail: Some(format!("{field} is {v}")),
+            ..ev(signal)
+        }),
+        None => Some(Evidence {
+            detail: Some(format!("{field} is missing")),
+            ..ev(signal)
+        }),
+    };
+    if let Some(e) = flag(h.ready, true, "ready", Signal::NotReady)
+        .or_else(|| flag(h.serving, true, "serving", Signal::NotServing))
+        .or_else(|| flag(h.ring_consistent, true, "ringConsistent", Signal::RingSkew))
+    {
+        return Some(e);
+    }
+    // 9. bootstrap (null: not reported by this node generation)
+    if let Some(n) = h.bootstrap_inflight_peers
+        && n > 0
+    {
+        return Some(Evidence {
+            observed: Some(n),
+            band_top: Some(0),
+            ..ev(Signal::BootstrapInFlight)
+        });
+    }
+    // 10. backfill degraded
+    if let Some(e) = flag(
+        h.backfill_degraded,
+        false,
+        "backfillDegraded",
+        Signal::BackfillDegraded,
+    ) {
+        return Some(e);
+    }
+    // 11. budget-exhausted peers
+    if let Some(n) = h.backfill_budget_exhausted_peers
+        && n > 0
+    {
+        return Some(Evidence {
+            observed: Some(n),
+            band_top: Some(0),
+            ..ev(Signal::BackfillBudgetExhausted)
+        });
+    }
+    let counters = counters?;
+    // 12. outbox (skipped when baseline or current is null)
+    if let (Some(base), Some(current)) = (counters.outbox_messages, h.outbox_messages) {
+        let top = config.outbox_band_top(base);
+        if current > top {
+            return Some(Evidence {
+                observed: Some(current),
+                band_top: Some(top),
+                baseline: Some(base),
+                ..ev(Signal::OutboxRegressed)
+            });
+        }
+    }
+    // 13. fd timeouts (skipped when the baseline is null; a missing current
+    // value fails)
+    if let Some(base) = counters.fd_timeout_count {
+        let top = config.fd_timeout_band_top(base);
+        match h.fd_timeout_count {
+            Some(current) if current <= top => {}
+            current => {
+                return Some(Evidence {
+                    observed: current,
+                    band_top: Some(top),
+                    baseline: Some(base),
+                    detail: current
+                        .is_none()
+                        .then(|| "fdTimeoutCount is missing".into()),
+                    ..ev(Signal::FdTimeoutsRegressed)
+                });
+            }
+        }
+    }
+    // 14. peer failures (skipped when baseline or current is null)
+    if let (Some(base), Some(current)) = (
+        counters.peer_connection_failures,
+        h.peer_connection_failures,
+    ) {
+        let top = config.peer_failure_band_top(base);
+        if current > top {
+            return Some(Evidence {
+                observed: Some(current),
+                band_top: Some(top),
+                baseline: Some(base),
+                ..ev(Signal::PeerConnectionFailuresRegressed)
+            });
+        }
+    }
+    None
+}
+
+fn seconds(value: u64) -> SignedDuration {
+    SignedDuration::from_secs(i64::try_from(value).unwrap_or(i64::MAX))
+}
+
+/// Whole seconds of a non-negative duration, rounded up.
+pub(crate) fn ceil_seconds(duration: SignedDuration) -> u64 {
+    let whole = u64::try_from(duration.as_secs()).unwrap_or(0);
+    if duration.subsec_nanos() > 0 {
+        whole.saturating_add(1)
+    } else {
+        whole
+    }
+}

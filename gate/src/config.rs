@@ -1,0 +1,121 @@
+//! Gate configuration (contract/gate.md, "Defaults") and the band arithmetic.
+
+use serde::{Deserialize, Serialize};
+
+/// Every tunable of the gate. [`GateConfig::default`] is the documented
+/// default set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct GateConfig {
+    /// Soak per wave in seconds: entry `n` is wave `n`'s soak, the last entry
+    /// repeats for every later wave. Default `[900, 300]`. Never empty when
+    /// built through [`GateConfig::validate`].
+    pub soak_seconds: Vec<u64>,
+    /// Seconds from a wave's start after which an incomplete wave is a hard
+    /// stop. Default 3600.
+    pub wave_deadline_seconds: u64,
+    /// A sample older than this many seconds is stale. Default 180.
+    pub max_sample_age_seconds: u64,
+    /// A `sampledAt` further than this many seconds in the future is
+    /// invalid. Default 60.
+    pub future_skew_seconds: u64,
+    /// Outbox band: percentage of the baseline added on top. Default 10.
+    pub outbox_band_percent: u64,
+    /// Outbox band: minimum headroom. Default 50.
+    pub outbox_band_minimum: u64,
+    /// fd-timeout band: headroom above the baseline. Default 0 (no growth).
+    pub fd_timeout_band: u64,
+    /// Peer-failure band: percentage of the baseline added on top. Default 10.
+    pub peer_failure_band_percent: u64,
+    /// Peer-failure band: minimum headroom. Default 25.
+    pub peer_failure_band_minimum: u64,
+}
+
+impl Default for GateConfig {
+    fn default() -> Self {
+        GateConfig {
+            soak_seconds: vec![900, 300],
+            wave_deadline_seconds: 3600,
+            max_sample_age_seconds: 180,
+            future_skew_seconds: 60,
+            outbox_band_percent: 10,
+            outbox_band_minimum: 50,
+            fd_timeout_band: 0,
+            peer_failure_band_percent: 10,
+            peer_failure_band_minimum: 25,
+        }
+    }
+}
+
+impl GateConfig {
+    /// The soak of `wave` in seconds (the last configured value repeats; an
+    /// empty list means no soak).
+    pub fn soak_for(&self, wave: u32) -> u64 {
+        let index = usize::try_from(wave).unwrap_or(usize::MAX);
+        self.soak_seconds
+            .get(index)
+            .or(self.soak_seconds.last())
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Top of the outbox band for `baseline` (inclusive).
+    pub fn outbox_band_top(&self, baseline: u64) -> u64 {
+        percent_band(baseline, self.outbox_band_percent, self.outbox_band_minimum)
+    }
+
+    /// Top of the fd-timeout band for `baseline` (inclusive).
+    pub fn fd_timeout_band_top(&self, baseline: u64) -> u64 {
+        baseline.saturating_add(self.fd_timeout_band)
+    }
+
+    /// Top of the peer-failure band for `baseline` (inclusive).
+    pub fn peer_failure_band_top(&self, baseline: u64) -> u64 {
+        percent_band(
+            baseline,
+            self.peer_failure_band_percent,
+            self.peer_failure_band_minimum,
+        )
+    }
+
+    /// Checks the configuration; the only invalid one is an empty soak list.
+    pub fn validate(&self) -> Result<(), crate::GateError> {
+        if self.soak_seconds.is_empty() {
+            return Err(crate::GateError::EmptySoakList);
+        }
+        Ok(())
+    }
+}
+
+/// `baseline + max(ceil(baseline × percent / 100), minimum)` in exact integer
+/// arithmetic, saturating at `u64::MAX`.
+pub fn percent_band(baseline: u64, percent: u64, minimum: u64) -> u64 {
+    let scaled = u128::from(baseline) * u128::from(percent);
+    let headroom = scaled.div_ceil(100).max(u128::from(minimum));
+    u64::try_from(u128::from(baseline) + headroom).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bands_match_the_contract_examples() {
+        let config = GateConfig::default();
+        assert_eq!(config.outbox_band_top(100), 150);
+        assert_eq!(config.outbox_band_top(1000), 1100);
+        assert_eq!(config.outbox_band_top(1001), 1102);
+        assert_eq!(config.peer_failure_band_top(0), 25);
+        assert_eq!(config.peer_failure_band_top(300), 330);
+        assert_eq!(config.fd_timeout_band_top(90), 90);
+        assert_eq!(config.outbox_band_top(u64::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn soak_repeats_the_last_value() {
+        let config = GateConfig::default();
+        assert_eq!(config.soak_for(0), 900);
+        assert_eq!(config.soak_for(1), 300);
+        assert_eq!(config.soak_for(7), 300);
+    }
+}

@@ -1,0 +1,22 @@
+//! Errors of the gate library.
+
+use thiserror::Error;
+
+/// Inputs the wave judge refuses.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum GateError {
+    /// A tick carried a lower attempt number than an earlier tick.
+    #[error("attempt {got} is lower than the attempt {previous} already judged")]
+    AttemptWentBack {
+        /// The attempt in the state.
+        previous: u32,
+        /// The attempt of the tick.
+        got: u32,
+    },
+    /// Two servers of one tick share an id.
+    #[error("server id {0:?} appears more than once")]
+    DuplicateServer(String),
+    /// The configuration has no soak value.
+    #[error("soakSeconds must list at least one value")]
+    EmptySoakList,
+}

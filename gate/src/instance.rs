@@ -1,0 +1,114 @@
+//! The agent's per-instance half of the gate (contract/gate.md, "In the
+//! agent: `status.rolloutGate`"): pure, with the previous
+//! [`RolloutGate`] as the whole state, so an agent restored from status
+//! continues exactly where it left off.
+//!
+//! Rules:
+//! - No previous gate (the agent sees the instance for the first time): the
+//!   target is `spec_image`, there is no baseline (`baselineImage`,
+//!   `baselineCapturedAt` and every counter null, so no counter is ever
+//!   compared) and `soakEligible` is false.
+//! - `spec_image` differs from the previous target: a new baseline is
+//!   captured at `now` from `baseline_source` (the last aggregate taken on
+//!   the old image; `None` gives null counters and not eligible),
+//!   `baselineImage` is the old target, the effective baseline starts equal
+//!   to the captured one and `healthySince` starts over.
+//! - Otherwise baseline and effective baseline carry over; a fresh sample
+//!   with a fd-timeout or peer-failure count below the effective baseline
+//!   lowers it (a reset).
+//! - The absolute checks (1 to 11) run for every instance, eligible or not:
+//!   the agent reports the instance's health as it is. The counter checks
+//!   (12 to 14) run only for a soak-eligible instance, since a sick-at-
+//!   baseline instance's counters are no reference.
+//! - Verdict: `hard_stop` at memory pressure 2 or more, `unhealthy` when
+//!   another check fails (its signal and evidence), `healthy` otherwise.
+//!   `healthySince` is kept while healthy and cleared otherwise. Nothing
+//!   latches here: latching belongs to the orchestrator's wave judge.
+
+use jiff::Timestamp;
+use kura_schemas::{AgentVerdict, BaselineCounters, RolloutGate, RolloutHealth, Signal};
+
+use crate::baseline::counters_of;
+use crate::checks::{Freshness, check_server, freshness, lower_on_reset, soak_eligible};
+use crate::config::GateConfig;
+use crate::health_view::HealthView;
+
+/// Judges one instance's newest aggregate and returns its next
+/// `status.rolloutGate`. `instance` names the instance in the evidence
+/// (e.g. `namespace/name`).
+pub fn judge_instance(
+    instance: &str,
+    previous: Option<&RolloutGate>,
+    spec_image: &str,
+    baseline_source: Option<&RolloutHealth>,
+    current: Option<&RolloutHealth>,
+    now: Timestamp,
+    config: &GateConfig,
+) -> RolloutGate {
+    let mut gate = match previous {
+        None => RolloutGate {
+            target_image: spec_image.to_owned(),
+            baseline_image: None,
+            baseline_captured_at: None,
+            baseline: BaselineCounters::default(),
+            effective_baseline: BaselineCounters::default(),
+            soak_eligible: false,
+            verdict: AgentVerdict::Unhealthy,
+            signal: None,
+            healthy_since: None,
+            evaluated_at: now,
+            evidence: Vec::new(),
+        },
+        Some(previous) if previous.target_image != spec_image => {
+            let source = baseline_source.map(HealthView::from);
+            let counters = counters_of(source.as_ref());
+            RolloutGate {
+                target_image: spec_image.to_owned(),
+                baseline_image: Some(previous.target_image.clone()),
+                baseline_captured_at: Some(now),
+                baseline: counters.clone(),
+                effective_baseline: counters,
+                soak_eligible: soak_eligible(source.as_ref(), now, config),
+                verdict: AgentVerdict::Unhealthy,
+                signal: None,
+                healthy_since: None,
+                evaluated_at: now,
+                evidence: Vec::new(),
+            }
+        }
+        Some(previous) => previous.clone(),
+    };
+
+    let view = current.map(HealthView::from);
+    if let Some(health) = view.as_ref()
+        && freshness(Some(health), now, config) == Freshness::Fresh
+    {
+        lower_on_reset(&mut gate.effective_baseline, health);
+    }
+    let counters = gate.soak_eligible.then_some(&gate.effective_baseline);
+    let failure = check_server(instance, view.as_ref(), counters, now, config);
+
+    gate.evaluated_at = now;
+    match failure {
+        None => {
+            gate.verdict = AgentVerdict::Healthy;
+            gate.signal = None;
+            gate.healthy_since = Some(match gate.healthy_since {
+                Some(since) if since <= now => since,
+                _ => now,
+            });
+            gate.evidence = Vec::new();
+        }
+        Some(evidence) => {
+            gate.verdict = if evidence.signal == Signal::MemoryPressureCritical {
+                AgentVerdict::HardStop
+            } else {
+                AgentVerdict::Unhealthy
+            };
+            gate.signal = Some(evidence.signal);
+            gate.healthy_since = None;
+            gate.evidence = vec![evidence];
+        }
+    }
+    gate
+}

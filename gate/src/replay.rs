@@ -1,0 +1,526 @@
+//! Offline replay (contract/gate.md, "Offline replay"): a JSON document of
+//! ticks in, one verdict line per tick out. Parsing is strict and every
+//! error names the tick, server and field at fault.
+
+use std::collections::HashSet;
+
+use jiff::Timestamp;
+use serde::Serialize;
+use serde_json::{Map, Value};
+use thiserror::Error;
+
+use crate::baseline::Baseline;
+use crate::config::GateConfig;
+use crate::error::GateError;
+use crate::health_view::HealthView;
+use crate::wave::{Deployment, Gate, ServerInput, ServerStatus, TickInput, Verdict};
+
+/// A parsed replay document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplayInput {
+    /// The configuration (defaults for what the document leaves out).
+    pub config: GateConfig,
+    /// The ticks, in order.
+    pub ticks: Vec<TickInput>,
+}
+
+/// One output line: the tick's index and its verdict.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReplayLine {
+    /// Index of the tick in the input, from 0.
+    pub tick: usize,
+    /// The verdict.
+    #[serde(flatten)]
+    pub verdict: Verdict,
+}
+
+/// Why a replay document was refused.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ReplayError {
+    /// Not JSON at all.
+    #[error("input is not valid JSON: {0}")]
+    Json(String),
+    /// A field is missing, of the wrong type or out of range.
+    #[error("{}field {field}: {reason}", location(*tick, server.as_deref()))]
+    Field {
+        /// The tick (index), when the fault is inside one.
+        tick: Option<usize>,
+        /// The server id, when the fault is inside one.
+        server: Option<String>,
+        /// The field path, e.g. `health.ready`.
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The gate refused a tick.
+    #[error("tick {tick}, field {field}: {source}")]
+    Gate {
+        /// The tick.
+        tick: usize,
+        /// The field at fault.
+        field: &'static str,
+        /// The gate's reason.
+        source: GateError,
+    },
+}
+
+fn location(tick: Option<usize>, server: Option<&str>) -> String {
+    let mut out = String::new();
+    if let Some(tick) = tick {
+        out.push_str(&format!("tick {tick}, "));
+    }
+    if let Some(server) = server {
+        out.push_str(&format!("server {server:?}, "));
+    }
+    out
+}
+
+/// Parses and runs a replay document, returning one line per tick.
+pub fn replay(text: &str) -> Result<Vec<ReplayLine>, ReplayError> {
+    let input = parse_replay(text)?;
+    run_replay(&input)
+}
+
+/// Runs parsed ticks through a fresh gate.
+pub fn run_replay(input: &ReplayInput) -> Result<Vec<ReplayLine>, ReplayError> {
+    let mut gate = Gate::new(input.config.clone()).map_err(|source| ReplayError::Field {
+        tick: None,
+        server: None,
+        field: "config.soakSeconds".into(),
+        reason: source.to_string(),
+    })?;
+    input
+        .ticks
+        .iter()
+        .enumerate()
+        .map(|(tick, ticked)| {
+            gate.tick(ticked)
+                .map(|verdict| ReplayLine { tick, verdict })
+                .map_err(|source| ReplayError::Gate {
+                    tick,
+                    field: match source {
+                        GateError::AttemptWentBack { .. } => "attempt",
+                        GateError::DuplicateServer(_) => "servers",
+                        GateError::EmptySoakList => "config.soakSeconds",
+                    },
+                    source,
+                })
+        })
+        .collect()
+}
+
+/// Parses a replay document strictly (unknown keys outside `health` are
+/// refused; inside `health` only the fields the checks read are looked at).
+pub fn parse_replay(text: &str) -> Result<ReplayInput, ReplayError> {
+    let root: Value = serde_json::from_str(text).map_err(|e| ReplayError::Json(e.to_string()))?;
+    let at = Ctx::default();
+    let root = at.object(&root, "(document)")?;
+    at.only(root, &["config", "ticks"], "")?;
+    let config = match root.get("config") {
+        None | Some(Value::Null) => GateConfig::default(),
+        Some(value) => parse_config(at.object(value, "config")?)?,
+    };
+    let ticks = match root.get("ticks") {
+        Some(Value::Array(ticks)) => ticks,
+        Some(other) => {
+            return Err(at.fail("ticks", format!("expected an array, got {}", show(other))));
+        }
+        None => return Err(at.fail("ticks", "missing".into())),
+    };
+    let mut parsed = Vec::with_capacity(ticks.len());
+    let mut last_attempt = None;
+    for (index, tick) in ticks.iter().enumerate() {
+        let at = Ctx {
+            tick: Some(index),
+            server: None,
+        };
+        let tick = parse_tick(&at, tick, &config)?;
+        if let Some(last) = last_attempt
+            && tick.attempt < last
+        {
+            return Err(at.fail(
+                "attempt",
+                format!("{} is lower than the earlier attempt {last}", tick.attempt),
+            ));
+        }
+        last_attempt = Some(tick.attempt);
+        parsed.push(tick);
+    }
+    Ok(ReplayInput {
+        config,
+        ticks: parsed,
+    })
+}
+
+fn parse_config(obj: &Map<String, Value>) -> Result<GateConfig, ReplayError> {
+    let at = Ctx::default();
+    let keys = [
+        "soakSeconds",
+        "waveDeadlineSeconds",
+        "maxSampleAgeSeconds",
+        "futureSkewSeconds",
+        "outboxBandPercent",
+        "outboxBandMinimum",
+        "fdTimeoutBand",
+        "peerFailureBandPercent",
+        "peerFailureBandMinimum",
+    ];
+    at.only(obj, &keys, "config.")?;
+    let mut config = GateConfig::default();
+    match obj.get("soakSeconds") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(values)) => {
+            if values.is_empty() {
+                return Err(at.fail("config.soakSeconds", "must list at least one value".into()));
+            }
+            config.soak_seconds = values
+                .iter()
+                .enumerate()
+                .map(|(i, v)| at.uint(v, &format!("config.soakSeconds[{i}]")))
+                .collect::<Result<_, _>>()?;
+        }
+        Some(other) => {
+            return Err(at.fail(
+                "config.soakSeconds",
+                format!("expected an array of seconds, got {}", show(other)),
+            ));
+        }
+    }
+    let fields: [(&str, &mut u64); 8] = [
+        ("waveDeadlineSeconds", &mut config.wave_deadline_seconds),
+        ("maxSampleAgeSeconds", &mut config.max_sample_age_seconds),
+        ("futureSkewSeconds", &mut config.future_skew_seconds),
+        ("outboxBandPercent", &mut config.outbox_band_percent),
+        ("outboxBandMinimum", &mut config.outbox_band_minimum),
+        ("fdTimeoutBand", &mut config.fd_timeout_band),
+        (
+            "peerFailureBandPercent",
+            &mut config.peer_failure_band_percent,
+        ),
+        (
+            "peerFailureBandMinimum",
+            &mut config.peer_failure_band_minimum,
+        ),
+    ];
+    for (key, slot) in fields {
+        if let Some(value) = at.opt_uint(obj, key, "config.")? {
+            *slot = value;
+        }
+    }
+    Ok(config)
+}
+
+fn parse_tick(at: &Ctx, tick: &Value, config: &GateConfig) -> Result<TickInput, ReplayError> {
+    let obj = at.object(tick, "(tick)")?;
+    at.only(
+        obj,
+        &["now", "wave", "waveStartedAt", "attempt", "servers"],
+        "",
+    )?;
+    let now = at.req_time(obj, "now", "")?;
+    let wave = at.req_u32(obj, "wave", "")?;
+    let wave_started_at = at.req_time(obj, "waveStartedAt", "")?;
+    let attempt = at.req_u32(obj, "attempt", "")?;
+    let servers = match obj.get("servers") {
+        Some(Value::Array(servers)) => servers,
+        Some(other) => {
+            return Err(at.fail("servers", format!("expected an array, got {}", show(other))));
+        }
+        None => return Err(at.fail("servers", "missing".into())),
+    };
+    let mut seen = HashSet::with_capacity(servers.len());
+    let mut parsed = Vec::with_capacity(servers.len());
+    for (index, server) in servers.iter().enumerate() {
+        let server = parse_server(at, index, server, config)?;
+        if !seen.insert(server.id.clone()) {
+            return Err(Ctx {
+                tick: at.tick,
+                server: Some(server.id.clone()),
+            }
+            .fail("id", "appears more than once in this tick".into()));
+        }
+        parsed.push(server);
+    }
+    Ok(TickInput {
+        now,
+        wave,
+        wave_started_at,
+        attempt,
+        servers: parsed,
+    })
+}
+
+fn parse_server(
+    at: &Ctx,
+    index: usize,
+    server: &Value,
+    config: &GateConfig,
+) -> Result<ServerInput, ReplayError> {
+    let field = format!("servers[{index}]");
+    let obj = at.object(server, &field)?;
+    let id = match obj.get("id") {
+        Some(Value::String(id)) => id.clone(),
+        Some(other) => {
+            return Err(at.fail(
+                &format!("{field}.id"),
+                format!("expected a string, got {}", show(other)),
+            ));
+        }
+        None => return Err(at.fail(&format!("{field}.id"), "missing".into())),
+    };
+    let at = Ctx {
+        tick: at.tick,
+        server: Some(id.clone()),
+    };
+    at.only(
+        obj,
+        &[
+            "id",
+            "wave",
+            "converged",
+            "deployment",
+            "status",
+            "baseline",
+            "health",
+        ],
+        "",
+    )?;
+    let wave = at.req_u32(obj, "wave", "")?;
+    let converged = match obj.get("converged") {
+        Some(Value::Bool(b)) => *b,
+        Some(other) => {
+            return Err(at.fail(
+                "converged",
+                format!("expected a boolean, got {}", show(other)),
+            ));
+        }
+        None => return Err(at.fail("converged", "missing".into())),
+    };
+    let deployment = match obj.get("deployment") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(match s.as_str() {
+            "pending" => Deployment::Pending,
+            "running" => Deployment::Running,
+            "succeeded" => Deployment::Succeeded,
+            "failed" => Deployment::Failed,
+            "cancelled" => Deployment::Cancelled,
+            _ => {
+                return Err(at.fail(
+                    "deployment",
+                    format!("unknown value {s:?} (pending, running, succeeded, failed, cancelled or null)"),
+                ));
+            }
+        }),
+        Some(other) => {
+            return Err(at.fail(
+                "deployment",
+                format!("expected a string or null, got {}", show(other)),
+            ));
+        }
+    };
+    let status = match obj.get("status") {
+        Some(Value::String(s)) => match s.as_str() {
+            "active" => ServerStatus::Active,
+            "failed" => ServerStatus::Failed,
+            "destroyed" => ServerStatus::Destroyed,
+            _ => {
+                return Err(at.fail(
+                    "status",
+                    format!("unknown value {s:?} (active, failed or destroyed)"),
+                ));
+            }
+        },
+        Some(other) => {
+            return Err(at.fail("status", format!("expected a string, got {}", show(other))));
+        }
+        None => return Err(at.fail("status", "missing".into())),
+    };
+    let baseline = match obj.get("baseline") {
+        None | Some(Value::Null) => None,
+        Some(value) => {
+            let b = at.object(value, "baseline")?;
+            at.only(b, &["capturedAt", "health"], "baseline.")?;
+            let captured_at = at.req_time(b, "capturedAt", "baseline.")?;
+            let health = parse_health(&at, b.get("health"), "baseline.health")?;
+            Some(Baseline::capture(health.as_ref(), captured_at, config))
+        }
+    };
+    let health = parse_health(&at, obj.get("health"), "health")?;
+    Ok(ServerInput {
+        id,
+        wave,
+        converged,
+        deployment,
+        status,
+        baseline,
+        health,
+    })
+}
+
+fn parse_health(
+    at: &Ctx,
+    value: Option<&Value>,
+    field: &str,
+) -> Result<Option<HealthView>, ReplayError> {
+    let obj = match value {
+        None | Some(Value::Null) => return Ok(None),
+        Some(value) => at.object(value, field)?,
+    };
+    let p = format!("{field}.");
+    let small = |key: &str, max: u64| -> Result<Option<u64>, ReplayError> {
+        match at.opt_uint(obj, key, &p)? {
+            Some(v) if v > max => Err(at.fail(&format!("{p}{key}"), format!("{v} is above {max}"))),
+            v => Ok(v),
+        }
+    };
+    Ok(Some(HealthView {
+        sampled_at: at.opt_time(obj, "sampledAt", &p)?,
+        expected_pods: small("expectedPods", u64::from(u32::MAX))?
+            .and_then(|v| u32::try_from(v).ok()),
+        sampled_pods: small("sampledPods", u64::from(u32::MAX))?
+            .and_then(|v| u32::try_from(v).ok()),
+        ready: at.opt_bool(obj, "ready", &p)?,
+        serving: at.opt_bool(obj, "serving", &p)?,
+        ring_consistent: at.opt_bool(obj, "ringConsistent", &p)?,
+        bootstrap_inflight_peers: at.opt_uint(obj, "bootstrapInflightPeers", &p)?,
+        backfill_degraded: at.opt_bool(obj, "backfillDegraded", &p)?,
+        backfill_budget_exhausted_peers: at.opt_uint(obj, "backfillBudgetExhaustedPeers", &p)?,
+        outbox_messages: at.opt_uint(obj, "outboxMessages", &p)?,
+        fd_timeout_count: at.opt_uint(obj, "fdTimeoutCount", &p)?,
+        peer_connection_failures: at.opt_uint(obj, "peerConnectionFailures", &p)?,
+        memory_pressure_state: small("memoryPressureState", u64::from(u8::MAX))?
+            .and_then(|v| u8::try_from(v).ok()),
+    }))
+}
+
+/// Where in the document a parser is.
+#[derive(Debug, Default)]
+struct Ctx {
+    tick: Option<usize>,
+    server: Option<String>,
+}
+
+impl Ctx {
+    fn fail(&self, field: &str, reason: String) -> ReplayError {
+        ReplayError::Field {
+            tick: self.tick,
+            server: self.server.clone(),
+            field: field.to_owned(),
+            reason,
+        }
+    }
+
+    fn object<'a>(
+        &self,
+        value: &'a Value,
+        field: &str,
+    ) -> Result<&'a Map<String, Value>, ReplayError> {
+        value
+            .as_object()
+            .ok_or_else(|| self.fail(field, format!("expected an object, got {}", show(value))))
+    }
+
+    fn only(
+        &self,
+        obj: &Map<String, Value>,
+        keys: &[&str],
+        prefix: &str,
+    ) -> Result<(), ReplayError> {
+        match obj.keys().find(|k| !keys.contains(&k.as_str())) {
+            Some(unknown) => Err(self.fail(&format!("{prefix}{unknown}"), "unknown field".into())),
+            None => Ok(()),
+        }
+    }
+
+    fn uint(&self, value: &Value, field: &str) -> Result<u64, ReplayError> {
+        value.as_u64().ok_or_else(|| {
+            self.fail(
+                field,
+                format!("expected a non-negative integer, got {}", show(value)),
+            )
+        })
+    }
+
+    fn opt_uint(
+        &self,
+        obj: &Map<String, Value>,
+        key: &str,
+        prefix: &str,
+    ) -> Result<Option<u64>, ReplayError> {
+        match obj.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(value) => self.uint(value, &format!("{prefix}{key}")).map(Some),
+        }
+    }
+
+    fn req_u32(
+        &self,
+        obj: &Map<String, Value>,
+        key: &str,
+        prefix: &str,
+    ) -> Result<u32, ReplayError> {
+        let field = format!("{prefix}{key}");
+        let value = obj
+            .get(key)
+            .ok_or_else(|| self.fail(&field, "missing".into()))?;
+        let n = self.uint(value, &field)?;
+        u32::try_from(n).map_err(|_| self.fail(&field, format!("{n} is above {}", u32::MAX)))
+    }
+
+    fn opt_bool(
+        &self,
+        obj: &Map<String, Value>,
+        key: &str,
+        prefix: &str,
+    ) -> Result<Option<bool>, ReplayError> {
+        match obj.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(other) => Err(self.fail(
+                &format!("{prefix}{key}"),
+                format!("expected a boolean, got {}", show(other)),
+            )),
+        }
+    }
+
+    fn opt_time(
+        &self,
+        obj: &Map<String, Value>,
+        key: &str,
+        prefix: &str,
+    ) -> Result<Option<Timestamp>, ReplayError> {
+        let field = format!("{prefix}{key}");
+        match obj.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => s
+                .parse::<Timestamp>()
+                .map(Some)
+                .map_err(|e| self.fail(&field, format!("not an RFC 3339 time ({s:?}): {e}"))),
+            Some(other) => Err(self.fail(
+                &field,
+                format!("expected an RFC 3339 time, got {}", show(other)),
+            )),
+        }
+    }
+
+    fn req_time(
+        &self,
+        obj: &Map<String, Value>,
+        key: &str,
+        prefix: &str,
+    ) -> Result<Timestamp, ReplayError> {
+        self.opt_time(obj, key, prefix)?
+            .ok_or_else(|| self.fail(&format!("{prefix}{key}"), "missing".into()))
+    }
+}
+
+/// A short rendering of an offending value.
+fn show(value: &Value) -> String {
+    let text = value.to_string();
+    if text.chars().count() > 40 {
+        let cut: String = text.chars().take(40).collect();
+        format!("{cut}...")
+    } else {
+        text
+    }
+}

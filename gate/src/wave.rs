@@ -1,0 +1,538 @@
+//! The wave judge (contract/gate.md, "Judging a wave"): one tick in, one
+//! verdict out, all state between ticks in one serializable [`GateState`].
+
+use std::collections::{BTreeMap, HashSet};
+
+use jiff::Timestamp;
+use kura_schemas::{BaselineCounters, Evidence, Signal};
+use serde::{Deserialize, Serialize};
+
+use crate::baseline::Baseline;
+use crate::checks::{Freshness, ceil_seconds, check_server, freshness, lower_on_reset};
+use crate::config::GateConfig;
+use crate::error::GateError;
+use crate::health_view::HealthView;
+
+/// At most this many evidence entries in one verdict (the first ones in
+/// server input order); a verdict over thousands of servers stays small.
+pub const MAX_EVIDENCE: usize = 16;
+
+/// A server's deployment as the orchestrator sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Deployment {
+    /// Scheduled, not started.
+    Pending,
+    /// In progress.
+    Running,
+    /// Finished successfully.
+    Succeeded,
+    /// Failed.
+    Failed,
+    /// Cancelled.
+    Cancelled,
+}
+
+impl Deployment {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Deployment::Pending => "pending",
+            Deployment::Running => "running",
+            Deployment::Succeeded => "succeeded",
+            Deployment::Failed => "failed",
+            Deployment::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// A server's lifecycle status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServerStatus {
+    /// In service.
+    Active,
+    /// Failed.
+    Failed,
+    /// Gone: out of scope.
+    Destroyed,
+}
+
+impl ServerStatus {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServerStatus::Active => "active",
+            ServerStatus::Failed => "failed",
+            ServerStatus::Destroyed => "destroyed",
+        }
+    }
+}
+
+/// One server of the rollout's scope in one tick.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerInput {
+    /// Stable id; state carries from tick to tick by it.
+    pub id: String,
+    /// The wave the server belongs to.
+    pub wave: u32,
+    /// Its observed image is the target.
+    pub converged: bool,
+    /// Its deployment, if any.
+    pub deployment: Option<Deployment>,
+    /// Its status.
+    pub status: ServerStatus,
+    /// Its baseline; `None` means nothing was captured, which makes the
+    /// server not soak-eligible (like an absent aggregate at capture).
+    pub baseline: Option<Baseline>,
+    /// Its current aggregate, if any.
+    pub health: Option<HealthView>,
+}
+
+/// Everything one tick judges.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TickInput {
+    /// The current time.
+    pub now: Timestamp,
+    /// The current wave.
+    pub wave: u32,
+    /// When the current wave started.
+    pub wave_started_at: Timestamp,
+    /// The attempt number; a higher one starts fresh.
+    pub attempt: u32,
+    /// Every server of the scope so far. Servers of a later wave than
+    /// `wave` are not in scope yet and are ignored.
+    pub servers: Vec<ServerInput>,
+}
+
+/// `pass`, `soak` or `hard_stop`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerdictKind {
+    /// The next wave may start.
+    Pass,
+    /// Wait.
+    Soak,
+    /// Stop the rollout.
+    HardStop,
+}
+
+/// The answer of one tick.
+///
+/// Evidence: empty for `pass` and for `soak`/`soaking` (nothing failed);
+/// for `soak` on `not_converged` one `not_converged` entry per unconverged
+/// server of the current wave (its deployment and status in `detail`) then
+/// the failing health checks; for an unhealthy soak the first failing check
+/// of each failing server; for a hard stop the servers hitting that stop;
+/// for `wave_deadline_exceeded` one entry with the elapsed seconds
+/// (`observed`) against the deadline (`bandTop`), naming the first server
+/// still holding the wave, followed by what still held it. At most
+/// [`MAX_EVIDENCE`] entries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Verdict {
+    /// `pass`, `soak` or `hard_stop`.
+    pub verdict: VerdictKind,
+    /// `soaking`, `not_converged`, a server signal or a hard-stop signal;
+    /// null for `pass`.
+    pub signal: Option<Signal>,
+    /// The server behind the signal, if any.
+    pub server_id: Option<String>,
+    /// Since when the wave has been converged and healthy without a break.
+    pub healthy_since: Option<Timestamp>,
+    /// Seconds of soak left; null unless soaking.
+    pub remaining_seconds: Option<u64>,
+    /// Why (see the type's documentation).
+    pub evidence: Vec<Evidence>,
+}
+
+/// A server's effective baseline after counter resets, remembered only
+/// while it differs from the captured one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EffectiveBaseline {
+    /// The capture this belongs to; a new capture replaces it.
+    pub captured_at: Timestamp,
+    /// The captured counters this was derived from.
+    pub captured: BaselineCounters,
+    /// The counters after resets lowered them.
+    pub effective: BaselineCounters,
+}
+
+/// Everything the wave judge keeps between ticks: one serde value the
+/// caller stores and restores.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GateState {
+    /// The attempt judged so far.
+    pub attempt: Option<u32>,
+    /// The wave judged so far and its start; a change restarts the soak clock.
+    pub wave: Option<u32>,
+    /// Start of that wave.
+    pub wave_started_at: Option<Timestamp>,
+    /// Start of the current run of converged and healthy ticks.
+    pub healthy_since: Option<Timestamp>,
+    /// A hard stop of this attempt, returned for every later tick.
+    pub latched: Option<Verdict>,
+    /// Lowered baselines by server id.
+    pub effective_baselines: BTreeMap<String, EffectiveBaseline>,
+}
+
+/// The wave judge: a configuration and the state carried between ticks.
+#[derive(Debug, Clone)]
+pub struct Gate {
+    config: GateConfig,
+    state: GateState,
+}
+
+impl Gate {
+    /// A gate with empty state.
+    pub fn new(config: GateConfig) -> Result<Self, GateError> {
+        Self::restore(config, GateState::default())
+    }
+
+    /// A gate continuing from a stored state.
+    pub fn restore(config: GateConfig, state: GateState) -> Result<Self, GateError> {
+        config.validate()?;
+        Ok(Gate { config, state })
+    }
+
+    /// The state to store between ticks.
+    pub fn state(&self) -> &GateState {
+        &self.state
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &GateConfig {
+        &self.config
+    }
+
+    /// Judges one tick and updates the state. On error the state is left
+    /// unchanged.
+    pub fn tick(&mut self, input: &TickInput) -> Result<Verdict, GateError> {
+        let mut ids = HashSet::with_capacity(input.servers.len());
+        for server in &input.servers {
+            if !ids.insert(server.id.as_str()) {
+                return Err(GateError::DuplicateServer(server.id.clone()));
+            }
+        }
+        match self.state.attempt {
+            Some(previous) if input.attempt < previous => {
+                return Err(GateError::AttemptWentBack {
+                    previous,
+                    got: input.attempt,
+                });
+            }
+            Some(previous) if input.attempt == previous => {}
+            _ => {
+                self.state = GateState {
+                    attempt: Some(input.attempt),
+                    ..GateState::default()
+                };
+            }
+        }
+        if let Some(latched) = &self.state.latched {
+            return Ok(latched.clone());
+        }
+        if self.state.wave != Some(input.wave)
+            || self.state.wave_started_at != Some(input.wave_started_at)
+        {
+            self.state.wave = Some(input.wave);
+            self.state.wave_started_at = Some(input.wave_started_at);
+            self.state.healthy_since = None;
+        }
+        let verdict = self.judge(input);
+        if verdict.verdict == VerdictKind::HardStop {
+            self.state.latched = Some(verdict.clone());
+        }
+        Ok(verdict)
+    }
+
+    fn judge(&mut self, input: &TickInput) -> Verdict {
+        let config = self.config.clone();
+        let now = input.now;
+        let mut deployment_failed = Evidences::default();
+        let mut regressed = Evidences::default();
+        let mut memory = Evidences::default();
+        let mut unconverged = Evidences::default();
+        let mut unhealthy = Evidences::default();
+        let mut current_wave_servers = 0usize;
+        let mut kept = 0usize;
+
+        for server in &input.servers {
+            if server.wave > input.wave || server.status == ServerStatus::Destroyed {
+                self.forget_baseline(&server.id);
+                continue;
+            }
+            if !server.converged && server.deployment == Some(Deployment::Failed) {
+                deployment_failed.push(|| Evidence {
+                    detail: Some("deployment failed before converging".into()),
+                    ..bare(&server.id, Signal::DeploymentFailed)
+                });
+            }
+            if server.converged && server.status == ServerStatus::Failed {
+                regressed.push(|| Evidence {
+                    detail: Some("converged server has status failed".into()),
+                    ..bare(&server.id, Signal::ServerRegressedToFailed)
+                });
+            }
+            if server.wave == input.wave {
+                current_wave_servers += 1;
+                if !server.converged {
+                    unconverged.push(|| Evidence {
+                        detail: Some(format!(
+                            "deployment {}, status {}",
+                            server.deployment.map_or("null", Deployment::as_str),
+                            server.status.as_str()
+                        )),
+                        ..bare(&server.id, Signal::NotConverged)
+                    });
+                }
+            }
+            let Some(baseline) = server.baseline.as_ref().filter(|b| b.soak_eligible) else {
+                self.forget_baseline(&server.id);
+                continue;
+            };
+            let (effective, remembered) = self.effective_for(server, baseline, now);
+            kept += usize::from(remembered);
+            if !server.converged {
+                continue;
+            }
+            if let Some(failure) = check_server(
+                &server.id,
+                server.health.as_ref(),
+                Some(&effective),
+                now,
+                &config,
+            ) {
+                if failure.signal == Signal::MemoryPressureCritical {
+                    memory.push(|| failure);
+                } else {
+                    unhealthy.push(|| failure);
+                }
+            }
+        }
+        if self.state.effective_baselines.len() > kept {
+            // Entries of servers no longer in the input.
+            let ids: HashSet<&str> = input.servers.iter().map(|s| s.id.as_str()).collect();
+            self.state
+                .effective_baselines
+                .retain(|id, _| ids.contains(id.as_str()));
+        }
+
+        for stop in [deployment_failed, regressed, memory] {
+            if let Some(first) = stop.first_server() {
+                self.state.healthy_since = None;
+                return Verdict {
+                    verdict: VerdictKind::HardStop,
+                    signal: Some(stop.items[0].signal),
+                    server_id: Some(first),
+                    healthy_since: None,
+                    remaining_seconds: None,
+                    evidence: stop.items,
+                };
+            }
+        }
+
+        if unconverged.is_empty() && unhealthy.is_empty() {
+            // An empty wave has nothing to converge or soak: it passes on
+            // its first healthy tick.
+            let soak = if current_wave_servers == 0 {
+                0
+            } else {
+                self.config.soak_for(input.wave)
+            };
+            let since = match self.state.healthy_since {
+                Some(since) if since <= now => since,
+                _ => now,
+            };
+            self.state.healthy_since = Some(since);
+            let elapsed = now.duration_since(since);
+            let soak_duration =
+                jiff::SignedDuration::from_secs(i64::try_from(soak).unwrap_or(i64::MAX));
+            return if elapsed >= soak_duration {
+                Verdict {
+                    verdict: VerdictKind::Pass,
+                    signal: None,
+                    server_id: None,
+                    healthy_since: Some(since),
+                    remaining_seconds: None,
+                    evidence: Vec::new(),
+                }
+            } else {
+                Verdict {
+                    verdict: VerdictKind::Soak,
+                    signal: Some(Signal::Soaking),
+                    server_id: None,
+                    healthy_since: Some(since),
+                    remaining_seconds: Some(ceil_seconds(soak_duration - elapsed)),
+                    evidence: Vec::new(),
+                }
+            };
+        }
+
+        self.state.healthy_since = None;
+        let signal = if unconverged.is_empty() {
+            unhealthy.items[0].signal
+        } else {
+            Signal::NotConverged
+        };
+        let first = unconverged
+            .first_server()
+            .or_else(|| unhealthy.first_server());
+        let mut reasons = unconverged;
+        reasons.extend(unhealthy);
+        let elapsed = now.duration_since(input.wave_started_at);
+        let deadline = self.config.wave_deadline_seconds;
+        if elapsed >= jiff::SignedDuration::from_secs(i64::try_from(deadline).unwrap_or(i64::MAX)) {
+            let mut evidence = Evidences::default();
+            evidence.push(|| Evidence {
+                observed: Some(u64::try_from(elapsed.as_secs()).unwrap_or(0)),
+                band_top: Some(deadline),
+                detail: Some(format!(
+                    "wave {} incomplete {}s after its start: {}",
+                    input.wave,
+                    elapsed.as_secs(),
+                    signal
+                )),
+                ..bare(first.as_deref().unwrap_or(""), Signal::WaveDeadlineExceeded)
+            });
+            evidence.extend(reasons);
+            return Verdict {
+                verdict: VerdictKind::HardStop,
+                signal: Some(Signal::WaveDeadlineExceeded),
+                server_id: first,
+                healthy_since: None,
+                remaining_seconds: None,
+                evidence: evidence.items,
+            };
+        }
+        Verdict {
+            verdict: VerdictKind::Soak,
+            signal: Some(signal),
+            server_id: first,
+            healthy_since: None,
+            remaining_seconds: None,
+            evidence: reasons.items,
+        }
+    }
+
+    /// The server's effective baseline: the remembered one when it belongs
+    /// to this capture, else the captured counters; lowered by a fresh
+    /// sample below it. It is remembered in the state while it differs from
+    /// the captured one (the second value says whether it is).
+    fn effective_for(
+        &mut self,
+        server: &ServerInput,
+        baseline: &Baseline,
+        now: Timestamp,
+    ) -> (BaselineCounters, bool) {
+        let kept = self.state.effective_baselines.get_mut(&server.id);
+        let mut effective = match &kept {
+            Some(kept)
+                if kept.captured_at == baseline.captured_at
+                    && kept.captured == baseline.counters =>
+            {
+                kept.effective.clone()
+            }
+            _ => baseline.counters.clone(),
+        };
+        if let Some(health) = server.health.as_ref()
+            && freshness(Some(health), now, &self.config) == Freshness::Fresh
+        {
+            lower_on_reset(&mut effective, health);
+        }
+        if effective == baseline.counters {
+            if kept.is_some() {
+                self.state.effective_baselines.remove(&server.id);
+            }
+            return (effective, false);
+        }
+        let entry = EffectiveBaseline {
+            captured_at: baseline.captured_at,
+            captured: baseline.counters.clone(),
+            effective: effective.clone(),
+        };
+        match kept {
+            Some(kept) => *kept = entry,
+            None => {
+                self.state
+                    .effective_baselines
+                    .insert(server.id.clone(), entry);
+            }
+        }
+        (effective, true)
+    }
+
+    fn forget_baseline(&mut self, id: &str) {
+        if !self.state.effective_baselines.is_empty() {
+            self.state.effective_baselines.remove(id);
+        }
+    }
+}
+
+fn bare(server: &str, signal: Signal) -> Evidence {
+    Evidence {
+        server: server.to_owned(),
+        signal,
+        observed: None,
+        band_top: None,
+        baseline: None,
+        detail: None,
+    }
+}
+
+/// Evidence entries, capped at [`MAX_EVIDENCE`]; `count` counts them all.
+#[derive(Default)]
+struct Evidences {
+    items: Vec<Evidence>,
+    count: usize,
+}
+
+impl Evidences {
+    fn push(&mut self, make: impl FnOnce() -> Evidence) {
+        if self.items.len() < MAX_EVIDENCE {
+            self.items.push(make());
+        }
+        self.count += 1;
+    }
+
+    fn extend(&mut self, other: Evidences) {
+        let dropped = other.count - other.items.len();
+        for item in other.items {
+            self.push(|| item);
+        }
+        self.count += dropped;
+    }
+
+    fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    fn first_server(&self) -> Option<String> {
+        self.items.first().map(|e| e.server.clone())
+    }
+}
+
+/// Convenience for callers building inputs: a soak-eligible server of
+/// `wave`, converged, with `health` as both baseline (captured at
+/// `captured_at`) and current aggregate.
+pub fn steady_server(
+    id: &str,
+    wave: u32,
+    health: HealthView,
+    captured_at: Timestamp,
+    config: &GateConfig,
+) -> ServerInput {
+    ServerInput {
+        id: id.to_owned(),
+        wave,
+        converged: true,
+        deployment: Some(Deployment::Succeeded),
+        status: ServerStatus::Active,
+        baseline: Some(Baseline::capture(Some(&health), captured_at, config)),
+        health: Some(health),
+    }
+}

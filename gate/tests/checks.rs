@@ -1,0 +1,173 @@
+//! The server checks: contract order, bands, missing fields, eligibility.
+
+use jiff::Timestamp;
+use kura_gate::checks::{check_server, soak_eligible};
+use kura_gate::{GateConfig, HealthView};
+use kura_schemas::{BaselineCounters, Signal};
+
+/// A change to a health view.
+type Mutation = fn(&mut HealthView);
+
+fn at(seconds: i64) -> Timestamp {
+    Timestamp::from_second(1_784_628_000 + seconds).unwrap()
+}
+
+fn counters(outbox: u64, fd: u64, peers: u64) -> BaselineCounters {
+    BaselineCounters {
+        outbox_messages: Some(outbox),
+        fd_timeout_count: Some(fd),
+        peer_connection_failures: Some(peers),
+    }
+}
+
+fn signal(health: Option<&HealthView>, base: Option<&BaselineCounters>) -> Option<Signal> {
+    check_server("s", health, base, at(0), &GateConfig::default()).map(|e| e.signal)
+}
+
+#[test]
+fn the_first_failing_check_in_contract_order_names_the_signal() {
+    // Fail every check at once, then fix them one by one in contract order.
+    let base = counters(100, 90, 0);
+    let mut h = HealthView {
+        sampled_at: Some(at(-10)),
+        expected_pods: Some(2),
+        sampled_pods: Some(1),
+        ready: Some(false),
+        serving: Some(false),
+        ring_consistent: Some(false),
+        bootstrap_inflight_peers: Some(1),
+        backfill_degraded: Some(true),
+        backfill_budget_exhausted_peers: Some(2),
+        outbox_messages: Some(151),
+        fd_timeout_count: Some(91),
+        peer_connection_failures: Some(26),
+        memory_pressure_state: Some(2),
+    };
+    let mut seen = Vec::new();
+    let fixes: Vec<Mutation> = vec![
+        |h| h.memory_pressure_state = Some(1),
+        |h| h.sampled_pods = Some(2),
+        |h| h.ready = Some(true),
+        |h| h.serving = Some(true),
+        |h| h.ring_consistent = Some(true),
+        |h| h.bootstrap_inflight_peers = Some(0),
+        |h| h.backfill_degraded = Some(false),
+        |h| h.backfill_budget_exhausted_peers = Some(0),
+        |h| h.outbox_messages = Some(150),
+        |h| h.fd_timeout_count = Some(90),
+        |h| h.peer_connection_failures = Some(25),
+    ];
+    for fix in fixes {
+        seen.push(signal(Some(&h), Some(&base)));
+        fix(&mut h);
+    }
+    seen.push(signal(Some(&h), Some(&base)));
+    use Signal::*;
+    let want = [
+        MemoryPressureCritical,
+        PodsUnsampled,
+        NotReady,
+        NotServing,
+        RingSkew,
+        BootstrapInFlight,
+        BackfillDegraded,
+        BackfillBudgetExhausted,
+        OutboxRegressed,
+        FdTimeoutsRegressed,
+        PeerConnectionFailuresRegressed,
+    ];
+    let mut expected: Vec<_> = want.into_iter().map(Some).collect();
+    expected.push(None);
+    assert_eq!(seen, expected);
+}
+
+#[test]
+fn time_checks_come_before_content_and_after_memory() {
+    let mut h = HealthView::healthy(at(-181), 1);
+    h.ready = Some(false);
+    assert_eq!(signal(Some(&h), None), Some(Signal::SampleStale));
+    h.sampled_at = Some(at(61));
+    assert_eq!(signal(Some(&h), None), Some(Signal::SampleInvalid));
+    h.sampled_at = Some(at(60));
+    assert_eq!(signal(Some(&h), None), Some(Signal::NotReady));
+    h.memory_pressure_state = Some(3);
+    h.sampled_at = Some(at(-1000));
+    assert_eq!(signal(Some(&h), None), Some(Signal::MemoryPressureCritical));
+    assert_eq!(signal(None, None), Some(Signal::SampleMissing));
+}
+
+#[test]
+fn sub_second_staleness_is_stale_and_reported_rounded_up() {
+    let h = HealthView::healthy(at(-180) - jiff::SignedDuration::from_millis(1), 1);
+    let evidence = check_server("s", Some(&h), None, at(0), &GateConfig::default()).unwrap();
+    assert_eq!(evidence.signal, Signal::SampleStale);
+    assert_eq!(evidence.observed, Some(181));
+}
+
+#[test]
+fn every_missing_required_field_fails_and_missing_optional_counts_do_not() {
+    let base = counters(0, 0, 0);
+    let required: Vec<(Mutation, Signal)> = vec![
+        (|h| h.sampled_at = None, Signal::SampleStale),
+        (|h| h.memory_pressure_state = None, Signal::SampleInvalid),
+        (|h| h.expected_pods = None, Signal::PodsUnsampled),
+        (|h| h.sampled_pods = None, Signal::PodsUnsampled),
+        (|h| h.ready = None, Signal::NotReady),
+        (|h| h.serving = None, Signal::NotServing),
+        (|h| h.ring_consistent = None, Signal::RingSkew),
+        (|h| h.backfill_degraded = None, Signal::BackfillDegraded),
+        (|h| h.fd_timeout_count = None, Signal::FdTimeoutsRegressed),
+    ];
+    for (clear, want) in required {
+        let mut h = HealthView::healthy(at(0), 1);
+        clear(&mut h);
+        let evidence = check_server("s", Some(&h), Some(&base), at(0), &GateConfig::default())
+            .expect("a missing required field never passes");
+        assert_eq!(evidence.signal, want);
+        assert!(evidence.detail.is_some_and(|d| d.contains("missing")));
+    }
+    let mut h = HealthView::healthy(at(0), 1);
+    h.bootstrap_inflight_peers = None;
+    h.backfill_budget_exhausted_peers = None;
+    h.outbox_messages = None;
+    h.peer_connection_failures = None;
+    assert_eq!(signal(Some(&h), Some(&base)), None);
+}
+
+#[test]
+fn a_null_baseline_counter_is_never_compared() {
+    let mut h = HealthView::healthy(at(0), 1);
+    h.outbox_messages = Some(u64::MAX);
+    h.fd_timeout_count = Some(u64::MAX);
+    h.peer_connection_failures = Some(u64::MAX);
+    assert_eq!(signal(Some(&h), Some(&BaselineCounters::default())), None);
+}
+
+#[test]
+fn eligibility_needs_a_fresh_complete_healthy_aggregate() {
+    let config = GateConfig::default();
+    let good = HealthView::healthy(at(-180), 3);
+    assert!(soak_eligible(Some(&good), at(0), &config));
+    assert!(!soak_eligible(None, at(0), &config));
+    let cases: Vec<Mutation> = vec![
+        |h| h.sampled_at = Some(at(-181)),
+        |h| h.sampled_at = Some(at(61)),
+        |h| h.sampled_at = None,
+        |h| h.sampled_pods = Some(2),
+        |h| h.ready = Some(false),
+        |h| h.serving = None,
+        |h| h.ring_consistent = Some(false),
+        |h| h.memory_pressure_state = Some(2),
+        |h| h.memory_pressure_state = None,
+    ];
+    for (i, spoil) in cases.into_iter().enumerate() {
+        let mut h = good.clone();
+        spoil(&mut h);
+        assert!(!soak_eligible(Some(&h), at(0), &config), "case {i}");
+    }
+    // Backfill trouble or old counters do not make a server ineligible.
+    let mut busy = good.clone();
+    busy.backfill_degraded = Some(true);
+    busy.memory_pressure_state = Some(1);
+    assert!(soak_eligible(Some(&busy), at(0), &config));
+}

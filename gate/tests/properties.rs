@@ -1,0 +1,305 @@
+//! Properties of the wave judge over random tick sequences.
+
+use jiff::{SignedDuration, Timestamp};
+use kura_gate::{
+    Baseline, Deployment, Gate, GateConfig, GateState, HealthView, ServerInput, ServerStatus,
+    TickInput, Verdict, VerdictKind,
+};
+use proptest::prelude::*;
+
+fn at(seconds: i64) -> Timestamp {
+    Timestamp::from_second(1_784_628_000 + seconds).unwrap()
+}
+
+/// What one server looks like in one tick.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Look {
+    /// Converged, fresh, every check passes (counters at their baseline).
+    Good,
+    /// No aggregate.
+    Missing,
+    /// An aggregate without `sampledAt`.
+    NoSampledAt,
+    /// Older than the maximum age by this many milliseconds (≥ 1).
+    Stale(u64),
+    /// Further in the future than the skew by this many milliseconds (≥ 1).
+    Future(u64),
+    /// Not ready.
+    NotReady,
+    /// Outbox one above its band.
+    Outbox,
+    /// Memory pressure 2.
+    Critical,
+    /// Not converged, deployment running.
+    Unconverged,
+    /// Not converged, deployment failed.
+    DeploymentFailed,
+    /// Converged with status failed.
+    StatusFailed,
+}
+
+impl Look {
+    fn bad_sample(self) -> bool {
+        matches!(
+            self,
+            Look::Missing | Look::NoSampledAt | Look::Stale(_) | Look::Future(_)
+        )
+    }
+}
+
+fn sample_look() -> impl Strategy<Value = Look> + Clone {
+    prop_oneof![
+        Just(Look::Missing),
+        Just(Look::NoSampledAt),
+        (1u64..10_000_000).prop_map(Look::Stale),
+        (1u64..10_000_000).prop_map(Look::Future),
+    ]
+}
+
+fn any_look() -> impl Strategy<Value = Look> + Clone {
+    prop_oneof![
+        6 => Just(Look::Good),
+        1 => sample_look(),
+        1 => Just(Look::NotReady),
+        1 => Just(Look::Outbox),
+        1 => Just(Look::Unconverged),
+    ]
+}
+
+fn stopping_look() -> impl Strategy<Value = Look> + Clone {
+    prop_oneof![
+        8 => Just(Look::Good),
+        1 => Just(Look::Critical),
+        1 => Just(Look::DeploymentFailed),
+        1 => Just(Look::StatusFailed),
+        1 => Just(Look::Unconverged),
+        1 => Just(Look::NotReady),
+    ]
+}
+
+/// One tick: seconds since the previous one, whether the attempt goes up,
+/// and each server's look.
+#[derive(Debug, Clone)]
+struct Step {
+    dt: i64,
+    resume: bool,
+    looks: Vec<Look>,
+}
+
+fn steps(
+    look: impl Strategy<Value = Look> + Clone,
+    servers: usize,
+) -> impl Strategy<Value = Vec<Step>> {
+    prop::collection::vec(
+        (
+            1i64..500,
+            prop::bool::weighted(0.05),
+            prop::collection::vec(look, servers),
+        )
+            .prop_map(|(dt, resume, looks)| Step { dt, resume, looks }),
+        1..40,
+    )
+}
+
+fn base_health(sampled: Timestamp) -> HealthView {
+    let mut h = HealthView::healthy(sampled, 2);
+    h.outbox_messages = Some(100);
+    h.fd_timeout_count = Some(90);
+    h.peer_connection_failures = Some(10);
+    h
+}
+
+/// The servers of a tick: all in wave 0, baselines captured 10 s before the
+/// attempt started.
+fn servers(
+    now: Timestamp,
+    started: Timestamp,
+    looks: &[Look],
+    config: &GateConfig,
+) -> Vec<ServerInput> {
+    let captured = started - SignedDuration::from_secs(10);
+    looks
+        .iter()
+        .enumerate()
+        .map(|(i, look)| {
+            let fresh = now - SignedDuration::from_secs(5);
+            let mut health = Some(base_health(fresh));
+            let mut converged = true;
+            let mut deployment = Some(Deployment::Succeeded);
+            let mut status = ServerStatus::Active;
+            let h = health.as_mut().unwrap();
+            match *look {
+                Look::Good => {}
+                Look::Missing => health = None,
+                Look::NoSampledAt => h.sampled_at = None,
+                Look::Stale(ms) => {
+                    h.sampled_at = Some(
+                        now - SignedDuration::from_secs(180)
+                            - SignedDuration::from_millis(ms as i64),
+                    )
+                }
+                Look::Future(ms) => {
+                    h.sampled_at = Some(
+                        now + SignedDuration::from_secs(60)
+                            + SignedDuration::from_millis(ms as i64),
+                    )
+                }
+                Look::NotReady => h.ready = Some(false),
+                Look::Outbox => h.outbox_messages = Some(151),
+                Look::Critical => h.memory_pressure_state = Some(2),
+                Look::Unconverged => {
+                    converged = false;
+                    deployment = Some(Deployment::Running);
+                }
+                Look::DeploymentFailed => {
+                    converged = false;
+                    deployment = Some(Deployment::Failed);
+                }
+                Look::StatusFailed => status = ServerStatus::Failed,
+            }
+            ServerInput {
+                id: format!("s{i}"),
+                wave: 0,
+                converged,
+                deployment,
+                status,
+                baseline: Some(Baseline::capture(
+                    Some(&base_health(captured - SignedDuration::from_secs(5))),
+                    captured,
+                    config,
+                )),
+                health,
+            }
+        })
+        .collect()
+}
+
+fn ticks(steps: &[Step], config: &GateConfig) -> Vec<TickInput> {
+    let mut now = at(0);
+    let mut attempt = 0;
+    let mut started = now;
+    steps
+        .iter()
+        .map(|step| {
+            now += SignedDuration::from_secs(step.dt);
+            if step.resume {
+                attempt += 1;
+                started = now;
+            }
+            TickInput {
+                now,
+                wave: 0,
+                wave_started_at: started,
+                attempt,
+                servers: servers(now, started, &step.looks, config),
+            }
+        })
+        .collect()
+}
+
+fn run(ticks: &[TickInput], config: &GateConfig) -> Vec<Verdict> {
+    let mut gate = Gate::new(config.clone()).unwrap();
+    ticks.iter().map(|t| gate.tick(t).unwrap()).collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Missing, stale or future-dated health on any converged eligible
+    /// server never yields pass, whatever the other servers look like.
+    #[test]
+    fn missing_stale_or_future_health_never_passes(
+        seq in (1usize..5).prop_flat_map(|n| steps(any_look(), n)),
+        bad in sample_look(),
+        which in any::<prop::sample::Index>(),
+    ) {
+        let config = GateConfig { soak_seconds: vec![0], ..GateConfig::default() };
+        let mut seq = seq;
+        for step in &mut seq {
+            let i = which.index(step.looks.len());
+            step.looks[i] = bad;
+        }
+        let inputs = ticks(&seq, &config);
+        for (tick, verdict) in run(&inputs, &config).iter().enumerate() {
+            prop_assert_ne!(verdict.verdict, VerdictKind::Pass, "tick {}", tick);
+        }
+    }
+
+    /// A pass means every converged eligible server was seen healthy (and
+    /// the wave converged) in every tick of at least the last soak.
+    #[test]
+    fn a_pass_implies_a_full_healthy_soak(
+        seq in (1usize..4).prop_flat_map(|n| steps(any_look(), n)),
+    ) {
+        let config = GateConfig::default();
+        let inputs = ticks(&seq, &config);
+        let verdicts = run(&inputs, &config);
+        for (t, verdict) in verdicts.iter().enumerate() {
+            if verdict.verdict != VerdictKind::Pass {
+                continue;
+            }
+            // The oldest tick of the unbroken good run ending at t.
+            let mut first = t;
+            while first > 0
+                && inputs[first - 1].attempt == inputs[t].attempt
+                && seq[first - 1].looks.iter().all(|l| *l == Look::Good)
+            {
+                first -= 1;
+            }
+            prop_assert!(seq[t].looks.iter().all(|l| *l == Look::Good));
+            let soaked = inputs[t].now.duration_since(inputs[first].now);
+            prop_assert!(soaked >= SignedDuration::from_secs(900), "tick {} soaked {:?}", t, soaked);
+            prop_assert_eq!(verdict.healthy_since, Some(inputs[first].now));
+        }
+        for (t, step) in seq.iter().enumerate() {
+            if step.looks.iter().any(|l| l.bad_sample()) {
+                prop_assert_ne!(verdicts[t].verdict, VerdictKind::Pass);
+            }
+        }
+    }
+
+    /// Verdicts are a function of the inputs alone: two fresh gates agree,
+    /// and so does a gate restored from the serialized state at any tick.
+    #[test]
+    fn verdicts_depend_on_the_inputs_alone(
+        seq in (1usize..4).prop_flat_map(|n| steps(stopping_look(), n)),
+        split in any::<prop::sample::Index>(),
+    ) {
+        let config = GateConfig { soak_seconds: vec![600, 120], ..GateConfig::default() };
+        let inputs = ticks(&seq, &config);
+        let once = run(&inputs, &config);
+        prop_assert_eq!(&once, &run(&inputs, &config));
+        let split = split.index(inputs.len() + 1);
+        let mut first = Gate::new(config.clone()).unwrap();
+        let mut again: Vec<Verdict> = inputs[..split].iter().map(|t| first.tick(t).unwrap()).collect();
+        let json = serde_json::to_string(first.state()).unwrap();
+        let state: GateState = serde_json::from_str(&json).unwrap();
+        let mut second = Gate::restore(config.clone(), state).unwrap();
+        again.extend(inputs[split..].iter().map(|t| second.tick(t).unwrap()));
+        prop_assert_eq!(once, again);
+    }
+
+    /// Once stopped, the same attempt stays stopped with the same verdict;
+    /// a higher attempt starts fresh.
+    #[test]
+    fn a_hard_stop_latches_for_its_attempt(
+        seq in (1usize..4).prop_flat_map(|n| steps(stopping_look(), n)),
+    ) {
+        let config = GateConfig::default();
+        let inputs = ticks(&seq, &config);
+        let verdicts = run(&inputs, &config);
+        let mut stopped: Option<(u32, &Verdict)> = None;
+        for (t, verdict) in verdicts.iter().enumerate() {
+            let attempt = inputs[t].attempt;
+            match stopped {
+                Some((a, stop)) if a == attempt => prop_assert_eq!(verdict, stop, "tick {}", t),
+                _ => {
+                    stopped = None;
+                    if verdict.verdict == VerdictKind::HardStop {
+                        stopped = Some((attempt, verdict));
+                    }
+                }
+            }
+        }
+    }
+}
