@@ -139,9 +139,17 @@ launch() {
   local name=$1; shift
   { printf '==== %s: starting %s\n' "$(date -u +%FT%TZ)" "$*"; } >> "$dir/$name.log"
   setsid "$@" >> "$dir/$name.log" 2>&1 < /dev/null &
-  echo $! > "$dir/$name.pid"
-  disown $!   # no "Killed" job reports from this shell
+  local pid=$! i
+  echo "$pid" > "$dir/$name.pid"
+  disown "$pid"   # no "Killed" job reports from this shell
   started+=("$name")
+  # Until the forked shell has exec'd the binary, its command line is this
+  # script's, and k8s_pid would call it dead: wait for the exec.
+  for ((i = 0; i < 100; i++)); do
+    [ -n "$(k8s_pid "$dir" "$name")" ] && return 0
+    kill -0 "$pid" 2>/dev/null || return 0   # died already: wait_ready says so
+    sleep 0.05
+  done
 }
 
 # wait_ready NAME URL [CURL_ARGS...]: until URL answers "ok"-ish, NAME dies,
