@@ -2,6 +2,7 @@
 # Observability checks (issue 10): the alert rules, the dashboard, and a real
 # /metrics scrape, with promtool built from its pinned Go module.
 #   1. promtool check rules + test rules on charts/kura-health-agent/rules/
+#      (alert tests, and tests of the dashboard's trickier queries)
 #   2. a loopback scrape of the agent (agent/tests/metrics_scrape.rs) linted
 #      with promtool check metrics
 #   3. the Grafana dashboard: scripts/check_dashboard.py (names, labels,
@@ -38,7 +39,8 @@ KURA_SCRAPE_OUT=$tmp/scrape.txt cargo test --locked -q -p kura-agent --test metr
 
 echo "== dashboard: metric names, labels, datasource, ids, layout; PromQL parses"
 "$py" scripts/check_dashboard.py "$dashboard" --scrape "$tmp/scrape.txt" \
-  --promql-rules "$tmp/dashboard-queries.yaml"
+  --promql-rules "$tmp/dashboard-queries.yaml" \
+  --query-tests "$rules/tests/dashboard-queries.test.yaml"
 "$KURA_PROMTOOL" check rules "$tmp/dashboard-queries.yaml"
 
 echo "== chart: PrometheusRule and dashboard ConfigMap as helm renders them"
