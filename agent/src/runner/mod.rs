@@ -246,6 +246,11 @@ async fn instance_task(shared: Arc<Shared>, mut target: watch::Receiver<Instance
             health: health.clone(),
             gate: gate.clone(),
         };
+        if target.has_changed().is_err() {
+            // The supervisor dropped this instance while the sweep ran:
+            // publish nothing for it.
+            return;
+        }
         let pod_names: Vec<String> = t.pods.iter().map(|p| p.identity.name.clone()).collect();
         shared.view.record_sweep(
             &key,
