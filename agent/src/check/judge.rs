@@ -313,3 +313,105 @@ fn ceil_secs(d: SignedDuration) -> u64 {
         whole
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sample::{PodIdentity, SampleResult};
+    use crate::sim::SimNode;
+
+    fn settings(soak: u64, timeout: u64) -> CheckSettings {
+        CheckSettings {
+            expected_pods: 2,
+            soak: Duration::from_secs(soak),
+            timeout: Duration::from_secs(timeout),
+            gate: GateConfig::default(),
+        }
+    }
+
+    fn samples(nodes: &[SimNode], at: Timestamp) -> Vec<PodSample> {
+        nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| PodSample {
+                pod: PodIdentity {
+                    name: format!("http://n{i}/status/rollout"),
+                    uid: format!("http://n{i}/status/rollout"),
+                    ..PodIdentity::default()
+                },
+                received_at: at,
+                result: SampleResult::Report(Box::new(n.report())),
+            })
+            .collect()
+    }
+
+    fn t(secs: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + secs).unwrap()
+    }
+
+    #[test]
+    fn passes_once_healthy_for_the_soak_and_a_failure_restarts_the_clock() {
+        let mut nodes = vec![SimNode::default(), SimNode::default()];
+        let mut run = CheckRun::new(settings(10, 100));
+        let r = run.observe(&samples(&nodes, t(0)), t(0));
+        assert_eq!(
+            (r.verdict, r.signal),
+            (VerdictKind::Soak, Some(Signal::Soaking))
+        );
+        assert_eq!(r.soak_remaining_seconds, Some(10));
+        nodes[1].ready = false;
+        let r = run.observe(&samples(&nodes, t(5)), t(5));
+        assert_eq!(r.signal, Some(Signal::NotReady));
+        assert_eq!(r.nodes, vec!["http://n1/status/rollout".to_owned()]);
+        nodes[1].ready = true;
+        let r = run.observe(&samples(&nodes, t(6)), t(6));
+        assert_eq!(r.soak_remaining_seconds, Some(10), "the clock restarted");
+        let r = run.observe(&samples(&nodes, t(15)), t(15));
+        assert_eq!(r.verdict, VerdictKind::Soak);
+        let r = run.observe(&samples(&nodes, t(16)), t(16));
+        assert_eq!(
+            (r.verdict, r.signal, r.is_final),
+            (VerdictKind::Pass, None, true)
+        );
+        assert_eq!(r.last_failing_signal, Some(Signal::NotReady));
+    }
+
+    #[test]
+    fn times_out_with_the_deadline_first_and_the_cause_second() {
+        let mut nodes = vec![SimNode::default(), SimNode::default()];
+        let mut run = CheckRun::new(settings(10, 20));
+        run.observe(&samples(&nodes, t(0)), t(0));
+        nodes[0].fd_timeout_count += 1;
+        let r = run.observe(&samples(&nodes, t(19)), t(19));
+        assert_eq!(r.signal, Some(Signal::FdTimeoutsRegressed));
+        assert_eq!(r.timeout_remaining_seconds, 1);
+        let r = run.observe(&samples(&nodes, t(20)), t(20));
+        assert_eq!(r.verdict, VerdictKind::HardStop);
+        assert_eq!(r.signal, Some(Signal::WaveDeadlineExceeded));
+        let signals: Vec<Signal> = r.evidence.iter().map(|e| e.signal).collect();
+        assert_eq!(
+            signals,
+            vec![Signal::WaveDeadlineExceeded, Signal::FdTimeoutsRegressed]
+        );
+        assert_eq!(r.evidence[0].observed, Some(20));
+        assert_eq!(r.evidence[1].baseline, Some(0));
+        assert!(run.finished());
+    }
+
+    #[test]
+    fn critical_pressure_is_final_at_once() {
+        let mut nodes = vec![SimNode::default(), SimNode::default()];
+        let mut run = CheckRun::new(settings(10, 100));
+        run.observe(&samples(&nodes, t(0)), t(0));
+        nodes[1].memory_pressure_state = 2;
+        let r = run.observe(&samples(&nodes, t(1)), t(1));
+        assert_eq!(
+            (r.verdict, r.signal, r.is_final),
+            (
+                VerdictKind::HardStop,
+                Some(Signal::MemoryPressureCritical),
+                true
+            )
+        );
+    }
+}

@@ -6,7 +6,7 @@ use kura_gate::VerdictKind;
 use kura_schemas::Signal;
 
 use super::judge::PollReport;
-use super::words::{count, describe};
+use super::words::{count, describe_fields};
 
 fn verdict_word(v: VerdictKind) -> &'static str {
     match v {
@@ -57,12 +57,32 @@ pub fn readable(report: &PollReport) -> String {
                 report.soak_remaining_seconds.unwrap_or(0)
             );
         }
+        (_, Some(Signal::WaveDeadlineExceeded)) => {
+            let _ = write!(line, " timed out after {:.0}s", report.elapsed_seconds);
+            match report.evidence.get(1) {
+                Some(cause) => {
+                    let _ = write!(
+                        line,
+                        "; last failing: {}: {}",
+                        cause.signal,
+                        describe_fields(cause)
+                    );
+                }
+                None => {
+                    if let Some(detail) = report.evidence.first().and_then(|e| e.detail.as_ref()) {
+                        let _ = write!(line, "; {detail}");
+                    }
+                }
+            }
+            if !report.nodes.is_empty() {
+                let _ = write!(line, "; nodes: {}", nodes_with_reasons(report));
+            }
+            let _ = write!(line, "; {sampled}");
+        }
         _ => {
-            let mut first = true;
-            for e in report.evidence.iter().take(2) {
-                line.push_str(if first { " " } else { "; " });
-                first = false;
-                line.push_str(&describe(e));
+            if let Some(e) = report.evidence.first() {
+                line.push(' ');
+                line.push_str(&describe_fields(e));
             }
             if !report.nodes.is_empty() {
                 let _ = write!(line, "; nodes: {}", nodes_with_reasons(report));

@@ -24,17 +24,32 @@ pub fn observed_field(signal: Signal) -> Option<&'static str> {
 /// One evidence entry as a phrase, e.g. `fd_timeouts_regressed on
 /// kura/acme-eu: fdTimeoutCount 9 above band top 4 (baseline 4)`.
 pub fn describe(evidence: &Evidence) -> String {
-    let mut out = format!("{} on {}", evidence.signal, evidence.server);
+    let fields = describe_fields(evidence);
+    if fields.is_empty() {
+        format!("{} on {}", evidence.signal, evidence.server)
+    } else {
+        format!("{} on {}: {fields}", evidence.signal, evidence.server)
+    }
+}
+
+/// The numbers and detail of an evidence entry without its signal and
+/// server, e.g. `fdTimeoutCount 9 above band top 4, baseline 4`.
+pub fn describe_fields(evidence: &Evidence) -> String {
     let mut parts: Vec<String> = Vec::new();
     match (evidence.observed, evidence.band_top) {
         (Some(observed), Some(top)) => {
             let field = observed_field(evidence.signal).unwrap_or("observed");
-            let relation = if evidence.signal == Signal::PodsUnsampled {
-                "below expected"
-            } else if observed > top {
-                "above band top"
-            } else {
-                "at limit"
+            let band = matches!(
+                evidence.signal,
+                Signal::OutboxRegressed
+                    | Signal::FdTimeoutsRegressed
+                    | Signal::PeerConnectionFailuresRegressed
+            );
+            let relation = match (evidence.signal, band, observed > top) {
+                (Signal::PodsUnsampled, _, _) => "below expected",
+                (_, true, true) => "above band top",
+                (_, false, true) => "above limit",
+                (_, _, false) => "at limit",
             };
             parts.push(format!("{field} {observed} {relation} {top}"));
         }
@@ -51,11 +66,7 @@ pub fn describe(evidence: &Evidence) -> String {
     if let Some(detail) = &evidence.detail {
         parts.push(detail.clone());
     }
-    if !parts.is_empty() {
-        out.push_str(": ");
-        out.push_str(&parts.join(", "));
-    }
-    out
+    parts.join(", ")
 }
 
 /// An optional count, `null` when absent (absent is never 0).
