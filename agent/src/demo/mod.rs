@@ -9,7 +9,7 @@
 //! each with 1 to 3 pods, 14 pods serving `/status/rollout` on
 //! `127.10.0.x`), runs the real agent pipeline on it (the poller, the
 //! aggregation with reset clamping and the per-instance gate in
-//! [`AgentLoop`](crate::runner::AgentLoop); static targets instead of the
+//! [`crate::runner::AgentLoop`]; static targets instead of the
 //! pod watch, status kept in memory instead of the API server), and plays a
 //! rollout of a new image through the real wave judge ([`kura_gate::Gate`]):
 //!

@@ -266,7 +266,7 @@ impl Demo {
             c.gate.wave_deadline_seconds
         ))?;
         tl.plain(&format!(
-            "  time:   {}× real time (--time-scale): about {} simulated minutes in {:.0} real seconds",
+            "  time:   {}× faster than real time (--time-scale): about {} simulated minutes in {:.0} real seconds",
             self.clock.scale(),
             story.as_secs().div_ceil(60),
             story.as_secs_f64() / self.clock.scale()
@@ -517,8 +517,8 @@ impl Demo {
                     tl.at(
                         now,
                         &format!(
-                            "  {} converged on {}: fdTimeoutCount {} (baseline {}, raw counters now sum to {raw}: \
-                             {} counter resets absorbed)",
+                            "  {} converged on {}: fdTimeoutCount {} (baseline {}); the restarted pods' raw \
+                             counters sum to {raw}, counter resets absorbed: {}",
                             s.id,
                             short_image(NEW_IMAGE),
                             h.fd_timeout_count,
