@@ -2,9 +2,11 @@
 //! gate's server checks, status writes, a debug endpoint and metrics.
 
 pub mod aggregate;
+pub mod check;
 pub mod cli;
 pub mod config;
 pub mod debug;
+pub mod demo;
 pub mod engine;
 pub mod instance_metrics;
 pub mod kube;

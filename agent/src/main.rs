@@ -20,6 +20,11 @@ enum Command {
     Aggregate(cli::aggregate::AggregateArgs),
     /// Serve a simulated Kura fleet from a scenario file.
     Simulate(cli::simulate::SimulateArgs),
+    /// Gate a set of plain node URLs: baseline, soak, pass or hard stop.
+    Check(cli::check::CheckArgs),
+    /// Play a progressive rollout on a simulated fleet through the real
+    /// agent pipeline and gate, in about a minute.
+    Demo(cli::demo::DemoArgs),
 }
 
 fn main() -> ExitCode {
@@ -28,5 +33,7 @@ fn main() -> ExitCode {
         Command::Run(args) => cli::run::run(*args),
         Command::Aggregate(args) => cli::aggregate::run(&args),
         Command::Simulate(args) => cli::simulate::run(args),
+        Command::Check(args) => cli::check::run(args),
+        Command::Demo(args) => cli::demo::run(args),
     }
 }

@@ -1,0 +1,109 @@
+//! Evidence in words: one short phrase per failed check, shared by
+//! `kura-agent check` and `kura-agent demo`.
+
+use kura_schemas::{Evidence, Signal};
+
+/// The aggregate field (or quantity) a signal's `observed` value is, for
+/// the signals that compare a number.
+pub fn observed_field(signal: Signal) -> Option<&'static str> {
+    Some(match signal {
+        Signal::MemoryPressureCritical => "memoryPressureState",
+        Signal::SampleStale => "sample age (s)",
+        Signal::SampleInvalid => "seconds ahead",
+        Signal::PodsUnsampled => "sampledPods",
+        Signal::BootstrapInFlight => "bootstrapInflightPeers",
+        Signal::BackfillBudgetExhausted => "backfillBudgetExhaustedPeers",
+        Signal::OutboxRegressed => "outboxMessages",
+        Signal::FdTimeoutsRegressed => "fdTimeoutCount",
+        Signal::PeerConnectionFailuresRegressed => "peerConnectionFailures",
+        Signal::WaveDeadlineExceeded => "elapsed (s)",
+        _ => return None,
+    })
+}
+
+/// One evidence entry as a phrase, e.g. `fd_timeouts_regressed on
+/// kura/acme-eu: fdTimeoutCount 9 above band top 4 (baseline 4)`.
+pub fn describe(evidence: &Evidence) -> String {
+    let fields = describe_fields(evidence);
+    if fields.is_empty() {
+        format!("{} on {}", evidence.signal, evidence.server)
+    } else {
+        format!("{} on {}: {fields}", evidence.signal, evidence.server)
+    }
+}
+
+/// The numbers and detail of an evidence entry without its signal and
+/// server, e.g. `fdTimeoutCount 9 above band top 4, baseline 4`.
+pub fn describe_fields(evidence: &Evidence) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    match (evidence.observed, evidence.band_top) {
+        (Some(observed), Some(top)) => {
+            let field = observed_field(evidence.signal).unwrap_or("observed");
+            let band = matches!(
+                evidence.signal,
+                Signal::OutboxRegressed
+                    | Signal::FdTimeoutsRegressed
+                    | Signal::PeerConnectionFailuresRegressed
+            );
+            let relation = match (evidence.signal, band, observed > top) {
+                (Signal::PodsUnsampled, _, _) => "below expected",
+                (_, true, true) => "above band top",
+                (_, false, true) => "above limit",
+                (_, _, false) => "at limit",
+            };
+            parts.push(format!("{field} {observed} {relation} {top}"));
+        }
+        (Some(observed), None) => {
+            let field = observed_field(evidence.signal).unwrap_or("observed");
+            parts.push(format!("{field} {observed}"));
+        }
+        (None, Some(top)) => parts.push(format!("limit {top}")),
+        (None, None) => {}
+    }
+    if let Some(baseline) = evidence.baseline {
+        parts.push(format!("baseline {baseline}"));
+    }
+    if let Some(detail) = &evidence.detail {
+        parts.push(detail.clone());
+    }
+    parts.join(", ")
+}
+
+/// An optional count, `null` when absent (absent is never 0).
+pub fn count(value: Option<u64>) -> String {
+    value.map_or_else(|| "null".to_owned(), |v| v.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_counter_regression_names_field_band_and_baseline() {
+        let e = Evidence {
+            server: "kura/acme-eu".into(),
+            signal: Signal::FdTimeoutsRegressed,
+            observed: Some(9),
+            band_top: Some(4),
+            baseline: Some(4),
+            detail: None,
+        };
+        assert_eq!(
+            describe(&e),
+            "fd_timeouts_regressed on kura/acme-eu: fdTimeoutCount 9 above band top 4, baseline 4"
+        );
+        let e = Evidence {
+            server: "nodes".into(),
+            signal: Signal::NotReady,
+            observed: Some(0),
+            band_top: None,
+            baseline: None,
+            detail: Some("ready is false".into()),
+        };
+        assert_eq!(
+            describe(&e),
+            "not_ready on nodes: observed 0, ready is false"
+        );
+        assert_eq!(count(None), "null");
+    }
+}
