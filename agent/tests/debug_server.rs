@@ -129,6 +129,7 @@ async fn start() -> Fixture {
         DebugState {
             view: view.clone(),
             metrics: handle,
+            clock: std::sync::Arc::new(kura_agent::runner::SystemClock),
         },
     )
     .await

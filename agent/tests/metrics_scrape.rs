@@ -246,6 +246,7 @@ async fn scrape_has_every_instance_and_drops_a_removed_one() {
         DebugState {
             view: view.clone(),
             metrics: handle,
+            clock: std::sync::Arc::new(kura_agent::runner::SystemClock),
         },
     )
     .await

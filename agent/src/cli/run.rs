@@ -185,6 +185,7 @@ pub async fn run_with_client(
         DebugState {
             view: view.clone(),
             metrics,
+            clock: Arc::new(SystemClock),
         },
     )
     .await

@@ -30,6 +30,8 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+
+use crate::runner::Clock;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
@@ -46,6 +48,9 @@ pub struct DebugState {
     pub view: FleetView,
     /// The Prometheus recorder's handle.
     pub metrics: PrometheusHandle,
+    /// The clock the fleet view's times are in (sample ages are computed
+    /// against it; the demo's clock runs faster than real time).
+    pub clock: Arc<dyn Clock>,
 }
 
 fn text(
@@ -204,7 +209,7 @@ impl DebugServer {
             tokio::spawn(async move {
                 let service = service_fn(move |req: Request<Incoming>| {
                     let response =
-                        respond(req.method(), req.uri().path(), &state, Timestamp::now());
+                        respond(req.method(), req.uri().path(), &state, state.clock.now());
                     async move { Ok::<_, Infallible>(response) }
                 });
                 let conn = http1::Builder::new()

@@ -169,7 +169,8 @@ impl Demo {
         let view = FleetView::new();
 
         let metrics = metrics_handle();
-        let (server, listen_note) = bind_debug(config.listen, &view, metrics).await?;
+        let (server, listen_note) =
+            bind_debug(config.listen, &view, metrics, clock.clone()).await?;
         let debug_addr = server.local_addr().map_err(|source| DemoError::Bind {
             addr: config.listen,
             source,
@@ -246,10 +247,12 @@ async fn bind_debug(
     listen: SocketAddr,
     view: &FleetView,
     metrics: metrics_exporter_prometheus::PrometheusHandle,
+    clock: Arc<ScaledClock>,
 ) -> Result<(DebugServer, Option<String>), DemoError> {
     let state = DebugState {
         view: view.clone(),
         metrics,
+        clock,
     };
     match DebugServer::bind(listen, state.clone()).await {
         Ok(server) => Ok((server, None)),
