@@ -14,6 +14,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the agent in a cluster: watch, poll, aggregate, judge, write status.
+    Run(Box<kura_agent::config::RunArgs>),
     /// Aggregate recorded pod reports from a file, one JSON line per sweep.
     Aggregate(cli::aggregate::AggregateArgs),
     /// Serve a simulated Kura fleet from a scenario file.
@@ -23,6 +25,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Run(args) => cli::run::run(*args),
         Command::Aggregate(args) => cli::aggregate::run(&args),
         Command::Simulate(args) => cli::simulate::run(args),
     }

@@ -15,7 +15,7 @@
 //! - [`wave`]: [`Gate::tick`], the wave judge.
 //! - [`instance`]: [`instance::judge_instance`], the agent's per-instance
 //!   `status.rolloutGate`.
-//! - [`replay`]: the `kura-gate replay` document.
+//! - [`replay`](mod@replay): the `kura-gate replay` document.
 //!
 //! Decisions where the contract is silent:
 //! - A missing `memoryPressureState` is not a hard stop but `sample_invalid`

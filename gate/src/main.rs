@@ -42,7 +42,18 @@ verdict is pass, soak or hard_stop; remainingSeconds is null unless soaking;
 evidence lists the failed checks (server, signal, observed, bandTop, baseline,
 detail): empty for pass and soaking, at most 16 entries.
 Invalid input exits 2 with one line on standard error naming the tick, the
-server and the field at fault.";
+server and the field at fault.
+
+Rules (contract/gate.md): destroyed servers and servers of later waves are out
+of scope; hard stops come first (deployment_failed, server_regressed_to_failed,
+memory_pressure_critical); then every server of the current wave must be
+converged and every converged soak-eligible server of the scope must pass the
+fourteen server checks. Converged and healthy for the wave's soak: pass; any
+failing tick restarts the clock; still incomplete waveDeadlineSeconds after
+waveStartedAt: hard_stop wave_deadline_exceeded. A hard stop latches until a
+tick with a higher attempt, which starts fresh. An empty wave passes on its
+first tick with a healthy scope. fd timeouts and peer failures below their
+baseline are resets: the effective baseline drops to them.";
 
 #[derive(Debug, Subcommand)]
 enum Command {

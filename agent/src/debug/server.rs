@@ -111,11 +111,18 @@ pub fn respond(
             };
             json(status, &r)
         }
-        ["metrics"] => text(
-            StatusCode::OK,
-            "text/plain; version=0.0.4; charset=utf-8",
-            state.metrics.render(),
-        ),
+        ["metrics"] => {
+            let mut body = state.metrics.render();
+            body.push_str(&crate::instance_metrics::render(
+                &state.view.snapshot(),
+                now,
+            ));
+            text(
+                StatusCode::OK,
+                "text/plain; version=0.0.4; charset=utf-8",
+                body,
+            )
+        }
         ["debug", "instances"] => {
             let all: Vec<InstanceSummary> = state
                 .view

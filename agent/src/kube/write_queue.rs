@@ -14,6 +14,7 @@
 //!   with the then-latest desired status; a write for an instance that no
 //!   longer exists drops its slot.
 
+use crate::aggregate::{is_priority_change, material_change};
 use crate::kube::InstanceKey;
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use jiff::{SignedDuration, Timestamp};
@@ -42,61 +43,28 @@ pub trait ChangePolicy {
     fn is_priority_change(&self, written: &DesiredStatus, desired: &DesiredStatus) -> bool;
 }
 
-/// A minimal [`ChangePolicy`]: material means any difference once
-/// `observedAt`, `sampledAt`, the per-pod `sampledAt` and the gate's
-/// `evaluatedAt` are set aside; priority means `ready`, `serving` or
-/// `ringConsistent` flipped, `memoryPressureState` rose, or the gate's
-/// verdict changed.
+/// The agent's [`ChangePolicy`], the contract's "When to write": material
+/// means [`material_change`] of the aggregate (anything but `observedAt`,
+/// `sampledAt` and the per-pod `sampledAt`) or any change of the verdict
+/// but `evaluatedAt`; priority means [`is_priority_change`] (`ready`,
+/// `serving` or `ringConsistent` flipped, `memoryPressureState` rose) or a
+/// new gate verdict.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct BasicChangePolicy;
 
-fn without_sweep_times(s: &DesiredStatus) -> DesiredStatus {
-    let mut s = s.clone();
-    s.health.observed_at = Timestamp::UNIX_EPOCH;
-    s.health.sampled_at = None;
-    for pod in &mut s.health.pods {
-        pod.sampled_at = None;
-    }
-    s.gate.evaluated_at = Timestamp::UNIX_EPOCH;
-    s
-}
-
 impl ChangePolicy for BasicChangePolicy {
     fn material_change(&self, written: &DesiredStatus, desired: &DesiredStatus) -> bool {
-        without_sweep_times(written) != without_sweep_times(desired)
+        if material_change(&written.health, &desired.health) {
+            return true;
+        }
+        let mut gate = written.gate.clone();
+        gate.evaluated_at = desired.gate.evaluated_at;
+        gate != desired.gate
     }
 
     fn is_priority_change(&self, written: &DesiredStatus, desired: &DesiredStatus) -> bool {
-        let (a, b) = (&written.health, &desired.health);
-        a.ready != b.ready
-            || a.serving != b.serving
-            || a.ring_consistent != b.ring_consistent
-            || b.memory_pressure_state > a.memory_pressure_state
+        is_priority_change(Some(&written.health), &desired.health)
             || written.gate.verdict != desired.gate.verdict
-    }
-}
-
-/// A [`ChangePolicy`] from two functions, e.g. the aggregation module's
-/// comparisons wrapped to take [`DesiredStatus`].
-#[derive(Debug, Clone, Copy)]
-pub struct FnChangePolicy<M, Q> {
-    /// `material_change(written, desired)`.
-    pub material: M,
-    /// `is_priority_change(written, desired)`.
-    pub priority: Q,
-}
-
-impl<M, Q> ChangePolicy for FnChangePolicy<M, Q>
-where
-    M: Fn(&DesiredStatus, &DesiredStatus) -> bool,
-    Q: Fn(&DesiredStatus, &DesiredStatus) -> bool,
-{
-    fn material_change(&self, written: &DesiredStatus, desired: &DesiredStatus) -> bool {
-        (self.material)(written, desired)
-    }
-
-    fn is_priority_change(&self, written: &DesiredStatus, desired: &DesiredStatus) -> bool {
-        (self.priority)(written, desired)
     }
 }
 
@@ -644,6 +612,25 @@ mod tests {
         q.push(key("a"), status(1, true, 2), ts(1));
         q.complete(&job, JobResult::Accepted, ts(1));
         assert_eq!(q.next(ts(1)).map(|j| j.status), Some(status(1, true, 2)));
+    }
+
+    /// A policy from two closures.
+    struct FnChangePolicy<M, Q> {
+        material: M,
+        priority: Q,
+    }
+
+    impl<M, Q> ChangePolicy for FnChangePolicy<M, Q>
+    where
+        M: Fn(&DesiredStatus, &DesiredStatus) -> bool,
+        Q: Fn(&DesiredStatus, &DesiredStatus) -> bool,
+    {
+        fn material_change(&self, written: &DesiredStatus, desired: &DesiredStatus) -> bool {
+            (self.material)(written, desired)
+        }
+        fn is_priority_change(&self, written: &DesiredStatus, desired: &DesiredStatus) -> bool {
+            (self.priority)(written, desired)
+        }
     }
 
     #[test]

@@ -1,0 +1,271 @@
+//! The agent's main loop, independent of where targets come from and where
+//! statuses go: one task per instance sweeps its pods every interval
+//! (jittered), folds the samples and judges them ([`InstanceEngine`]),
+//! hands the result to a [`StatusSink`] and records it in the
+//! [`FleetView`]. A supervisor keeps one task per current target.
+//!
+//! - In a cluster, targets come from the kube watches
+//!   ([`sources::KubeTargets`]) and statuses go to the write queue
+//!   ([`sinks::KubeSink`]).
+//! - `kura-agent demo` and the loopback tests use static targets
+//!   ([`sources::StaticTargets`]) and an in-memory status store
+//!   ([`sinks::MemorySink`]), with a [`Clock`] that may run faster than
+//!   real time.
+//!
+//! A slow or hung pod only delays its own instance's task: sweeps of
+//! different instances never wait for each other, and every poll is bounded
+//! by the poller's timeout.
+
+pub mod clock;
+pub mod sinks;
+pub mod sources;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use kura_gate::GateConfig;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::aggregate::AggregateConfig;
+use crate::debug::{FleetView, SweepRecord};
+use crate::engine::InstanceEngine;
+use crate::kube::InstanceKey;
+use crate::kube::discovery::InstanceTarget;
+use crate::kube::write_queue::DesiredStatus;
+use crate::metrics;
+use crate::poll::Poller;
+use crate::sample::PodSample;
+
+pub use clock::{Clock, ScaledClock, SystemClock};
+
+/// Where the loop's targets come from.
+pub trait TargetSource: Send + Sync + 'static {
+    /// The current targets (instances with their pods).
+    fn targets(&self) -> Vec<InstanceTarget>;
+    /// Whether the source has its initial state (before that, the loop
+    /// neither starts nor stops instance tasks).
+    fn ready(&self) -> bool;
+}
+
+/// Where the loop's results go.
+pub trait StatusSink: Send + Sync + 'static {
+    /// Called once when an instance task starts, with the status found for
+    /// it (what a restarted agent continues from).
+    fn seed(&self, _target: &InstanceTarget) {}
+    /// The latest desired status of an instance.
+    fn publish(&self, key: &InstanceKey, desired: DesiredStatus, now: Timestamp);
+    /// The instance is gone.
+    fn forget(&self, key: &InstanceKey);
+}
+
+/// Settings of the loop.
+#[derive(Debug, Clone)]
+pub struct LoopConfig {
+    /// Time between two sweeps of one instance, in the clock's time.
+    pub sweep_interval: Duration,
+    /// Relative jitter of each sleep (0.1 = ±10 %).
+    pub jitter: f64,
+    /// How often the supervisor re-reads the targets (real time).
+    pub reconcile_every: Duration,
+    /// Written to `rolloutHealth.agent`.
+    pub agent: String,
+    /// The aggregation's settings.
+    pub aggregate: AggregateConfig,
+    /// The gate's settings.
+    pub gate: GateConfig,
+}
+
+impl Default for LoopConfig {
+    fn default() -> Self {
+        LoopConfig {
+            sweep_interval: Duration::from_secs(10),
+            jitter: 0.1,
+            reconcile_every: Duration::from_secs(1),
+            agent: "kura-agent".to_owned(),
+            aggregate: AggregateConfig::default(),
+            gate: GateConfig::default(),
+        }
+    }
+}
+
+/// Everything an instance task shares with the others.
+struct Shared {
+    config: LoopConfig,
+    poller: Poller,
+    view: FleetView,
+    sink: Arc<dyn StatusSink>,
+    clock: Arc<dyn Clock>,
+}
+
+struct Running {
+    target: watch::Sender<InstanceTarget>,
+    task: JoinHandle<()>,
+}
+
+/// The agent loop. Build it, then [`AgentLoop::run`] it until shutdown.
+pub struct AgentLoop {
+    shared: Arc<Shared>,
+    source: Arc<dyn TargetSource>,
+}
+
+impl AgentLoop {
+    /// A loop over `source`, polling with `poller`, publishing to `sink`.
+    pub fn new(
+        config: LoopConfig,
+        poller: Poller,
+        source: Arc<dyn TargetSource>,
+        sink: Arc<dyn StatusSink>,
+        view: FleetView,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        AgentLoop {
+            shared: Arc::new(Shared {
+                config,
+                poller,
+                view,
+                sink,
+                clock,
+            }),
+            source,
+        }
+    }
+
+    /// Runs until `shutdown` resolves, then stops every instance task (a
+    /// sweep in progress is abandoned; what was published stays published).
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        let mut running: BTreeMap<InstanceKey, Running> = BTreeMap::new();
+        let mut tick = tokio::time::interval(self.shared.config.reconcile_every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                () = &mut shutdown => break,
+                _ = tick.tick() => self.reconcile(&mut running),
+            }
+        }
+        for (_, r) in std::mem::take(&mut running) {
+            r.task.abort();
+        }
+    }
+
+    fn reconcile(&self, running: &mut BTreeMap<InstanceKey, Running>) {
+        if !self.source.ready() {
+            return;
+        }
+        let targets = self.source.targets();
+        let mut current: BTreeMap<InstanceKey, InstanceTarget> =
+            targets.into_iter().map(|t| (t.key(), t)).collect();
+        // Gone instances: stop their task, forget their state.
+        let gone: Vec<InstanceKey> = running
+            .keys()
+            .filter(|k| !current.contains_key(*k))
+            .cloned()
+            .collect();
+        for key in gone {
+            if let Some(r) = running.remove(&key) {
+                r.task.abort();
+            }
+            self.shared.sink.forget(&key);
+            tracing::info!(namespace = %key.namespace, instance = %key.name, "instance gone");
+        }
+        self.shared.view.retain(|k| current.contains_key(k));
+        let mut pods = 0usize;
+        for (key, target) in std::mem::take(&mut current) {
+            pods += target.pods.len();
+            match running.get(&key) {
+                Some(r) if !r.task.is_finished() => {
+                    r.target.send_if_modified(|old| {
+                        if *old != target {
+                            *old = target;
+                            true
+                        } else {
+                            false
+                        }
+                    });
+                }
+                _ => {
+                    self.shared.sink.seed(&target);
+                    let (tx, rx) = watch::channel(target);
+                    let task = tokio::spawn(instance_task(self.shared.clone(), rx));
+                    running.insert(key, Running { target: tx, task });
+                }
+            }
+        }
+        ::metrics::gauge!(metrics::INSTANCES_TRACKED).set(running.len() as f64);
+        ::metrics::gauge!(metrics::PODS_TRACKED).set(pods as f64);
+        metrics::publish_verdicts(
+            self.shared
+                .view
+                .snapshot()
+                .iter()
+                .map(|v| v.verdict())
+                .collect::<Vec<_>>(),
+        );
+    }
+}
+
+/// One instance's loop: sweep, fold, judge, publish, sleep.
+async fn instance_task(shared: Arc<Shared>, mut target: watch::Receiver<InstanceTarget>) {
+    let config = &shared.config;
+    let first = target.borrow_and_update().clone();
+    let key = first.key();
+    let mut engine = InstanceEngine::restore(first.previous_status.as_ref(), config.aggregate);
+    let mut resets_seen = engine.health().map_or(0, |h| h.counter_resets);
+    // Spread the instances' first sweeps over one interval.
+    let spread = config.sweep_interval.mul_f64(rand::random::<f64>());
+    tokio::time::sleep(shared.clock.to_real(spread)).await;
+    loop {
+        let t = target.borrow_and_update().clone();
+        let started = std::time::Instant::now();
+        let mut samples: Vec<PodSample> = shared.poller.sweep(&t.pollable()).await;
+        for s in &mut samples {
+            s.received_at = shared.clock.map_real(s.received_at);
+        }
+        let now = shared.clock.now();
+        samples.extend(t.unreachable_samples(now));
+        let (health, gate) = engine.step(
+            &t.info,
+            &t.spec_image,
+            &samples,
+            now,
+            &config.agent,
+            &config.gate,
+        );
+        ::metrics::histogram!(metrics::SWEEP_DURATION_SECONDS)
+            .record(started.elapsed().as_secs_f64());
+        if health.counter_resets > resets_seen {
+            ::metrics::counter!(metrics::COUNTER_RESETS_TOTAL)
+                .increment(health.counter_resets - resets_seen);
+        }
+        resets_seen = health.counter_resets;
+        let desired = DesiredStatus {
+            health: health.clone(),
+            gate: gate.clone(),
+        };
+        let pod_names: Vec<String> = t.pods.iter().map(|p| p.identity.name.clone()).collect();
+        shared.view.record_sweep(
+            &key,
+            SweepRecord {
+                spec_image: &t.spec_image,
+                current_pods: &pod_names,
+                samples: &samples,
+                health: Some(desired.health.clone()),
+                gate: Some(desired.gate.clone()),
+                at: now,
+            },
+        );
+        shared.sink.publish(&key, desired, now);
+        tokio::time::sleep(real_interval(&shared, rand::random::<f64>())).await;
+    }
+}
+
+/// The jittered sweep interval converted to real time.
+fn real_interval(shared: &Shared, unit: f64) -> Duration {
+    let virtual_interval =
+        crate::config::jittered(shared.config.sweep_interval, shared.config.jitter, unit);
+    shared.clock.to_real(virtual_interval)
+}
