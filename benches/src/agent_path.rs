@@ -1,53 +1,89 @@
-//! The agent's real per-sweep path over a fleet: for every instance, poll
-//! its pods with the shared [`Poller`], fold the samples with its
-//! [`InstanceAggregator`], and decide whether the new aggregate is a
-//! material change (a status write). Instances run concurrently; the
-//! poller's global semaphore bounds requests in flight.
+//! The agent's real per-sweep path over a fleet, step for step as the run
+//! loop's instance task does it (agent/src/runner): one tokio task per
+//! instance polls its pods with the shared [`Poller`] (whose global
+//! semaphore bounds requests in flight), folds and judges the samples with
+//! its [`InstanceEngine`], records the sweep in the [`FleetView`] (the debug
+//! view) and publishes the desired status to a [`MemorySink`] (in a cluster,
+//! the write queue). What differs from the run loop: every instance sweeps
+//! at once (the run loop spreads them over the interval), so a sweep here
+//! is the worst-case burst.
 
 use jiff::Timestamp;
-use kura_agent::aggregate::{AggregateConfig, InstanceAggregator, material_change};
+use kura_agent::aggregate::AggregateConfig;
+use kura_agent::debug::{FleetView, SweepRecord};
+use kura_agent::engine::InstanceEngine;
+use kura_agent::kube::InstanceKey;
+use kura_agent::kube::write_queue::DesiredStatus;
 use kura_agent::poll::Poller;
+use kura_agent::runner::StatusSink;
+use kura_agent::runner::sinks::MemorySink;
 use kura_agent::sample::{InstanceInfo, PodIdentity, SampleResult};
-use kura_schemas::RolloutHealth;
+use kura_gate::GateConfig;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The writer name put in every aggregate.
 const AGENT: &str = "kura-agent-load";
+/// The image every instance runs (the gate judges it).
+const IMAGE: &str = "ghcr.io/tuist/kura:0.6.0";
 
-/// One instance: its pods and its aggregation state.
+/// One instance: its pods and its engine.
 #[derive(Debug)]
 struct Instance {
+    key: InstanceKey,
     info: InstanceInfo,
     targets: Vec<(PodIdentity, SocketAddr)>,
-    aggregator: InstanceAggregator,
-    last: Option<RolloutHealth>,
+    pod_names: Vec<String>,
+    engine: InstanceEngine,
+}
+
+/// What every instance task shares.
+struct Shared {
+    poller: Poller,
+    view: FleetView,
+    sink: MemorySink,
+    gate: GateConfig,
+}
+
+/// What one instance's step produced.
+struct Step {
+    ok: usize,
+    errors: Vec<String>,
+    fold: Duration,
+    samples: usize,
 }
 
 /// What one sweep over the fleet produced.
 #[derive(Debug, Clone, Default)]
 pub struct SweepOutcome {
-    /// Wall time from the first poll to the last instance's aggregate.
+    /// Wall time from the first poll to the last instance's publish.
     pub wall: Duration,
     /// Pods that gave a valid report.
     pub ok: usize,
     /// Failed samples by error text.
     pub errors: BTreeMap<String, usize>,
-    /// Instances whose aggregate changed materially (would be written).
-    pub writes: usize,
-    /// Time spent folding samples (`InstanceAggregator::sweep` and the
-    /// write decision), summed over instances.
+    /// Time spent folding and judging ([`InstanceEngine::step`]), summed
+    /// over instances.
     pub aggregate_time: Duration,
     /// Samples folded.
     pub samples: usize,
 }
 
-/// A fleet of instances polled and aggregated as the agent does it.
-#[derive(Debug)]
+/// A fleet of instances polled, folded, judged and published as the
+/// agent's run loop does it.
 pub struct AgentFleet {
-    poller: Poller,
-    instances: Vec<Instance>,
+    shared: Arc<Shared>,
+    instances: Vec<Option<Instance>>,
+}
+
+impl std::fmt::Debug for AgentFleet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentFleet")
+            .field("instances", &self.instances.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl AgentFleet {
@@ -61,19 +97,34 @@ impl AgentFleet {
         let instances = targets
             .chunks(pods_per_instance.max(1))
             .enumerate()
-            .map(|(i, pods)| Instance {
-                info: InstanceInfo {
+            .map(|(i, pods)| {
+                let info = InstanceInfo {
                     namespace: "kura".to_owned(),
                     name: format!("instance-{i}"),
                     expected_pods: u32::try_from(pods.len()).unwrap_or(u32::MAX),
                     generation: 1,
-                },
-                targets: pods.to_vec(),
-                aggregator: InstanceAggregator::new(AggregateConfig::default()),
-                last: None,
+                };
+                Some(Instance {
+                    key: InstanceKey {
+                        namespace: info.namespace.clone(),
+                        name: info.name.clone(),
+                    },
+                    info,
+                    targets: pods.to_vec(),
+                    pod_names: pods.iter().map(|(p, _)| p.name.clone()).collect(),
+                    engine: InstanceEngine::new(AggregateConfig::default()),
+                })
             })
             .collect();
-        AgentFleet { poller, instances }
+        AgentFleet {
+            shared: Arc::new(Shared {
+                poller,
+                view: FleetView::new(),
+                sink: MemorySink::new(),
+                gate: GateConfig::default(),
+            }),
+            instances,
+        }
     }
 
     /// How many instances the fleet has.
@@ -81,48 +132,72 @@ impl AgentFleet {
         self.instances.len()
     }
 
-    /// One sweep: every instance polled and aggregated.
+    /// One sweep: every instance's task polls, folds, judges and publishes.
     pub async fn sweep(&mut self) -> SweepOutcome {
-        let poller = &self.poller;
         let started = Instant::now();
-        let per_instance =
-            futures::future::join_all(self.instances.iter_mut().map(|inst| async move {
-                let samples = poller.sweep(&inst.targets).await;
-                let folding = Instant::now();
-                let health = inst
-                    .aggregator
-                    .sweep(&inst.info, &samples, Timestamp::now(), AGENT);
-                let write = inst
-                    .last
-                    .as_ref()
-                    .is_none_or(|prev| material_change(prev, &health));
-                inst.last = Some(health);
-                let folded = folding.elapsed();
-                let n = samples.len();
-                let mut ok = 0;
-                let mut errors: Vec<String> = Vec::new();
-                for s in samples {
-                    match s.result {
-                        SampleResult::Report(_) => ok += 1,
-                        SampleResult::Error(e) => errors.push(e),
-                    }
+        let tasks: Vec<_> = self
+            .instances
+            .iter_mut()
+            .filter_map(Option::take)
+            .map(|inst| tokio::spawn(step(Arc::clone(&self.shared), inst)))
+            .collect();
+        let mut out = SweepOutcome::default();
+        for (slot, task) in self.instances.iter_mut().zip(tasks) {
+            // A task only fails if it panicked; its instance is then lost
+            // and its pods count as failed below.
+            if let Ok((inst, s)) = task.await {
+                *slot = Some(inst);
+                out.ok += s.ok;
+                out.aggregate_time += s.fold;
+                out.samples += s.samples;
+                for e in s.errors {
+                    *out.errors.entry(e).or_default() += 1;
                 }
-                (ok, errors, write, folded, n)
-            }))
-            .await;
-        let mut out = SweepOutcome {
-            wall: started.elapsed(),
-            ..SweepOutcome::default()
-        };
-        for (ok, errors, write, folded, n) in per_instance {
-            out.ok += ok;
-            out.aggregate_time += folded;
-            out.samples += n;
-            out.writes += usize::from(write);
-            for e in errors {
-                *out.errors.entry(e).or_default() += 1;
+            } else {
+                *out.errors.entry("task panicked".to_owned()).or_default() += 1;
             }
         }
+        out.wall = started.elapsed();
         out
     }
+}
+
+/// One instance's step, as the run loop's instance task does it.
+async fn step(shared: Arc<Shared>, mut inst: Instance) -> (Instance, Step) {
+    let samples = shared.poller.sweep(&inst.targets).await;
+    let now = Timestamp::now();
+    let folding = Instant::now();
+    let (health, gate) = inst
+        .engine
+        .step(&inst.info, IMAGE, &samples, now, AGENT, &shared.gate);
+    let fold = folding.elapsed();
+    let desired = DesiredStatus {
+        health: health.clone(),
+        gate: gate.clone(),
+    };
+    shared.view.record_sweep(
+        &inst.key,
+        SweepRecord {
+            spec_image: IMAGE,
+            current_pods: &inst.pod_names,
+            samples: &samples,
+            health: Some(desired.health.clone()),
+            gate: Some(desired.gate.clone()),
+            at: now,
+        },
+    );
+    shared.sink.publish(&inst.key, desired, now);
+    let mut s = Step {
+        ok: 0,
+        errors: Vec::new(),
+        fold,
+        samples: samples.len(),
+    };
+    for sample in samples {
+        match sample.result {
+            SampleResult::Report(_) => s.ok += 1,
+            SampleResult::Error(e) => s.errors.push(e),
+        }
+    }
+    (inst, s)
 }

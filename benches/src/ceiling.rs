@@ -37,13 +37,13 @@ pub struct BareOutcome {
 
 impl BareClient {
     /// A client for these pod addresses, `concurrency` requests at most in
-    /// flight, one kept-alive connection per pod (as the poller).
-    pub fn new(addrs: &[SocketAddr], concurrency: usize) -> BareClient {
+    /// flight, one kept-alive connection per pod or none (as the poller).
+    pub fn new(addrs: &[SocketAddr], concurrency: usize, keep_alive: bool) -> BareClient {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         let client = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
-            .pool_max_idle_per_host(1)
+            .pool_max_idle_per_host(usize::from(keep_alive))
             .http1_read_buf_exact_size(READ_BUFFER)
             .build(connector);
         // URIs are built once, outside the measured sweeps: a stricter

@@ -61,6 +61,8 @@ pub struct RunnerConfig {
     pub pods_per_instance: usize,
     /// Tokio worker threads (`None`: one per CPU).
     pub workers: Option<usize>,
+    /// Keep one connection per pod open between sweeps.
+    pub keep_alive: bool,
 }
 
 /// One sweep as a runner measured it.
@@ -108,6 +110,9 @@ impl Runner {
             .args(["--pods-per-instance", &config.pods_per_instance.to_string()]);
         if let Some(w) = config.workers {
             cmd.args(["--workers", &w.to_string()]);
+        }
+        if !config.keep_alive {
+            cmd.arg("--no-keep-alive");
         }
         let mut child = cmd
             .stdin(Stdio::piped())
@@ -261,6 +266,7 @@ pub fn serve(side: Side, config: RunnerConfig) -> Result<(), LoadError> {
         Side::Agent => {
             let poller = Poller::new(PollConfig {
                 concurrency: config.concurrency,
+                keep_alive: config.keep_alive,
                 ..PollConfig::default()
             });
             Driver::Agent(AgentFleet::new(poller, &targets, config.pods_per_instance))
@@ -269,7 +275,11 @@ pub fn serve(side: Side, config: RunnerConfig) -> Result<(), LoadError> {
             let addrs: Vec<_> = targets.iter().map(|(_, a)| *a).collect();
             // The client's pool needs the runtime's timer.
             let _guard = rt.enter();
-            Driver::Bare(Box::new(BareClient::new(&addrs, config.concurrency)))
+            Driver::Bare(Box::new(BareClient::new(
+                &addrs,
+                config.concurrency,
+                config.keep_alive,
+            )))
         }
     };
     drop(targets);

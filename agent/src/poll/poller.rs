@@ -53,7 +53,7 @@ impl Poller {
             .pool_timer(TokioTimer::new())
             .timer(TokioTimer::new())
             // One pod is one host, polled once per sweep.
-            .pool_max_idle_per_host(1)
+            .pool_max_idle_per_host(usize::from(config.keep_alive))
             .http1_read_buf_exact_size(READ_BUFFER)
             .build(connector);
         Poller {

@@ -29,8 +29,6 @@ const GOAL_SWEEP: Duration = Duration::from_secs(2);
 const GOAL_RATIO: f64 = 0.70;
 /// Goal: the agent's peak RSS under this many MiB.
 const GOAL_RSS_MIB: f64 = 150.0;
-/// Goal: aggregation of at least this many pod samples per second per core.
-const GOAL_AGGREGATE_RATE: f64 = 1_000_000.0;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -70,6 +68,10 @@ struct LoadArgs {
     /// Tokio worker threads of each side (default: one per CPU).
     #[arg(long)]
     workers: Option<usize>,
+    /// Open a new connection for every poll (both sides) instead of
+    /// keeping one per pod between sweeps.
+    #[arg(long)]
+    no_keep_alive: bool,
     /// Exit with status 2 when a goal is missed.
     #[arg(long)]
     check: bool,
@@ -100,6 +102,8 @@ enum Mode {
         pods_per_instance: usize,
         #[arg(long)]
         workers: Option<usize>,
+        #[arg(long)]
+        no_keep_alive: bool,
     },
 }
 
@@ -117,12 +121,14 @@ fn main() -> ExitCode {
             concurrency,
             pods_per_instance,
             workers,
+            no_keep_alive,
         }) => kura_benches::runner::serve(
             side,
             RunnerConfig {
                 concurrency,
                 pods_per_instance,
                 workers,
+                keep_alive: !no_keep_alive,
             },
         )
         .map(|()| true),
@@ -185,6 +191,7 @@ fn run(args: &LoadArgs) -> Result<bool, LoadError> {
         concurrency: args.concurrency,
         pods_per_instance: args.pods_per_instance,
         workers: args.workers,
+        keep_alive: !args.no_keep_alive,
     };
     let mut agent_runner = Runner::spawn(&exe, Side::Agent, config, sims.targets())?;
     let mut bare_runner = Runner::spawn(&exe, Side::Bare, config, sims.targets())?;
@@ -239,8 +246,11 @@ fn run(args: &LoadArgs) -> Result<bool, LoadError> {
         startup.as_secs_f64(),
     );
     println!(
-        "{instances} instances of up to {} pods; concurrency {}; per side 1 cold sweep, then {} measured sweeps alternating with the other side; {cpus} CPUs",
-        args.pods_per_instance, args.concurrency, args.sweeps,
+        "{instances} instances of up to {} pods; concurrency {}; keep-alive {}; per side 1 cold sweep, then {} measured sweeps alternating with the other side; {cpus} CPUs",
+        args.pods_per_instance,
+        args.concurrency,
+        if args.no_keep_alive { "off" } else { "on" },
+        args.sweeps,
     );
     let secs = |d: Duration| format!("{:.3} s", d.as_secs_f64());
     let range = |r: &Record| {
@@ -297,7 +307,7 @@ fn run(args: &LoadArgs) -> Result<bool, LoadError> {
             bare.failed().to_string(),
         ),
         (
-            "aggregation, pod samples/s on 1 core",
+            "fold+judge, pod samples/s on 1 core",
             format!("{agg_rate:.0}"),
             "-".to_owned(),
         ),
@@ -328,10 +338,6 @@ fn run(args: &LoadArgs) -> Result<bool, LoadError> {
         (
             "agent peak RSS < 150 MiB".to_owned(),
             mib(agent_peak) < GOAL_RSS_MIB,
-        ),
-        (
-            "aggregation >= 1,000,000 pod samples/s/core".to_owned(),
-            agg_rate >= GOAL_AGGREGATE_RATE,
         ),
         (
             "every sample a report".to_owned(),
