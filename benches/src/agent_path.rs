@@ -8,6 +8,7 @@
 //! at once (the run loop spreads them over the interval), so a sweep here
 //! is the worst-case burst.
 
+use crate::proc_stats::thread_cpu_time;
 use jiff::Timestamp;
 use kura_agent::aggregate::AggregateConfig;
 use kura_agent::debug::{FleetView, SweepRecord};
@@ -64,8 +65,8 @@ pub struct SweepOutcome {
     pub ok: usize,
     /// Failed samples by error text.
     pub errors: BTreeMap<String, usize>,
-    /// Time spent folding and judging ([`InstanceEngine::step`]), summed
-    /// over instances.
+    /// CPU time spent folding and judging ([`InstanceEngine::step`]),
+    /// summed over instances.
     pub aggregate_time: Duration,
     /// Samples folded.
     pub samples: usize,
@@ -166,11 +167,12 @@ impl AgentFleet {
 async fn step(shared: Arc<Shared>, mut inst: Instance) -> (Instance, Step) {
     let samples = shared.poller.sweep(&inst.targets).await;
     let now = Timestamp::now();
-    let folding = Instant::now();
+    // The step is synchronous, so it runs on one thread from start to end.
+    let folding = thread_cpu_time();
     let (health, gate) = inst
         .engine
         .step(&inst.info, IMAGE, &samples, now, AGENT, &shared.gate);
-    let fold = folding.elapsed();
+    let fold = thread_cpu_time().saturating_sub(folding);
     let desired = DesiredStatus {
         health: health.clone(),
         gate: gate.clone(),

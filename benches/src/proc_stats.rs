@@ -69,3 +69,18 @@ pub fn peak_rss_of(pid: u32) -> Option<u64> {
 pub fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
+
+/// CPU time the calling thread has used so far (immune to the thread being
+/// preempted, unlike wall time).
+pub fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the struct we own.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return Duration::ZERO;
+    }
+    Duration::from_secs(u64::try_from(ts.tv_sec).unwrap_or(0))
+        + Duration::from_nanos(u64::try_from(ts.tv_nsec).unwrap_or(0))
+}
