@@ -14,4 +14,4 @@ mod poller;
 
 pub use config::{PodPort, PollConfig};
 pub use error::PollError;
-pub use poller::Poller;
+pub use poller::{Poller, READ_BUFFER};

@@ -1,0 +1,86 @@
+//! The loopback ceiling: the same pods fetched with a plain hyper-util
+//! client at the same concurrency — a bare `GET`, the body read and
+//! dropped, no parsing, no aggregation, no timeout, no retry, no metrics.
+
+use bytes::Bytes;
+use http::{Request, StatusCode, Uri};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use kura_agent::poll::READ_BUFFER;
+use kura_agent::sim::REPORT_PATH;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+use tokio::sync::Semaphore;
+
+/// A bare keep-alive client with a bound on requests in flight, and the
+/// same connection settings as the agent's poller (no delay, one idle
+/// connection per pod, the same read buffer).
+#[derive(Debug)]
+pub struct BareClient {
+    client: Client<HttpConnector, Empty<Bytes>>,
+    permits: Semaphore,
+    uris: Vec<Uri>,
+}
+
+/// What one bare sweep produced.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BareOutcome {
+    /// Wall time of the sweep.
+    pub wall: Duration,
+    /// Answers with status 200 and a fully read body.
+    pub ok: usize,
+    /// Anything else.
+    pub failed: usize,
+}
+
+impl BareClient {
+    /// A client for these pod addresses, `concurrency` requests at most in
+    /// flight, one kept-alive connection per pod or none (as the poller).
+    pub fn new(addrs: &[SocketAddr], concurrency: usize, keep_alive: bool) -> BareClient {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_max_idle_per_host(usize::from(keep_alive))
+            .http1_read_buf_exact_size(READ_BUFFER)
+            .build(connector);
+        // URIs are built once, outside the measured sweeps: a stricter
+        // ceiling than building them per request.
+        let uris = addrs
+            .iter()
+            .filter_map(|a| format!("http://{a}{REPORT_PATH}").parse().ok())
+            .collect();
+        BareClient {
+            client,
+            permits: Semaphore::new(concurrency.max(1)),
+            uris,
+        }
+    }
+
+    /// GET every pod once.
+    pub async fn sweep(&self) -> BareOutcome {
+        let started = Instant::now();
+        let results = futures::future::join_all(self.uris.iter().map(|u| self.get(u))).await;
+        let ok = results.iter().filter(|ok| **ok).count();
+        BareOutcome {
+            wall: started.elapsed(),
+            ok,
+            failed: results.len() - ok,
+        }
+    }
+
+    async fn get(&self, uri: &Uri) -> bool {
+        let Ok(_permit) = self.permits.acquire().await else {
+            return false;
+        };
+        let Ok(req) = Request::get(uri.clone()).body(Empty::new()) else {
+            return false;
+        };
+        match self.client.request(req).await {
+            Ok(resp) if resp.status() == StatusCode::OK => resp.into_body().collect().await.is_ok(),
+            _ => false,
+        }
+    }
+}

@@ -1,0 +1,234 @@
+//! Simulated pods in separate processes, so the measured (agent) process
+//! holds only its own side of each connection and its memory and CPU time
+//! are its own.
+//!
+//! Protocol: the parent runs its own executable with `serve-sim` arguments;
+//! the child starts its pods, prints one line `pod NAME UID IP:PORT` per
+//! pod, then `ready`, and serves until its stdin is closed (the parent
+//! exits or drops the [`SimProcesses`]).
+
+use crate::error::LoadError;
+use kura_agent::sample::PodIdentity;
+use kura_agent::sim::{Addressing, ReportGeneration, SimPodSpec, Simulator, raise_fd_limit};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
+
+/// Descriptors a simulator process needs per pod: its listener and the
+/// server side of two kept-alive connections (the agent's and the bare
+/// client's, both kept open for the whole run).
+pub const FDS_PER_SIM_POD: u64 = 3;
+/// Descriptors kept aside for everything else in a process.
+pub const FD_SLACK: u64 = 256;
+
+/// Which report generation the simulated pods answer in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Generations {
+    /// Pod `i` answers in generation `i % 4 + 1` (a fleet mid-migration).
+    Mixed,
+    /// Every pod answers in this generation.
+    All(ReportGeneration),
+}
+
+impl Generations {
+    /// The generation of pod `i`.
+    pub fn of(self, i: usize) -> ReportGeneration {
+        match self {
+            Generations::All(g) => g,
+            Generations::Mixed => match i % 4 {
+                0 => ReportGeneration::G1,
+                1 => ReportGeneration::G2,
+                2 => ReportGeneration::G3,
+                _ => ReportGeneration::G4,
+            },
+        }
+    }
+
+    /// The command-line form: `mixed`, or `1` to `4`.
+    pub fn parse(text: &str) -> Result<Generations, String> {
+        if text == "mixed" {
+            return Ok(Generations::Mixed);
+        }
+        let n: u8 = text
+            .parse()
+            .map_err(|_| format!("{text:?} is not `mixed` or 1–4"))?;
+        ReportGeneration::try_from(n).map(Generations::All)
+    }
+
+    /// The command-line form of this value.
+    pub fn as_arg(self) -> String {
+        match self {
+            Generations::Mixed => "mixed".to_owned(),
+            Generations::All(g) => u8::from(g).to_string(),
+        }
+    }
+}
+
+/// The first loopback address of simulator process `k`: 127.(100+k).0.1,
+/// away from the 127.10.x.y and 127.20.x.y the tests and scenarios use.
+pub fn first_ip(k: usize) -> Ipv4Addr {
+    Ipv4Addr::new(
+        127,
+        100u8.saturating_add(u8::try_from(k).unwrap_or(u8::MAX)),
+        0,
+        1,
+    )
+}
+
+/// How many simulator processes `pods` pods need under an open-file limit
+/// of `fd_limit` per process.
+pub fn processes_needed(pods: usize, fd_limit: u64) -> usize {
+    let per = (fd_limit.saturating_sub(FD_SLACK) / FDS_PER_SIM_POD).max(1) as usize;
+    pods.div_ceil(per).max(1)
+}
+
+/// Running simulator child processes and the pods they serve.
+#[derive(Debug)]
+pub struct SimProcesses {
+    children: Vec<(Child, Option<ChildStdin>)>,
+    targets: Vec<(PodIdentity, SocketAddr)>,
+}
+
+impl SimProcesses {
+    /// Start `pods` pods spread over `processes` children of `exe`.
+    pub fn spawn(
+        exe: &Path,
+        pods: usize,
+        processes: usize,
+        generations: Generations,
+    ) -> Result<SimProcesses, LoadError> {
+        let processes = processes.clamp(1, pods.max(1));
+        let mut out = SimProcesses {
+            children: Vec::with_capacity(processes),
+            targets: Vec::with_capacity(pods),
+        };
+        let mut offset = 0;
+        for k in 0..processes {
+            let n = pods / processes + usize::from(k < pods % processes);
+            let mut child = Command::new(exe)
+                .arg("serve-sim")
+                .args(["--pods", &n.to_string()])
+                .args(["--offset", &offset.to_string()])
+                .args(["--first-ip", &first_ip(k).to_string()])
+                .args(["--generation", &generations.as_arg()])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .map_err(LoadError::Child)?;
+            let stdin = child.stdin.take();
+            let stdout = child.stdout.take();
+            out.children.push((child, stdin));
+            let stdout = stdout.ok_or_else(|| LoadError::Protocol("no stdout pipe".to_owned()))?;
+            out.read_targets(BufReader::new(stdout), n)?;
+            offset += n;
+        }
+        Ok(out)
+    }
+
+    fn read_targets(&mut self, mut r: impl BufRead, n: usize) -> Result<(), LoadError> {
+        let mut line = String::new();
+        let mut got = 0;
+        loop {
+            line.clear();
+            if r.read_line(&mut line).map_err(LoadError::Child)? == 0 {
+                return Err(LoadError::Protocol(format!(
+                    "exited after {got} of {n} pods"
+                )));
+            }
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            match fields.as_slice() {
+                ["ready"] if got == n => return Ok(()),
+                ["pod", name, uid, addr] => {
+                    let addr: SocketAddr = addr
+                        .parse()
+                        .map_err(|_| LoadError::Protocol(format!("bad address in {line:?}")))?;
+                    self.targets.push((
+                        PodIdentity {
+                            name: (*name).to_owned(),
+                            uid: (*uid).to_owned(),
+                            restart_count: 0,
+                            image: Some("ghcr.io/tuist/kura:0.6.0".to_owned()),
+                            ip: Some(addr.ip().to_string()),
+                        },
+                        addr,
+                    ));
+                    got += 1;
+                }
+                _ => return Err(LoadError::Protocol(format!("unexpected line {line:?}"))),
+            }
+        }
+    }
+
+    /// Every pod as a poll target, in start order.
+    pub fn targets(&self) -> &[(PodIdentity, SocketAddr)] {
+        &self.targets
+    }
+
+    /// The children's process ids.
+    pub fn pids(&self) -> Vec<u32> {
+        self.children.iter().map(|(c, _)| c.id()).collect()
+    }
+}
+
+impl Drop for SimProcesses {
+    fn drop(&mut self) {
+        for (child, stdin) in &mut self.children {
+            // Closing stdin tells the child to stop.
+            drop(stdin.take());
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The child side: start `pods` healthy pods named `pod-<offset+i>` from
+/// `first_ip`, announce them on stdout and serve until stdin closes.
+pub fn serve(
+    pods: usize,
+    offset: usize,
+    first_ip: Ipv4Addr,
+    generations: Generations,
+) -> Result<(), LoadError> {
+    let wanted = FDS_PER_SIM_POD * pods as u64 + FD_SLACK;
+    match raise_fd_limit(wanted) {
+        Ok(limit) if limit < wanted => {
+            eprintln!("serve-sim: open-file limit {limit} is below the {wanted} this process needs")
+        }
+        Ok(_) => {}
+        Err(e) => eprintln!("serve-sim: cannot raise the open-file limit: {e}"),
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(LoadError::Runtime)?;
+    runtime.block_on(async {
+        let specs = (0..pods)
+            .map(|i| {
+                let mut spec = SimPodSpec::new(format!("pod-{}", offset + i));
+                spec.node.report_generation = generations.of(offset + i);
+                spec
+            })
+            .collect();
+        let addressing = Addressing::Loopback { first_ip, port: 0 };
+        let sim = Simulator::start(specs, &addressing).await?;
+        {
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            for pod in sim.pods() {
+                writeln!(out, "pod {} {} {}", pod.name(), pod.uid(), pod.addr())
+                    .map_err(LoadError::Child)?;
+            }
+            writeln!(out, "ready").map_err(LoadError::Child)?;
+            out.flush().map_err(LoadError::Child)?;
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        std::thread::spawn(move || {
+            // Read until the parent closes our stdin (or exits).
+            let _ = std::io::stdin().lock().read_to_end(&mut Vec::new());
+            let _ = tx.send(());
+        });
+        let _ = rx.await;
+        drop(sim);
+        Ok(())
+    })
+}
