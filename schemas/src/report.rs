@@ -297,6 +297,16 @@ pub fn parse_report_limited(body: &[u8], limit: usize) -> Result<NodeReport, Rep
             limit,
         });
     }
+    // Fast path: an object decoded straight into its known keys (numbers
+    // and booleans allocate nothing, unknown keys are skipped). Anything it
+    // cannot take (not an object, a duplicate key, ...) goes the general way
+    // below, so both paths give exactly the same results.
+    let first = body.iter().find(|b| !b.is_ascii_whitespace());
+    if first == Some(&b'{')
+        && let Ok(raw) = serde_json::from_slice::<KnownKeys>(body)
+    {
+        return validate(&raw);
+    }
     let value: Value =
         serde_json::from_slice(body).map_err(|e| ReportError::Malformed(e.to_string()))?;
     report_from_value(&value)
@@ -305,7 +315,75 @@ pub fn parse_report_limited(body: &[u8], limit: usize) -> Result<NodeReport, Rep
 /// Validate an already-decoded JSON value as a report (used for reports
 /// embedded in other documents, e.g. `kura-agent aggregate` input).
 pub fn report_from_value(value: &Value) -> Result<NodeReport, ReportError> {
-    let obj = value.as_object().ok_or(ReportError::NotAnObject)?;
+    validate(value.as_object().ok_or(ReportError::NotAnObject)?)
+}
+
+/// Access to a report's keys, whichever way it was decoded.
+trait Lookup {
+    fn get(&self, key: &str) -> Option<&Value>;
+}
+
+impl Lookup for Map<String, Value> {
+    fn get(&self, key: &str) -> Option<&Value> {
+        Map::get(self, key)
+    }
+}
+
+/// Keeps a key that is present, even as `null` (serde's `Option` would
+/// turn `null` into "absent", and null is a wrong type here, not absence).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+/// Generates [`KnownKeys`]: one optional raw value per key of the report.
+macro_rules! known_keys {
+    ($($key:ident),* $(,)?) => {
+        /// The report's known keys, each as its raw JSON value when present.
+        #[derive(Deserialize)]
+        struct KnownKeys {
+            $(
+                #[serde(default, deserialize_with = "present")]
+                $key: Option<Value>,
+            )*
+        }
+
+        impl Lookup for KnownKeys {
+            fn get(&self, key: &str) -> Option<&Value> {
+                match key {
+                    $(stringify!($key) => self.$key.as_ref(),)*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+known_keys!(
+    generation,
+    ready,
+    state,
+    ring_members,
+    ring_fingerprint,
+    initial_discovery_completed,
+    writer_lock_owned,
+    bootstrap_known_peers,
+    bootstrap_completed_peers,
+    bootstrap_inflight_peers,
+    http_inflight_requests,
+    grpc_inflight_requests,
+    outbox_messages,
+    memory_pressure_state,
+    fd_timeout_count,
+    peer_connection_failure_count,
+    backfill_initial_cycle,
+    backfill_backfilling_peers,
+    backfill_budget_exhausted_real_peers,
+    backfill_budget_exhausted_capability_peers,
+    backfill_ring_fullness_percent,
+    serving_authority,
+);
+
+fn validate(obj: &impl Lookup) -> Result<NodeReport, ReportError> {
     let state_text = req_str(obj, "state")?;
     let state = match state_text {
         "joining" => NodeState::Joining,
@@ -417,13 +495,13 @@ fn u64_of(field: &'static str, v: &Value) -> Result<u64, ReportError> {
     }
 }
 
-fn req_u64(obj: &Map<String, Value>, field: &'static str) -> Result<u64, ReportError> {
+fn req_u64(obj: &impl Lookup, field: &'static str) -> Result<u64, ReportError> {
     obj.get(field)
         .ok_or(ReportError::Missing { field })
         .and_then(|v| u64_of(field, v))
 }
 
-fn opt_u64(obj: &Map<String, Value>, field: &'static str) -> Result<Option<u64>, ReportError> {
+fn opt_u64(obj: &impl Lookup, field: &'static str) -> Result<Option<u64>, ReportError> {
     obj.get(field).map(|v| u64_of(field, v)).transpose()
 }
 
@@ -434,13 +512,13 @@ fn bool_of(field: &'static str, v: &Value) -> Result<bool, ReportError> {
     })
 }
 
-fn req_bool(obj: &Map<String, Value>, field: &'static str) -> Result<bool, ReportError> {
+fn req_bool(obj: &impl Lookup, field: &'static str) -> Result<bool, ReportError> {
     obj.get(field)
         .ok_or(ReportError::Missing { field })
         .and_then(|v| bool_of(field, v))
 }
 
-fn opt_bool(obj: &Map<String, Value>, field: &'static str) -> Result<Option<bool>, ReportError> {
+fn opt_bool(obj: &impl Lookup, field: &'static str) -> Result<Option<bool>, ReportError> {
     obj.get(field).map(|v| bool_of(field, v)).transpose()
 }
 
@@ -451,16 +529,13 @@ fn str_of<'a>(field: &'static str, v: &'a Value) -> Result<&'a str, ReportError>
     })
 }
 
-fn req_str<'a>(obj: &'a Map<String, Value>, field: &'static str) -> Result<&'a str, ReportError> {
+fn req_str<'a>(obj: &'a impl Lookup, field: &'static str) -> Result<&'a str, ReportError> {
     obj.get(field)
         .ok_or(ReportError::Missing { field })
         .and_then(|v| str_of(field, v))
 }
 
-fn opt_str<'a>(
-    obj: &'a Map<String, Value>,
-    field: &'static str,
-) -> Result<Option<&'a str>, ReportError> {
+fn opt_str<'a>(obj: &'a impl Lookup, field: &'static str) -> Result<Option<&'a str>, ReportError> {
     obj.get(field).map(|v| str_of(field, v)).transpose()
 }
 

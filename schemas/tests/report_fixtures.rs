@@ -163,3 +163,31 @@ fn serialized_report_parses_back_to_itself() {
         assert_eq!(r, again, "{f}");
     }
 }
+
+#[test]
+fn fast_and_general_paths_agree_on_every_fixture() {
+    let manifest: Manifest =
+        serde_json::from_slice(&std::fs::read(dir().join("cases.json")).unwrap()).unwrap();
+    let mut compared = 0;
+    for case in &manifest.cases {
+        let body = std::fs::read(dir().join(&case.file)).unwrap();
+        if body.len() > kura_schemas::report::DEFAULT_BODY_LIMIT {
+            continue;
+        }
+        let Ok(value) = serde_json::from_slice::<serde_json::Value>(&body) else {
+            continue;
+        };
+        assert_eq!(
+            parse_report(&body),
+            kura_schemas::report::report_from_value(&value),
+            "{}",
+            case.file
+        );
+        compared += 1;
+    }
+    assert!(compared >= 25, "compared {compared}");
+    // A duplicate key takes the general path (last one wins), as before.
+    let dup = br#"{"generation":1,"generation":2,"ready":true,"state":"serving","ring_members":1,
+        "writer_lock_owned":true,"memory_pressure_state":0,"fd_timeout_count":0}"#;
+    assert_eq!(parse_report(dup).unwrap().generation, 2);
+}
