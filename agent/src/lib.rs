@@ -12,4 +12,5 @@ pub mod metrics;
 pub mod poll;
 pub mod runner;
 pub mod sample;
+pub mod shard;
 pub mod sim;

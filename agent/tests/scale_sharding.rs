@@ -1,0 +1,744 @@
+//! Sharding against a real API server: three agents (each in its own
+//! runtime, like three processes) share thirty instances through Leases.
+//!
+//! Run with `scripts/scale-e2e.sh` (it starts kube-apiserver + etcd with
+//! `scripts/k8s-up.sh` and sets `KUBECONFIG`), or by hand:
+//! `. DIR/env && cargo test -p kura-agent --test scale_sharding -- --ignored --test-threads=1 --nocapture`.
+//!
+//! What is checked:
+//! - at every sampled moment (every 200 ms) the owned sets the three debug
+//!   endpoints report are disjoint, and once settled they cover all thirty;
+//! - the write log (a watch on the instances: every status change with its
+//!   `rolloutHealth.agent`) shows one writer per instance, and for the
+//!   instances of the killed agent exactly one change of writer, to the
+//!   rendezvous owner among the survivors;
+//! - the split is roughly even;
+//! - killing an agent (its runtime dropped: no Lease release, no write
+//!   flush) moves its instances within one lease duration plus one sweep
+//!   (plus the supervisor's 1 s reconcile tick);
+//! - no published counter goes backwards and the soak clock
+//!   (`healthySince`) survives the move;
+//! - the Lease API load, from the agents' own counters and from the API
+//!   server's `apiserver_request_total`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use futures::StreamExt;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use kube::{Client, CustomResourceExt};
+use kura_agent::config::RunArgs;
+use kura_agent::kube::discovery::kura_instance_resource;
+use kura_agent::shard::{Member, owner};
+use kura_agent::sim::{Addressing, SimPodSpec, Simulator};
+use kura_schemas::KuraInstance;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const INSTANCES: usize = 30;
+const AGENTS: usize = 3;
+const LEASE: Duration = Duration::from_secs(6);
+const SWEEP: Duration = Duration::from_secs(2);
+/// The supervisor re-reads its targets every second.
+const RECONCILE: Duration = Duration::from_secs(1);
+const IMAGE: &str = "ghcr.io/tuist/kura:0.6.0";
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    args: RunArgs,
+}
+
+/// What each agent's debug endpoint said it owned at one moment (`None`:
+/// no answer, or the agent is dead).
+type Sample = (Instant, Vec<Option<BTreeSet<String>>>);
+
+/// One status change seen by the watch.
+#[derive(Debug, Clone)]
+struct Written {
+    at: Instant,
+    instance: String,
+    agent: String,
+    observed_at: Timestamp,
+    fd_timeout_count: u64,
+    healthy_since: Option<String>,
+    resource_version: String,
+}
+
+/// The write log: every distinct status of every instance, in order.
+#[derive(Clone, Default)]
+struct WriteLog(Arc<Mutex<Vec<Written>>>);
+
+impl WriteLog {
+    fn all(&self) -> Vec<Written> {
+        self.0.lock().expect("log").clone()
+    }
+    fn by_instance(&self) -> BTreeMap<String, Vec<Written>> {
+        let mut out: BTreeMap<String, Vec<Written>> = BTreeMap::new();
+        for w in self.all() {
+            out.entry(w.instance.clone()).or_default().push(w);
+        }
+        out
+    }
+}
+
+fn record(log: &WriteLog, obj: &DynamicObject) {
+    let Some(health) = obj.data.pointer("/status/rolloutHealth") else {
+        return;
+    };
+    let rv = obj.metadata.resource_version.clone().unwrap_or_default();
+    let mut v = log.0.lock().expect("log");
+    let name = obj.metadata.name.clone().unwrap_or_default();
+    if v.iter()
+        .any(|w| w.instance == name && w.resource_version == rv)
+    {
+        return;
+    }
+    v.push(Written {
+        at: Instant::now(),
+        instance: name,
+        agent: health["agent"].as_str().unwrap_or_default().to_owned(),
+        observed_at: health["observedAt"]
+            .as_str()
+            .and_then(|s| s.parse().ok())
+            .expect("observedAt"),
+        fd_timeout_count: health["fdTimeoutCount"].as_u64().expect("fdTimeoutCount"),
+        healthy_since: obj
+            .data
+            .pointer("/status/rolloutGate/healthySince")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        resource_version: rv,
+    });
+}
+
+/// A running agent: its own thread and current-thread runtime (so its
+/// metrics go to its own recorder), stopped gracefully or crashed.
+struct Agent {
+    id: String,
+    debug: SocketAddr,
+    metrics: metrics_exporter_prometheus::PrometheusHandle,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    crash: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+impl Agent {
+    fn start(id: &str, ns: &str, pod_port: u16) -> Agent {
+        let debug = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
+        let cli = Cli::try_parse_from([
+            "kura-agent".to_owned(),
+            format!("--namespace={ns}"),
+            format!("--agent-identity={id}"),
+            format!("--port={pod_port}"),
+            format!("--sweep-interval={}s", SWEEP.as_secs()),
+            "--poll-timeout=1s".to_owned(),
+            "--heartbeat=30s".to_owned(),
+            format!("--debug-listen={debug}"),
+            "--sharding".to_owned(),
+            format!("--lease-namespace={ns}"),
+            format!("--agent-group=scale-{ns}"),
+            format!("--lease-duration={}s", LEASE.as_secs()),
+            "--log-format=text".to_owned(),
+        ])
+        .expect("agent flags");
+        let recorder = kura_agent::metrics::prometheus_builder()
+            .expect("buckets")
+            .build_recorder();
+        let metrics = recorder.handle();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let (crash_tx, crash_rx) = tokio::sync::oneshot::channel::<()>();
+        let handle = metrics.clone();
+        let name = id.to_owned();
+        let thread = std::thread::Builder::new()
+            .name(id.to_owned())
+            .spawn(move || {
+                let _local = metrics::set_default_local_recorder(&recorder);
+                kura_agent::metrics::describe();
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("runtime");
+                rt.block_on(async move {
+                    let client = Client::try_default().await.expect("client");
+                    let run =
+                        kura_agent::cli::run::run_with_client(cli.args, client, handle, async {
+                            let _ = stop_rx.await;
+                        });
+                    tokio::select! {
+                        r = run => r.expect("agent ran"),
+                        _ = crash_rx => eprintln!("{name}: crashed"),
+                    }
+                });
+                // Dropping the runtime drops every task of this agent: the
+                // renew loop, the writer, the watches. Nothing is released.
+                drop(rt);
+            })
+            .expect("thread");
+        Agent {
+            id: id.to_owned(),
+            debug,
+            metrics,
+            stop: Some(stop_tx),
+            crash: Some(crash_tx),
+            thread: Some(thread),
+        }
+    }
+
+    fn crash(&mut self) {
+        if let Some(c) = self.crash.take() {
+            let _ = c.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            t.join().expect("agent thread");
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            t.join().expect("agent thread");
+        }
+    }
+
+    fn metric(&self, prefix: &str) -> f64 {
+        self.metrics
+            .render()
+            .lines()
+            .filter(|l| l.starts_with(prefix))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.crash();
+    }
+}
+
+/// GET over plain HTTP/1.1 with `Connection: close`; the body.
+async fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
+    let mut s = tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(addr))
+        .await
+        .ok()?
+        .ok()?;
+    let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.ok()?;
+    let mut buf = Vec::new();
+    tokio::time::timeout(Duration::from_secs(2), s.read_to_end(&mut buf))
+        .await
+        .ok()?
+        .ok()?;
+    let text = String::from_utf8(buf).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
+}
+
+/// `/debug/members` of an agent: (members, owned).
+async fn members(agent: &Agent) -> Option<(Vec<String>, BTreeSet<String>)> {
+    let body = http_get(agent.debug, "/debug/members").await?;
+    let v: Value = serde_json::from_str(&body).ok()?;
+    let members = v["members"]
+        .as_array()?
+        .iter()
+        .filter(|m| m["settled"] == json!(true))
+        .filter_map(|m| m["id"].as_str().map(str::to_owned))
+        .collect();
+    let owned = v["owned"]
+        .as_array()?
+        .iter()
+        .filter_map(|o| o.as_str().map(str::to_owned))
+        .collect();
+    Some((members, owned))
+}
+
+async fn apply_crd(client: &Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = KuraInstance::crd();
+    let name = crd.metadata.name.clone().expect("crd name");
+    crds.patch(
+        &name,
+        &PatchParams::apply("kura-scale-test").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .expect("apply CRD");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let c = crds.get(&name).await.expect("get CRD");
+        let established = c
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True");
+        if established {
+            break;
+        }
+        assert!(Instant::now() < deadline, "CRD not established");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Namespace, CRD, 30 instances, 30 API pods whose status points at 30
+/// simulated pods (127.30.0.x, one shared port). Returns the simulator.
+async fn fixtures(client: &Client, ns: &str) -> Simulator {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": ns}})).expect("ns"),
+        )
+        .await
+        .expect("create namespace");
+    apply_crd(client).await;
+    let instances: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), ns, &kura_instance_resource());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let mut specs = Vec::new();
+    for i in 0..INSTANCES {
+        let name = format!("acme-{i:02}");
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "kura.tuist.dev/v1alpha1", "kind": "KuraInstance",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"image": IMAGE, "replicas": 1, "region": "eu"}
+        }))
+        .expect("instance");
+        instances
+            .create(&PostParams::default(), &obj)
+            .await
+            .expect("create instance");
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": format!("{name}-0"), "namespace": ns,
+                "labels": {"app.kubernetes.io/name": "kura"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": name,
+                    "uid": format!("sts-{name}"), "controller": true}]},
+            "spec": {"containers": [{"name": "kura", "image": IMAGE}]}
+        }))
+        .expect("pod");
+        let created = pods
+            .create(&PostParams::default(), &pod)
+            .await
+            .expect("create pod");
+        let mut spec = SimPodSpec::new(format!("{name}-0"));
+        spec.uid = created.metadata.uid.clone().expect("uid");
+        specs.push(spec);
+    }
+    let sim = Simulator::start(
+        specs,
+        &Addressing::Loopback {
+            first_ip: Ipv4Addr::new(127, 30, 0, 1),
+            port: 0,
+        },
+    )
+    .await
+    .expect("simulator");
+    let port = sim.pods()[0].addr().port();
+    for p in sim.pods() {
+        assert_eq!(
+            p.addr().port(),
+            port,
+            "loopback addressing, one shared port"
+        );
+        pods.patch_status(
+            p.name(),
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"phase": "Running", "podIP": p.addr().ip().to_string(),
+                "containerStatuses": [{"name": "kura", "ready": true, "restartCount": 0,
+                    "image": IMAGE, "imageID": ""}]}}),
+            ),
+        )
+        .await
+        .expect("pod status");
+    }
+    sim
+}
+
+/// `apiserver_request_total` for leases, summed by verb.
+async fn lease_requests(client: &Client) -> BTreeMap<String, f64> {
+    let req = http::Request::get("/metrics")
+        .body(Vec::new())
+        .expect("request");
+    let text = client.request_text(req).await.unwrap_or_default();
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        if !line.starts_with("apiserver_request_total{") || !line.contains("resource=\"leases\"") {
+            continue;
+        }
+        let verb = line
+            .split("verb=\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .unwrap_or("?")
+            .to_owned();
+        let n: f64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        *out.entry(verb).or_insert(0.0) += n;
+    }
+    out
+}
+
+fn delta(a: &BTreeMap<String, f64>, b: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
+    b.iter()
+        .map(|(k, v)| (k.clone(), v - a.get(k).copied().unwrap_or(0.0)))
+        .filter(|(_, v)| *v > 0.0)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real API server: scripts/scale-e2e.sh"]
+async fn three_agents_share_thirty_instances_and_hand_over_on_a_crash() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new("warn,kura_agent::shard=info")
+            }),
+        )
+        .with_test_writer()
+        .try_init();
+    let client = Client::try_default().await.expect("KUBECONFIG");
+    let ns = format!("scale-{}", rand::random::<u32>() % 100_000);
+    let sim = fixtures(&client, &ns).await;
+    let pod_port = sim.pods()[0].addr().port();
+
+    // Counters move every second, so every sweep is a material change and
+    // every sweep is written: the write log sees who writes when.
+    let bumper = {
+        let pods = sim.pods().to_vec();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(1000)).await;
+                for p in &pods {
+                    p.update(|n| n.fd_timeout_count += 1);
+                }
+            }
+        })
+    };
+
+    // The write log.
+    let log = WriteLog::default();
+    let watch = {
+        let log = log.clone();
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), &ns, &kura_instance_resource());
+        tokio::spawn(async move {
+            let mut s = std::pin::pin!(watcher::watcher(api, watcher::Config::default()));
+            while let Some(ev) = s.next().await {
+                match ev {
+                    Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => record(&log, &o),
+                    Ok(_) => {}
+                    Err(e) => eprintln!("write-log watch error: {e}"),
+                }
+            }
+        })
+    };
+
+    let lease_before = lease_requests(&client).await;
+    let t_start = Instant::now();
+    let ids: Vec<String> = (0..AGENTS).map(|i| format!("agent-{i}")).collect();
+    let mut agents: Vec<Agent> = ids
+        .iter()
+        .map(|id| Agent::start(id, &ns, pod_port))
+        .collect();
+
+    // Ownership samples every 200 ms: never two owners of one instance.
+    let mut samples: Vec<Sample> = Vec::new();
+    let sample_one = |agents: &[Agent]| {
+        let addrs: Vec<(String, SocketAddr, bool)> = agents
+            .iter()
+            .map(|a| (a.id.clone(), a.debug, a.thread.is_some()))
+            .collect();
+        async move {
+            let mut out = Vec::new();
+            for (_, addr, alive) in &addrs {
+                out.push(if *alive {
+                    members_at(*addr).await.map(|(_, o)| o)
+                } else {
+                    None
+                });
+            }
+            out
+        }
+    };
+
+    // 1. Everyone settles: three members, all thirty owned, disjoint.
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let owned_at_start: Vec<BTreeSet<String>> = loop {
+        let snap = sample_one(&agents).await;
+        samples.push((Instant::now(), snap.clone()));
+        let views: Vec<_> = futures::future::join_all(agents.iter().map(members)).await;
+        let all_three = views
+            .iter()
+            .all(|v| v.as_ref().is_some_and(|(m, _)| m.len() == AGENTS));
+        let owned: Vec<BTreeSet<String>> =
+            snap.into_iter().map(Option::unwrap_or_default).collect();
+        let union: BTreeSet<&String> = owned.iter().flatten().collect();
+        let written: BTreeSet<String> = log
+            .all()
+            .iter()
+            .filter(|w| !w.agent.is_empty())
+            .map(|w| w.instance.clone())
+            .collect();
+        if all_three && union.len() == INSTANCES && written.len() == INSTANCES {
+            break owned;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "agents did not settle: members {views:?}, owned {owned:?}, written {}",
+            written.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let settle_time = t_start.elapsed();
+    let members_all: Vec<Member> = ids.iter().map(Member::new).collect();
+    for (i, owned) in owned_at_start.iter().enumerate() {
+        for key in owned {
+            assert_eq!(
+                owner(key, &members_all).map(|m| m.id.as_str()),
+                Some(ids[i].as_str()),
+                "{key} owned by the rendezvous owner"
+            );
+        }
+        assert!(
+            (5..=15).contains(&owned.len()),
+            "roughly even split: {} owns {}",
+            ids[i],
+            owned.len()
+        );
+    }
+    let split: Vec<usize> = owned_at_start.iter().map(BTreeSet::len).collect();
+
+    // 2. Steady state for a few sweeps, sampling ownership.
+    let steady_until = Instant::now() + SWEEP * 3;
+    while Instant::now() < steady_until {
+        let snap = sample_one(&agents).await;
+        samples.push((Instant::now(), snap));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // 3. Crash agent-2: no lease release, no write flush.
+    let victim = 2;
+    let moved: BTreeSet<String> = owned_at_start[victim].clone();
+    let kill_at = Instant::now();
+    agents[victim].crash();
+    let survivors: Vec<Member> = ids
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != victim)
+        .map(|(_, id)| Member::new(id))
+        .collect();
+
+    // Wait until every moved instance was written by a survivor.
+    let deadline = kill_at + LEASE + SWEEP + Duration::from_secs(20);
+    let handover: BTreeMap<String, Duration> = loop {
+        let snap = sample_one(&agents).await;
+        samples.push((Instant::now(), snap));
+        let by = log.by_instance();
+        let firsts: BTreeMap<String, Duration> = moved
+            .iter()
+            .filter_map(|key| {
+                let name = key.rsplit('/').next().unwrap_or(key);
+                by.get(name)?
+                    .iter()
+                    .find(|w| w.at > kill_at && w.agent != ids[victim])
+                    .map(|w| (key.clone(), w.at - kill_at))
+            })
+            .collect();
+        if firsts.len() == moved.len() {
+            break firsts;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "handover incomplete: {} of {} moved",
+            firsts.len(),
+            moved.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // A few more sweeps after the move.
+    let after_until = Instant::now() + SWEEP * 3;
+    while Instant::now() < after_until {
+        let snap = sample_one(&agents).await;
+        samples.push((Instant::now(), snap));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let elapsed = t_start.elapsed();
+    let lease_after = lease_requests(&client).await;
+    let renewals: Vec<f64> = agents
+        .iter()
+        .filter(|a| a.thread.is_some())
+        .map(|a| a.metric("kura_agent_lease_renewals_total"))
+        .collect();
+    let changes: Vec<f64> = agents
+        .iter()
+        .filter(|a| a.thread.is_some())
+        .map(|a| a.metric("kura_agent_ownership_changes_total"))
+        .collect();
+    let fenced: f64 = agents
+        .iter()
+        .filter(|a| a.thread.is_some())
+        .map(|a| a.metric("kura_agent_status_writes_total{result=\"fenced\"}"))
+        .fold(0.0, |a, b| a + b);
+
+    // 4. Graceful stop of the survivors: their Leases are deleted.
+    for a in agents.iter_mut() {
+        a.stop();
+    }
+    watch.abort();
+    bumper.abort();
+
+    // ---- assertions over the samples ----
+    for (at, snap) in &samples {
+        let mut seen: BTreeMap<&String, usize> = BTreeMap::new();
+        for (i, owned) in snap.iter().enumerate() {
+            for k in owned.iter().flatten() {
+                if let Some(prev) = seen.insert(k, i) {
+                    panic!(
+                        "{k} owned by {} and {} at {:?}",
+                        ids[prev],
+                        ids[i],
+                        at.duration_since(t_start)
+                    );
+                }
+            }
+        }
+    }
+
+    // ---- assertions over the write log ----
+    let by = log.by_instance();
+    assert_eq!(by.len(), INSTANCES);
+    let mut max_gap = Duration::ZERO;
+    for (name, writes) in &by {
+        let key = format!("{ns}/{name}");
+        let writers: Vec<&str> = writes
+            .iter()
+            .map(|w| w.agent.as_str())
+            .filter(|a| !a.is_empty())
+            .collect();
+        let mut runs: Vec<&str> = writers.clone();
+        runs.dedup();
+        if moved.contains(&key) {
+            let new_owner = owner(&key, &survivors).expect("survivor");
+            assert_eq!(
+                runs,
+                vec![ids[victim].as_str(), new_owner.id.as_str()],
+                "{key}: the victim, then its rendezvous successor, nobody else"
+            );
+            // No write of the old owner after the new owner's first.
+            let first_new = writes
+                .iter()
+                .position(|w| w.agent == new_owner.id)
+                .expect("new owner wrote");
+            assert!(writes[first_new..].iter().all(|w| w.agent == new_owner.id));
+            let last_old = writes[..first_new]
+                .iter()
+                .rev()
+                .find(|w| w.agent == ids[victim])
+                .expect("old owner wrote");
+            max_gap = max_gap.max(writes[first_new].at - last_old.at);
+        } else {
+            assert_eq!(runs.len(), 1, "{key}: one writer, got {runs:?}");
+        }
+        // Counters and the soak clock never go backwards.
+        for pair in writes.windows(2) {
+            let (a, b) = (&pair[0], &pair[1]);
+            assert!(
+                b.fd_timeout_count >= a.fd_timeout_count,
+                "{key}: fdTimeoutCount {} -> {} ({} -> {})",
+                a.fd_timeout_count,
+                b.fd_timeout_count,
+                a.agent,
+                b.agent
+            );
+            assert!(
+                b.observed_at >= a.observed_at,
+                "{key}: observedAt went back"
+            );
+            if a.healthy_since.is_some() && b.healthy_since.is_some() {
+                assert_eq!(
+                    a.healthy_since, b.healthy_since,
+                    "{key}: soak clock restarted ({} -> {})",
+                    a.agent, b.agent
+                );
+            }
+        }
+    }
+
+    // ---- handover time ----
+    let worst = handover.values().max().copied().unwrap_or_default();
+    let mean = handover.values().sum::<Duration>() / handover.len().max(1) as u32;
+    let bound = LEASE + SWEEP + RECONCILE;
+    assert!(
+        worst <= bound,
+        "handover took {worst:?}, bound {bound:?} (lease + sweep + reconcile tick)"
+    );
+
+    // ---- Lease API load ----
+    let lease_delta = delta(&lease_before, &lease_after);
+    let secs = elapsed.as_secs_f64();
+    let total_lease: f64 = lease_delta.values().sum();
+    println!("scale: {INSTANCES} instances, {AGENTS} agents, lease {LEASE:?}, sweep {SWEEP:?}");
+    println!("scale: settled (3 members, all written) after {settle_time:?}; split {split:?}");
+    println!(
+        "scale: crash of {} moved {} instances: handover (crash -> first write by the new owner) mean {mean:?}, max {worst:?}; \
+         longest gap between the old owner's last write and the new owner's first: {max_gap:?}",
+        ids[victim],
+        moved.len()
+    );
+    println!(
+        "scale: ownership changes per survivor {changes:?}; writes refused by the fence: {fenced}; ownership samples {}",
+        samples.len()
+    );
+    println!(
+        "scale: lease renewals per surviving agent {renewals:?} over {secs:.1}s = {:?}/s each",
+        renewals
+            .iter()
+            .map(|r| (r / secs * 100.0).round() / 100.0)
+            .collect::<Vec<_>>()
+    );
+    println!(
+        "scale: API server lease requests over the run {lease_delta:?} = {:.2}/s for {AGENTS} agents \
+         (includes the API server's own lease renewals)",
+        total_lease / secs
+    );
+    drop(sim);
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let _ = namespaces.delete(&ns, &Default::default()).await;
+}
+
+async fn members_at(addr: SocketAddr) -> Option<(Vec<String>, BTreeSet<String>)> {
+    let body = http_get(addr, "/debug/members").await?;
+    let v: Value = serde_json::from_str(&body).ok()?;
+    let members = v["members"]
+        .as_array()?
+        .iter()
+        .filter_map(|m| m["id"].as_str().map(str::to_owned))
+        .collect();
+    let owned = v["owned"]
+        .as_array()?
+        .iter()
+        .filter_map(|o| o.as_str().map(str::to_owned))
+        .collect();
+    Some((members, owned))
+}
