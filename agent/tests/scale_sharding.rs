@@ -122,7 +122,6 @@ fn record(log: &WriteLog, obj: &DynamicObject) {
 /// A running agent: its own thread and current-thread runtime (so its
 /// metrics go to its own recorder), stopped gracefully or crashed.
 struct Agent {
-    id: String,
     debug: SocketAddr,
     metrics: metrics_exporter_prometheus::PrometheusHandle,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -138,7 +137,9 @@ fn free_port() -> u16 {
 }
 
 impl Agent {
-    fn start(id: &str, ns: &str, pod_port: u16) -> Agent {
+    /// An agent with identity `id` watching `ns`, polling `pod_port`, as
+    /// the kubeconfig's `context` (default: the current one, admin).
+    fn start(id: &str, ns: &str, pod_port: u16, context: Option<&str>) -> Agent {
         let debug = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
         let cli = Cli::try_parse_from([
             "kura-agent".to_owned(),
@@ -164,6 +165,7 @@ impl Agent {
         let (crash_tx, crash_rx) = tokio::sync::oneshot::channel::<()>();
         let handle = metrics.clone();
         let name = id.to_owned();
+        let context = context.map(str::to_owned);
         let thread = std::thread::Builder::new()
             .name(id.to_owned())
             .spawn(move || {
@@ -174,7 +176,14 @@ impl Agent {
                     .build()
                     .expect("runtime");
                 rt.block_on(async move {
-                    let client = Client::try_default().await.expect("client");
+                    let options = kube::config::KubeConfigOptions {
+                        context,
+                        ..Default::default()
+                    };
+                    let config = kube::Config::from_kubeconfig(&options)
+                        .await
+                        .expect("kubeconfig");
+                    let client = Client::try_from(config).expect("client");
                     let run =
                         kura_agent::cli::run::run_with_client(cli.args, client, handle, async {
                             let _ = stop_rx.await;
@@ -190,7 +199,6 @@ impl Agent {
             })
             .expect("thread");
         Agent {
-            id: id.to_owned(),
             debug,
             metrics,
             stop: Some(stop_tx),
@@ -233,8 +241,14 @@ impl Drop for Agent {
     }
 }
 
-/// GET over plain HTTP/1.1 with `Connection: close`; the body.
+/// GET over plain HTTP/1.1 with `Connection: close`; the body of a 200.
 async fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
+    let (status, body) = http_get_any(addr, path).await?;
+    (status == 200).then_some(body)
+}
+
+/// GET over plain HTTP/1.1 with `Connection: close`; status and body.
+async fn http_get_any(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     let mut s = tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(addr))
         .await
         .ok()?
@@ -248,7 +262,8 @@ async fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
         .ok()?;
     let text = String::from_utf8(buf).ok()?;
     let (head, body) = text.split_once("\r\n\r\n")?;
-    head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
+    let status = head.split(' ').nth(1)?.parse().ok()?;
+    Some((status, body.to_owned()))
 }
 
 /// `/debug/members` of an agent: (members, owned).
@@ -297,9 +312,10 @@ async fn apply_crd(client: &Client) {
     }
 }
 
-/// Namespace, CRD, 30 instances, 30 API pods whose status points at 30
-/// simulated pods (127.30.0.x, one shared port). Returns the simulator.
-async fn fixtures(client: &Client, ns: &str) -> Simulator {
+/// Namespace, CRD, `n` instances, `n` API pods whose status points at `n`
+/// simulated pods (from `first_ip`, one shared port). Returns the
+/// simulator.
+async fn fixtures(client: &Client, ns: &str, n: usize, first_ip: Ipv4Addr) -> Simulator {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     namespaces
         .create(
@@ -313,7 +329,7 @@ async fn fixtures(client: &Client, ns: &str) -> Simulator {
         Api::namespaced_with(client.clone(), ns, &kura_instance_resource());
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let mut specs = Vec::new();
-    for i in 0..INSTANCES {
+    for i in 0..n {
         let name = format!("acme-{i:02}");
         let obj: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "kura.tuist.dev/v1alpha1", "kind": "KuraInstance",
@@ -341,15 +357,9 @@ async fn fixtures(client: &Client, ns: &str) -> Simulator {
         spec.uid = created.metadata.uid.clone().expect("uid");
         specs.push(spec);
     }
-    let sim = Simulator::start(
-        specs,
-        &Addressing::Loopback {
-            first_ip: Ipv4Addr::new(127, 30, 0, 1),
-            port: 0,
-        },
-    )
-    .await
-    .expect("simulator");
+    let sim = Simulator::start(specs, &Addressing::Loopback { first_ip, port: 0 })
+        .await
+        .expect("simulator");
     let port = sim.pods()[0].addr().port();
     for p in sim.pods() {
         assert_eq!(
@@ -406,9 +416,7 @@ fn delta(a: &BTreeMap<String, f64>, b: &BTreeMap<String, f64>) -> BTreeMap<Strin
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the real API server: scripts/scale-e2e.sh"]
-async fn three_agents_share_thirty_instances_and_hand_over_on_a_crash() {
+fn init_tracing() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
@@ -417,31 +425,29 @@ async fn three_agents_share_thirty_instances_and_hand_over_on_a_crash() {
         )
         .with_test_writer()
         .try_init();
-    let client = Client::try_default().await.expect("KUBECONFIG");
-    let ns = format!("scale-{}", rand::random::<u32>() % 100_000);
-    let sim = fixtures(&client, &ns).await;
-    let pod_port = sim.pods()[0].addr().port();
+}
 
-    // Counters move every second, so every sweep is a material change and
-    // every sweep is written: the write log sees who writes when.
-    let bumper = {
-        let pods = sim.pods().to_vec();
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_millis(1000)).await;
-                for p in &pods {
-                    p.update(|n| n.fd_timeout_count += 1);
-                }
+/// Counters move every second, so every sweep is a material change and is
+/// written: the write log sees who writes when.
+fn bump_counters(sim: &Simulator) -> tokio::task::JoinHandle<()> {
+    let pods = sim.pods().to_vec();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(1000)).await;
+            for p in &pods {
+                p.update(|n| n.fd_timeout_count += 1);
             }
-        })
-    };
+        }
+    })
+}
 
-    // The write log.
+/// The write log: a watch on the namespace's instances.
+fn start_write_log(client: &Client, ns: &str) -> (WriteLog, tokio::task::JoinHandle<()>) {
     let log = WriteLog::default();
-    let watch = {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), ns, &kura_instance_resource());
+    let task = {
         let log = log.clone();
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(client.clone(), &ns, &kura_instance_resource());
         tokio::spawn(async move {
             let mut s = std::pin::pin!(watcher::watcher(api, watcher::Config::default()));
             while let Some(ev) = s.next().await {
@@ -453,39 +459,107 @@ async fn three_agents_share_thirty_instances_and_hand_over_on_a_crash() {
             }
         })
     };
+    (log, task)
+}
+
+/// What every agent says it owns now (`None` for a dead or silent one).
+async fn sample(agents: &[Agent]) -> Vec<Option<BTreeSet<String>>> {
+    let mut out = Vec::new();
+    for a in agents {
+        out.push(if a.thread.is_some() {
+            members_at(a.debug).await.map(|(_, o)| o)
+        } else {
+            None
+        });
+    }
+    out
+}
+
+/// No instance is owned by two agents in any sample.
+fn assert_disjoint(samples: &[Sample], ids: &[String], t0: Instant) {
+    for (at, snap) in samples {
+        let mut seen: BTreeMap<&String, usize> = BTreeMap::new();
+        for (i, owned) in snap.iter().enumerate() {
+            for k in owned.iter().flatten() {
+                if let Some(prev) = seen.insert(k, i) {
+                    panic!(
+                        "{k} owned by {} and {} at {:?}",
+                        ids[prev],
+                        ids[i],
+                        at.duration_since(t0)
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Counters, observation times and the soak clock never go backwards in
+/// what was published, whoever wrote it.
+fn assert_monotone(by: &BTreeMap<String, Vec<Written>>) {
+    for (key, writes) in by {
+        for pair in writes.windows(2) {
+            let (a, b) = (&pair[0], &pair[1]);
+            assert!(
+                b.fd_timeout_count >= a.fd_timeout_count,
+                "{key}: fdTimeoutCount {} -> {} ({} -> {})",
+                a.fd_timeout_count,
+                b.fd_timeout_count,
+                a.agent,
+                b.agent
+            );
+            assert!(
+                b.observed_at >= a.observed_at,
+                "{key}: observedAt went back"
+            );
+            if a.healthy_since.is_some() && b.healthy_since.is_some() {
+                assert_eq!(
+                    a.healthy_since, b.healthy_since,
+                    "{key}: soak clock restarted ({} -> {})",
+                    a.agent, b.agent
+                );
+            }
+        }
+    }
+}
+
+/// The writers of an instance, consecutive repeats folded.
+fn runs(writes: &[Written]) -> Vec<&str> {
+    let mut r: Vec<&str> = writes
+        .iter()
+        .map(|w| w.agent.as_str())
+        .filter(|a| !a.is_empty())
+        .collect();
+    r.dedup();
+    r
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real API server: scripts/scale-e2e.sh"]
+async fn three_agents_share_thirty_instances_and_hand_over_on_a_crash() {
+    init_tracing();
+    let client = Client::try_default().await.expect("KUBECONFIG");
+    let ns = format!("scale-{}", rand::random::<u32>() % 100_000);
+    let sim = fixtures(&client, &ns, INSTANCES, Ipv4Addr::new(127, 30, 0, 1)).await;
+    let pod_port = sim.pods()[0].addr().port();
+    let bumper = bump_counters(&sim);
+    let (log, watch) = start_write_log(&client, &ns);
 
     let lease_before = lease_requests(&client).await;
     let t_start = Instant::now();
     let ids: Vec<String> = (0..AGENTS).map(|i| format!("agent-{i}")).collect();
     let mut agents: Vec<Agent> = ids
         .iter()
-        .map(|id| Agent::start(id, &ns, pod_port))
+        .map(|id| Agent::start(id, &ns, pod_port, None))
         .collect();
 
     // Ownership samples every 200 ms: never two owners of one instance.
     let mut samples: Vec<Sample> = Vec::new();
-    let sample_one = |agents: &[Agent]| {
-        let addrs: Vec<(String, SocketAddr, bool)> = agents
-            .iter()
-            .map(|a| (a.id.clone(), a.debug, a.thread.is_some()))
-            .collect();
-        async move {
-            let mut out = Vec::new();
-            for (_, addr, alive) in &addrs {
-                out.push(if *alive {
-                    members_at(*addr).await.map(|(_, o)| o)
-                } else {
-                    None
-                });
-            }
-            out
-        }
-    };
 
     // 1. Everyone settles: three members, all thirty owned, disjoint.
     let deadline = Instant::now() + Duration::from_secs(40);
     let owned_at_start: Vec<BTreeSet<String>> = loop {
-        let snap = sample_one(&agents).await;
+        let snap = sample(&agents).await;
         samples.push((Instant::now(), snap.clone()));
         let views: Vec<_> = futures::future::join_all(agents.iter().map(members)).await;
         let all_three = views
@@ -532,7 +606,7 @@ async fn three_agents_share_thirty_instances_and_hand_over_on_a_crash() {
     // 2. Steady state for a few sweeps, sampling ownership.
     let steady_until = Instant::now() + SWEEP * 3;
     while Instant::now() < steady_until {
-        let snap = sample_one(&agents).await;
+        let snap = sample(&agents).await;
         samples.push((Instant::now(), snap));
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -552,7 +626,7 @@ async fn three_agents_share_thirty_instances_and_hand_over_on_a_crash() {
     // Wait until every moved instance was written by a survivor.
     let deadline = kill_at + LEASE + SWEEP + Duration::from_secs(20);
     let handover: BTreeMap<String, Duration> = loop {
-        let snap = sample_one(&agents).await;
+        let snap = sample(&agents).await;
         samples.push((Instant::now(), snap));
         let by = log.by_instance();
         let firsts: BTreeMap<String, Duration> = moved
@@ -579,7 +653,7 @@ async fn three_agents_share_thirty_instances_and_hand_over_on_a_crash() {
     // A few more sweeps after the move.
     let after_until = Instant::now() + SWEEP * 3;
     while Instant::now() < after_until {
-        let snap = sample_one(&agents).await;
+        let snap = sample(&agents).await;
         samples.push((Instant::now(), snap));
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -609,21 +683,7 @@ async fn three_agents_share_thirty_instances_and_hand_over_on_a_crash() {
     bumper.abort();
 
     // ---- assertions over the samples ----
-    for (at, snap) in &samples {
-        let mut seen: BTreeMap<&String, usize> = BTreeMap::new();
-        for (i, owned) in snap.iter().enumerate() {
-            for k in owned.iter().flatten() {
-                if let Some(prev) = seen.insert(k, i) {
-                    panic!(
-                        "{k} owned by {} and {} at {:?}",
-                        ids[prev],
-                        ids[i],
-                        at.duration_since(t_start)
-                    );
-                }
-            }
-        }
-    }
+    assert_disjoint(&samples, &ids, t_start);
 
     // ---- assertions over the write log ----
     let by = log.by_instance();
@@ -631,13 +691,7 @@ async fn three_agents_share_thirty_instances_and_hand_over_on_a_crash() {
     let mut max_gap = Duration::ZERO;
     for (name, writes) in &by {
         let key = format!("{ns}/{name}");
-        let writers: Vec<&str> = writes
-            .iter()
-            .map(|w| w.agent.as_str())
-            .filter(|a| !a.is_empty())
-            .collect();
-        let mut runs: Vec<&str> = writers.clone();
-        runs.dedup();
+        let runs = runs(writes);
         if moved.contains(&key) {
             let new_owner = owner(&key, &survivors).expect("survivor");
             assert_eq!(
@@ -660,30 +714,8 @@ async fn three_agents_share_thirty_instances_and_hand_over_on_a_crash() {
         } else {
             assert_eq!(runs.len(), 1, "{key}: one writer, got {runs:?}");
         }
-        // Counters and the soak clock never go backwards.
-        for pair in writes.windows(2) {
-            let (a, b) = (&pair[0], &pair[1]);
-            assert!(
-                b.fd_timeout_count >= a.fd_timeout_count,
-                "{key}: fdTimeoutCount {} -> {} ({} -> {})",
-                a.fd_timeout_count,
-                b.fd_timeout_count,
-                a.agent,
-                b.agent
-            );
-            assert!(
-                b.observed_at >= a.observed_at,
-                "{key}: observedAt went back"
-            );
-            if a.healthy_since.is_some() && b.healthy_since.is_some() {
-                assert_eq!(
-                    a.healthy_since, b.healthy_since,
-                    "{key}: soak clock restarted ({} -> {})",
-                    a.agent, b.agent
-                );
-            }
-        }
     }
+    assert_monotone(&by);
 
     // ---- handover time ----
     let worst = handover.values().max().copied().unwrap_or_default();
@@ -741,4 +773,207 @@ async fn members_at(addr: SocketAddr) -> Option<(Vec<String>, BTreeSet<String>)>
         .filter_map(|o| o.as_str().map(str::to_owned))
         .collect();
     Some((members, owned))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real API server: scripts/scale-e2e.sh"]
+async fn a_replica_that_cannot_renew_stops_writing_and_rejoins_without_overlap() {
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    init_tracing();
+    let client = Client::try_default().await.expect("KUBECONFIG");
+    let ns = format!("fence-{}", rand::random::<u32>() % 100_000);
+    let n = 8;
+    let sim = fixtures(&client, &ns, n, Ipv4Addr::new(127, 31, 0, 1)).await;
+    let pod_port = sim.pods()[0].addr().port();
+
+    // agent-0 runs as the unprivileged test user with the chart's rules:
+    // read pods and instances, patch their status, and the Leases.
+    let roles: Api<Role> = Api::namespaced(client.clone(), &ns);
+    let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), &ns);
+    let pp = PostParams::default();
+    for (name, rules) in [
+        (
+            "agent",
+            json!([
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+                {"apiGroups": ["kura.tuist.dev"], "resources": ["kurainstances"], "verbs": ["get", "list", "watch"]},
+                {"apiGroups": ["kura.tuist.dev"], "resources": ["kurainstances/status"], "verbs": ["patch"]}
+            ]),
+        ),
+        (
+            "agent-leases",
+            json!([{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                    "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]),
+        ),
+    ] {
+        roles
+            .create(
+                &pp,
+                &serde_json::from_value(json!({"metadata": {"name": name}, "rules": rules}))
+                    .expect("role"),
+            )
+            .await
+            .expect("create role");
+    }
+    let binding = |name: &str| -> RoleBinding {
+        serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "kura-test-user"}]
+        }))
+        .expect("binding")
+    };
+    bindings
+        .create(&pp, &binding("agent"))
+        .await
+        .expect("binding");
+    bindings
+        .create(&pp, &binding("agent-leases"))
+        .await
+        .expect("binding");
+
+    let bumper = bump_counters(&sim);
+    let (log, watch) = start_write_log(&client, &ns);
+    let t0 = Instant::now();
+    let ids = vec!["fenced-0".to_owned(), "fenced-1".to_owned()];
+    let mut agents = vec![
+        Agent::start(&ids[0], &ns, pod_port, Some("kura-test-user")),
+        Agent::start(&ids[1], &ns, pod_port, None),
+    ];
+    let mut samples: Vec<Sample> = Vec::new();
+
+    // Both settle and every instance is written.
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let owned: Vec<BTreeSet<String>> = loop {
+        let snap = sample(&agents).await;
+        samples.push((Instant::now(), snap.clone()));
+        let owned: Vec<BTreeSet<String>> =
+            snap.into_iter().map(Option::unwrap_or_default).collect();
+        let union: BTreeSet<&String> = owned.iter().flatten().collect();
+        let written: BTreeSet<String> = log
+            .all()
+            .iter()
+            .filter(|w| !w.agent.is_empty())
+            .map(|w| w.instance.clone())
+            .collect();
+        if union.len() == n && written.len() == n {
+            break owned;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "agents did not settle: {owned:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let fenced: BTreeSet<String> = owned[0].clone();
+    assert!(!fenced.is_empty(), "the restricted agent owns something");
+    tokio::time::sleep(SWEEP * 2).await;
+
+    // Revoke agent-0's Lease permissions: its renewals now fail (403).
+    let revoked = Instant::now();
+    bindings
+        .delete("agent-leases", &Default::default())
+        .await
+        .expect("revoke");
+    let margin = LEASE / 5;
+    let deadline = revoked + LEASE + SWEEP + Duration::from_secs(10);
+    let taken_over: BTreeMap<String, Duration> = loop {
+        samples.push((Instant::now(), sample(&agents).await));
+        let by = log.by_instance();
+        let firsts: BTreeMap<String, Duration> = fenced
+            .iter()
+            .filter_map(|key| {
+                let name = key.rsplit('/').next().unwrap_or(key);
+                by.get(name)?
+                    .iter()
+                    .find(|w| w.at > revoked && w.agent == ids[1])
+                    .map(|w| (key.clone(), w.at - revoked))
+            })
+            .collect();
+        if firsts.len() == fenced.len() {
+            break firsts;
+        }
+        assert!(Instant::now() < deadline, "no takeover: {firsts:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // The fenced agent says why it is not ready.
+    let (status, body) = http_get_any(agents[0].debug, "/readyz")
+        .await
+        .expect("readyz answers");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("own lease"), "{body}");
+    let last_fenced_write = log
+        .all()
+        .iter()
+        .filter(|w| w.agent == ids[0])
+        .map(|w| w.at)
+        .max()
+        .expect("agent-0 wrote");
+    let stopped_after = last_fenced_write.saturating_duration_since(revoked);
+    // It stops writing no later than duration - margin after its last
+    // accepted renewal (which was before the revocation), give or take the
+    // watch's delivery.
+    let stop_bound = LEASE - margin + Duration::from_millis(500);
+    assert!(
+        stopped_after <= stop_bound,
+        "agent-0 wrote {stopped_after:?} after losing its Lease (bound {stop_bound:?})"
+    );
+
+    // Give the permissions back: agent-0 re-acquires, settles, and takes its
+    // instances back, again without overlap.
+    tokio::time::sleep(SWEEP).await;
+    let restored = Instant::now();
+    bindings
+        .create(&pp, &binding("agent-leases"))
+        .await
+        .expect("restore");
+    let deadline = restored + LEASE + SWEEP + Duration::from_secs(10);
+    let back: Duration = loop {
+        samples.push((Instant::now(), sample(&agents).await));
+        let by = log.by_instance();
+        let all_back = fenced.iter().all(|key| {
+            let name = key.rsplit('/').next().unwrap_or(key);
+            by.get(name)
+                .is_some_and(|ws| ws.iter().any(|w| w.at > restored && w.agent == ids[0]))
+        });
+        if all_back {
+            break restored.elapsed();
+        }
+        assert!(Instant::now() < deadline, "agent-0 did not come back");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    tokio::time::sleep(SWEEP * 2).await;
+    for a in agents.iter_mut() {
+        a.stop();
+    }
+    watch.abort();
+    bumper.abort();
+
+    assert_disjoint(&samples, &ids, t0);
+    let by = log.by_instance();
+    assert_eq!(by.len(), n);
+    for (name, writes) in &by {
+        let key = format!("{ns}/{name}");
+        let r = runs(writes);
+        if fenced.contains(&key) {
+            assert_eq!(
+                r,
+                vec![ids[0].as_str(), ids[1].as_str(), ids[0].as_str()],
+                "{key}: owner, fenced -> taken over, rejoined -> back"
+            );
+        } else {
+            assert_eq!(r, vec![ids[1].as_str()], "{key}: one writer");
+        }
+    }
+    assert_monotone(&by);
+    let worst = taken_over.values().max().copied().unwrap_or_default();
+    println!(
+        "fence: lease {LEASE:?}: after losing Lease permissions agent-0 wrote for {stopped_after:?} more \
+         (bound {stop_bound:?}); agent-1 took over {} instances after at most {worst:?}; \
+         after the permissions came back agent-0 had them again after {back:?}",
+        fenced.len()
+    );
+    drop(sim);
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let _ = namespaces.delete(&ns, &Default::default()).await;
 }

@@ -27,7 +27,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use serde::Serialize;
 
-use super::membership::{LeaseRecord, Membership, OwnLease};
+use super::membership::{LeaseRecord, Membership, OwnLease, Timing, view_is_fresh};
 use crate::debug::html::escape;
 use crate::kube::InstanceKey;
 use crate::kube::status::WriteGate;
@@ -67,14 +67,18 @@ pub struct ShardConfig {
     /// This replica stops writing this long before its Lease could expire
     /// in the others' eyes (a fifth of the duration).
     pub margin: Duration,
-    /// A newly acquired Lease gains instances only after this long (one
-    /// renewal interval), so the old owners have stopped first.
+    /// A newly acquired Lease gains instances only after this long (two
+    /// renewal intervals), so the old owners have stopped first.
     pub settle: Duration,
+    /// A replica whose Lease watch shows its own `renewTime` older than
+    /// this (one and a half renewal intervals) stops acting: its view of
+    /// the members may be stale. Shorter than `settle`.
+    pub staleness: Duration,
 }
 
 impl ShardConfig {
     /// Settings derived from the lease duration (renew every third, margin
-    /// a fifth, settle one renewal interval).
+    /// a fifth, settle two renewal intervals, staleness one and a half).
     pub fn new(
         namespace: impl Into<String>,
         group: impl Into<String>,
@@ -96,7 +100,8 @@ impl ShardConfig {
             lease_duration,
             renew_every: lease_duration / 3,
             margin: lease_duration / 5,
-            settle: lease_duration / 3,
+            settle: lease_duration * 2 / 3,
+            staleness: lease_duration / 2,
         })
     }
 
@@ -267,7 +272,14 @@ impl Shard {
             if s.released {
                 return;
             }
-            s.acquired_at.unwrap_or(now)
+            // A Lease that lapsed (by this replica's own reckoning, which is
+            // earlier than anyone else's) is acquired anew: the others may
+            // have taken its instances, so it must settle again before it
+            // gains them back.
+            match s.acquired_at {
+                Some(at) if s.own.is_current(now) => at,
+                _ => now,
+            }
         };
         let secs = i32::try_from(self.config.lease_duration.as_secs()).unwrap_or(i32::MAX);
         let lease = Lease {
@@ -306,7 +318,7 @@ impl Shard {
         match error {
             None => {
                 ::metrics::counter!(metrics::LEASE_RENEWALS_TOTAL, "result" => "ok").increment(1);
-                if s.acquired_at.is_none() {
+                if s.acquired_at != Some(acquired) {
                     tracing::info!(lease = %self.lease_name, namespace = %self.config.namespace,
                         "lease acquired");
                 }
@@ -372,6 +384,15 @@ impl Shard {
                 Some(e) => format!("own lease not acquired yet (last error: {e})"),
                 None => "own lease not acquired yet".to_owned(),
             });
+        } else if s.own.is_current(now)
+            && !view_is_fresh(
+                &self.leases(),
+                &self.config.identity,
+                self.config.staleness,
+                now,
+            )
+        {
+            out.push("lease watch is stale: writes stopped until it catches up".to_owned());
         } else if !s.own.is_current(now) && !s.released {
             out.push(match &s.last_error {
                 Some(e) => {
@@ -398,7 +419,10 @@ impl Shard {
             &self.config.identity,
             &leases,
             &own,
-            self.config.settle,
+            Timing {
+                settle: self.config.settle,
+                staleness: self.config.staleness,
+            },
             now,
         )
     }
@@ -498,7 +522,7 @@ impl WriteGate for Shard {
         }
         let m = self.membership(now);
         if !m.own_current {
-            return Err("own lease not current".to_owned());
+            return Err("own lease not current (or the lease view is stale)".to_owned());
         }
         if !m.owns(&key.to_string()) {
             return Err(format!(
@@ -645,7 +669,9 @@ mod tests {
         let c = ShardConfig::new("ns", "g", "me", Duration::from_secs(15)).expect("config");
         assert_eq!(c.renew_every, Duration::from_secs(5));
         assert_eq!(c.margin, Duration::from_secs(3));
-        assert_eq!(c.settle, Duration::from_secs(5));
+        assert_eq!(c.settle, Duration::from_secs(10));
+        assert_eq!(c.staleness, Duration::from_millis(7500));
+        assert!(c.staleness < c.settle && c.margin < c.renew_every);
         assert_eq!(
             ShardConfig::new("ns", "g", "me", Duration::from_millis(1500)),
             Err(ShardError::BadDuration(Duration::from_millis(1500)))

@@ -12,8 +12,13 @@
 //!   gap instead). A leave moves keys at once: the member that left is gone
 //!   from both sets at the same moment.
 //! - This replica **owns** a key when it is the key's rendezvous owner among
-//!   all live members *and* among the settled ones, and its own Lease is
-//!   current by its own knowledge ([`OwnLease::is_current`]).
+//!   all live members *and* among the settled ones, its own Lease is
+//!   current by its own knowledge ([`OwnLease::is_current`]), and its view
+//!   of the Leases is fresh: the watch shows its own latest renewals (a
+//!   replica renews every third of the duration, so a watch that stopped
+//!   delivering shows an old own `renewTime`). A stale view could miss a
+//!   member that joined; such a replica stops acting instead, within
+//!   `staleness`, which must be shorter than the settle time.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -90,6 +95,31 @@ pub fn settled_members(leases: &[LeaseRecord], now: Timestamp, settle: Duration)
         .collect()
 }
 
+/// Whether `leases` shows a renewal of `me`'s Lease younger than
+/// `staleness` at `now`.
+pub fn view_is_fresh(
+    leases: &[LeaseRecord],
+    me: &str,
+    staleness: Duration,
+    now: Timestamp,
+) -> bool {
+    leases
+        .iter()
+        .filter(|l| l.holder.as_deref().map(str::trim) == Some(me))
+        .filter_map(|l| l.renew_time)
+        .any(|r| plus(r, staleness) > now)
+}
+
+/// The two waits of membership.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    /// A new Lease gains keys only once it is this old.
+    pub settle: Duration,
+    /// The own Lease's `renewTime` as the watch shows it may be at most this
+    /// old (must be shorter than `settle`).
+    pub staleness: Duration,
+}
+
 /// What this replica knows of its own Lease: when the last renewal that the
 /// API server accepted was sent (by this replica's clock).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,19 +164,20 @@ pub struct Membership {
 }
 
 impl Membership {
-    /// The membership at `now`.
+    /// The membership at `now`, as `me` sees it from `leases` and what it
+    /// knows of its own Lease.
     pub fn at(
         me: &str,
         leases: &[LeaseRecord],
         own: &OwnLease,
-        settle: Duration,
+        timing: Timing,
         now: Timestamp,
     ) -> Self {
         Membership {
             me: me.to_owned(),
             live: live_members(leases, now),
-            settled: settled_members(leases, now, settle),
-            own_current: own.is_current(now),
+            settled: settled_members(leases, now, timing.settle),
+            own_current: own.is_current(now) && view_is_fresh(leases, me, timing.staleness, now),
         }
     }
 
@@ -234,6 +265,13 @@ mod tests {
         assert!(!never.is_current(t(0)));
     }
 
+    fn timing(settle: Duration) -> Timing {
+        Timing {
+            settle,
+            staleness: Duration::from_secs(8),
+        }
+    }
+
     fn own(renewed: i64) -> OwnLease {
         OwnLease {
             last_renewed: Some(t(renewed)),
@@ -257,7 +295,7 @@ mod tests {
             lease("c", 100, 100, 15),
         ];
         let view = |me: &str, leases: &[LeaseRecord], now| {
-            Membership::at(me, leases, &own(99), settle, t(now))
+            Membership::at(me, leases, &own(99), timing(settle), t(now))
         };
         let mut moved_to_c = 0;
         for k in keys() {
@@ -294,36 +332,59 @@ mod tests {
     #[test]
     fn a_leave_moves_keys_when_the_lease_expires() {
         let settle = Duration::from_secs(5);
+        // "dead" stopped renewing at 90: its Lease is current until 105.
         let leases = [
             lease("a", 0, 100, 15),
             lease("b", 0, 100, 15),
             lease("dead", 0, 90, 15),
         ];
+        let all = [Member::new("a"), Member::new("b"), Member::new("dead")];
+        let mut moved = 0;
         for k in keys() {
             let at = |now| {
-                ["a", "b", "dead"]
+                ["a", "b"]
                     .iter()
-                    .filter(|m| Membership::at(m, &leases, &own(100), settle, t(now)).owns(&k))
+                    .filter(|m| {
+                        Membership::at(m, &leases, &own(100), timing(settle), t(now)).owns(&k)
+                    })
                     .map(|m| m.to_string())
                     .collect::<Vec<_>>()
             };
+            let dead_key = owner(&k, &all).is_some_and(|m| m.id == "dead");
             let before = at(104);
-            assert_eq!(before.len(), 1);
             let after = at(105);
-            assert_eq!(after.len(), 1);
-            assert_ne!(after[0], "dead");
-            if before[0] != "dead" {
-                assert_eq!(before, after);
+            assert_eq!(after.len(), 1, "{k}: one owner once the Lease expired");
+            if dead_key {
+                assert!(before.is_empty(), "{k}: nobody takes it before expiry");
+                moved += 1;
+            } else {
+                assert_eq!(before, after, "{k}: only the dead member's keys move");
             }
         }
+        assert!(moved > 0);
     }
 
     #[test]
     fn a_replica_whose_own_lease_lapsed_owns_nothing() {
         let leases = [lease("a", 0, 100, 15)];
-        let m = Membership::at("a", &leases, &own(100), Duration::ZERO, t(105));
+        let m = Membership::at("a", &leases, &own(100), timing(Duration::ZERO), t(105));
         assert!(m.owns("ns/x"));
-        let m = Membership::at("a", &leases, &own(80), Duration::ZERO, t(105));
+        let m = Membership::at("a", &leases, &own(80), timing(Duration::ZERO), t(105));
         assert!(!m.owns("ns/x"), "own renewal too old: fenced");
+    }
+
+    #[test]
+    fn a_stale_lease_view_fences_even_while_renewals_succeed() {
+        // Renewals succeed (own(112)), but the watch stopped at 100: the
+        // view may be missing a member that joined since.
+        let leases = [lease("a", 0, 100, 15)];
+        let m = Membership::at("a", &leases, &own(112), timing(Duration::ZERO), t(107));
+        assert!(m.owns("ns/x"), "within the staleness bound");
+        let m = Membership::at("a", &leases, &own(112), timing(Duration::ZERO), t(108));
+        assert!(
+            !m.owns("ns/x"),
+            "own renewTime in the view is 8 s old: stale"
+        );
+        assert!(!view_is_fresh(&[], "a", Duration::from_secs(8), t(0)));
     }
 }

@@ -26,6 +26,6 @@ pub mod owned;
 pub mod rendezvous;
 
 pub use lease::{GROUP_LABEL, Shard, ShardConfig, ShardError};
-pub use membership::{LeaseRecord, Membership, OwnLease};
+pub use membership::{LeaseRecord, Membership, OwnLease, Timing};
 pub use owned::OwnedTargets;
 pub use rendezvous::{Member, owner};
