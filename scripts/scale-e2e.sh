@@ -69,6 +69,9 @@ kubectl create namespace kura-scale-chart >/dev/null
 kubectl create namespace kura-scale-other >/dev/null
 kubectl apply -f "$chart/crds/" >/dev/null
 render --set replicaCount=3 | kubectl apply -f - >/dev/null
+if render --set mode=daemonset | kubectl apply --dry-run=server -f - >/dev/null; then
+  echo "ok   - chart: the daemonset rendering is accepted by the API server (server dry-run)"
+else echo "FAIL - chart: the daemonset rendering is rejected"; fail=1; fi
 sa=system:serviceaccount:kura-scale-chart:kha-kura-health-agent
 can() { kubectl auth can-i --as="$sa" "$@" 2>/dev/null; }
 for verb in get list watch create update patch delete; do

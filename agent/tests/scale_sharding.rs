@@ -675,18 +675,90 @@ async fn three_agents_share_thirty_instances_and_hand_over_on_a_crash() {
         .map(|a| a.metric("kura_agent_status_writes_total{result=\"fenced\"}"))
         .fold(0.0, |a, b| a + b);
 
-    // 4. Graceful stop of the survivors: their Leases are deleted.
-    for a in agents.iter_mut() {
-        a.stop();
+    let by = log.by_instance();
+
+    // 4. Graceful leave of agent-1 (SIGTERM in a pod): it finishes its
+    // writes, deletes its Lease, and agent-0 takes its instances at once.
+    let leaver = 1;
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), &ns);
+    let leaver_owned: BTreeSet<String> = members_at(agents[leaver].debug)
+        .await
+        .map(|(_, o)| o)
+        .expect("leaver's members");
+    let leave_at = Instant::now();
+    tokio::task::block_in_place(|| agents[leaver].stop());
+    let released_at = Instant::now();
+    let leaver_lease = format!("scale-{ns}-{}", ids[leaver]);
+    assert!(
+        leases.get_opt(&leaver_lease).await.expect("get").is_none(),
+        "{leaver_lease} deleted on a graceful stop"
+    );
+    let deadline = released_at + SWEEP + RECONCILE + Duration::from_secs(10);
+    let graceful: Duration = loop {
+        samples.push((Instant::now(), sample(&agents).await));
+        let by = log.by_instance();
+        let firsts: Vec<Instant> = leaver_owned
+            .iter()
+            .filter_map(|key| {
+                let name = key.rsplit('/').next().unwrap_or(key);
+                by.get(name)?
+                    .iter()
+                    .find(|w| w.at > leave_at && w.agent == ids[0])
+                    .map(|w| w.at)
+            })
+            .collect();
+        if firsts.len() == leaver_owned.len() {
+            break firsts
+                .iter()
+                .max()
+                .map_or(Duration::ZERO, |m| m.saturating_duration_since(released_at));
+        }
+        assert!(Instant::now() < deadline, "graceful handover incomplete");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let graceful_bound = SWEEP + RECONCILE + Duration::from_secs(1);
+    assert!(
+        graceful <= graceful_bound,
+        "graceful handover took {graceful:?} after the Lease was released (bound {graceful_bound:?})"
+    );
+    for (name, writes) in &log.by_instance() {
+        let key = format!("{ns}/{name}");
+        if leaver_owned.contains(&key) {
+            let first0 = writes
+                .iter()
+                .position(|w| w.at > leave_at && w.agent == ids[0])
+                .expect("agent-0 took over");
+            assert!(
+                writes[first0..].iter().all(|w| w.agent == ids[0]),
+                "{key}: the leaver wrote after its successor"
+            );
+        }
     }
+    tokio::task::block_in_place(|| agents[0].stop());
+    let remaining: Vec<String> = leases
+        .list(
+            &kube::api::ListParams::default()
+                .labels(&format!("{}=scale-{ns}", kura_agent::shard::GROUP_LABEL)),
+        )
+        .await
+        .expect("list leases")
+        .items
+        .iter()
+        .filter_map(|l| l.metadata.name.clone())
+        .collect();
+    assert_eq!(
+        remaining,
+        vec![format!("scale-{ns}-{}", ids[victim])],
+        "only the crashed agent's (expired) Lease is left"
+    );
     watch.abort();
     bumper.abort();
 
     // ---- assertions over the samples ----
     assert_disjoint(&samples, &ids, t_start);
 
-    // ---- assertions over the write log ----
-    let by = log.by_instance();
+    // ---- assertions over the write log (up to the graceful leave) ----
     assert_eq!(by.len(), INSTANCES);
     let mut max_gap = Duration::ZERO;
     for (name, writes) in &by {
@@ -734,9 +806,13 @@ async fn three_agents_share_thirty_instances_and_hand_over_on_a_crash() {
     println!("scale: settled (3 members, all written) after {settle_time:?}; split {split:?}");
     println!(
         "scale: crash of {} moved {} instances: handover (crash -> first write by the new owner) mean {mean:?}, max {worst:?}; \
-         longest gap between the old owner's last write and the new owner's first: {max_gap:?}",
+         longest gap between the old owner's last write and the new owner's first: {max_gap:?}; \
+         graceful leave of {} ({} instances): stop took {:?}, new owner wrote all within {graceful:?} of the Lease deletion",
         ids[victim],
-        moved.len()
+        moved.len(),
+        ids[leaver],
+        leaver_owned.len(),
+        released_at - leave_at
     );
     println!(
         "scale: ownership changes per survivor {changes:?}; writes refused by the fence: {fenced}; ownership samples {}",
@@ -867,6 +943,29 @@ async fn a_replica_that_cannot_renew_stops_writing_and_rejoins_without_overlap()
     };
     let fenced: BTreeSet<String> = owned[0].clone();
     assert!(!fenced.is_empty(), "the restricted agent owns something");
+    // The debug page and the metrics show the members and the owned set.
+    let page = http_get(agents[1].debug, "/").await.expect("overview");
+    assert!(page.contains("<h2>members</h2>"), "{page}");
+    assert!(page.contains("fenced-1 (this replica)"), "{page}");
+    let metrics = http_get(agents[1].debug, "/metrics")
+        .await
+        .expect("metrics");
+    assert!(metrics.contains("kura_agent_members 2"), "{metrics}");
+    assert!(
+        metrics.contains(&format!("kura_agent_owned_instances {}", owned[1].len())),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("kura_agent_lease_renewals_total{result=\"ok\"}"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(&format!(
+            "kura_agent_ownership_changes_total{{change=\"gained\"}} {}",
+            owned[1].len()
+        )),
+        "{metrics}"
+    );
     tokio::time::sleep(SWEEP * 2).await;
 
     // Revoke agent-0's Lease permissions: its renewals now fail (403).
@@ -942,6 +1041,12 @@ async fn a_replica_that_cannot_renew_stops_writing_and_rejoins_without_overlap()
         assert!(Instant::now() < deadline, "agent-0 did not come back");
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
+    if std::env::var_os("KURA_SCALE_DEBUG").is_some() {
+        eprintln!(
+            "fence debug: {:?}",
+            http_get(agents[0].debug, "/debug/members").await
+        );
+    }
     tokio::time::sleep(SWEEP * 2).await;
     for a in agents.iter_mut() {
         a.stop();
