@@ -337,7 +337,7 @@ async fn fixtures(client: &Client, ns: &str, n: usize, first_ip: Ipv4Addr) -> Si
             &serde_json::from_value(json!({"metadata": {"name": ns}})).expect("ns"),
         )
         .await
-        .expect("create namespace");
+        .unwrap_or_else(|e| panic!("create namespace {ns} (run against a fresh API server): {e}"));
     apply_crd(client).await;
     let instances: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), ns, &kura_instance_resource());
@@ -566,7 +566,10 @@ fn runs(writes: &[Written]) -> Vec<&str> {
 async fn three_agents_share_thirty_instances_and_hand_over_on_a_crash() {
     init_tracing();
     let client = Client::try_default().await.expect("KUBECONFIG");
-    let ns = format!("scale-{}", rand::random::<u32>() % 100_000);
+    // A fixed namespace makes the instance keys, and so the split, the same
+    // on every run (11/9/10 for agent-0/1/2; the split of many keys is a
+    // unit test of the hash). Needs a fresh API server.
+    let ns = "scale".to_owned();
     let sim = fixtures(&client, &ns, INSTANCES, Ipv4Addr::new(127, 30, 0, 1)).await;
     let pod_port = sim.pods()[0].addr().port();
     let bumper = bump_counters(&sim);
@@ -622,8 +625,8 @@ async fn three_agents_share_thirty_instances_and_hand_over_on_a_crash() {
             );
         }
         assert!(
-            (5..=15).contains(&owned.len()),
-            "roughly even split: {} owns {}",
+            (7..=13).contains(&owned.len()),
+            "roughly even split (10 ± 3): {} owns {}",
             ids[i],
             owned.len()
         );
@@ -930,7 +933,7 @@ async fn a_replica_that_cannot_renew_stops_writing_and_rejoins_without_overlap()
     use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
     init_tracing();
     let client = Client::try_default().await.expect("KUBECONFIG");
-    let ns = format!("fence-{}", rand::random::<u32>() % 100_000);
+    let ns = "fence".to_owned();
     let n = 8;
     let sim = fixtures(&client, &ns, n, Ipv4Addr::new(127, 31, 0, 1)).await;
     let pod_port = sim.pods()[0].addr().port();
