@@ -23,6 +23,9 @@ pub enum ConfigError {
     /// The agent identity could not be found anywhere.
     #[error("no agent identity: set --agent-identity, POD_NAME or a hostname")]
     NoIdentity,
+    /// The sharding settings are unusable.
+    #[error("sharding: {0}")]
+    Shard(#[from] crate::shard::ShardError),
 }
 
 /// Parses a non-negative duration written like `2s`, `500ms`, `10m`, `1h`,
@@ -160,6 +163,31 @@ pub struct RunArgs {
     /// Log format.
     #[arg(long, env = "KURA_AGENT_LOG_FORMAT", value_enum, default_value_t = LogFormat::Json)]
     pub log_format: LogFormat,
+
+    /// Share the instances among every replica of the same group: each
+    /// replica holds a Lease in `--lease-namespace` and polls and writes
+    /// only the instances it owns (rendezvous hashing over the live
+    /// members). Off: this replica writes every instance, so run exactly
+    /// one (no Lease permissions needed).
+    #[arg(long, env = "KURA_AGENT_SHARDING", default_value_t = false,
+          action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub sharding: bool,
+
+    /// Namespace of the replicas' Leases (default: the `POD_NAMESPACE`
+    /// environment variable).
+    #[arg(long, env = "KURA_AGENT_LEASE_NAMESPACE")]
+    pub lease_namespace: Option<String>,
+
+    /// The replica group: the `kura.tuist.dev/agent-group` label of the
+    /// Leases and their name prefix. Replicas of one deployment share it.
+    #[arg(long, env = "KURA_AGENT_GROUP", default_value = "kura-health-agent")]
+    pub agent_group: String,
+
+    /// Lease duration, whole seconds (3 s to 1 h). Renewed every third of
+    /// it; a replica stops writing a fifth of it before its Lease could
+    /// expire; a departed replica's instances move after at most this long.
+    #[arg(long, env = "KURA_AGENT_LEASE_DURATION", default_value = "15s", value_parser = parse_positive_duration)]
+    pub lease_duration: Duration,
 }
 
 impl RunArgs {
@@ -201,6 +229,30 @@ impl RunArgs {
             burst: self.write_burst,
             ..Default::default()
         }
+    }
+
+    /// The sharding settings for `identity`, `None` when sharding is off.
+    /// Reads `POD_NAMESPACE` when `--lease-namespace` is not set: call at
+    /// start-up only.
+    pub fn shard_config(
+        &self,
+        identity: &str,
+    ) -> Result<Option<crate::shard::ShardConfig>, ConfigError> {
+        if !self.sharding {
+            return Ok(None);
+        }
+        let namespace = self
+            .lease_namespace
+            .clone()
+            .filter(|n| !n.trim().is_empty())
+            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .ok_or(crate::shard::ShardError::NoNamespace)?;
+        Ok(Some(crate::shard::ShardConfig::new(
+            namespace,
+            self.agent_group.clone(),
+            identity,
+            self.lease_duration,
+        )?))
     }
 
     /// The agent identity: `--agent-identity`, else `POD_NAME`, else the
@@ -304,6 +356,40 @@ mod tests {
             "0.0.0.0:8080".parse::<SocketAddr>().expect("addr")
         );
         assert_eq!(a.log_format, LogFormat::Json);
+        assert!(!a.sharding, "one replica, no Leases, unless asked");
+        assert_eq!(a.agent_group, "kura-health-agent");
+        assert_eq!(a.lease_duration, Duration::from_secs(15));
+        assert_eq!(a.shard_config("me"), Ok(None));
+    }
+
+    #[test]
+    fn sharding_flags_build_the_shard_config() {
+        let w = Wrapper::try_parse_from([
+            "x",
+            "--sharding",
+            "--lease-namespace",
+            "kura-system",
+            "--lease-duration",
+            "9s",
+        ])
+        .expect("parse");
+        let c = w.args.shard_config("agent-0").expect("ok").expect("on");
+        assert_eq!(c.namespace, "kura-system");
+        assert_eq!(c.identity, "agent-0");
+        assert_eq!(c.renew_every, Duration::from_secs(3));
+        let off = Wrapper::try_parse_from(["x", "--sharding=false"]).expect("parse");
+        assert!(!off.args.sharding);
+        let bad = Wrapper::try_parse_from([
+            "x",
+            "--sharding=true",
+            "--lease-namespace=ns",
+            "--lease-duration=1s",
+        ])
+        .expect("parse");
+        assert!(matches!(
+            bad.args.shard_config("a"),
+            Err(ConfigError::Shard(_))
+        ));
     }
 
     #[test]

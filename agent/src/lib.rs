@@ -14,4 +14,5 @@ pub mod metrics;
 pub mod poll;
 pub mod runner;
 pub mod sample;
+pub mod shard;
 pub mod sim;

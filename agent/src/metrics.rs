@@ -37,14 +37,26 @@ pub const INSTANCES_BY_VERDICT: &str = "kura_agent_instances_by_verdict";
 /// Watch errors by `resource` (`kurainstances`, `pods`).
 pub const WATCH_ERRORS_TOTAL: &str = "kura_agent_watch_errors_total";
 
-/// The `result` label values of [`STATUS_WRITES_TOTAL`].
-pub const WRITE_RESULTS: [&str; 6] = [
+/// Live members of the agent group (sharding on).
+pub const AGENT_MEMBERS: &str = "kura_agent_members";
+/// Instances this replica owns (sharding on).
+pub const OWNED_INSTANCES: &str = "kura_agent_owned_instances";
+/// Instances gained or lost by this replica, by `change` (`gained`,
+/// `lost`).
+pub const OWNERSHIP_CHANGES_TOTAL: &str = "kura_agent_ownership_changes_total";
+/// Renewals of this replica's Lease by `result` (`ok`, `error`).
+pub const LEASE_RENEWALS_TOTAL: &str = "kura_agent_lease_renewals_total";
+
+/// The `result` label values of [`STATUS_WRITES_TOTAL`] (`fenced`: not sent,
+/// this replica may not write the instance).
+pub const WRITE_RESULTS: [&str; 7] = [
     "applied",
     "pruned",
     "conflict",
     "not_found",
     "forbidden",
     "error",
+    "fenced",
 ];
 
 /// The `signal` label of a healthy instance in [`INSTANCES_BY_SIGNAL`].
@@ -105,6 +117,26 @@ pub fn describe() {
         WATCH_ERRORS_TOTAL,
         Unit::Count,
         "Errors of the Kubernetes watches."
+    );
+    describe_gauge!(
+        AGENT_MEMBERS,
+        Unit::Count,
+        "Live members of the agent group (replicas with a current Lease)."
+    );
+    describe_gauge!(
+        OWNED_INSTANCES,
+        Unit::Count,
+        "KuraInstances this replica owns."
+    );
+    describe_counter!(
+        OWNERSHIP_CHANGES_TOTAL,
+        Unit::Count,
+        "KuraInstances gained or lost by this replica."
+    );
+    describe_counter!(
+        LEASE_RENEWALS_TOTAL,
+        Unit::Count,
+        "Renewals of this replica's Lease by result."
     );
 }
 

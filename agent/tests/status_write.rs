@@ -178,18 +178,16 @@ async fn the_request_is_a_forced_server_side_apply_of_two_status_fields() {
     status_keys.sort_unstable();
     assert_eq!(status_keys, ["rolloutGate", "rolloutHealth"]);
     let d = desired();
+    let mut health = serde_json::to_value(&d.health).expect("health");
+    let mut gate = serde_json::to_value(&d.gate).expect("gate");
+    kura_agent::kube::status::strip_nulls(&mut health);
+    kura_agent::kube::status::strip_nulls(&mut gate);
+    assert_eq!(status["rolloutHealth"], health);
+    assert_eq!(status["rolloutGate"], gate);
     assert_eq!(
-        status["rolloutHealth"],
-        serde_json::to_value(&d.health).expect("health")
-    );
-    assert_eq!(
-        status["rolloutGate"],
-        serde_json::to_value(&d.gate).expect("gate")
-    );
-    assert_eq!(
-        status["rolloutHealth"]["outboxMessages"],
-        Value::Null,
-        "absent is null, never 0"
+        status["rolloutHealth"].get("outboxMessages"),
+        None,
+        "absent is absent (not null, which the API server rejects for enums), never 0"
     );
 }
 

@@ -18,7 +18,8 @@ use crate::kube::write_queue::{BasicChangePolicy, WriteQueue};
 use crate::poll::{PodPort, PollConfig, Poller};
 use crate::runner::sinks::KubeSink;
 use crate::runner::sources::KubeTargets;
-use crate::runner::{AgentLoop, LoopConfig, SystemClock};
+use crate::runner::{AgentLoop, LoopConfig, SystemClock, TargetSource};
+use crate::shard::{OwnedTargets, Shard};
 
 /// How long pending status writes may take after SIGTERM.
 pub const SHUTDOWN_WRITE_GRACE: Duration = Duration::from_secs(10);
@@ -158,24 +159,51 @@ pub async fn run_with_client(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), RunError> {
     let agent = args.resolve_identity()?;
-    tracing::info!(%agent, namespaces = ?args.namespaces, "starting kura-agent");
+    let shard_config = args.shard_config(&agent)?;
+    tracing::info!(%agent, namespaces = ?args.namespaces, sharding = shard_config.is_some(),
+        "starting kura-agent");
 
     let (discovery, driver) = Discovery::start(client.clone(), &args.discovery_config());
     let driver = tokio::spawn(driver);
 
+    // Sharding: this replica's Lease and the group's membership.
+    let (shard, shard_driver) = match shard_config {
+        Some(config) => {
+            tracing::info!(group = %config.group, lease_namespace = %config.namespace,
+                lease = %config.lease_name(), duration = ?config.lease_duration, "sharding on");
+            let (shard, driver) = Shard::start(client.clone(), config);
+            (Some(shard), Some(tokio::spawn(driver)))
+        }
+        None => (None, None),
+    };
+
     let view = FleetView::new();
     {
         let discovery = discovery.clone();
-        view.set_sync_probe(Arc::new(move || discovery.pending_lists()));
+        let shard = shard.clone();
+        view.set_sync_probe(Arc::new(move || {
+            let mut pending = discovery.pending_lists();
+            if let Some(shard) = &shard {
+                pending.extend(shard.not_ready_reasons(jiff::Timestamp::now()));
+            }
+            pending
+        }));
+    }
+    if let Some(shard) = &shard {
+        view.set_members(shard.clone());
     }
 
     let handle = WriteHandle::new(WriteQueue::new(
         args.write_queue_config(),
         BasicChangePolicy,
     ));
+    let mut writer = StatusWriter::new(client.clone());
+    if let Some(shard) = &shard {
+        writer = writer.with_gate(shard.clone());
+    }
     let writes = tokio::spawn(run_writes(
         handle.clone(),
-        StatusWriter::new(client),
+        writer,
         view.clone(),
         MAX_WRITES_IN_FLIGHT,
     ));
@@ -198,10 +226,15 @@ pub async fn run_with_client(
         let _ = server_stopped.await;
     }));
 
+    let mut targets: Arc<dyn TargetSource> =
+        Arc::new(KubeTargets::new(discovery, args.target_config()));
+    if let Some(shard) = &shard {
+        targets = Arc::new(OwnedTargets::new(targets, shard.clone()));
+    }
     let agent_loop = AgentLoop::new(
         loop_config(&args, agent),
         Poller::new(poll_config(&args)),
-        Arc::new(KubeTargets::new(discovery, args.target_config())),
+        targets,
         Arc::new(KubeSink::new(handle.clone())),
         view,
         Arc::new(SystemClock),
@@ -224,6 +257,12 @@ pub async fn run_with_client(
     }
     writes.abort();
     driver.abort();
+    if let Some(d) = shard_driver {
+        d.abort();
+    }
+    if let Some(shard) = &shard {
+        shard.release(client).await;
+    }
     let _ = stop_server.send(());
     let _ = server.await;
     tracing::info!("stopped");

@@ -10,4 +10,6 @@ pub mod server;
 pub mod view;
 
 pub use server::{DebugServer, DebugState};
-pub use view::{FleetView, InstanceView, LastWrite, PodView, Readiness, SweepRecord, WriteRecord};
+pub use view::{
+    FleetView, InstanceView, LastWrite, MembersSource, PodView, Readiness, SweepRecord, WriteRecord,
+};

@@ -7,6 +7,7 @@
 //! | `GET /metrics` | Prometheus text |
 //! | `GET /debug/instances` | JSON: every instance with its aggregate, verdict and last write |
 //! | `GET /debug/instances/{namespace}/{name}` | JSON: the instance with per-pod last samples |
+//! | `GET /debug/members` | JSON: sharding members, Leases, owned instances, ownership changes (404 when sharding is off) |
 //! | `GET /` | HTML overview |
 //!
 //! `HEAD` is answered like `GET` without a body; any other method gets 405,
@@ -100,11 +101,13 @@ pub fn respond(
     let response = match segments.as_slice() {
         [] | [""] => {
             let instances = state.view.snapshot();
-            text(
-                StatusCode::OK,
-                "text/html; charset=utf-8",
-                html::overview(&instances, &state.view.readiness(), now),
-            )
+            let mut page = html::overview(&instances, &state.view.readiness(), now);
+            if let Some(members) = state.view.members()
+                && let Some(at) = page.rfind("</body>")
+            {
+                page.insert_str(at, &members.members_html(now));
+            }
+            text(StatusCode::OK, "text/html; charset=utf-8", page)
         }
         ["healthz"] => text(StatusCode::OK, "text/plain; charset=utf-8", "ok\n"),
         ["readyz"] => {
@@ -137,6 +140,14 @@ pub fn respond(
                 .collect();
             json(StatusCode::OK, &all)
         }
+        ["debug", "members"] => match state.view.members() {
+            Some(members) => json(StatusCode::OK, &members.members_json(now)),
+            None => text(
+                StatusCode::NOT_FOUND,
+                "text/plain; charset=utf-8",
+                "sharding is off\n",
+            ),
+        },
         ["debug", "instances", namespace, name] => {
             match state.view.instance(&InstanceKey::new(*namespace, *name)) {
                 Some(view) => json(StatusCode::OK, &view),

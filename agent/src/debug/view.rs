@@ -197,10 +197,20 @@ pub struct Readiness {
 /// Lists the watches still waiting for their initial list.
 pub type SyncProbe = Arc<dyn Fn() -> Vec<String> + Send + Sync>;
 
+/// The sharding section of the debug endpoint (`/debug/members` and the
+/// overview), when sharding is on.
+pub trait MembersSource: Send + Sync {
+    /// The JSON of `/debug/members` at `now`.
+    fn members_json(&self, now: Timestamp) -> serde_json::Value;
+    /// An HTML fragment for the overview page, every value escaped.
+    fn members_html(&self, now: Timestamp) -> String;
+}
+
 #[derive(Default)]
 struct FleetState {
     instances: BTreeMap<InstanceKey, InstanceView>,
     sync_probe: Option<SyncProbe>,
+    members: Option<Arc<dyn MembersSource>>,
 }
 
 /// The shared fleet view. Cheap to clone; all clones see the same state.
@@ -240,6 +250,16 @@ impl FleetView {
     /// Gates readiness on `probe` returning no pending list.
     pub fn set_sync_probe(&self, probe: SyncProbe) {
         self.write().sync_probe = Some(probe);
+    }
+
+    /// Shows the sharding section from `source`.
+    pub fn set_members(&self, source: Arc<dyn MembersSource>) {
+        self.write().members = Some(source);
+    }
+
+    /// The sharding section's source, when sharding is on.
+    pub fn members(&self) -> Option<Arc<dyn MembersSource>> {
+        self.read().members.clone()
     }
 
     /// Records one sweep of one instance: the samples (merged by pod name

@@ -62,6 +62,10 @@ pub enum WriteError {
     /// that is not an object.
     #[error("{0}")]
     Other(String),
+    /// Not sent: the [`WriteGate`] refused (this replica's Lease is not
+    /// current, or it no longer owns the instance).
+    #[error("fenced: {0}")]
+    Fenced(String),
 }
 
 impl WriteError {
@@ -72,13 +76,16 @@ impl WriteError {
             WriteError::NotFound(_) => "not_found",
             WriteError::Forbidden(_) => "forbidden",
             WriteError::Other(_) => "error",
+            WriteError::Fenced(_) => "fenced",
         }
     }
 
     /// What the scheduler should do about it.
     pub fn job_result(&self) -> JobResult {
         match self {
-            WriteError::NotFound(_) => JobResult::Gone,
+            // Not ours (any more): drop the slot; if it is ours again
+            // later, the next sweep publishes afresh.
+            WriteError::NotFound(_) | WriteError::Fenced(_) => JobResult::Gone,
             _ => JobResult::Failed,
         }
     }
@@ -104,13 +111,35 @@ pub fn classify(error: ::kube::Error) -> WriteError {
     }
 }
 
+/// Removes every `null` object member, recursively (array entries stay).
+///
+/// An absent optional field is sent as absent, never as `null`: the API
+/// server validates a `null` against the field's schema, and for a nullable
+/// enum (`rolloutGate.signal` while healthy) kube-apiserver rejects it with
+/// 422 "Unsupported value: null" although the schema says `nullable: true`.
+/// Under server-side apply, leaving out a field this manager owned removes
+/// it, which is what `null` meant.
+pub fn strip_nulls(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.retain(|_, v| !v.is_null());
+            map.values_mut().for_each(strip_nulls);
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_nulls),
+        _ => {}
+    }
+}
+
 /// The server-side apply body: `apiVersion`, `kind` and the two status
-/// fields the agent owns, nothing else.
+/// fields the agent owns, nothing else; absent optional fields are left
+/// out ([`strip_nulls`]).
 pub fn apply_body(status: &DesiredStatus) -> Result<Value, WriteError> {
-    let health = serde_json::to_value(&status.health)
+    let mut health = serde_json::to_value(&status.health)
         .map_err(|e| WriteError::Other(format!("encode rolloutHealth: {e}")))?;
-    let gate = serde_json::to_value(&status.gate)
+    let mut gate = serde_json::to_value(&status.gate)
         .map_err(|e| WriteError::Other(format!("encode rolloutGate: {e}")))?;
+    strip_nulls(&mut health);
+    strip_nulls(&mut gate);
     Ok(json!({
         "apiVersion": "kura.tuist.dev/v1alpha1",
         "kind": "KuraInstance",
@@ -196,22 +225,39 @@ pub fn write_record(result: &Result<WriteOutcome, WriteError>) -> WriteRecord {
     }
 }
 
+/// Decides, right before each PATCH, whether this replica may write an
+/// instance's status (sharding: its own Lease is current and it owns the
+/// instance). A refusal is the reason.
+pub trait WriteGate: Send + Sync {
+    /// `Ok` to write `key` at `now`.
+    fn check(&self, key: &InstanceKey, now: Timestamp) -> Result<(), String>;
+}
+
 /// Writes statuses. Cheap to clone.
 #[derive(Clone)]
 pub struct StatusWriter {
     client: Client,
     resource: ApiResource,
     params: PatchParams,
+    gate: Option<Arc<dyn WriteGate>>,
 }
 
 impl StatusWriter {
-    /// A writer using `client`.
+    /// A writer using `client`, writing whenever asked (one replica).
     pub fn new(client: Client) -> Self {
         Self {
             client,
             resource: kura_instance_resource(),
             params: PatchParams::apply(FIELD_MANAGER).force(),
+            gate: None,
         }
+    }
+
+    /// A writer that asks `gate` right before every PATCH and sends
+    /// nothing when it refuses ([`WriteError::Fenced`]).
+    pub fn with_gate(mut self, gate: Arc<dyn WriteGate>) -> Self {
+        self.gate = Some(gate);
+        self
     }
 
     /// Applies `status` to the instance `key` and checks what came back.
@@ -238,6 +284,9 @@ impl StatusWriter {
                     "status fields were pruned by the API server: the KuraInstance CRD in this cluster is too old; apply the CRD shipped with this agent"
                 );
             }
+            Err(e @ WriteError::Fenced(_)) => {
+                tracing::info!(instance = %key, error = %e, "status write not sent");
+            }
             Err(e) => tracing::warn!(instance = %key, error = %e, "status write failed"),
         }
         result
@@ -249,6 +298,10 @@ impl StatusWriter {
         status: &DesiredStatus,
     ) -> Result<WriteOutcome, WriteError> {
         let body = apply_body(status)?;
+        if let Some(gate) = &self.gate {
+            gate.check(key, Timestamp::now())
+                .map_err(WriteError::Fenced)?;
+        }
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.client.clone(), &key.namespace, &self.resource);
         let returned = api

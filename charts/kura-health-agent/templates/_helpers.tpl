@@ -30,3 +30,120 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- default "default" .Values.serviceAccount.name -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The replica group: the Leases' agent-group label and name prefix. */}}
+{{- define "kha.agentGroup" -}}
+{{- default (include "kha.fullname" .) .Values.sharding.group | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+Refuses every rendering that would make two writers of one KuraInstance:
+several replicas (or a DaemonSet) without sharding.
+*/}}
+{{- define "kha.validate" -}}
+{{- if not (has .Values.mode (list "deployment" "daemonset")) }}
+{{- fail (printf "mode must be deployment or daemonset, not %q" .Values.mode) }}
+{{- end }}
+{{- if not .Values.sharding.enabled }}
+{{- if eq .Values.mode "daemonset" }}
+{{- fail "mode daemonset needs sharding.enabled=true: every node's replica would write every KuraInstance's status" }}
+{{- end }}
+{{- if ne (int .Values.replicaCount) 1 }}
+{{- fail "replicaCount must be 1 without sharding: two replicas would both write every KuraInstance's status (set sharding.enabled=true)" }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The agent's pod template, shared by the Deployment and the DaemonSet. */}}
+{{- define "kha.podTemplate" -}}
+metadata:
+  labels:
+    {{- include "kha.selectorLabels" . | nindent 4 }}
+spec:
+  serviceAccountName: {{ include "kha.serviceAccountName" . }}
+  {{- with .Values.imagePullSecrets }}
+  imagePullSecrets:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.priorityClassName }}
+  priorityClassName: {{ . }}
+  {{- end }}
+  securityContext:
+    {{- toYaml .Values.podSecurityContext | nindent 4 }}
+  terminationGracePeriodSeconds: 30
+  containers:
+    - name: agent
+      image: "{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}"
+      imagePullPolicy: {{ .Values.image.pullPolicy }}
+      args:
+        - run
+        {{- range .Values.watch.namespaces }}
+        - --namespace={{ . }}
+        {{- end }}
+        {{- with .Values.watch.instanceSelector }}
+        - --instance-selector={{ . }}
+        {{- end }}
+        {{- with .Values.watch.podSelector }}
+        - --pod-selector={{ . }}
+        {{- end }}
+        - --container-name={{ .Values.watch.containerName }}
+        - --port={{ .Values.poll.port }}
+        - --sweep-interval={{ .Values.poll.interval }}
+        - --poll-timeout={{ .Values.poll.timeout }}
+        - --poll-concurrency={{ .Values.poll.concurrency }}
+        - --body-limit={{ .Values.poll.bodyLimitBytes }}
+        - --heartbeat={{ .Values.status.heartbeat }}
+        - --write-rate={{ .Values.status.writesPerSecond }}
+        - --debug-listen=0.0.0.0:{{ .Values.debug.port }}
+        - --log-format={{ .Values.logFormat }}
+        - --sharding={{ .Values.sharding.enabled }}
+        {{- if .Values.sharding.enabled }}
+        - --agent-group={{ include "kha.agentGroup" . }}
+        - --lease-duration={{ .Values.sharding.leaseDuration }}
+        {{- end }}
+        {{- range .Values.extraArgs }}
+        - {{ . }}
+        {{- end }}
+      env:
+        - name: POD_NAME
+          valueFrom:
+            fieldRef:
+              fieldPath: metadata.name
+        # The replicas' Leases live in the agent's own namespace.
+        - name: POD_NAMESPACE
+          valueFrom:
+            fieldRef:
+              fieldPath: metadata.namespace
+      ports:
+        - name: debug
+          containerPort: {{ .Values.debug.port }}
+          protocol: TCP
+      livenessProbe:
+        httpGet:
+          path: /healthz
+          port: debug
+        periodSeconds: 10
+        failureThreshold: 3
+      readinessProbe:
+        httpGet:
+          path: /readyz
+          port: debug
+        periodSeconds: 5
+        failureThreshold: 2
+      resources:
+        {{- toYaml .Values.resources | nindent 8 }}
+      securityContext:
+        {{- toYaml .Values.securityContext | nindent 8 }}
+  {{- with .Values.nodeSelector }}
+  nodeSelector:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.tolerations }}
+  tolerations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.affinity }}
+  affinity:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end -}}

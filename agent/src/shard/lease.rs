@@ -1,0 +1,702 @@
+//! The IO half of sharding: this replica's own Lease (renewed every third
+//! of its duration with one server-side apply), a watch of the group's
+//! Leases, and [`Shard`], the shared handle that answers "do I own this
+//! instance now?" for the run loop, the status writer and the debug
+//! endpoint.
+//!
+//! API cost per replica: one PATCH per renewal (`duration / 3`, so 0.2/s at
+//! the default 15 s), one LIST at start and one long-running WATCH of the
+//! group's Leases (re-opened by the API server every few minutes), and one
+//! DELETE at graceful shutdown. Nothing scales with the number of
+//! instances.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ::kube::api::{Api, DeleteParams, Patch, PatchParams};
+use ::kube::runtime::reflector::{self, Store};
+use ::kube::runtime::{WatchStreamExt, watcher};
+use ::kube::{Client, ResourceExt};
+use futures::StreamExt;
+use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use serde::Serialize;
+
+use super::membership::{LeaseRecord, Membership, OwnLease, Timing, view_is_fresh};
+use crate::debug::html::escape;
+use crate::kube::InstanceKey;
+use crate::kube::status::WriteGate;
+use crate::metrics;
+
+/// The label that groups the Leases of one agent deployment.
+pub const GROUP_LABEL: &str = "kura.tuist.dev/agent-group";
+/// The field manager of Lease renewals.
+pub const LEASE_FIELD_MANAGER: &str = "kura-health-agent-lease";
+/// Ownership changes kept for the debug endpoint.
+pub const RECENT_CHANGES: usize = 64;
+
+/// Why sharding could not start.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ShardError {
+    /// No namespace for the Leases.
+    #[error("sharding needs a lease namespace: set --lease-namespace or POD_NAMESPACE")]
+    NoNamespace,
+    /// A lease duration the API cannot express or too short to renew.
+    #[error("lease duration {0:?} must be whole seconds between 3 s and 1 h")]
+    BadDuration(Duration),
+}
+
+/// Sharding settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardConfig {
+    /// Namespace of the Leases (the agent's own).
+    pub namespace: String,
+    /// The group: the value of [`GROUP_LABEL`] and the Lease name prefix.
+    pub group: String,
+    /// This replica's identity (`holderIdentity`, and `rolloutHealth.agent`).
+    pub identity: String,
+    /// `leaseDurationSeconds`.
+    pub lease_duration: Duration,
+    /// Time between renewals (a third of the duration).
+    pub renew_every: Duration,
+    /// This replica stops writing this long before its Lease could expire
+    /// in the others' eyes (a fifth of the duration).
+    pub margin: Duration,
+    /// A newly acquired Lease gains instances only after this long (two
+    /// renewal intervals), so the old owners have stopped first.
+    pub settle: Duration,
+    /// A replica whose Lease watch shows its own `renewTime` older than
+    /// this (one and a half renewal intervals) stops acting: its view of
+    /// the members may be stale. Shorter than `settle`.
+    pub staleness: Duration,
+}
+
+impl ShardConfig {
+    /// Settings derived from the lease duration (renew every third, margin
+    /// a fifth, settle two renewal intervals, staleness one and a half).
+    pub fn new(
+        namespace: impl Into<String>,
+        group: impl Into<String>,
+        identity: impl Into<String>,
+        lease_duration: Duration,
+    ) -> Result<Self, ShardError> {
+        let secs = lease_duration.as_secs();
+        if lease_duration.subsec_nanos() != 0 || !(3..=3600).contains(&secs) {
+            return Err(ShardError::BadDuration(lease_duration));
+        }
+        let namespace = namespace.into();
+        if namespace.trim().is_empty() {
+            return Err(ShardError::NoNamespace);
+        }
+        Ok(ShardConfig {
+            namespace,
+            group: group.into(),
+            identity: identity.into(),
+            lease_duration,
+            renew_every: lease_duration / 3,
+            margin: lease_duration / 5,
+            settle: lease_duration * 2 / 3,
+            staleness: lease_duration / 2,
+        })
+    }
+
+    /// The name of this replica's Lease.
+    pub fn lease_name(&self) -> String {
+        lease_name(&self.group, &self.identity)
+    }
+}
+
+/// `<group>-<identity>`, lowercased, every character outside `[a-z0-9-.]`
+/// replaced by `-`, at most 253 characters, no leading or trailing `-`/`.`
+/// (a valid object name for any identity a pod can have).
+pub fn lease_name(group: &str, identity: &str) -> String {
+    let raw = format!("{group}-{identity}").to_lowercase();
+    let mut name: String = raw
+        .chars()
+        .map(|c| {
+            if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    name.truncate(253);
+    name.trim_matches(|c| c == '-' || c == '.').to_owned()
+}
+
+/// The membership view of a Lease object.
+pub fn lease_record(lease: &Lease) -> LeaseRecord {
+    let spec = lease.spec.as_ref();
+    LeaseRecord {
+        name: lease.name_any(),
+        holder: spec.and_then(|s| s.holder_identity.clone()),
+        acquire_time: spec.and_then(|s| s.acquire_time.as_ref()).map(|t| t.0),
+        renew_time: spec.and_then(|s| s.renew_time.as_ref()).map(|t| t.0),
+        duration_seconds: spec.and_then(|s| s.lease_duration_seconds),
+    }
+}
+
+/// One change of this replica's owned set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnershipChange {
+    /// When the run loop saw it.
+    pub at: Timestamp,
+    /// The instance.
+    pub instance: String,
+    /// `gained` or `lost`.
+    pub change: &'static str,
+    /// The live members at that moment.
+    pub members: Vec<String>,
+}
+
+#[derive(Debug)]
+struct State {
+    own: OwnLease,
+    acquired_at: Option<Timestamp>,
+    renewals_ok: u64,
+    renewals_failed: u64,
+    last_error: Option<String>,
+    owned: BTreeSet<InstanceKey>,
+    changes: VecDeque<OwnershipChange>,
+    changes_total: u64,
+    released: bool,
+}
+
+/// The shared sharding handle. See the module documentation.
+pub struct Shard {
+    config: ShardConfig,
+    lease_name: String,
+    store: Store<Lease>,
+    synced: AtomicBool,
+    state: Mutex<State>,
+}
+
+/// The future that renews this replica's Lease and watches the group's;
+/// runs until dropped.
+pub type ShardDriver = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+impl Shard {
+    /// Sets up the Lease watch and the renew loop. Nothing is owned until
+    /// the first renewal succeeded and the initial Lease list is in
+    /// ([`Shard::is_ready`]).
+    pub fn start(client: Client, config: ShardConfig) -> (Arc<Shard>, ShardDriver) {
+        let api: Api<Lease> = Api::namespaced(client, &config.namespace);
+        let (reader, writer) = reflector::store::<Lease>();
+        let shard = Arc::new(Shard {
+            lease_name: config.lease_name(),
+            state: Mutex::new(State {
+                own: OwnLease {
+                    last_renewed: None,
+                    duration: config.lease_duration,
+                    margin: config.margin,
+                },
+                acquired_at: None,
+                renewals_ok: 0,
+                renewals_failed: 0,
+                last_error: None,
+                owned: BTreeSet::new(),
+                changes: VecDeque::new(),
+                changes_total: 0,
+                released: false,
+            }),
+            config,
+            store: reader,
+            synced: AtomicBool::new(false),
+        });
+        let watch = {
+            let shard = shard.clone();
+            let cfg =
+                watcher::Config::default().labels(&format!("{GROUP_LABEL}={}", shard.config.group));
+            reflector::reflector(
+                writer,
+                watcher::watcher(api.clone(), cfg)
+                    .modify(|l| l.managed_fields_mut().clear())
+                    .default_backoff(),
+            )
+            .for_each(move |ev| {
+                match ev {
+                    Ok(watcher::Event::InitDone) => {
+                        if !shard.synced.swap(true, Ordering::AcqRel) {
+                            tracing::info!("initial lease list received");
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(error) => {
+                        ::metrics::counter!(metrics::WATCH_ERRORS_TOTAL, "resource" => "leases")
+                            .increment(1);
+                        tracing::warn!(%error, "lease watch error; retrying with backoff");
+                    }
+                }
+                std::future::ready(())
+            })
+        };
+        let renew = {
+            let shard = shard.clone();
+            async move {
+                let mut tick = tokio::time::interval(shard.config.renew_every);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    shard.renew_once(&api).await;
+                }
+            }
+        };
+        let driver: ShardDriver = Box::pin(async move {
+            futures::future::join(watch, renew).await;
+        });
+        (shard, driver)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &ShardConfig {
+        &self.config
+    }
+
+    async fn renew_once(&self, api: &Api<Lease>) {
+        let now = Timestamp::now();
+        let acquired = {
+            let s = self.lock();
+            if s.released {
+                return;
+            }
+            // A Lease that lapsed (by this replica's own reckoning, which is
+            // earlier than anyone else's) is acquired anew: the others may
+            // have taken its instances, so it must settle again before it
+            // gains them back.
+            match s.acquired_at {
+                Some(at) if s.own.is_current(now) => at,
+                _ => now,
+            }
+        };
+        let secs = i32::try_from(self.config.lease_duration.as_secs()).unwrap_or(i32::MAX);
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(self.lease_name.clone()),
+                namespace: Some(self.config.namespace.clone()),
+                labels: Some(BTreeMap::from([(
+                    GROUP_LABEL.to_owned(),
+                    self.config.group.clone(),
+                )])),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(self.config.identity.clone()),
+                lease_duration_seconds: Some(secs),
+                acquire_time: Some(MicroTime(acquired)),
+                renew_time: Some(MicroTime(now)),
+                ..LeaseSpec::default()
+            }),
+        };
+        let params = PatchParams::apply(LEASE_FIELD_MANAGER).force();
+        let result = tokio::time::timeout(
+            self.config.renew_every,
+            api.patch(&self.lease_name, &params, &Patch::Apply(&lease)),
+        )
+        .await;
+        let error = match result {
+            Ok(Ok(_)) => None,
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(_) => Some(format!("no answer within {:?}", self.config.renew_every)),
+        };
+        let mut s = self.lock();
+        if s.released {
+            return;
+        }
+        match error {
+            None => {
+                ::metrics::counter!(metrics::LEASE_RENEWALS_TOTAL, "result" => "ok").increment(1);
+                if s.acquired_at != Some(acquired) {
+                    tracing::info!(lease = %self.lease_name, namespace = %self.config.namespace,
+                        "lease acquired");
+                }
+                s.acquired_at = Some(acquired);
+                s.own.last_renewed = Some(now);
+                s.renewals_ok += 1;
+                s.last_error = None;
+            }
+            Some(e) => {
+                ::metrics::counter!(metrics::LEASE_RENEWALS_TOTAL, "result" => "error")
+                    .increment(1);
+                s.renewals_failed += 1;
+                let current = s.own.is_current(Timestamp::now());
+                tracing::warn!(error = %e, lease = %self.lease_name, still_current = current,
+                    "lease renewal failed");
+                if !current {
+                    tracing::error!(lease = %self.lease_name,
+                        "own lease no longer current: no status writes until it is renewed");
+                }
+                s.last_error = Some(e);
+            }
+        }
+    }
+
+    /// Graceful leave: stop renewing, refuse writes from now on, and delete
+    /// the Lease so the other members take over at once instead of after
+    /// the Lease expires.
+    pub async fn release(&self, client: Client) {
+        {
+            let mut s = self.lock();
+            s.released = true;
+            s.own.last_renewed = None;
+        }
+        let api: Api<Lease> = Api::namespaced(client, &self.config.namespace);
+        match tokio::time::timeout(
+            Duration::from_secs(5),
+            api.delete(&self.lease_name, &DeleteParams::default()),
+        )
+        .await
+        {
+            Ok(Ok(_)) => tracing::info!(lease = %self.lease_name, "lease released"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "lease not deleted; it will expire"),
+            Err(_) => tracing::warn!("lease deletion timed out; it will expire"),
+        }
+    }
+
+    /// Whether the first renewal succeeded and the initial Lease list is
+    /// in: before that the replica owns nothing and the run loop waits.
+    pub fn is_ready(&self) -> bool {
+        self.synced.load(Ordering::Acquire) && self.lock().acquired_at.is_some()
+    }
+
+    /// Why the shard is not ready, for `/readyz`; empty when it is, or when
+    /// it is ready but its own Lease lapsed (then it says so).
+    pub fn not_ready_reasons(&self, now: Timestamp) -> Vec<String> {
+        let mut out = Vec::new();
+        if !self.synced.load(Ordering::Acquire) {
+            out.push("lease list not received yet".to_owned());
+        }
+        let s = self.lock();
+        if s.acquired_at.is_none() {
+            out.push(match &s.last_error {
+                Some(e) => format!("own lease not acquired yet (last error: {e})"),
+                None => "own lease not acquired yet".to_owned(),
+            });
+        } else if s.own.is_current(now)
+            && !view_is_fresh(
+                &self.leases(),
+                &self.config.identity,
+                self.config.staleness,
+                now,
+            )
+        {
+            out.push("lease watch is stale: writes stopped until it catches up".to_owned());
+        } else if !s.own.is_current(now) && !s.released {
+            out.push(match &s.last_error {
+                Some(e) => {
+                    format!("own lease not renewed in time: writes stopped (last error: {e})")
+                }
+                None => "own lease not renewed in time: writes stopped".to_owned(),
+            });
+        }
+        out
+    }
+
+    /// The group's Leases as cached by the watch.
+    pub fn leases(&self) -> Vec<LeaseRecord> {
+        let mut v: Vec<LeaseRecord> = self.store.state().iter().map(|l| lease_record(l)).collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+
+    /// The membership at `now`.
+    pub fn membership(&self, now: Timestamp) -> Membership {
+        let leases = self.leases();
+        let own = self.lock().own;
+        Membership::at(
+            &self.config.identity,
+            &leases,
+            &own,
+            Timing {
+                settle: self.config.settle,
+                staleness: self.config.staleness,
+            },
+            now,
+        )
+    }
+
+    /// Whether this replica owns `key` at `now`.
+    pub fn owns(&self, key: &InstanceKey, now: Timestamp) -> bool {
+        self.is_ready() && self.membership(now).owns(&key.to_string())
+    }
+
+    /// Records the owned set the run loop acts on; counts and logs what was
+    /// gained and lost, and sets the membership gauges.
+    pub fn record_owned(
+        &self,
+        owned: BTreeSet<InstanceKey>,
+        membership: &Membership,
+        now: Timestamp,
+    ) {
+        let members: Vec<String> = membership.live.iter().map(|m| m.id.clone()).collect();
+        ::metrics::gauge!(metrics::AGENT_MEMBERS).set(members.len() as f64);
+        ::metrics::gauge!(metrics::OWNED_INSTANCES).set(owned.len() as f64);
+        let mut s = self.lock();
+        let gained: Vec<InstanceKey> = owned.difference(&s.owned).cloned().collect();
+        let lost: Vec<InstanceKey> = s.owned.difference(&owned).cloned().collect();
+        for (keys, change) in [(&gained, "gained"), (&lost, "lost")] {
+            if keys.is_empty() {
+                continue;
+            }
+            ::metrics::counter!(metrics::OWNERSHIP_CHANGES_TOTAL, "change" => change)
+                .increment(keys.len() as u64);
+            tracing::info!(change, count = keys.len(), instances = ?keys.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                members = ?members, "ownership changed");
+            for k in keys {
+                s.changes_total += 1;
+                if s.changes.len() == RECENT_CHANGES {
+                    s.changes.pop_front();
+                }
+                s.changes.push_back(OwnershipChange {
+                    at: now,
+                    instance: k.to_string(),
+                    change,
+                    members: members.clone(),
+                });
+            }
+        }
+        s.owned = owned;
+    }
+
+    /// What `/debug/members` shows.
+    pub fn view(&self, now: Timestamp) -> MembersView {
+        let leases = self.leases();
+        let membership = self.membership(now);
+        let s = self.lock();
+        let settled: BTreeSet<&str> = membership.settled.iter().map(|m| m.id.as_str()).collect();
+        MembersView {
+            identity: self.config.identity.clone(),
+            group: self.config.group.clone(),
+            lease_namespace: self.config.namespace.clone(),
+            lease_name: self.lease_name.clone(),
+            ready: self.synced.load(Ordering::Acquire) && s.acquired_at.is_some(),
+            own_lease: OwnLeaseView {
+                acquired_at: s.acquired_at,
+                last_renewed: s.own.last_renewed,
+                writes_allowed_until: s.own.valid_until(),
+                current: s.own.is_current(now),
+                renewals_ok: s.renewals_ok,
+                renewals_failed: s.renewals_failed,
+                last_error: s.last_error.clone(),
+            },
+            members: membership
+                .live
+                .iter()
+                .map(|m| MemberView {
+                    id: m.id.clone(),
+                    settled: settled.contains(m.id.as_str()),
+                    me: m.id == self.config.identity,
+                })
+                .collect(),
+            leases: leases
+                .into_iter()
+                .map(|l| LeaseView {
+                    current: l.is_current(now),
+                    expires_at: l.expires_at(),
+                    lease: l,
+                })
+                .collect(),
+            owned: s.owned.iter().map(ToString::to_string).collect(),
+            ownership_changes_total: s.changes_total,
+            recent_changes: s.changes.iter().rev().cloned().collect(),
+        }
+    }
+}
+
+impl WriteGate for Shard {
+    fn check(&self, key: &InstanceKey, now: Timestamp) -> Result<(), String> {
+        if !self.is_ready() {
+            return Err("own lease not acquired".to_owned());
+        }
+        let m = self.membership(now);
+        if !m.own_current {
+            return Err("own lease not current (or the lease view is stale)".to_owned());
+        }
+        if !m.owns(&key.to_string()) {
+            return Err(format!(
+                "not the owner (owner: {})",
+                m.owner_of(&key.to_string())
+                    .map_or("none", |o| o.id.as_str())
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `/debug/members`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MembersView {
+    /// This replica.
+    pub identity: String,
+    /// The group label value.
+    pub group: String,
+    /// Where the Leases live.
+    pub lease_namespace: String,
+    /// This replica's Lease.
+    pub lease_name: String,
+    /// Whether sharding is ready (first renewal done, Leases listed).
+    pub ready: bool,
+    /// This replica's Lease as it knows it.
+    pub own_lease: OwnLeaseView,
+    /// Live members.
+    pub members: Vec<MemberView>,
+    /// Every Lease of the group.
+    pub leases: Vec<LeaseView>,
+    /// Instances this replica owns (as of the last reconcile).
+    pub owned: Vec<String>,
+    /// Ownership changes (gained + lost) since start.
+    pub ownership_changes_total: u64,
+    /// The latest changes, newest first.
+    pub recent_changes: Vec<OwnershipChange>,
+}
+
+/// This replica's own Lease.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnLeaseView {
+    /// When this process first acquired it.
+    pub acquired_at: Option<Timestamp>,
+    /// Send time of the last accepted renewal.
+    pub last_renewed: Option<Timestamp>,
+    /// Writes stop at this time unless renewed.
+    pub writes_allowed_until: Option<Timestamp>,
+    /// Whether writes are allowed now.
+    pub current: bool,
+    /// Renewals accepted.
+    pub renewals_ok: u64,
+    /// Renewals failed.
+    pub renewals_failed: u64,
+    /// The last renewal error, if the last renewal failed.
+    pub last_error: Option<String>,
+}
+
+/// One live member.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberView {
+    /// Its identity.
+    pub id: String,
+    /// Whether it may gain instances yet.
+    pub settled: bool,
+    /// Whether it is this replica.
+    pub me: bool,
+}
+
+/// One Lease of the group.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaseView {
+    /// The Lease.
+    #[serde(flatten)]
+    pub lease: LeaseRecord,
+    /// When it expires (if well-formed).
+    pub expires_at: Option<Timestamp>,
+    /// Whether it is current.
+    pub current: bool,
+}
+
+impl crate::debug::MembersSource for Shard {
+    fn members_json(&self, now: Timestamp) -> serde_json::Value {
+        serde_json::to_value(self.view(now))
+            .unwrap_or_else(|e| serde_json::json!({"error": format!("cannot encode members: {e}")}))
+    }
+
+    fn members_html(&self, now: Timestamp) -> String {
+        use std::fmt::Write as _;
+        let v = self.view(now);
+        let mut h = String::from("<h2>members</h2>\n");
+        let _ = writeln!(
+            h,
+            "<p>this replica: {} · group {} · own lease {} (until {}) · owns {} instances · {} ownership changes</p>",
+            escape(&v.identity),
+            escape(&v.group),
+            if v.own_lease.current {
+                "current"
+            } else {
+                "NOT current: writes stopped"
+            },
+            v.own_lease
+                .writes_allowed_until
+                .map_or_else(|| "–".to_owned(), |t| t.to_string()),
+            v.owned.len(),
+            v.ownership_changes_total,
+        );
+        h.push_str("<ul>\n");
+        for m in &v.members {
+            let _ = writeln!(
+                h,
+                "<li>{}{}{}</li>",
+                escape(&m.id),
+                if m.me { " (this replica)" } else { "" },
+                if m.settled { "" } else { " (joining)" }
+            );
+        }
+        h.push_str("</ul>\n<p><a href=\"/debug/members\">members JSON</a></p>\n");
+        h
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_names_are_valid_object_names() {
+        assert_eq!(
+            lease_name("kura-health-agent", "kura-health-agent-7d9f-x2"),
+            "kura-health-agent-kura-health-agent-7d9f-x2"
+        );
+        assert_eq!(lease_name("g", "Node_A:1"), "g-node-a-1");
+        assert_eq!(lease_name("g", "x_").len(), 3);
+        assert!(lease_name("g", &"a".repeat(400)).len() <= 253);
+    }
+
+    #[test]
+    fn config_derives_intervals_and_rejects_odd_durations() {
+        let c = ShardConfig::new("ns", "g", "me", Duration::from_secs(15)).expect("config");
+        assert_eq!(c.renew_every, Duration::from_secs(5));
+        assert_eq!(c.margin, Duration::from_secs(3));
+        assert_eq!(c.settle, Duration::from_secs(10));
+        assert_eq!(c.staleness, Duration::from_millis(7500));
+        assert!(c.staleness < c.settle && c.margin < c.renew_every);
+        assert_eq!(
+            ShardConfig::new("ns", "g", "me", Duration::from_millis(1500)),
+            Err(ShardError::BadDuration(Duration::from_millis(1500)))
+        );
+        assert_eq!(
+            ShardConfig::new(" ", "g", "me", Duration::from_secs(15)),
+            Err(ShardError::NoNamespace)
+        );
+    }
+
+    #[test]
+    fn lease_objects_become_records() {
+        let lease: Lease = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "g-a", "namespace": "ns"},
+            "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15,
+                     "acquireTime": "2026-07-21T10:00:00.000000Z",
+                     "renewTime": "2026-07-21T10:00:05.123456Z"}
+        }))
+        .expect("lease");
+        let r = lease_record(&lease);
+        assert_eq!(r.holder.as_deref(), Some("a"));
+        assert_eq!(r.duration_seconds, Some(15));
+        let now: Timestamp = "2026-07-21T10:00:20.123455Z".parse().expect("ts");
+        assert!(r.is_current(now));
+        let later: Timestamp = "2026-07-21T10:00:20.123456Z".parse().expect("ts");
+        assert!(!r.is_current(later));
+    }
+}

@@ -1,0 +1,31 @@
+//! Sharding over several agent replicas, with Kubernetes Leases as the only
+//! coordination (no consensus of our own):
+//!
+//! - **Membership**: every replica holds its own `coordination.k8s.io/v1`
+//!   Lease named `<group>-<identity>` in the lease namespace, labelled
+//!   [`GROUP_LABEL`]`=<group>`, renewed every third of its duration
+//!   ([`lease`]). The live members are the holders of the group's current
+//!   Leases ([`membership`]).
+//! - **Ownership**: each instance `namespace/name` belongs to one live
+//!   member by rendezvous hashing ([`rendezvous`]). A replica polls and
+//!   writes only what it owns: [`OwnedTargets`] filters the run loop's
+//!   targets (the loop stops the tasks of instances it lost and drops their
+//!   pending writes), and [`Shard`] is the status writer's
+//!   [`WriteGate`](crate::kube::status::WriteGate), checked right before
+//!   every PATCH: no write without a current own Lease and ownership.
+//! - **Handover**: a new owner's instance task restores from the published
+//!   status (`InstanceEngine::restore`), so counters, baseline and soak
+//!   clock carry on.
+//!
+//! The pure parts ([`rendezvous`], [`membership`]) take time as an
+//! argument; [`lease`] and [`Shard`] are the IO shell.
+
+pub mod lease;
+pub mod membership;
+pub mod owned;
+pub mod rendezvous;
+
+pub use lease::{GROUP_LABEL, Shard, ShardConfig, ShardError};
+pub use membership::{LeaseRecord, Membership, OwnLease, Timing};
+pub use owned::OwnedTargets;
+pub use rendezvous::{Member, owner};
