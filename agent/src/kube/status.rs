@@ -58,6 +58,19 @@ pub enum WriteError {
     /// 403 (or 401): RBAC does not allow patching `kurainstances/status`.
     #[error("forbidden: {0}")]
     Forbidden(String),
+    /// The CRD in the cluster does not declare fields the agent writes.
+    /// Under server-side apply kube-apiserver does not prune them: it
+    /// refuses the whole apply (HTTP 500 "failed to create typed patch
+    /// object ...: .status.rolloutGate: field not declared in schema").
+    /// Reported like pruning: the CRD is too old.
+    #[error("fields not declared by the CRD in the cluster ({}): {message}", missing.join(", "))]
+    NotDeclared {
+        /// The undeclared paths, as far as the message names them (e.g.
+        /// `status.rolloutGate`).
+        missing: Vec<String>,
+        /// The API server's message.
+        message: String,
+    },
     /// Anything else: transport, timeouts, 5xx, 422 validation, a response
     /// that is not an object.
     #[error("{0}")]
@@ -71,6 +84,7 @@ impl WriteError {
             WriteError::Conflict(_) => "conflict",
             WriteError::NotFound(_) => "not_found",
             WriteError::Forbidden(_) => "forbidden",
+            WriteError::NotDeclared { .. } => "pruned",
             WriteError::Other(_) => "error",
         }
     }
@@ -82,6 +96,27 @@ impl WriteError {
             _ => JobResult::Failed,
         }
     }
+}
+
+/// What kube-apiserver says when an apply names a field its schema lacks.
+const NOT_DECLARED: &str = "field not declared in schema";
+
+/// The paths an API server message names as not declared: each
+/// `.a.b: field not declared in schema` becomes `a.b`.
+pub fn undeclared_paths(message: &str) -> Vec<String> {
+    let mut out: Vec<String> = message
+        .split(NOT_DECLARED)
+        .filter_map(|before| {
+            let before = before.trim_end().strip_suffix(':')?;
+            let path = before
+                .rsplit(|c: char| c.is_whitespace() || c == ',' || c == ')')
+                .next()?;
+            let path = path.trim_start_matches('.');
+            (!path.is_empty()).then(|| path.to_owned())
+        })
+        .collect();
+    out.truncate(MAX_MISSING_PATHS);
+    out
 }
 
 /// Classifies a kube client error.
@@ -97,6 +132,10 @@ pub fn classify(error: ::kube::Error) -> WriteError {
                 409 => WriteError::Conflict(msg),
                 404 => WriteError::NotFound(msg),
                 401 | 403 => WriteError::Forbidden(msg),
+                _ if msg.contains(NOT_DECLARED) => WriteError::NotDeclared {
+                    missing: undeclared_paths(&msg),
+                    message: msg,
+                },
                 code => WriteError::Other(format!("HTTP {code}: {msg}")),
             }
         }
@@ -104,13 +143,35 @@ pub fn classify(error: ::kube::Error) -> WriteError {
     }
 }
 
+/// Removes every `null` object member, recursively (array entries stay).
+///
+/// An absent optional field is sent as absent, never as `null`: the API
+/// server validates a `null` against the field's schema, and for a nullable
+/// enum (`rolloutGate.signal` while healthy) kube-apiserver rejects it with
+/// 422 "Unsupported value: null" although the schema says `nullable: true`.
+/// Under server-side apply, leaving out a field this manager owned removes
+/// it, which is what `null` meant.
+pub fn strip_nulls(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.retain(|_, v| !v.is_null());
+            map.values_mut().for_each(strip_nulls);
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_nulls),
+        _ => {}
+    }
+}
+
 /// The server-side apply body: `apiVersion`, `kind` and the two status
-/// fields the agent owns, nothing else.
+/// fields the agent owns, nothing else; absent optional fields are left
+/// out ([`strip_nulls`]).
 pub fn apply_body(status: &DesiredStatus) -> Result<Value, WriteError> {
-    let health = serde_json::to_value(&status.health)
+    let mut health = serde_json::to_value(&status.health)
         .map_err(|e| WriteError::Other(format!("encode rolloutHealth: {e}")))?;
-    let gate = serde_json::to_value(&status.gate)
+    let mut gate = serde_json::to_value(&status.gate)
         .map_err(|e| WriteError::Other(format!("encode rolloutGate: {e}")))?;
+    strip_nulls(&mut health);
+    strip_nulls(&mut gate);
     Ok(json!({
         "apiVersion": "kura.tuist.dev/v1alpha1",
         "kind": "KuraInstance",
@@ -230,6 +291,15 @@ impl StatusWriter {
         ::metrics::counter!(metrics::STATUS_WRITES_TOTAL, "result" => label).increment(1);
         match &result {
             Ok(WriteOutcome::Applied) => tracing::debug!(instance = %key, "status written"),
+            Err(WriteError::NotDeclared { missing, message }) => {
+                ::metrics::counter!(metrics::STATUS_WRITES_PRUNED_TOTAL).increment(1);
+                tracing::error!(
+                    instance = %key,
+                    missing = ?missing,
+                    error = %message,
+                    "status fields are not declared by the KuraInstance CRD in this cluster (too old): the write was refused; apply the CRD shipped with this agent"
+                );
+            }
             Ok(WriteOutcome::Pruned { missing }) => {
                 ::metrics::counter!(metrics::STATUS_WRITES_PRUNED_TOTAL).increment(1);
                 tracing::error!(
@@ -387,6 +457,13 @@ mod tests {
     }
 
     #[test]
+    fn nulls_are_left_out_of_the_apply_body() {
+        let mut v = json!({"a": null, "b": {"c": null, "d": 1}, "e": [null, {"f": null, "g": 2}]});
+        strip_nulls(&mut v);
+        assert_eq!(v, json!({"b": {"d": 1}, "e": [null, {"g": 2}]}));
+    }
+
+    #[test]
     fn a_response_without_rollout_gate_is_pruned() {
         let body = json!({"status": {"rolloutHealth": {"ready": true}, "rolloutGate": {"verdict": "healthy"}}});
         assert_eq!(
@@ -426,6 +503,18 @@ mod tests {
         assert_eq!(classify(api(404)).job_result(), JobResult::Gone);
         assert_eq!(classify(api(403)).kind(), "forbidden");
         assert_eq!(classify(api(500)), WriteError::Other("HTTP 500: m".into()));
+        let undeclared = ::kube::Error::Api(Box::new(::kube::core::Status {
+            code: 500,
+            message: "failed to create typed patch object (/; kura.tuist.dev/v1alpha1, Kind=KuraInstance): .status.rolloutGate: field not declared in schema".into(),
+            ..Default::default()
+        }));
+        let e = classify(undeclared);
+        assert_eq!(e.kind(), "pruned");
+        assert_eq!(e.job_result(), JobResult::Failed);
+        assert!(
+            matches!(&e, WriteError::NotDeclared { missing, .. } if missing == &["status.rolloutGate"]),
+            "{e:?}"
+        );
         assert_eq!(classify(api(500)).job_result(), JobResult::Failed);
     }
 }
