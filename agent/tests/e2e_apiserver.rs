@@ -749,12 +749,24 @@ async fn a_crd_without_our_status_fields_makes_the_agent_report_pruning() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let pruned_before = metric_sum(WRITES, "result=\"pruned\"");
     let pruned_total_before = metric_sum("kura_agent_status_writes_pruned_total", "");
-    let agent = Agent::start(run_args(&ns, fleet.port, &[]), admin_config().await);
+    let debug = free_port();
+    let listen = format!("--debug-listen=127.0.0.1:{debug}");
+    let agent = Agent::start(
+        run_args(&ns, fleet.port, &[listen.as_str()]),
+        admin_config().await,
+    );
     wait_for("a pruned write", T, || async {
         (metric_sum(WRITES, "result=\"pruned\"") > pruned_before).then_some(())
     })
     .await;
     assert!(metric_sum("kura_agent_status_writes_pruned_total", "") > pruned_total_before);
+    let readyz = wait_for("/readyz to say why", T, || async {
+        let r = http_get(debug, "/readyz").await?;
+        r.contains("CRD too old").then_some(r)
+    })
+    .await;
+    assert!(readyz.starts_with("HTTP/1.1 503"), "{readyz}");
+    assert!(readyz.contains("status.rolloutGate") || readyz.contains("status.rolloutHealth"));
     let s = status_of(&client, &ns, "delta").await;
     assert!(
         s.get("rolloutHealth").is_none() && s.get("rolloutGate").is_none(),
@@ -775,6 +787,30 @@ async fn a_crd_without_our_status_fields_makes_the_agent_report_pruning() {
     )
     .await;
     agent.stop().await;
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// A plain HTTP/1.1 GET on 127.0.0.1 (the agent's debug server): the whole
+/// response as text, `None` when it cannot connect.
+async fn http_get(port: u16, path: &str) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    conn.write_all(request.as_bytes()).await.ok()?;
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), conn.read_to_end(&mut out))
+        .await
+        .ok()?
+        .ok()?;
+    String::from_utf8(out).ok()
 }
 
 /// The chart's RBAC objects, from the rendered chart: (kind, object).

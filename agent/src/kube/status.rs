@@ -250,6 +250,10 @@ pub fn write_record(result: &Result<WriteOutcome, WriteError>) -> WriteRecord {
         Ok(WriteOutcome::Pruned { missing }) => WriteRecord::Pruned {
             missing: missing.clone(),
         },
+        // Refused for the same reason pruning happens: the CRD is too old.
+        Err(WriteError::NotDeclared { missing, .. }) => WriteRecord::Pruned {
+            missing: missing.clone(),
+        },
         Err(e) => WriteRecord::Failed {
             kind: e.kind().to_owned(),
             message: e.to_string(),
@@ -510,6 +514,13 @@ mod tests {
         }));
         let e = classify(undeclared);
         assert_eq!(e.kind(), "pruned");
+        assert_eq!(
+            write_record(&Err(e.clone())),
+            WriteRecord::Pruned {
+                missing: vec!["status.rolloutGate".into()]
+            },
+            "the debug view and /readyz treat it as pruning"
+        );
         assert_eq!(e.job_result(), JobResult::Failed);
         assert!(
             matches!(&e, WriteError::NotDeclared { missing, .. } if missing == &["status.rolloutGate"]),
