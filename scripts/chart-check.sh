@@ -2,7 +2,8 @@
 # Checks of the Helm chart charts/kura-health-agent, offline except for a real
 # kube-apiserver started on loopback:
 #   1. helm lint (default values and a variant with serviceMonitor and
-#      networkPolicy on, namespaces set); replicaCount 2 must be refused
+#      networkPolicy on, namespaces set); replicaCount 2 and an empty API
+#      server CIDR list must be refused, no scrapers must mean no ingress
 #   2. helm template (with the CRD) for both
 #   3. kubeconform -strict against JSON Schemas generated from that API
 #      server's own OpenAPI (scripts/k8s-json-schemas.py): every built-in
@@ -73,6 +74,12 @@ if out=$("$helm" template x "$chart" --set replicaCount=2 2>&1); then
   fail "replicaCount=2 rendered; the chart must refuse two writers"
 fi
 grep -q "replicaCount must be 1" <<<"$out" || fail "unexpected refusal of replicaCount=2: $out"
+# An empty NetworkPolicy peer list means "everyone": never rendered.
+if out=$("$helm" template x "$chart" --set networkPolicy.apiServer.cidrs=null 2>&1); then
+  fail "an empty API server CIDR list rendered (egress anywhere)"
+fi
+"$helm" template x "$chart" --set networkPolicy.scrapeFrom=null \
+  | grep -q '^  ingress: \[\]$' || fail "no scrapers must render 'ingress: []' (no ingress)"
 
 part "helm template"
 "$helm" template kura-health-agent "$chart" --namespace kura-system --include-crds \

@@ -61,5 +61,5 @@ export KURA_E2E_CHART_MANIFESTS=$dir/chart.yaml
 export KURA_K8S_DIR KUBECONFIG
 
 part "e2e tests"
-RUST_LOG=${RUST_LOG:-error} cargo test --locked -p kura-agent --test e2e_apiserver -- \
+RUST_LOG=${RUST_LOG:-error,kube_client=off} cargo test --locked -p kura-agent --test e2e_apiserver -- \
   --ignored --test-threads=1 --nocapture "$@"
