@@ -1385,7 +1385,8 @@ async fn status_write_economy_and_flip_latency() {
     let started = Instant::now();
     let agent = Agent::start(args, admin_config().await);
     let last = names.last().expect("one instance").clone();
-    wait_status(&client, &ns, &last, "first status", T, |s| {
+    let first_within = T + Duration::from_millis(n as u64 * 100);
+    wait_status(&client, &ns, &last, "first status", first_within, |s| {
         s["rolloutGate"]["verdict"] == "healthy"
     })
     .await;
