@@ -813,7 +813,7 @@ async fn http_get(port: u16, path: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-/// The chart's RBAC objects, from the rendered chart: (kind, object).
+/// Every object of the rendered chart (KURA_E2E_CHART_MANIFESTS), as JSON.
 fn chart_objects() -> Vec<Value> {
     serde_yaml::Deserializer::from_str(&chart_manifests())
         .filter_map(|doc| {
