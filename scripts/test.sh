@@ -4,6 +4,9 @@
 #   2. generated-artifact drift: the committed CRD and JSON Schemas
 #   3. the CRD's validity against the Kubernetes 1.33 schemas (kubernetes-validate)
 # Installs what it needs (a Python venv under .cache/) on a fresh machine.
+# The tiers that need a real kube-apiserver have their own commands, which
+# .ci/run always runs after this one: scripts/e2e.sh (the agent end to end)
+# and scripts/chart-check.sh (the Helm chart).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD

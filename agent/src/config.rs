@@ -138,7 +138,7 @@ pub struct RunArgs {
     pub heartbeat: Duration,
 
     /// Status writes per second, shared by all instances.
-    #[arg(long, env = "KURA_AGENT_WRITE_RATE", default_value = "20", value_parser = parse_rate)]
+    #[arg(long, env = "KURA_AGENT_WRITE_RATE", default_value = "50", value_parser = parse_rate)]
     pub write_rate: f64,
 
     /// Writes allowed in a burst above the rate.
@@ -349,7 +349,7 @@ mod tests {
         assert_eq!(a.body_limit, 65536);
         assert_eq!(a.sweep_interval, Duration::from_secs(10));
         assert_eq!(a.heartbeat, Duration::from_secs(30));
-        assert_eq!(a.write_rate, 20.0);
+        assert_eq!(a.write_rate, 50.0);
         assert_eq!(a.retention, Duration::from_secs(3600));
         assert_eq!(
             a.debug_listen,
@@ -443,7 +443,7 @@ mod tests {
         );
         let d = Wrapper::try_parse_from(["x"]).expect("parse");
         assert_eq!(d.args.target_config().port, PollPort::Number(4000));
-        assert_eq!(d.args.write_queue_config().rate_per_second, 20.0);
+        assert_eq!(d.args.write_queue_config().rate_per_second, 50.0);
     }
 
     #[test]

@@ -58,6 +58,19 @@ pub enum WriteError {
     /// 403 (or 401): RBAC does not allow patching `kurainstances/status`.
     #[error("forbidden: {0}")]
     Forbidden(String),
+    /// The CRD in the cluster does not declare fields the agent writes.
+    /// Under server-side apply kube-apiserver does not prune them: it
+    /// refuses the whole apply (HTTP 500 "failed to create typed patch
+    /// object ...: .status.rolloutGate: field not declared in schema").
+    /// Reported like pruning: the CRD is too old.
+    #[error("fields not declared by the CRD in the cluster ({}): {message}", missing.join(", "))]
+    NotDeclared {
+        /// The undeclared paths, as far as the message names them (e.g.
+        /// `status.rolloutGate`).
+        missing: Vec<String>,
+        /// The API server's message.
+        message: String,
+    },
     /// Anything else: transport, timeouts, 5xx, 422 validation, a response
     /// that is not an object.
     #[error("{0}")]
@@ -75,6 +88,7 @@ impl WriteError {
             WriteError::Conflict(_) => "conflict",
             WriteError::NotFound(_) => "not_found",
             WriteError::Forbidden(_) => "forbidden",
+            WriteError::NotDeclared { .. } => "pruned",
             WriteError::Other(_) => "error",
             WriteError::Fenced(_) => "fenced",
         }
@@ -91,6 +105,27 @@ impl WriteError {
     }
 }
 
+/// What kube-apiserver says when an apply names a field its schema lacks.
+const NOT_DECLARED: &str = "field not declared in schema";
+
+/// The paths an API server message names as not declared: each
+/// `.a.b: field not declared in schema` becomes `a.b`.
+pub fn undeclared_paths(message: &str) -> Vec<String> {
+    let mut out: Vec<String> = message
+        .split(NOT_DECLARED)
+        .filter_map(|before| {
+            let before = before.trim_end().strip_suffix(':')?;
+            let path = before
+                .rsplit(|c: char| c.is_whitespace() || c == ',' || c == ')')
+                .next()?;
+            let path = path.trim_start_matches('.');
+            (!path.is_empty()).then(|| path.to_owned())
+        })
+        .collect();
+    out.truncate(MAX_MISSING_PATHS);
+    out
+}
+
 /// Classifies a kube client error.
 pub fn classify(error: ::kube::Error) -> WriteError {
     match error {
@@ -104,6 +139,10 @@ pub fn classify(error: ::kube::Error) -> WriteError {
                 409 => WriteError::Conflict(msg),
                 404 => WriteError::NotFound(msg),
                 401 | 403 => WriteError::Forbidden(msg),
+                _ if msg.contains(NOT_DECLARED) => WriteError::NotDeclared {
+                    missing: undeclared_paths(&msg),
+                    message: msg,
+                },
                 code => WriteError::Other(format!("HTTP {code}: {msg}")),
             }
         }
@@ -218,6 +257,10 @@ pub fn write_record(result: &Result<WriteOutcome, WriteError>) -> WriteRecord {
         Ok(WriteOutcome::Pruned { missing }) => WriteRecord::Pruned {
             missing: missing.clone(),
         },
+        // Refused for the same reason pruning happens: the CRD is too old.
+        Err(WriteError::NotDeclared { missing, .. }) => WriteRecord::Pruned {
+            missing: missing.clone(),
+        },
         Err(e) => WriteRecord::Failed {
             kind: e.kind().to_owned(),
             message: e.to_string(),
@@ -276,6 +319,15 @@ impl StatusWriter {
         ::metrics::counter!(metrics::STATUS_WRITES_TOTAL, "result" => label).increment(1);
         match &result {
             Ok(WriteOutcome::Applied) => tracing::debug!(instance = %key, "status written"),
+            Err(WriteError::NotDeclared { missing, message }) => {
+                ::metrics::counter!(metrics::STATUS_WRITES_PRUNED_TOTAL).increment(1);
+                tracing::error!(
+                    instance = %key,
+                    missing = ?missing,
+                    error = %message,
+                    "status fields are not declared by the KuraInstance CRD in this cluster (too old): the write was refused; apply the CRD shipped with this agent"
+                );
+            }
             Ok(WriteOutcome::Pruned { missing }) => {
                 ::metrics::counter!(metrics::STATUS_WRITES_PRUNED_TOTAL).increment(1);
                 tracing::error!(
@@ -440,6 +492,13 @@ mod tests {
     }
 
     #[test]
+    fn nulls_are_left_out_of_the_apply_body() {
+        let mut v = json!({"a": null, "b": {"c": null, "d": 1}, "e": [null, {"f": null, "g": 2}]});
+        strip_nulls(&mut v);
+        assert_eq!(v, json!({"b": {"d": 1}, "e": [null, {"g": 2}]}));
+    }
+
+    #[test]
     fn a_response_without_rollout_gate_is_pruned() {
         let body = json!({"status": {"rolloutHealth": {"ready": true}, "rolloutGate": {"verdict": "healthy"}}});
         assert_eq!(
@@ -479,6 +538,25 @@ mod tests {
         assert_eq!(classify(api(404)).job_result(), JobResult::Gone);
         assert_eq!(classify(api(403)).kind(), "forbidden");
         assert_eq!(classify(api(500)), WriteError::Other("HTTP 500: m".into()));
+        let undeclared = ::kube::Error::Api(Box::new(::kube::core::Status {
+            code: 500,
+            message: "failed to create typed patch object (/; kura.tuist.dev/v1alpha1, Kind=KuraInstance): .status.rolloutGate: field not declared in schema".into(),
+            ..Default::default()
+        }));
+        let e = classify(undeclared);
+        assert_eq!(e.kind(), "pruned");
+        assert_eq!(
+            write_record(&Err(e.clone())),
+            WriteRecord::Pruned {
+                missing: vec!["status.rolloutGate".into()]
+            },
+            "the debug view and /readyz treat it as pruning"
+        );
+        assert_eq!(e.job_result(), JobResult::Failed);
+        assert!(
+            matches!(&e, WriteError::NotDeclared { missing, .. } if missing == &["status.rolloutGate"]),
+            "{e:?}"
+        );
         assert_eq!(classify(api(500)).job_result(), JobResult::Failed);
     }
 }

@@ -89,7 +89,7 @@ impl Default for WriteQueueConfig {
     fn default() -> Self {
         Self {
             heartbeat: Duration::from_secs(30),
-            rate_per_second: 20.0,
+            rate_per_second: 50.0,
             burst: 40,
             min_backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(60),

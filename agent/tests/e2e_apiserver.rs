@@ -1,0 +1,1436 @@
+//! End-to-end tests of `kura-agent run` against a real kube-apiserver
+//! (issue 7 part 2, issue 8's API-server faults and write economy).
+//!
+//! Run them with `scripts/e2e.sh`: it starts kube-apiserver + etcd
+//! (scripts/k8s-up.sh), renders the chart, exports
+//! - `KUBECONFIG` (admin) and `KURA_K8S_DIR` (the harness directory, for
+//!   stopping and restarting kube-apiserver),
+//! - `KURA_E2E_CHART_MANIFESTS` (the chart rendered by `helm template`),
+//!
+//! and runs `cargo test -p kura-agent --test e2e_apiserver -- --ignored
+//! --test-threads=1`. Every test is `#[ignore]`d so that `cargo test
+//! --workspace` skips them; run by hand without that environment they fail
+//! (they never pass silently).
+//!
+//! Each test gets its own namespace (namespaces are never deleted: no
+//! namespace controller runs), its own simulated Kura pods on their own
+//! `127.x.0.0/16` block and one shared port (the agent's `--port`), Pod
+//! objects whose status is patched to point at them (no kubelet runs), and
+//! an agent on its own tokio runtime, so that "killing" the agent drops
+//! every task it spawned, as a process kill would.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
+use kube::api::{Api, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::ApiResource;
+use kube::{Client, Config};
+use kura_agent::config::RunArgs;
+use kura_agent::sim::{Addressing, SimPodSpec, Simulator};
+use kura_schemas::{AgentVerdict, KuraInstance, Signal};
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde_json::{Value, json};
+
+// ---------------------------------------------------------------------------
+// Environment
+// ---------------------------------------------------------------------------
+
+const NEEDS: &str = "run by scripts/e2e.sh, which starts the API server and exports";
+
+fn kubeconfig_path() -> PathBuf {
+    PathBuf::from(
+        std::env::var("KUBECONFIG").unwrap_or_else(|_| panic!("KUBECONFIG is not set: {NEEDS} it")),
+    )
+}
+
+fn harness_dir() -> PathBuf {
+    PathBuf::from(
+        std::env::var("KURA_K8S_DIR")
+            .unwrap_or_else(|_| panic!("KURA_K8S_DIR is not set: {NEEDS} it")),
+    )
+}
+
+fn chart_manifests() -> String {
+    let path = std::env::var("KURA_E2E_CHART_MANIFESTS")
+        .unwrap_or_else(|_| panic!("KURA_E2E_CHART_MANIFESTS is not set: {NEEDS} it"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {path}: {e}"))
+}
+
+fn scripts_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts")
+}
+
+async fn admin_config() -> Config {
+    let kubeconfig = Kubeconfig::read_from(kubeconfig_path()).expect("read KUBECONFIG");
+    Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("kubeconfig to config")
+}
+
+async fn admin() -> Client {
+    Client::try_from(admin_config().await).expect("admin client")
+}
+
+/// One metrics recorder per process (the `metrics` facade has one global
+/// recorder); tests read deltas.
+fn metrics_handle() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let handle = kura_agent::metrics::prometheus_builder()
+                .expect("buckets")
+                .install_recorder()
+                .expect("install the metrics recorder");
+            kura_agent::metrics::describe();
+            let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_test_writer()
+                .try_init();
+            handle
+        })
+        .clone()
+}
+
+/// The sum of every series of `name` whose labels contain `label` (e.g.
+/// `result="pruned"`; empty: all series).
+fn metric_sum(name: &str, label: &str) -> f64 {
+    metrics_handle()
+        .render()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let base = series.split('{').next()?;
+            (base == name && series.contains(label)).then(|| value.parse::<f64>().ok())?
+        })
+        .sum()
+}
+
+const WRITES: &str = "kura_agent_status_writes_total";
+
+/// Polls `f` every 100 ms until it returns `Some`, at most `timeout`.
+async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}-{:06x}", rand::random::<u32>() & 0xff_ffff)
+}
+
+// ---------------------------------------------------------------------------
+// Cluster objects
+// ---------------------------------------------------------------------------
+
+fn crd_value() -> Value {
+    let yaml = kura_schemas::generated::crd_yaml().expect("generate the CRD");
+    serde_yaml::from_str(&yaml).expect("CRD YAML")
+}
+
+fn crd_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
+        "customresourcedefinitions",
+    )
+}
+
+/// Applies a CRD (server-side, forced) and waits until it is established
+/// and served with its current schema.
+async fn apply_crd(client: &Client, crd: &Value) {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &crd_resource());
+    let name = crd["metadata"]["name"]
+        .as_str()
+        .expect("CRD name")
+        .to_owned();
+    api.patch(
+        &name,
+        &PatchParams::apply("e2e").force(),
+        &Patch::Apply(crd),
+    )
+    .await
+    .expect("apply the CRD");
+    wait_for("the CRD to be established", Duration::from_secs(30), || {
+        let api = api.clone();
+        let name = name.clone();
+        async move {
+            let obj = api.get(&name).await.ok()?;
+            let conditions = obj.data["status"]["conditions"].as_array()?.clone();
+            conditions
+                .iter()
+                .any(|c| c["type"] == "Established" && c["status"] == "True")
+                .then_some(())
+        }
+    })
+    .await;
+}
+
+/// The shipped CRD, applied (idempotent).
+async fn ensure_crd(client: &Client) {
+    apply_crd(client, &crd_value()).await;
+}
+
+async fn create_namespace(client: &Client, prefix: &str) -> String {
+    let name = unique(prefix);
+    let api: Api<Namespace> = Api::all(client.clone());
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": name}})).expect("namespace"),
+    )
+    .await
+    .expect("create namespace");
+    name
+}
+
+fn instances(client: &Client, ns: &str) -> Api<KuraInstance> {
+    Api::namespaced(client.clone(), ns)
+}
+
+async fn create_instance(client: &Client, ns: &str, name: &str, image: &str, replicas: i32) {
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        ns,
+        &kura_agent::kube::discovery::kura_instance_resource(),
+    );
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "kura.tuist.dev/v1alpha1",
+        "kind": "KuraInstance",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"image": image, "replicas": replicas, "accountHandle": "e2e", "region": "local"}
+    }))
+    .expect("instance object");
+    api.create(&PostParams::default(), &obj)
+        .await
+        .expect("create KuraInstance");
+}
+
+/// A Pod of the StatefulSet named `instance` (the StatefulSet itself need not
+/// exist: no garbage collector runs), on a fake node. Returns its UID.
+async fn create_pod(client: &Client, ns: &str, instance: &str, name: &str, image: &str) -> String {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {
+            "name": name,
+            "labels": {"app.kubernetes.io/name": "kura", "app.kubernetes.io/instance": instance},
+            "ownerReferences": [{
+                "apiVersion": "apps/v1", "kind": "StatefulSet", "name": instance,
+                "uid": "00000000-0000-0000-0000-000000000001", "controller": true
+            }]
+        },
+        "spec": {
+            "nodeName": "fake-node",
+            "containers": [{"name": "kura", "image": image, "ports": [{"name": "http", "containerPort": 4000}]}]
+        }
+    }))
+    .expect("pod object");
+    let created = api
+        .create(&PostParams::default(), &pod)
+        .await
+        .expect("create pod");
+    created.metadata.uid.expect("pod uid")
+}
+
+/// What the kubelet would report: running, Ready, at `ip`, with `restarts`.
+async fn patch_pod_status(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    ip: &str,
+    restarts: u32,
+    image: &str,
+    ready: bool,
+) {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let ready = if ready { "True" } else { "False" };
+    let status = json!({"status": {
+        "phase": "Running",
+        "hostIP": "127.0.0.1",
+        "podIP": ip,
+        "podIPs": [{"ip": ip}],
+        "startTime": "2026-01-01T00:00:00Z",
+        "conditions": [
+            {"type": "Ready", "status": ready, "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            {"type": "ContainersReady", "status": ready, "lastTransitionTime": "2026-01-01T00:00:00Z"}
+        ],
+        "containerStatuses": [{
+            "name": "kura", "ready": ready == "True", "started": true, "restartCount": restarts,
+            "image": image, "imageID": "", "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}
+        }]
+    }});
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .expect("patch pod status");
+}
+
+/// A simulated fleet and the cluster objects pointing at it.
+struct Fleet {
+    sim: Simulator,
+    port: u16,
+}
+
+impl Fleet {
+    /// `instances` instances named `<prefix>-<i>` with `replicas` pods each,
+    /// all on `image`, simulated on addresses from `first_ip`.
+    async fn create(
+        client: &Client,
+        ns: &str,
+        names: &[String],
+        replicas: usize,
+        image: &str,
+        first_ip: Ipv4Addr,
+    ) -> Fleet {
+        let mut specs = Vec::new();
+        for name in names {
+            create_instance(client, ns, name, image, replicas as i32).await;
+            for r in 0..replicas {
+                let pod = format!("{name}-{r}");
+                let uid = create_pod(client, ns, name, &pod, image).await;
+                let mut spec = SimPodSpec::new(pod.clone());
+                spec.uid = uid;
+                specs.push(spec);
+            }
+        }
+        let sim = Simulator::start(specs, &Addressing::Loopback { first_ip, port: 0 })
+            .await
+            .expect("start the simulator");
+        let port = sim.pods()[0].addr().port();
+        assert!(
+            sim.pods().iter().all(|p| p.addr().port() == port
+                && p.addr().ip() != std::net::IpAddr::V4(Ipv4Addr::LOCALHOST)),
+            "the simulator fell back to ephemeral ports: loopback addresses unavailable"
+        );
+        for p in sim.pods() {
+            patch_pod_status(
+                client,
+                ns,
+                p.name(),
+                &p.addr().ip().to_string(),
+                0,
+                image,
+                true,
+            )
+            .await;
+        }
+        Fleet { sim, port }
+    }
+
+    fn pod(&self, name: &str) -> &kura_agent::sim::SimPodHandle {
+        self.sim
+            .pod(name)
+            .unwrap_or_else(|| panic!("no pod {name}"))
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The agent
+// ---------------------------------------------------------------------------
+
+#[derive(Parser)]
+struct Wrapper {
+    #[command(flatten)]
+    args: RunArgs,
+}
+
+/// The agent's flags for a test: short intervals; `extra` flags replace
+/// the defaults of the same name.
+fn run_args(ns: &str, port: u16, extra: &[&str]) -> RunArgs {
+    let flag = |s: &str| s.split('=').next().unwrap_or_default().to_owned();
+    let mut argv: Vec<String> = vec![
+        "kura-agent".to_owned(),
+        format!("--namespace={ns}"),
+        format!("--port={port}"),
+        "--sweep-interval=500ms".to_owned(),
+        "--heartbeat=3s".to_owned(),
+        "--poll-timeout=1s".to_owned(),
+        "--write-rate=200".to_owned(),
+        "--write-burst=200".to_owned(),
+        "--debug-listen=127.0.0.1:0".to_owned(),
+        "--agent-identity=e2e-agent".to_owned(),
+        "--log-format=text".to_owned(),
+    ];
+    argv.retain(|a| !extra.iter().any(|e| flag(e) == flag(a)));
+    argv.extend(extra.iter().map(|s| (*s).to_owned()));
+    Wrapper::try_parse_from(argv).expect("flags").args
+}
+
+/// An agent on its own runtime: `stop` shuts it down gracefully, `kill`
+/// drops every task it has (a process kill).
+struct Agent {
+    runtime: Option<tokio::runtime::Runtime>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<Result<(), kura_agent::cli::run::RunError>>>,
+}
+
+impl Agent {
+    fn start(args: RunArgs, config: Config) -> Agent {
+        let metrics = metrics_handle();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("agent runtime");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = runtime.spawn(async move {
+            let client = Client::try_from(config).expect("agent client");
+            kura_agent::cli::run::run_with_client(args, client, metrics, async {
+                let _ = stopped.await;
+            })
+            .await
+        });
+        Agent {
+            runtime: Some(runtime),
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    /// Graceful shutdown (SIGTERM): pending writes get their grace period.
+    async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let result = tokio::time::timeout(Duration::from_secs(20), task)
+                .await
+                .expect("the agent stops within 20 s")
+                .expect("the agent task did not panic");
+            result.expect("the agent ran without error");
+        }
+    }
+
+    /// A crash: every task of the agent is dropped at once.
+    fn kill(mut self) {
+        self.stop.take();
+        self.task.take();
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+
+    fn is_finished(&self) -> bool {
+        self.task.as_ref().is_none_or(|t| t.is_finished())
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// An instance's status as a JSON value (what is really stored).
+async fn status_of(client: &Client, ns: &str, name: &str) -> Value {
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        ns,
+        &kura_agent::kube::discovery::kura_instance_resource(),
+    );
+    api.get(name)
+        .await
+        .map(|o| o.data.get("status").cloned().unwrap_or(Value::Null))
+        .unwrap_or(Value::Null)
+}
+
+/// Waits until `pred` holds on the instance's stored status; returns it.
+async fn wait_status(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    pred: impl Fn(&Value) -> bool,
+) -> Value {
+    wait_for(&format!("{ns}/{name}: {what}"), timeout, || {
+        let client = client.clone();
+        let pred = &pred;
+        async move {
+            let s = status_of(&client, ns, name).await;
+            pred(&s).then_some(s)
+        }
+    })
+    .await
+}
+
+fn fd_timeouts(status: &Value) -> Option<u64> {
+    status["rolloutHealth"]["fdTimeoutCount"].as_u64()
+}
+
+const T: Duration = Duration::from_secs(30);
+
+// ---------------------------------------------------------------------------
+// Tests
+// ---------------------------------------------------------------------------
+
+/// The CRD applies; instances and pods pointing at simulated Kura pods get
+/// `status.rolloutHealth` and `status.rolloutGate` with the right values:
+/// a healthy two-pod instance, and a one-pod instance at critical memory
+/// pressure (hard stop with evidence).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real API server: scripts/e2e.sh"]
+async fn status_appears_with_the_right_values() {
+    let client = admin().await;
+    ensure_crd(&client).await;
+    let ns = create_namespace(&client, "e2e-status").await;
+    let names = vec!["alpha".to_owned(), "beta".to_owned()];
+    let fleet = Fleet::create(
+        &client,
+        &ns,
+        &names,
+        2,
+        "ghcr.io/tuist/kura:1.0.0",
+        Ipv4Addr::new(127, 21, 0, 1),
+    )
+    .await;
+    fleet.pod("beta-1").update(|n| n.memory_pressure_state = 2);
+    fleet.pod("alpha-0").update(|n| n.fd_timeout_count = 4);
+    fleet.pod("alpha-1").update(|n| n.fd_timeout_count = 3);
+
+    let agent = Agent::start(run_args(&ns, fleet.port, &[]), admin_config().await);
+    let alpha = wait_status(&client, &ns, "alpha", "health and gate", T, |s| {
+        s["rolloutHealth"]["sampledPods"] == 2 && s["rolloutGate"]["verdict"].is_string()
+    })
+    .await;
+    let h = &alpha["rolloutHealth"];
+    assert_eq!(h["expectedPods"], 2);
+    assert_eq!(h["ready"], true);
+    assert_eq!(h["serving"], true);
+    assert_eq!(h["memoryPressureState"], 0);
+    assert_eq!(h["fdTimeoutCount"], 7, "the sum over pods: {h}");
+    assert_eq!(h["agent"], "e2e-agent");
+    assert_eq!(h["observedGeneration"], 1);
+    let pods = h["pods"].as_array().expect("pods");
+    assert_eq!(pods.len(), 2);
+    for p in pods {
+        let name = p["name"].as_str().expect("pod name");
+        let sim = fleet.pod(name);
+        assert_eq!(p["uid"], sim.uid(), "the pod's UID from the Pod object");
+        assert_eq!(p["ip"], sim.addr().ip().to_string());
+        assert_eq!(p["restartCount"], 0);
+        assert_eq!(p["image"], "ghcr.io/tuist/kura:1.0.0");
+        assert!(p["error"].is_null(), "{p}");
+    }
+    let g = &alpha["rolloutGate"];
+    assert_eq!(g["targetImage"], "ghcr.io/tuist/kura:1.0.0");
+    assert_eq!(g["verdict"], "healthy", "{g}");
+    assert!(g["baselineImage"].is_null());
+    assert!(g["healthySince"].is_string());
+
+    let beta = wait_status(&client, &ns, "beta", "hard stop", T, |s| {
+        s["rolloutGate"]["verdict"] == "hard_stop"
+    })
+    .await;
+    assert_eq!(beta["rolloutHealth"]["memoryPressureState"], 2);
+    assert_eq!(beta["rolloutGate"]["signal"], "memory_pressure_critical");
+    let evidence = &beta["rolloutGate"]["evidence"][0];
+    assert_eq!(evidence["signal"], "memory_pressure_critical");
+    assert_eq!(evidence["observed"], 2);
+    // The typed client reads what was written.
+    let typed = instances(&client, &ns).get("beta").await.expect("get beta");
+    let gate = typed
+        .status
+        .and_then(|s| s.rollout_gate)
+        .expect("typed gate");
+    assert_eq!(gate.verdict, AgentVerdict::HardStop);
+    assert_eq!(gate.signal, Some(Signal::MemoryPressureCritical));
+
+    // A pod that stops answering lowers sampledPods and says why.
+    fleet
+        .pod("alpha-1")
+        .set(kura_agent::sim::Behaviour::Refused)
+        .await
+        .expect("refuse");
+    let alpha = wait_status(&client, &ns, "alpha", "one pod unsampled", T, |s| {
+        s["rolloutHealth"]["sampledPods"] == 1
+    })
+    .await;
+    assert_eq!(alpha["rolloutGate"]["verdict"], "unhealthy");
+    assert_eq!(alpha["rolloutGate"]["signal"], "pods_unsampled");
+    agent.stop().await;
+    drop(fleet);
+}
+
+/// Another field manager playing the fleet controller writes `phase` and
+/// `observedImage`; both sides' fields survive each other's writes, and
+/// each manager owns its own fields. A foreign forced write to one of the
+/// agent's fields (what a "conflict" is under server-side apply with
+/// force: the agent never gets a 409, the other writer simply takes the
+/// field) is taken back by the agent's next write, at the latest at the
+/// heartbeat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real API server: scripts/e2e.sh"]
+async fn controller_fields_and_agent_fields_survive_each_other() {
+    let client = admin().await;
+    ensure_crd(&client).await;
+    let ns = create_namespace(&client, "e2e-ssa").await;
+    let names = vec!["gamma".to_owned()];
+    let image = "ghcr.io/tuist/kura:1.0.0";
+    let fleet = Fleet::create(&client, &ns, &names, 1, image, Ipv4Addr::new(127, 22, 0, 1)).await;
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &kura_agent::kube::discovery::kura_instance_resource(),
+    );
+    let controller = |phase: &str| {
+        json!({"apiVersion": "kura.tuist.dev/v1alpha1", "kind": "KuraInstance",
+               "status": {"phase": phase, "observedImage": image, "readyReplicas": 1}})
+    };
+    api.patch_status(
+        "gamma",
+        &PatchParams::apply("fleet-controller"),
+        &Patch::Apply(&controller("Provisioning")),
+    )
+    .await
+    .expect("controller apply");
+
+    let agent = Agent::start(run_args(&ns, fleet.port, &[]), admin_config().await);
+    let s = wait_status(&client, &ns, "gamma", "agent fields", T, |s| {
+        s["rolloutHealth"]["sampledPods"] == 1
+    })
+    .await;
+    assert_eq!(s["phase"], "Provisioning", "the agent's write kept phase");
+    assert_eq!(s["observedImage"], image);
+    assert_eq!(s["readyReplicas"], 1);
+
+    // The controller writes again (not forced, its own fields only).
+    api.patch_status(
+        "gamma",
+        &PatchParams::apply("fleet-controller"),
+        &Patch::Apply(&controller("Running")),
+    )
+    .await
+    .expect("controller apply, no conflict with the agent");
+    let s = status_of(&client, &ns, "gamma").await;
+    assert_eq!(s["phase"], "Running");
+    assert_eq!(
+        s["rolloutHealth"]["sampledPods"], 1,
+        "the controller's write kept rolloutHealth"
+    );
+    assert!(s["rolloutGate"]["verdict"].is_string());
+
+    // The agent's next write (a material change) keeps the controller's.
+    fleet.pod("gamma-0").update(|n| n.fd_timeout_count = 2);
+    let s = wait_status(&client, &ns, "gamma", "new fd count", T, |s| {
+        fd_timeouts(s) == Some(2)
+    })
+    .await;
+    assert_eq!(s["phase"], "Running");
+    assert_eq!(s["observedImage"], image);
+
+    // Ownership as the API server records it.
+    let obj = api.get("gamma").await.expect("get");
+    let owners = field_owners(&obj);
+    let agent_fields = owners.get("kura-health-agent").expect("agent manager");
+    let controller_fields = owners.get("fleet-controller").expect("controller manager");
+    assert!(agent_fields.contains("f:rolloutHealth"), "{agent_fields}");
+    assert!(agent_fields.contains("f:rolloutGate"));
+    assert!(!agent_fields.contains("f:phase"));
+    assert!(controller_fields.contains("f:phase"));
+    assert!(!controller_fields.contains("f:rolloutHealth"));
+
+    // A non-forced write of the agent's field by someone else is a real
+    // conflict (409) for *them*.
+    let intruder = json!({"apiVersion": "kura.tuist.dev/v1alpha1", "kind": "KuraInstance",
+        "status": {"rolloutGate": {"verdict": "hard_stop"}}});
+    let err = api
+        .patch_status(
+            "gamma",
+            &PatchParams::apply("intruder"),
+            &Patch::Apply(&intruder),
+        )
+        .await
+        .expect_err("a conflict");
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 409),
+        "409 expected: {err}"
+    );
+    // Forced, it takes the field; the agent takes it back.
+    let writes_before = metric_sum(WRITES, "result=\"applied\"");
+    let taken = Instant::now();
+    api.patch_status(
+        "gamma",
+        &PatchParams::apply("intruder").force(),
+        &Patch::Apply(&intruder),
+    )
+    .await
+    .expect("forced apply");
+    let s = wait_status(&client, &ns, "gamma", "agent retakes rolloutGate", T, |s| {
+        s["rolloutGate"]["verdict"] == "healthy"
+    })
+    .await;
+    println!(
+        "foreign forced write repaired after {:.1}s (heartbeat 3 s)",
+        taken.elapsed().as_secs_f64()
+    );
+    assert!(metric_sum(WRITES, "result=\"applied\"") > writes_before);
+    assert_eq!(s["phase"], "Running");
+    let obj = api.get("gamma").await.expect("get");
+    let owners = field_owners(&obj);
+    assert!(
+        owners
+            .get("kura-health-agent")
+            .is_some_and(|f| f.contains("f:verdict")),
+        "the agent owns verdict again: {owners:?}"
+    );
+    agent.stop().await;
+}
+
+/// Manager name -> its `fieldsV1` (status subresource entries) as text.
+fn field_owners(obj: &DynamicObject) -> BTreeMap<String, String> {
+    let mut out: BTreeMap<String, String> = BTreeMap::new();
+    for m in obj.metadata.managed_fields.iter().flatten() {
+        if m.subresource.as_deref() != Some("status") {
+            continue;
+        }
+        let fields = m
+            .fields_v1
+            .as_ref()
+            .map(|f| f.0.to_string())
+            .unwrap_or_default();
+        out.entry(m.manager.clone().unwrap_or_default())
+            .or_default()
+            .push_str(&fields);
+    }
+    out
+}
+
+/// A CRD whose status schema lacks `rolloutHealth` and `rolloutGate`: the
+/// API server accepts the write and drops both, and the agent reports the
+/// pruning (metric, write result). The shipped CRD is restored afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real API server: scripts/e2e.sh"]
+async fn a_crd_without_our_status_fields_makes_the_agent_report_pruning() {
+    let client = admin().await;
+    let mut old = crd_value();
+    let props = old["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+        ["properties"]
+        .as_object_mut()
+        .expect("status properties in the CRD");
+    assert!(props.remove("rolloutHealth").is_some());
+    assert!(props.remove("rolloutGate").is_some());
+    // Every test applies the shipped CRD first, so a failure here cannot
+    // leave the old one behind for the others.
+    apply_crd(&client, &old).await;
+
+    let ns = create_namespace(&client, "e2e-prune").await;
+    let fleet = Fleet::create(
+        &client,
+        &ns,
+        &["delta".to_owned()],
+        1,
+        "ghcr.io/tuist/kura:1.0.0",
+        Ipv4Addr::new(127, 23, 0, 1),
+    )
+    .await;
+    // The printer columns and the CRD generation move asynchronously into
+    // the served schema: give the server a moment to serve the old one.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let pruned_before = metric_sum(WRITES, "result=\"pruned\"");
+    let pruned_total_before = metric_sum("kura_agent_status_writes_pruned_total", "");
+    let debug = free_port();
+    let listen = format!("--debug-listen=127.0.0.1:{debug}");
+    let agent = Agent::start(
+        run_args(&ns, fleet.port, &[listen.as_str()]),
+        admin_config().await,
+    );
+    wait_for("a pruned write", T, || async {
+        (metric_sum(WRITES, "result=\"pruned\"") > pruned_before).then_some(())
+    })
+    .await;
+    assert!(metric_sum("kura_agent_status_writes_pruned_total", "") > pruned_total_before);
+    let readyz = wait_for("/readyz to say why", T, || async {
+        let r = http_get(debug, "/readyz").await?;
+        r.contains("CRD too old").then_some(r)
+    })
+    .await;
+    assert!(readyz.starts_with("HTTP/1.1 503"), "{readyz}");
+    assert!(readyz.contains("status.rolloutGate") || readyz.contains("status.rolloutHealth"));
+    let s = status_of(&client, &ns, "delta").await;
+    assert!(
+        s.get("rolloutHealth").is_none() && s.get("rolloutGate").is_none(),
+        "the old CRD pruned our fields: {s}"
+    );
+    agent.stop().await;
+    ensure_crd(&client).await;
+
+    // With the shipped CRD back, the same agent build writes everything.
+    let agent = Agent::start(run_args(&ns, fleet.port, &[]), admin_config().await);
+    wait_status(
+        &client,
+        &ns,
+        "delta",
+        "fields after the CRD upgrade",
+        T,
+        |s| s["rolloutHealth"]["sampledPods"] == 1 && s["rolloutGate"]["verdict"] == "healthy",
+    )
+    .await;
+    agent.stop().await;
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// A plain HTTP/1.1 GET on 127.0.0.1 (the agent's debug server): the whole
+/// response as text, `None` when it cannot connect.
+async fn http_get(port: u16, path: &str) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    conn.write_all(request.as_bytes()).await.ok()?;
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), conn.read_to_end(&mut out))
+        .await
+        .ok()?
+        .ok()?;
+    String::from_utf8(out).ok()
+}
+
+/// Every object of the rendered chart (KURA_E2E_CHART_MANIFESTS), as JSON.
+fn chart_objects() -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(&chart_manifests())
+        .filter_map(|doc| {
+            let v: Value = serde::Deserialize::deserialize(doc).ok()?;
+            v.get("kind").is_some().then_some(v)
+        })
+        .collect()
+}
+
+async fn apply_object(client: &Client, obj: &Value) {
+    let api_version = obj["apiVersion"].as_str().expect("apiVersion");
+    let kind = obj["kind"].as_str().expect("kind");
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let gvk = GroupVersionKind::gvk(group, version, kind);
+    let (resource, caps) = kube::discovery::pinned_kind(client, &gvk)
+        .await
+        .expect("discover kind");
+    let name = obj["metadata"]["name"].as_str().expect("name");
+    let api: Api<DynamicObject> = match obj["metadata"]["namespace"].as_str() {
+        Some(ns) if caps.scope == kube::discovery::Scope::Namespaced => {
+            Api::namespaced_with(client.clone(), ns, &resource)
+        }
+        _ => Api::all_with(client.clone(), &resource),
+    };
+    api.patch(name, &PatchParams::apply("e2e").force(), &Patch::Apply(obj))
+        .await
+        .unwrap_or_else(|e| panic!("apply {kind} {name}: {e}"));
+}
+
+/// The agent runs as the chart's ServiceAccount (impersonation) with exactly
+/// the chart's RBAC and succeeds; actions outside that RBAC are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real API server: scripts/e2e.sh"]
+async fn the_agent_runs_with_exactly_the_charts_rbac() {
+    let client = admin().await;
+    ensure_crd(&client).await;
+    let objects = chart_objects();
+    let role = objects
+        .iter()
+        .find(|o| o["kind"] == "ClusterRole")
+        .expect("a ClusterRole in the chart");
+    // Least privilege, exactly: read pods and instances, patch status.
+    let mut rules: Vec<(String, String, String)> = Vec::new();
+    for rule in role["rules"].as_array().expect("rules") {
+        for g in rule["apiGroups"].as_array().expect("apiGroups") {
+            for r in rule["resources"].as_array().expect("resources") {
+                for v in rule["verbs"].as_array().expect("verbs") {
+                    rules.push((
+                        g.as_str().unwrap_or_default().to_owned(),
+                        r.as_str().unwrap_or_default().to_owned(),
+                        v.as_str().unwrap_or_default().to_owned(),
+                    ));
+                }
+            }
+        }
+    }
+    rules.sort();
+    let want: Vec<(String, String, String)> = [
+        ("", "pods", "get"),
+        ("", "pods", "list"),
+        ("", "pods", "watch"),
+        ("kura.tuist.dev", "kurainstances", "get"),
+        ("kura.tuist.dev", "kurainstances", "list"),
+        ("kura.tuist.dev", "kurainstances", "watch"),
+        ("kura.tuist.dev", "kurainstances/status", "patch"),
+    ]
+    .iter()
+    .map(|(g, r, v)| ((*g).to_owned(), (*r).to_owned(), (*v).to_owned()))
+    .collect();
+    assert_eq!(rules, want, "the chart's ClusterRole");
+
+    let sa = objects
+        .iter()
+        .find(|o| o["kind"] == "ServiceAccount")
+        .expect("a ServiceAccount in the chart");
+    let sa_ns = sa["metadata"]["namespace"]
+        .as_str()
+        .expect("SA namespace")
+        .to_owned();
+    let sa_name = sa["metadata"]["name"].as_str().expect("SA name").to_owned();
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    if namespaces.get_opt(&sa_ns).await.expect("get ns").is_none() {
+        namespaces
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": sa_ns}})).expect("ns"),
+            )
+            .await
+            .expect("create the release namespace");
+    }
+    for kind in ["ServiceAccount", "ClusterRole", "ClusterRoleBinding"] {
+        for o in objects.iter().filter(|o| o["kind"] == kind) {
+            apply_object(&client, o).await;
+        }
+    }
+
+    let ns = create_namespace(&client, "e2e-rbac").await;
+    let fleet = Fleet::create(
+        &client,
+        &ns,
+        &["epsilon".to_owned()],
+        2,
+        "ghcr.io/tuist/kura:1.0.0",
+        Ipv4Addr::new(127, 24, 0, 1),
+    )
+    .await;
+    let mut config = admin_config().await;
+    config.auth_info.impersonate = Some(format!("system:serviceaccount:{sa_ns}:{sa_name}"));
+    config.auth_info.impersonate_groups = Some(vec![
+        "system:serviceaccounts".to_owned(),
+        format!("system:serviceaccounts:{sa_ns}"),
+        "system:authenticated".to_owned(),
+    ]);
+    let forbidden_before = metric_sum(WRITES, "result=\"forbidden\"");
+    // All namespaces, as the chart's default does (the ClusterRole allows it).
+    let mut args = run_args(&ns, fleet.port, &[]);
+    args.namespaces.clear();
+    let agent = Agent::start(args, config.clone());
+    wait_status(
+        &client,
+        &ns,
+        "epsilon",
+        "status written as the SA",
+        T,
+        |s| s["rolloutHealth"]["sampledPods"] == 2 && s["rolloutGate"]["verdict"] == "healthy",
+    )
+    .await;
+    assert_eq!(
+        metric_sum(WRITES, "result=\"forbidden\""),
+        forbidden_before,
+        "no write was refused"
+    );
+    let obj = Api::<DynamicObject>::namespaced_with(
+        client.clone(),
+        &ns,
+        &kura_agent::kube::discovery::kura_instance_resource(),
+    )
+    .get("epsilon")
+    .await
+    .expect("get");
+    assert!(field_owners(&obj).contains_key("kura-health-agent"));
+    assert!(!agent.is_finished());
+    agent.stop().await;
+
+    // Outside the role: refused.
+    let sa_client = Client::try_from(config).expect("SA client");
+    let is_403 =
+        |r: Result<(), kube::Error>| matches!(r, Err(kube::Error::Api(s)) if s.code == 403);
+    let inst: Api<DynamicObject> = Api::namespaced_with(
+        sa_client.clone(),
+        &ns,
+        &kura_agent::kube::discovery::kura_instance_resource(),
+    );
+    assert!(
+        is_403(
+            inst.patch(
+                "epsilon",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"image": "evil:1"}})),
+            )
+            .await
+            .map(drop)
+        ),
+        "patching spec is refused"
+    );
+    assert!(
+        is_403(inst.delete("epsilon", &Default::default()).await.map(drop)),
+        "deleting an instance is refused"
+    );
+    assert!(
+        is_403(
+            Api::<Secret>::namespaced(sa_client.clone(), &ns)
+                .list(&ListParams::default())
+                .await
+                .map(drop)
+        ),
+        "reading secrets is refused"
+    );
+    assert!(
+        is_403(
+            Api::<Pod>::namespaced(sa_client.clone(), &ns)
+                .patch_status(
+                    "epsilon-0",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"podIP": "10.0.0.9"}})),
+                )
+                .await
+                .map(drop)
+        ),
+        "patching pod status is refused"
+    );
+    assert!(
+        is_403(
+            Api::<Pod>::namespaced(sa_client, &ns)
+                .delete("epsilon-0", &Default::default())
+                .await
+                .map(drop)
+        ),
+        "deleting a pod is refused"
+    );
+}
+
+/// A `spec.image` change: the aggregate on the old image becomes the
+/// baseline, the verdict judges the new image against it (fd timeouts
+/// above the baseline: unhealthy with evidence). Then the agent is killed
+/// mid-rollout (every task dropped, no graceful stop), a pod restarts while
+/// it is down (counters back to 0), and a new agent continues from the
+/// published status: same baseline and capture time, and the published
+/// counters never went backwards at any point.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real API server: scripts/e2e.sh"]
+async fn image_change_baseline_verdict_and_restart_continuity() {
+    let client = admin().await;
+    ensure_crd(&client).await;
+    let ns = create_namespace(&client, "e2e-rollout").await;
+    let v1 = "ghcr.io/tuist/kura:1.0.0";
+    let v2 = "ghcr.io/tuist/kura:1.1.0";
+    let fleet = Fleet::create(
+        &client,
+        &ns,
+        &["zeta".to_owned()],
+        2,
+        v1,
+        Ipv4Addr::new(127, 25, 0, 1),
+    )
+    .await;
+    fleet.pod("zeta-0").update(|n| n.fd_timeout_count = 3);
+    fleet.pod("zeta-1").update(|n| n.fd_timeout_count = 2);
+
+    // Record every published fdTimeoutCount, all test long.
+    let (stop_watch, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let watcher = {
+        let client = client.clone();
+        let ns = ns.clone();
+        tokio::spawn(async move {
+            let mut seen: Vec<u64> = Vec::new();
+            let mut last_round = false;
+            loop {
+                if let Some(v) = fd_timeouts(&status_of(&client, &ns, "zeta").await)
+                    && seen.last() != Some(&v)
+                {
+                    seen.push(v);
+                }
+                if last_round {
+                    return seen;
+                }
+                tokio::select! {
+                    _ = &mut stopped => last_round = true,
+                    () = tokio::time::sleep(Duration::from_millis(100)) => {}
+                }
+            }
+        })
+    };
+
+    let agent = Agent::start(run_args(&ns, fleet.port, &[]), admin_config().await);
+    wait_status(&client, &ns, "zeta", "first aggregate", T, |s| {
+        fd_timeouts(s) == Some(5) && s["rolloutGate"]["verdict"] == "healthy"
+    })
+    .await;
+
+    // The rollout: spec.image moves to v2, the pods roll (image, restart).
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &kura_agent::kube::discovery::kura_instance_resource(),
+    );
+    api.patch(
+        "zeta",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"image": v2}})),
+    )
+    .await
+    .expect("change spec.image");
+    let s = wait_status(&client, &ns, "zeta", "baseline captured", T, |s| {
+        s["rolloutGate"]["targetImage"] == v2
+    })
+    .await;
+    let g = &s["rolloutGate"];
+    assert_eq!(g["baselineImage"], v1);
+    assert_eq!(g["baseline"]["fdTimeoutCount"], 5, "{g}");
+    assert_eq!(g["soakEligible"], true, "{g}");
+    let captured_at = g["baselineCapturedAt"].clone();
+    assert!(captured_at.is_string());
+    assert_eq!(s["rolloutHealth"]["observedGeneration"], 2);
+
+    // One pod rolls to v2 (new process: counters reset, restart count 1).
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    pods.patch(
+        "zeta-0",
+        &PatchParams::default(),
+        &Patch::Strategic(json!({"spec": {"containers": [{"name": "kura", "image": v2}]}})),
+    )
+    .await
+    .expect("pod image");
+    let p0 = fleet.pod("zeta-0");
+    p0.restart();
+    patch_pod_status(
+        &client,
+        &ns,
+        "zeta-0",
+        &p0.addr().ip().to_string(),
+        1,
+        v2,
+        true,
+    )
+    .await;
+    let s = wait_status(&client, &ns, "zeta", "the rolled pod", T, |s| {
+        s["rolloutHealth"]["pods"].as_array().is_some_and(|ps| {
+            ps.iter()
+                .any(|p| p["name"] == "zeta-0" && p["restartCount"] == 1)
+        })
+    })
+    .await;
+    assert_eq!(
+        s["rolloutGate"]["verdict"], "healthy",
+        "{}",
+        s["rolloutGate"]
+    );
+    assert_eq!(fd_timeouts(&s), Some(5), "a reset is clamped, never a drop");
+
+    // The new version times out on file descriptors: above the baseline.
+    p0.update(|n| n.fd_timeout_count = 2);
+    let s = wait_status(&client, &ns, "zeta", "regression verdict", T, |s| {
+        s["rolloutGate"]["signal"] == "fd_timeouts_regressed"
+    })
+    .await;
+    assert_eq!(s["rolloutGate"]["verdict"], "unhealthy");
+    let ev = &s["rolloutGate"]["evidence"][0];
+    assert_eq!(ev["baseline"], 5, "{ev}");
+    assert_eq!(ev["observed"], 7, "{ev}");
+    assert_eq!(fd_timeouts(&s), Some(7));
+
+    // Kill the agent mid-rollout; a pod restarts while nobody watches.
+    agent.kill();
+    let p1 = fleet.pod("zeta-1");
+    p1.restart();
+    patch_pod_status(
+        &client,
+        &ns,
+        "zeta-1",
+        &p1.addr().ip().to_string(),
+        1,
+        v1,
+        true,
+    )
+    .await;
+    p1.update(|n| n.fd_timeout_count = 1);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let agent = Agent::start(run_args(&ns, fleet.port, &[]), admin_config().await);
+    let s = wait_status(
+        &client,
+        &ns,
+        "zeta",
+        "the restarted agent's aggregate",
+        T,
+        |s| {
+            s["rolloutHealth"]["pods"].as_array().is_some_and(|ps| {
+                ps.iter()
+                    .any(|p| p["name"] == "zeta-1" && p["restartCount"] == 1)
+            })
+        },
+    )
+    .await;
+    // Continued: zeta-1 was at 2 when the agent died, its new process says 1;
+    // zeta-0 stays at 2 above its clamped 3: the published count never drops.
+    assert_eq!(fd_timeouts(&s), Some(8), "{}", s["rolloutHealth"]);
+    let g = &s["rolloutGate"];
+    assert_eq!(g["targetImage"], v2);
+    assert_eq!(g["baselineImage"], v1);
+    assert_eq!(
+        g["baselineCapturedAt"], captured_at,
+        "the baseline survives the restart"
+    );
+    assert_eq!(g["baseline"]["fdTimeoutCount"], 5);
+    assert_eq!(g["signal"], "fd_timeouts_regressed");
+    agent.stop().await;
+
+    let _ = stop_watch.send(());
+    let seen = watcher.await.expect("watcher");
+    println!("published fdTimeoutCount over the run: {seen:?}");
+    assert!(
+        seen.windows(2).all(|w| w[0] <= w[1]),
+        "published counters went backwards: {seen:?}"
+    );
+}
+
+fn run_script(name: &str, args: &[&str]) {
+    let status = std::process::Command::new(scripts_dir().join(name))
+        .args(args)
+        .status()
+        .unwrap_or_else(|e| panic!("run {name}: {e}"));
+    assert!(status.success(), "{name} {args:?} failed: {status}");
+}
+
+/// kube-apiserver stops mid-run (etcd keeps the objects) while the pods'
+/// counters move, then comes back on the same URL: the agent's watches and
+/// writes recover, the aggregate reflects everything that happened during
+/// the outage, no counter goes backwards, and the agent never stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real API server: scripts/e2e.sh"]
+async fn the_api_server_going_away_and_back_loses_nothing() {
+    let client = admin().await;
+    ensure_crd(&client).await;
+    let ns = create_namespace(&client, "e2e-outage").await;
+    let fleet = Fleet::create(
+        &client,
+        &ns,
+        &["eta".to_owned(), "theta".to_owned()],
+        1,
+        "ghcr.io/tuist/kura:1.0.0",
+        Ipv4Addr::new(127, 26, 0, 1),
+    )
+    .await;
+    fleet.pod("eta-0").update(|n| n.fd_timeout_count = 10);
+    let agent = Agent::start(run_args(&ns, fleet.port, &[]), admin_config().await);
+    let before = wait_status(&client, &ns, "eta", "first aggregate", T, |s| {
+        fd_timeouts(s) == Some(10)
+    })
+    .await;
+    wait_status(&client, &ns, "theta", "first aggregate", T, |s| {
+        s["rolloutGate"]["verdict"] == "healthy"
+    })
+    .await;
+    let errors_before = metric_sum(WRITES, "result=\"error\"");
+
+    let dir = harness_dir();
+    let dir = dir.to_str().expect("utf-8 dir");
+    let down = Instant::now();
+    // SIGKILL: a crash (a SIGTERM'd kube-apiserver with open watches takes
+    // the harness's whole 20 s grace period to stop).
+    run_script("k8s-stop-apiserver.sh", &[dir, "--kill"]);
+    // During the outage: eta's process restarts and counts 4 new timeouts,
+    // theta goes critical. Sweeps go on; writes fail and are retried.
+    let e = fleet.pod("eta-0");
+    e.restart();
+    e.update(|n| n.fd_timeout_count = 4);
+    fleet.pod("theta-0").update(|n| n.memory_pressure_state = 2);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(!agent.is_finished(), "the agent survives the outage");
+    run_script("k8s-up.sh", &[dir, "--apiserver-only"]);
+    let up = Instant::now();
+    println!(
+        "kube-apiserver was down {:.1}s",
+        down.elapsed().as_secs_f64()
+    );
+
+    let client = admin().await;
+    let s = wait_status(
+        &client,
+        &ns,
+        "eta",
+        "post-outage aggregate",
+        Duration::from_secs(60),
+        |s| fd_timeouts(s) == Some(14),
+    )
+    .await;
+    println!(
+        "status current again {:.1}s after kube-apiserver was ready",
+        up.elapsed().as_secs_f64()
+    );
+    assert!(
+        fd_timeouts(&s) >= fd_timeouts(&before),
+        "no counter went backwards"
+    );
+    assert_eq!(
+        s["rolloutHealth"]["counterResets"].as_u64(),
+        Some(
+            before["rolloutHealth"]["counterResets"]
+                .as_u64()
+                .unwrap_or(0)
+                + 1
+        ),
+        "the reset seen during the outage is counted: {}",
+        s["rolloutHealth"]
+    );
+    wait_status(
+        &client,
+        &ns,
+        "theta",
+        "hard stop after the outage",
+        T,
+        |s| s["rolloutGate"]["verdict"] == "hard_stop",
+    )
+    .await;
+    println!(
+        "failed writes during the outage: {}",
+        metric_sum(WRITES, "result=\"error\"") - errors_before
+    );
+    // New objects created after the outage are discovered (watches resumed).
+    create_instance(&client, &ns, "iota", "ghcr.io/tuist/kura:1.0.0", 1).await;
+    wait_status(
+        &client,
+        &ns,
+        "iota",
+        "a status for an instance created after the outage",
+        T,
+        |s| s["rolloutHealth"]["expectedPods"] == 1,
+    )
+    .await;
+    agent.stop().await;
+}
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name}={v}: not a number"))
+        })
+        .unwrap_or(default)
+}
+
+/// Issue 8 part 3, the status write economy. Five simulated minutes with a
+/// 30 s heartbeat and a 10 s sweep interval, time-compressed by
+/// `KURA_E2E_ECONOMY_SCALE` (default 10: heartbeat 3 s, interval 1 s, 30 s
+/// of real time). N steady instances (one pod each;
+/// `KURA_E2E_ECONOMY_INSTANCES`, default 100 in CI, 1,000 by hand) may
+/// cost at most 11 writes each (the first write plus one heartbeat per
+/// 30 s), and at least 9 (the heartbeat holds); a health flip reaches the
+/// status within one sweep interval plus 1 s. The write rate limit is set
+/// out of the way (1,000/s): this measures the change-or-heartbeat policy,
+/// not the limiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real API server: scripts/e2e.sh"]
+async fn status_write_economy_and_flip_latency() {
+    let n = env_usize("KURA_E2E_ECONOMY_INSTANCES", 100);
+    let scale = env_usize("KURA_E2E_ECONOMY_SCALE", 10) as u64;
+    assert!(
+        (1..=30).contains(&scale),
+        "KURA_E2E_ECONOMY_SCALE in 1..=30"
+    );
+    let heartbeat_ms = 30_000 / scale;
+    let interval_ms = 10_000 / scale;
+    let run = Duration::from_millis(300_000 / scale);
+    kura_agent::sim::raise_fd_limit(65_536).ok();
+    let client = admin().await;
+    ensure_crd(&client).await;
+    let ns = create_namespace(&client, "e2e-economy").await;
+    let names: Vec<String> = (0..n).map(|i| format!("inst-{i:04}")).collect();
+    let setup = Instant::now();
+    let fleet = Fleet::create(
+        &client,
+        &ns,
+        &names,
+        1,
+        "ghcr.io/tuist/kura:1.0.0",
+        Ipv4Addr::new(127, 30, 0, 1),
+    )
+    .await;
+    println!(
+        "economy: {n} instances and pods created in {:.1}s",
+        setup.elapsed().as_secs_f64()
+    );
+    let sweep = format!("--sweep-interval={interval_ms}ms");
+    let heartbeat = format!("--heartbeat={heartbeat_ms}ms");
+    let args = run_args(
+        &ns,
+        fleet.port,
+        &[
+            sweep.as_str(),
+            heartbeat.as_str(),
+            "--write-rate=1000",
+            "--write-burst=1000",
+        ],
+    );
+    let written_before = metric_sum(WRITES, "");
+    let applied_before = metric_sum(WRITES, "result=\"applied\"");
+    let started = Instant::now();
+    let agent = Agent::start(args, admin_config().await);
+    let last = names.last().expect("one instance").clone();
+    let first_within = T + Duration::from_millis(n as u64 * 100);
+    wait_status(&client, &ns, &last, "first status", first_within, |s| {
+        s["rolloutGate"]["verdict"] == "healthy"
+    })
+    .await;
+    tokio::time::sleep(run.saturating_sub(started.elapsed())).await;
+    let writes = metric_sum(WRITES, "") - written_before;
+    let applied = metric_sum(WRITES, "result=\"applied\"") - applied_before;
+    let per_instance = writes / n as f64;
+    println!(
+        "economy: {n} steady instances, {:.0}s real = 300s simulated at {scale}x (heartbeat 30s, interval 10s): {writes} writes ({applied} applied) = {per_instance:.2} per instance (bound 11)",
+        run.as_secs_f64()
+    );
+    assert!(
+        per_instance <= 11.0,
+        "{per_instance:.2} writes per instance > 11"
+    );
+    assert!(
+        per_instance >= 9.0,
+        "{per_instance:.2} writes per instance: heartbeats are missing (the agent cannot keep up)"
+    );
+
+    // A health flip: not ready -> the status within interval + 1 s.
+    let flip = &names[n / 2];
+    let pod = fleet.pod(&format!("{flip}-0"));
+    let flipped = Instant::now();
+    pod.update(|node| node.ready = false);
+    let s = wait_status(
+        &client,
+        &ns,
+        flip,
+        "the flip",
+        Duration::from_secs(10),
+        |s| s["rolloutHealth"]["ready"] == false,
+    )
+    .await;
+    let latency = flipped.elapsed();
+    println!(
+        "economy: health flip reached the status after {:.2}s (bound: interval {:.1}s + 1s)",
+        latency.as_secs_f64(),
+        interval_ms as f64 / 1000.0
+    );
+    assert_eq!(s["rolloutGate"]["signal"], "not_ready");
+    assert!(
+        latency <= Duration::from_millis(interval_ms + 1_000),
+        "{latency:?} > interval + 1 s"
+    );
+    agent.stop().await;
+}
