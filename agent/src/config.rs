@@ -124,6 +124,12 @@ pub struct RunArgs {
     #[arg(long, env = "KURA_AGENT_POLL_TIMEOUT", default_value = "2s", value_parser = parse_positive_duration)]
     pub poll_timeout: Duration,
 
+    /// Keep one idle connection per pod between sweeps (`false`: a new
+    /// connection per poll). Keep-alive costs ~20 KiB of agent memory per
+    /// pod; past about 5,000 pods per replica, turn it off or shard.
+    #[arg(long, env = "KURA_AGENT_POLL_KEEP_ALIVE", default_value_t = true, action = clap::ArgAction::Set)]
+    pub poll_keep_alive: bool,
+
     /// Largest report body accepted, in bytes.
     #[arg(long, env = "KURA_AGENT_BODY_LIMIT", default_value_t = 64 * 1024,
           value_parser = clap::value_parser!(u32).range(1..))]

@@ -46,6 +46,7 @@ pub fn poll_config(args: &RunArgs) -> PollConfig {
         concurrency: args.poll_concurrency as usize,
         timeout: args.poll_timeout,
         body_limit: args.body_limit as usize,
+        keep_alive: args.poll_keep_alive,
         port: match &args.port_name {
             Some(name) => PodPort::Named(name.clone()),
             None => PodPort::Number(args.port),
