@@ -70,10 +70,17 @@ EOF
 part "helm lint"
 "$helm" lint --strict "$chart"
 "$helm" lint --strict "$chart" -f "$dir/variant-values.yaml"
-if out=$("$helm" template x "$chart" --set replicaCount=2 2>&1); then
-  fail "replicaCount=2 rendered; the chart must refuse two writers"
+# Two replicas write one instance only without sharding: refused then;
+# with sharding (the default) the Leases give every instance one writer.
+if out=$("$helm" template x "$chart" --set replicaCount=2 --set sharding.enabled=false 2>&1); then
+  fail "replicaCount=2 without sharding rendered; the chart must refuse two writers"
 fi
-grep -q "replicaCount must be 1" <<<"$out" || fail "unexpected refusal of replicaCount=2: $out"
+grep -q "replicaCount must be 1 without sharding" <<<"$out" || fail "unexpected refusal of replicaCount=2: $out"
+if out=$("$helm" template x "$chart" --set mode=daemonset --set sharding.enabled=false 2>&1); then
+  fail "a DaemonSet without sharding rendered; the chart must refuse a writer per node"
+fi
+"$helm" template x "$chart" --set replicaCount=3 | grep -q -- '--sharding=true' \
+  || fail "replicaCount=3 with sharding must render sharded replicas"
 # An empty NetworkPolicy peer list means "everyone": never rendered.
 if out=$("$helm" template x "$chart" --set networkPolicy.apiServer.cidrs=null 2>&1); then
   fail "an empty API server CIDR list rendered (egress anywhere)"
@@ -126,7 +133,7 @@ kubectl get -f "$dir/variant-applicable.yaml" -o name
 kubectl apply --server-side --field-manager=chart-check -f "$dir/kurainstance.yaml"
 
 part "stored objects keep the chart's promises"
-kubectl get -n kura-system deployment,serviceaccount,networkpolicy,poddisruptionbudget,service -o json \
+kubectl get -n kura-system deployment,serviceaccount,networkpolicy,poddisruptionbudget,service,role -o json \
   > "$dir/namespaced.json"
 kubectl get clusterrole,clusterrolebinding -l app.kubernetes.io/name=kura-health-agent -o json \
   > "$dir/cluster.json"
@@ -146,7 +153,11 @@ check(len(deps) == 1, f"one Deployment, got {len(deps)}")
 for d in deps:
     spec = d["spec"]
     check(spec["replicas"] == 1, "replicas 1")
-    check(spec["strategy"]["type"] == "Recreate", "Recreate: never two writers")
+    # Sharded (the default): overlap is safe because every write is fenced
+    # by the replica's Lease, so a rolling update never leaves a gap.
+    check(spec["strategy"]["type"] == "RollingUpdate"
+          and spec["strategy"]["rollingUpdate"]["maxUnavailable"] == 0,
+          "sharded Deployment: RollingUpdate without unavailability")
     pod = spec["template"]["spec"]
     psc = pod.get("securityContext", {})
     check(psc.get("runAsNonRoot") is True, "pod runAsNonRoot")
@@ -163,6 +174,13 @@ for d in deps:
     check("memory" in c.get("resources", {}).get("limits", {}), "memory limit")
     check("cpu" in c.get("resources", {}).get("requests", {}), "cpu request")
     check(pod.get("serviceAccountName") == "kura-health-agent", "runs as the chart's ServiceAccount")
+    check("--sharding=true" in c.get("args", []), "sharding on (the chart's default)")
+
+(lease_role,) = by_kind.get("Role", [None])
+lease_rules = sorted((g, r) for rule in lease_role["rules"] for g in rule["apiGroups"]
+                     for r in rule["resources"])
+check(lease_rules == [("coordination.k8s.io", "leases")],
+      f"the namespaced Role grants Leases only, got {lease_rules}")
 
 (role,) = by_kind.get("ClusterRole", [None])
 rules = sorted((g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
