@@ -60,13 +60,7 @@ pub struct CheckArgs {
 
 /// Entry point of `kura-agent check`; returns exit code 0, 1 or 2.
 pub fn run(args: CheckArgs) -> ExitCode {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
+    super::init_text_logging("warn");
     let urls = match node_report_urls(&args.nodes) {
         Ok(urls) => urls,
         Err(e) => return usage(&e.to_string()),

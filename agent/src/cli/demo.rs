@@ -40,22 +40,10 @@ fn parse_scale(input: &str) -> Result<f64, String> {
 
 /// Entry point of `kura-agent demo`.
 pub fn run(args: DemoArgs) -> ExitCode {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    super::init_text_logging("warn");
+    let runtime = match super::multi_thread_runtime("demo") {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("kura-agent demo: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     let config = DemoConfig {
         time_scale: args.time_scale,

@@ -73,15 +73,9 @@ pub fn loop_config(args: &RunArgs, agent: String) -> LoopConfig {
 /// Entry point of `kura-agent run`.
 pub fn run(args: RunArgs) -> ExitCode {
     init_tracing(args.log_format);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot start the runtime");
-            return ExitCode::FAILURE;
-        }
+    let runtime = match super::multi_thread_runtime("run") {
+        Ok(rt) => rt,
+        Err(code) => return code,
     };
     match runtime.block_on(run_async(args, shutdown_signal())) {
         Ok(()) => ExitCode::SUCCESS,

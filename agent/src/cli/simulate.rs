@@ -18,19 +18,10 @@ pub struct SimulateArgs {
 
 /// Run the subcommand.
 pub fn run(args: SimulateArgs) -> ExitCode {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_writer(std::io::stderr)
-        .try_init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    super::init_text_logging("warn");
+    let runtime = match super::multi_thread_runtime("simulate") {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("kura-agent simulate: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     match runtime.block_on(serve(args)) {
         Ok(()) => ExitCode::SUCCESS,
