@@ -24,32 +24,9 @@ cd "$(dirname "$0")/.."
 root=$PWD
 chart=$root/charts/kura-health-agent
 
-t0=$(date +%s)
-t_part=$t0
-timings=()
-part() {
-  local now; now=$(date +%s)
-  if [ -n "${part_name:-}" ]; then timings+=("$(printf '%-40s %4ss' "$part_name" $((now - t_part)))"); fi
-  part_name=$1 t_part=$now
-  echo "[chart-check +$((now - t0))s] $1"
-}
+. "$root/scripts/run-lib.sh"
+run_init chart-check KURA_CHART_CHECK_KEEP k8s
 fail() { echo "chart-check: FAIL: $*" >&2; exit 1; }
-
-dir=$(mktemp -d "${TMPDIR:-/tmp}/kura-chart-check.XXXXXX")
-finish() {
-  local rc=$?
-  part "stop"
-  "$root/scripts/k8s-down.sh" "$dir/k8s" >/dev/null 2>&1 || rc=1
-  part "done"
-  printf '%s\n' "chart-check timings:" "${timings[@]/#/  }"
-  if [ "${KURA_CHART_CHECK_KEEP:-}" = 1 ] || [ $rc -ne 0 ]; then
-    echo "chart-check: work directory kept: $dir" >&2
-  else
-    rm -rf "$dir"
-  fi
-  exit $rc
-}
-trap finish EXIT
 
 part "tools (cached after the first build)"
 eval "$("$root/scripts/build-tools.sh" helm kubeconform kube-apiserver etcd kubectl)"
@@ -106,9 +83,9 @@ spec: {image: "ghcr.io/tuist/kura:1.0.0", replicas: 3, accountHandle: acme, regi
 EOF
 
 part "kube-apiserver + etcd up"
-"$root/scripts/k8s-up.sh" "$dir/k8s"
+"$root/scripts/k8s-up.sh" "$k8s_dir"
 # shellcheck disable=SC1091
-. "$dir/k8s/env"
+. "$k8s_dir/env"
 
 part "JSON Schemas from the API server"
 kubectl apply --server-side -f "$chart/crds/"

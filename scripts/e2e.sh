@@ -22,31 +22,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
-t0=$(date +%s)
-t_part=$t0
-timings=()
-part() { # part NAME: ends the previous part, starts NAME
-  local now; now=$(date +%s)
-  if [ -n "${part_name:-}" ]; then timings+=("$(printf '%-40s %4ss' "$part_name" $((now - t_part)))"); fi
-  part_name=$1 t_part=$now
-  echo "[e2e +$((now - t0))s] $1"
-}
-
-dir=$(mktemp -d "${TMPDIR:-/tmp}/kura-e2e.XXXXXX")
-finish() {
-  local rc=$?
-  part "stop"
-  "$root/scripts/k8s-down.sh" "$dir" >/dev/null 2>&1 || rc=1
-  part "done"
-  printf '%s\n' "e2e timings:" "${timings[@]/#/  }"
-  if [ "${KURA_E2E_KEEP:-}" = 1 ] || [ $rc -ne 0 ]; then
-    echo "e2e: harness directory kept: $dir" >&2
-  else
-    rm -rf "$dir"
-  fi
-  exit $rc
-}
-trap finish EXIT
+. "$root/scripts/run-lib.sh"
+run_init e2e KURA_E2E_KEEP
 
 part "tools (cached after the first build)"
 eval "$("$root/scripts/build-tools.sh" helm kube-apiserver etcd kubectl)"
@@ -55,9 +32,9 @@ part "build the e2e tests"
 cargo test --locked -p kura-agent --test e2e_apiserver --no-run
 
 part "kube-apiserver + etcd up"
-"$root/scripts/k8s-up.sh" "$dir"
+"$root/scripts/k8s-up.sh" "$k8s_dir"
 # shellcheck disable=SC1091
-. "$dir/env"
+. "$k8s_dir/env"
 
 part "render the chart"
 "$KURA_HELM" template kura-health-agent "$root/charts/kura-health-agent" \
