@@ -125,8 +125,8 @@ pub struct RunArgs {
     pub poll_timeout: Duration,
 
     /// Keep one idle connection per pod between sweeps (`false`: a new
-    /// connection per poll). Keep-alive costs ~20 KiB of agent memory per
-    /// pod; past about 5,000 pods per replica, turn it off or shard.
+    /// connection per poll). An idle kept connection costs its socket only
+    /// (a few hundred bytes of agent memory, plus the kernel's buffers).
     #[arg(long, env = "KURA_AGENT_POLL_KEEP_ALIVE", default_value_t = true, action = clap::ArgAction::Set)]
     pub poll_keep_alive: bool,
 

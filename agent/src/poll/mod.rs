@@ -1,4 +1,5 @@
-//! Polling pods' `GET /status/rollout`: one shared keep-alive client, a
+//! Polling pods' `GET /status/rollout`: one shared keep-alive client (a
+//! lean HTTP/1.1 client of our own, see [`http1`]), a
 //! global bound on concurrent requests, a timeout per attempt, a hard body
 //! limit, no redirects, and a short retry of connection-level failures.
 //!
@@ -10,8 +11,9 @@
 
 mod config;
 mod error;
+pub mod http1;
 mod poller;
 
 pub use config::{PodPort, PollConfig};
 pub use error::PollError;
-pub use poller::{Poller, READ_BUFFER};
+pub use poller::{IDLE_TIMEOUT, Poller, READ_BUFFER};

@@ -1,31 +1,28 @@
 //! The poller: one shared keep-alive client and one global semaphore.
 
+use crate::poll::http1::{Client, Limits, Target};
 use crate::poll::{PollConfig, PollError};
 use crate::sample::{PodIdentity, PodSample, SampleResult};
 use crate::sim::REPORT_PATH;
 use backon::{ExponentialBuilder, Retryable};
-use bytes::Bytes;
-use http::{Request, StatusCode, Uri, header};
-use http_body_util::{BodyExt, Empty, LengthLimitError, Limited};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use http::Uri;
 use jiff::Timestamp;
 use kura_schemas::{NodeReport, parse_report_limited};
-use std::error::Error as _;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 
 const USER_AGENT: &str = concat!("kura-agent/", env!("CARGO_PKG_VERSION"));
 
-/// Size of each connection's read buffer, in bytes. A report and its
-/// headers fit in one read; a larger body takes several reads of this size
-/// (up to the body limit). Every kept-alive connection holds one, so the
-/// size matters at 10,000 pods: hyper's adaptive default starts at 8 KiB and
-/// costs about 4 KiB more resident memory per connection.
+/// Size of a request's first read buffer, in bytes: a report and its
+/// headers fit in one read; a larger answer grows it by doubling (up to the
+/// body limit). The buffer lives only while its request does; an idle
+/// kept-alive connection holds no buffer.
 pub const READ_BUFFER: usize = 2048;
+
+/// A kept-alive connection unused for this long is closed (swept lazily).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// Polls pods' reports. Cheap to clone: clones share one client (and its
 /// keep-alive pool) and one concurrency bound.
@@ -36,7 +33,7 @@ pub struct Poller {
 
 #[derive(Debug)]
 struct Inner {
-    client: Client<HttpConnector, Empty<Bytes>>,
+    client: Client,
     permits: Semaphore,
     config: PollConfig,
 }
@@ -44,18 +41,7 @@ struct Inner {
 impl Poller {
     /// A poller with these settings (a concurrency of 0 is taken as 1).
     pub fn new(config: PollConfig) -> Poller {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        // Half the attempt's budget, so a connect timeout (retried) is told
-        // apart from a pod that accepted and never answered (not retried).
-        connector.set_connect_timeout(Some(config.timeout / 2));
-        let client = Client::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .timer(TokioTimer::new())
-            // One pod is one host, polled once per sweep.
-            .pool_max_idle_per_host(usize::from(config.keep_alive))
-            .http1_read_buf_exact_size(READ_BUFFER)
-            .build(connector);
+        let client = Client::new(config.keep_alive, IDLE_TIMEOUT, USER_AGENT);
         Poller {
             inner: Arc::new(Inner {
                 client,
@@ -108,9 +94,14 @@ impl Poller {
         pod: &PodIdentity,
         addr: SocketAddr,
     ) -> Result<NodeReport, PollError> {
-        let uri = report_uri(addr)?;
+        let host = addr.to_string();
+        let target = Target {
+            addr,
+            host: &host,
+            path: REPORT_PATH,
+        };
         let result = self
-            .get(&uri)
+            .get(target)
             .await
             .and_then(|report| match report.pod_uid() {
                 Some(uid) if uid != pod.uid => Err(PollError::IdentityMismatch),
@@ -124,25 +115,55 @@ impl Poller {
     /// `http://10.0.0.5:4000/status/rollout`): no pod identity to check,
     /// the same limits, retries and metrics as a pod poll.
     pub async fn fetch(&self, uri: &Uri) -> Result<NodeReport, PollError> {
-        let result = self.get(uri).await;
+        let result = match self.resolve(uri).await {
+            Ok(addr) => {
+                let target = Target {
+                    addr,
+                    host: uri.authority().map_or("", |a| a.as_str()),
+                    path: uri.path_and_query().map_or("/", |p| p.as_str()),
+                };
+                self.get(target).await
+            }
+            Err(e) => Err(e),
+        };
         count(&result);
         result
     }
 
-    async fn get(&self, uri: &Uri) -> Result<NodeReport, PollError> {
+    /// The address of a plain `http://` URL's host: an IP literal as is, a
+    /// name through the system resolver (bounded by the timeout). Any other
+    /// scheme, or a name that does not resolve, is [`PollError::Connect`].
+    async fn resolve(&self, uri: &Uri) -> Result<SocketAddr, PollError> {
+        if uri.scheme_str() != Some("http") {
+            return Err(PollError::Connect);
+        }
+        let host = uri.host().ok_or(PollError::NoAddress)?;
+        let port = uri.port_u16().unwrap_or(80);
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        if let Ok(ip) = bare.parse::<IpAddr>() {
+            return Ok(SocketAddr::new(ip, port));
+        }
+        let lookup = tokio::net::lookup_host((bare, port));
+        match tokio::time::timeout(self.inner.config.timeout, lookup).await {
+            Ok(Ok(mut addrs)) => addrs.next().ok_or(PollError::Connect),
+            _ => Err(PollError::Connect),
+        }
+    }
+
+    async fn get(&self, target: Target<'_>) -> Result<NodeReport, PollError> {
         let cfg = &self.inner.config;
         let backoff = ExponentialBuilder::default()
             .with_min_delay(cfg.retry_delay)
             .with_max_times(cfg.retries)
             .with_jitter();
-        (|| self.attempt(uri))
+        (|| self.attempt(target))
             .retry(backoff)
             .when(PollError::is_retryable)
             .notify(|_, _| metrics::counter!("kura_agent_poll_retries_total").increment(1))
             .await
     }
 
-    async fn attempt(&self, uri: &Uri) -> Result<NodeReport, PollError> {
+    async fn attempt(&self, target: Target<'_>) -> Result<NodeReport, PollError> {
         // The semaphore is never closed; a closed one would mean no polling.
         let _permit = self
             .inner
@@ -151,7 +172,7 @@ impl Poller {
             .await
             .map_err(|_| PollError::Connect)?;
         let started = Instant::now();
-        let result = tokio::time::timeout(self.inner.config.timeout, self.request(uri))
+        let result = tokio::time::timeout(self.inner.config.timeout, self.request(target))
             .await
             .unwrap_or(Err(PollError::Timeout));
         metrics::histogram!("kura_agent_poll_duration_seconds")
@@ -159,53 +180,24 @@ impl Poller {
         result
     }
 
-    async fn request(&self, uri: &Uri) -> Result<NodeReport, PollError> {
-        let limit = self.inner.config.body_limit;
-        let req = Request::get(uri.clone())
-            .header(header::ACCEPT, "application/json")
-            .header(header::USER_AGENT, USER_AGENT)
-            .body(Empty::new())
-            .map_err(|_| PollError::NoAddress)?;
-        let resp = self
-            .inner
-            .client
-            .request(req)
-            .await
-            .map_err(|e| classify(&e))?;
-        // Anything but 200, redirects included, is a failed sample: the
-        // client follows nothing by itself.
-        if resp.status() != StatusCode::OK {
-            return Err(PollError::HttpStatus(resp.status().as_u16()));
-        }
-        let declared = resp
-            .headers()
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok());
-        if declared.is_some_and(|n| n > limit as u64) {
-            return Err(PollError::TooLarge { limit });
-        }
-        // Limited stops reading at the first frame past the limit; dropping
-        // the body then closes the connection.
-        let body = Limited::new(resp.into_body(), limit)
-            .collect()
-            .await
-            .map_err(|e| {
-                if e.downcast_ref::<LengthLimitError>().is_some() {
-                    PollError::TooLarge { limit }
-                } else {
-                    PollError::Body
-                }
-            })?
-            .to_bytes();
-        parse_report_limited(&body, limit).map_err(PollError::InvalidReport)
+    async fn request(&self, target: Target<'_>) -> Result<NodeReport, PollError> {
+        let cfg = &self.inner.config;
+        let limits = Limits {
+            // Half the attempt's budget, so a connect timeout (retried) is
+            // told apart from a pod that accepted and never answered (not
+            // retried).
+            connect_timeout: cfg.timeout / 2,
+            body_limit: cfg.body_limit,
+            read_buffer: READ_BUFFER,
+        };
+        let body = self.inner.client.get(target, limits).await?;
+        parse_report_limited(&body, cfg.body_limit).map_err(PollError::InvalidReport)
     }
-}
 
-fn report_uri(addr: SocketAddr) -> Result<Uri, PollError> {
-    format!("http://{addr}{REPORT_PATH}")
-        .parse()
-        .map_err(|_| PollError::NoAddress)
+    /// Connections kept alive and idle now (one per pod polled at most).
+    pub fn idle_connections(&self) -> usize {
+        self.inner.client.idle_connections()
+    }
 }
 
 fn count(result: &Result<NodeReport, PollError>) {
@@ -214,31 +206,4 @@ fn count(result: &Result<NodeReport, PollError>) {
         Err(e) => e.reason(),
     };
     metrics::counter!("kura_agent_polls_total", "result" => label).increment(1);
-}
-
-/// Map a client error to a poll error by what the error chain holds.
-fn classify(e: &hyper_util::client::legacy::Error) -> PollError {
-    let mut io_kind = None;
-    let mut parse = false;
-    let mut source = e.source();
-    while let Some(s) = source {
-        if let Some(io) = s.downcast_ref::<std::io::Error>() {
-            io_kind.get_or_insert(io.kind());
-        }
-        if let Some(h) = s.downcast_ref::<hyper::Error>() {
-            parse |= h.is_parse() || h.is_parse_status() || h.is_parse_too_large();
-        }
-        source = s.source();
-    }
-    if e.is_connect() {
-        match io_kind {
-            Some(std::io::ErrorKind::ConnectionRefused) => PollError::Refused,
-            Some(std::io::ErrorKind::TimedOut) => PollError::ConnectTimeout,
-            _ => PollError::Connect,
-        }
-    } else if parse {
-        PollError::Protocol
-    } else {
-        PollError::Closed
-    }
 }
