@@ -316,8 +316,9 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
-    /// More pods than the published bound: the excess folds into
-    /// retiredCounters and the invariants still hold.
+    /// More pods than the published bound: 32 are published, the rest's
+    /// counter state is kept by the aggregator (and carried across a
+    /// restore), and the invariants still hold.
     #[test]
     fn instances_past_the_pod_bound(
         pods in 30usize..40,

@@ -4,7 +4,7 @@
 //! retention of a pod that was already gone when the agent restarted.
 
 use jiff::{SignedDuration, Timestamp};
-use kura_agent::aggregate::{AggregateConfig, GONE_ERROR, InstanceAggregator};
+use kura_agent::aggregate::{AggregateConfig, GONE_ERROR, InstanceAggregator, MAX_TRACKED_PODS};
 use kura_agent::sample::{InstanceInfo, PodIdentity, PodSample, SampleResult};
 use kura_schemas::health::MAX_POD_ENTRIES;
 use kura_schemas::{NodeReport, parse_report};
@@ -57,42 +57,50 @@ fn ok(name: &str, at: Timestamp, fd: u64) -> PodSample {
 }
 
 #[test]
-fn more_live_pods_than_the_bound_fold_the_excess_into_retired() {
+fn more_live_pods_than_the_bound_are_all_counted_and_failing_ones_published_first() {
     let now = t("2026-07-21T10:00:00Z");
-    let samples: Vec<PodSample> = (0..40).map(|i| ok(&format!("p-{i:02}"), now, 1)).collect();
+    let mut samples: Vec<PodSample> = (0..39).map(|i| ok(&format!("p-{i:02}"), now, 1)).collect();
+    samples.push(sample("p-39", now, SampleResult::Error("timeout".into())));
     let mut agg = InstanceAggregator::new(AggregateConfig::default());
-    let h = agg.sweep(&instance(3), &samples, now, "a");
+    let h = agg.sweep(&instance(40), &samples, now, "a");
     assert_eq!(h.pods.len(), MAX_POD_ENTRIES);
-    assert_eq!(h.sampled_pods, 40, "every answer still counts as sampled");
-    assert_eq!(h.retired_counters.fd_timeout_count, 8);
-    assert_eq!(h.fd_timeout_count, 40, "no count lost");
-    // Retired by name among equally recent pods: the first eight names go.
-    assert_eq!(h.pods[0].name, "p-08");
+    assert_eq!(h.sampled_pods, 39);
+    assert_eq!(h.retired_counters.fd_timeout_count, 0, "nobody is gone");
+    assert_eq!(h.fd_timeout_count, 39);
+    // The failing pod first, then by name; listed in name order.
+    let names: Vec<&str> = h.pods.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names[0], "p-00");
+    assert_eq!(names[30], "p-30");
+    assert_eq!(names[31], "p-39");
+    assert_eq!(h.pods[31].error.as_deref(), Some("timeout"));
 }
 
 #[test]
-fn gone_pods_are_retired_before_live_ones_when_over_the_bound() {
+fn pods_past_the_tracking_bound_are_retired_gone_ones_first() {
     let t0 = t("2026-07-21T10:00:00Z");
     let t1 = t("2026-07-21T10:01:00Z");
+    let n = MAX_TRACKED_PODS;
     let mut agg = InstanceAggregator::new(AggregateConfig::default());
-    let first: Vec<PodSample> = (0..32).map(|i| ok(&format!("p-{i:02}"), t0, 2)).collect();
+    let first: Vec<PodSample> = (0..n).map(|i| ok(&format!("p-{i:04}"), t0, 2)).collect();
     agg.sweep(&instance(3), &first, t0, "a");
-    // p-31 is gone, and two new pods appear: 34 tracked, 2 over the bound.
-    let mut second: Vec<PodSample> = (0..31).map(|i| ok(&format!("p-{i:02}"), t1, 2)).collect();
+    // The last pod is gone, and two new pods appear: 2 over the bound.
+    let mut second: Vec<PodSample> = (0..n - 1)
+        .map(|i| ok(&format!("p-{i:04}"), t1, 2))
+        .collect();
     second.push(ok("q-0", t1, 5));
     second.push(ok("q-1", t1, 5));
     let h = agg.sweep(&instance(3), &second, t1, "a");
     assert_eq!(h.pods.len(), MAX_POD_ENTRIES);
-    assert!(
-        !h.pods.iter().any(|p| p.name == "p-31"),
-        "the gone pod goes first"
+    assert_eq!(
+        h.retired_counters.fd_timeout_count, 4,
+        "the gone pod, then p-0000"
     );
-    assert!(
-        !h.pods.iter().any(|p| p.name == "p-00"),
-        "then the first live name"
-    );
-    assert_eq!(h.retired_counters.fd_timeout_count, 4);
-    assert_eq!(h.fd_timeout_count, 32 * 2 + 2 * 5);
+    assert_eq!(h.fd_timeout_count, n as u64 * 2 + 2 * 5);
+    assert_eq!(h.pods[0].name, "p-0001");
+    // The price of the bound: p-0000 was live when it was retired, so its
+    // next answer is counted afresh (never less, as always).
+    let h2 = agg.sweep(&instance(3), &second, t1, "a");
+    assert_eq!(h2.fd_timeout_count, h.fd_timeout_count + 2);
 }
 
 #[test]
@@ -201,4 +209,48 @@ fn a_failed_sample_keeps_the_last_valid_detail_and_a_short_error() {
     assert!(e.len() <= 160 && e.len() >= 158, "{}", e.len());
     assert_eq!(h.fd_timeout_count, 3);
     assert!(!h.ready);
+}
+
+#[test]
+fn steady_counters_of_more_pods_than_the_bound_stay_steady_across_a_restore() {
+    let start = t("2026-07-21T10:00:00Z");
+    let at = |minute: i64| start + SignedDuration::from_mins(minute);
+    // p-35 restarted once before the agent did: its clamped value (7 + 1)
+    // is more than its raw value (1) and lives only in the agent's memory.
+    let sweep_of = |now: Timestamp, p35: u64| -> Vec<PodSample> {
+        (0..40)
+            .map(|i| ok(&format!("p-{i:02}"), now, if i == 35 { p35 } else { 1 }))
+            .collect()
+    };
+    let mut agg = InstanceAggregator::new(AggregateConfig::default());
+    agg.sweep(&instance(40), &sweep_of(at(0), 7), at(0), "a");
+    let mut last = agg.sweep(&instance(40), &sweep_of(at(1), 1), at(1), "a");
+    assert_eq!(last.counter_resets, 1);
+    for minute in 2..5 {
+        let h = agg.sweep(&instance(40), &sweep_of(at(minute), 1), at(minute), "a");
+        assert_eq!(h.pods.len(), MAX_POD_ENTRIES);
+        assert_eq!(h.fd_timeout_count, 39 + 8, "minute {minute}: nothing moved");
+        last = h;
+    }
+    // An agent restarted from the published aggregate: the eight pods not
+    // in `pods` are carried, then drawn as they answer again.
+    let restored = serde_json::from_value(serde_json::to_value(&last).unwrap()).unwrap();
+    let mut agg = InstanceAggregator::restore(&restored, AggregateConfig::default());
+    for minute in 10..13 {
+        let h = agg.sweep(&instance(40), &sweep_of(at(minute), 1), at(minute), "a");
+        assert_eq!(
+            h.fd_timeout_count,
+            39 + 8,
+            "minute {minute} after the restore"
+        );
+        assert_eq!(
+            h.retired_counters.fd_timeout_count, 7,
+            "what p-35 had before its restart stays carried"
+        );
+    }
+    // A second restore sees that carry as retired and still counts the same.
+    let h = agg.sweep(&instance(40), &sweep_of(at(13), 1), at(13), "a");
+    let mut agg = InstanceAggregator::restore(&h, AggregateConfig::default());
+    let h = agg.sweep(&instance(40), &sweep_of(at(14), 2), at(14), "a");
+    assert_eq!(h.fd_timeout_count, 39 + 8 + 1, "p-35 moved by one");
 }

@@ -10,18 +10,35 @@ use jiff::Timestamp;
 use kura_schemas::health::{MAX_POD_ENTRIES, ROLLOUT_HEALTH_SCHEMA_VERSION};
 use kura_schemas::{NodeReport, RetiredCounters, RolloutHealth};
 
+/// Most pods whose counter state one instance keeps (about 0.5 KiB each).
+/// Past it, the pods gone longest (then the first names) are folded into
+/// the retired totals; one that comes back is counted afresh. Only
+/// [`MAX_POD_ENTRIES`] of them are published in `pods`.
+pub const MAX_TRACKED_PODS: usize = 1024;
+
 /// The aggregation state of one instance: per-pod counter state keyed by pod
 /// name, retired totals, the reset count and the last `backfillInitialCycle`.
 ///
-/// Everything it keeps is published in the aggregate it returns, so
-/// [`InstanceAggregator::restore`] on that aggregate continues exactly where
-/// this one stopped.
+/// Up to [`MAX_POD_ENTRIES`] pods, everything it keeps is published in the
+/// aggregate it returns, so [`InstanceAggregator::restore`] on that aggregate
+/// continues exactly where this one stopped. With more pods, `pods` holds
+/// [`MAX_POD_ENTRIES`] of them (failing ones first, then by name) and the
+/// rest's counter state lives here only. A restore then carries the
+/// unpublished share of the totals (published total minus retired minus the
+/// published entries) and each pod seen for the first time after the
+/// restore draws its first raw counters from that carry: the totals neither
+/// drop nor count those pods twice. The carry is published inside
+/// `retiredCounters`, so every published total is still `retiredCounters`
+/// plus the tracked pods' clamped values.
 #[derive(Debug, Clone)]
 pub struct InstanceAggregator {
     config: AggregateConfig,
-    /// Sorted by pod name, at most [`MAX_POD_ENTRIES`] between sweeps.
+    /// Sorted by pod name, at most [`MAX_TRACKED_PODS`] between sweeps.
     pods: Vec<TrackedPod>,
     retired: RetiredCounters,
+    /// The unpublished pods' share of the totals at the last restore, not
+    /// yet drawn by a pod seen again.
+    carried: RetiredCounters,
     counter_resets: u64,
     backfill: String,
 }
@@ -33,6 +50,7 @@ impl InstanceAggregator {
             config,
             pods: Vec::new(),
             retired: RetiredCounters::default(),
+            carried: RetiredCounters::default(),
             counter_resets: 0,
             backfill: String::new(),
         }
@@ -40,7 +58,9 @@ impl InstanceAggregator {
 
     /// Continue from a published aggregate (after an agent restart). Pod
     /// entries past the bound or with a duplicate name are folded into the
-    /// retired totals, so no count is lost.
+    /// retired totals, so no count is lost; the share of the totals that no
+    /// published entry holds (pods past [`MAX_POD_ENTRIES`]) is carried, see
+    /// [`InstanceAggregator`].
     pub fn restore(previous: &RolloutHealth, config: AggregateConfig) -> Self {
         let mut agg = InstanceAggregator::new(config);
         agg.retired = previous.retired_counters.clone();
@@ -57,7 +77,28 @@ impl InstanceAggregator {
             }
         }
         agg.enforce_bound();
+        let (fd, peer) = agg.tracked_totals();
+        agg.carried = RetiredCounters {
+            fd_timeout_count: previous.fd_timeout_count.saturating_sub(fd),
+            peer_connection_failures: previous
+                .peer_connection_failures
+                .map(|p| p.saturating_sub(peer.unwrap_or(0)))
+                .filter(|&p| p > 0),
+        };
         agg
+    }
+
+    /// Retired plus every tracked pod's clamped value (the carry excluded).
+    fn tracked_totals(&self) -> (u64, Option<u64>) {
+        let mut fd = self.retired.fd_timeout_count;
+        let mut peer = self.retired.peer_connection_failures;
+        for pod in &self.pods {
+            fd = fd.saturating_add(pod.fd.map_or(0, Counter::clamped));
+            if let Some(c) = pod.peer {
+                peer = Some(peer.unwrap_or(0).saturating_add(c.clamped()));
+            }
+        }
+        (fd, peer)
     }
 
     /// Fold one sweep. `samples` holds one entry per pod discovery lists
@@ -95,9 +136,11 @@ impl InstanceAggregator {
             pod.last_seen = now;
             match &sample.result {
                 SampleResult::Report(report) => {
+                    let first = (pod.fd.is_none(), pod.peer.is_none());
                     if pod.absorb(&sample.pod, report, sample.received_at) {
                         self.counter_resets = self.counter_resets.saturating_add(1);
                     }
+                    draw(&mut self.carried, first, pod);
                     fold.add(report, sample.received_at);
                 }
                 SampleResult::Error(reason) => {
@@ -133,10 +176,10 @@ impl InstanceAggregator {
         });
     }
 
-    /// Fold the pods past [`MAX_POD_ENTRIES`] into the retired totals: the
+    /// Fold the pods past [`MAX_TRACKED_PODS`] into the retired totals: the
     /// ones gone longest first, then by name.
     fn enforce_bound(&mut self) {
-        let excess = self.pods.len().saturating_sub(MAX_POD_ENTRIES);
+        let excess = self.pods.len().saturating_sub(MAX_TRACKED_PODS);
         if excess == 0 {
             return;
         }
@@ -168,14 +211,17 @@ impl InstanceAggregator {
         agent: &str,
     ) -> RolloutHealth {
         let complete = fold.sampled > 0 && fold.sampled >= instance.expected_pods;
-        let mut fd = self.retired.fd_timeout_count;
-        let mut peer = self.retired.peer_connection_failures;
-        for pod in &self.pods {
-            fd = fd.saturating_add(pod.fd.map_or(0, Counter::clamped));
-            if let Some(c) = pod.peer {
-                peer = Some(peer.unwrap_or(0).saturating_add(c.clamped()));
-            }
-        }
+        let (fd, peer) = self.tracked_totals();
+        let fd = fd.saturating_add(self.carried.fd_timeout_count);
+        let peer = add_opt(peer, self.carried.peer_connection_failures);
+        let mut retired = self.retired.clone();
+        retired.fd_timeout_count = retired
+            .fd_timeout_count
+            .saturating_add(self.carried.fd_timeout_count);
+        retired.peer_connection_failures = add_opt(
+            retired.peer_connection_failures,
+            self.carried.peer_connection_failures,
+        );
         RolloutHealth {
             schema_version: ROLLOUT_HEALTH_SCHEMA_VERSION,
             observed_at: now,
@@ -206,10 +252,58 @@ impl InstanceAggregator {
             memory_pressure_state: fold.max_pressure,
             inflight_requests: fold.inflight,
             counter_resets: self.counter_resets,
-            pods: self.pods.iter().map(|p| p.detail.clone()).collect(),
-            retired_counters: self.retired.clone(),
+            pods: self.published_pods(),
+            retired_counters: retired,
             agent: agent.to_owned(),
         }
+    }
+}
+
+impl InstanceAggregator {
+    /// The `pods` entries: every tracked pod up to [`MAX_POD_ENTRIES`];
+    /// past that, the pods whose last sample failed (or that are gone)
+    /// first, then by name; in name order either way.
+    fn published_pods(&self) -> Vec<kura_schemas::PodHealth> {
+        if self.pods.len() <= MAX_POD_ENTRIES {
+            return self.pods.iter().map(|p| p.detail.clone()).collect();
+        }
+        // Sorted by name already: a stable sort on "has an error" keeps
+        // name order within each group.
+        let mut order: Vec<usize> = (0..self.pods.len()).collect();
+        order.sort_by_key(|&i| self.pods[i].detail.error.is_none());
+        order.truncate(MAX_POD_ENTRIES);
+        order.sort_unstable();
+        order
+            .into_iter()
+            .map(|i| self.pods[i].detail.clone())
+            .collect()
+    }
+}
+
+/// A pod's first counter values after a restore come out of the carry, as
+/// far as it goes: they are (most likely) already in the restored totals.
+/// `first` says which of the pod's counters had no value before this
+/// sample.
+fn draw(carried: &mut RetiredCounters, first: (bool, bool), pod: &TrackedPod) {
+    if first.0
+        && let Some(c) = pod.fd
+    {
+        let d = carried.fd_timeout_count.min(c.clamped());
+        carried.fd_timeout_count -= d;
+    }
+    if first.1
+        && let (Some(c), Some(left)) = (pod.peer, carried.peer_connection_failures)
+    {
+        let rest = left - left.min(c.clamped());
+        carried.peer_connection_failures = (rest > 0).then_some(rest);
+    }
+}
+
+/// Sum of two optional counters; `None` only when both are.
+fn add_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (None, None) => None,
+        (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
     }
 }
 

@@ -12,7 +12,7 @@ pub mod input;
 mod tracked;
 mod write_policy;
 
-pub use aggregator::InstanceAggregator;
+pub use aggregator::{InstanceAggregator, MAX_TRACKED_PODS};
 pub use backfill::BackfillFold;
 pub use tracked::GONE_ERROR;
 pub use write_policy::{is_priority_change, material_change};
