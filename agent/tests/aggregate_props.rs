@@ -234,13 +234,24 @@ fn check_invariants(
 }
 
 /// Runs the sequence twice (samples in name order and in a shuffled order),
-/// with the planned agent restarts, and once without any restart.
+/// with the planned agent restarts, and once without any restart. Plans
+/// drawn for more pods are cut to `pods`.
 fn run_sequence(
     pods: usize,
     expected: u32,
     generations: &[u8],
-    plans: &[SweepPlan],
+    plans: Vec<SweepPlan>,
 ) -> Result<(), TestCaseError> {
+    let plans: Vec<SweepPlan> = plans
+        .into_iter()
+        .map(|mut p| {
+            p.actions.truncate(pods);
+            p.order.truncate(pods);
+            p.ready.truncate(pods);
+            p
+        })
+        .collect();
+    let plans = &plans[..];
     let sweeps = materialize(pods, generations, plans);
     let inst = instance(expected);
     let config = AggregateConfig::default();
@@ -300,16 +311,7 @@ proptest! {
         generations in prop::collection::vec(prop::sample::select(vec![1u8, 3, 4]), 1..4),
         plans in prop::collection::vec(sweep_plan(5), 1..30),
     ) {
-        let plans: Vec<SweepPlan> = plans
-            .into_iter()
-            .map(|mut p| {
-                p.actions.truncate(pods);
-                p.order.truncate(pods);
-                p.ready.truncate(pods);
-                p
-            })
-            .collect();
-        run_sequence(pods, expected, &generations, &plans)?;
+        run_sequence(pods, expected, &generations, plans)?;
     }
 }
 
@@ -324,15 +326,6 @@ proptest! {
         pods in 30usize..40,
         plans in prop::collection::vec(sweep_plan(40), 1..8),
     ) {
-        let plans: Vec<SweepPlan> = plans
-            .into_iter()
-            .map(|mut p| {
-                p.actions.truncate(pods);
-                p.order.truncate(pods);
-                p.ready.truncate(pods);
-                p
-            })
-            .collect();
-        run_sequence(pods, 3, &[4, 3], &plans)?;
+        run_sequence(pods, 3, &[4, 3], plans)?;
     }
 }

@@ -248,6 +248,12 @@ fn steady_counters_of_more_pods_than_the_bound_stay_steady_across_a_restore() {
             "what p-35 had before its restart stays carried"
         );
     }
+    // The limit of the carry: p-35's growth in the first sweep after a
+    // restore is drawn from the carry (what its earlier reset had added), so
+    // it shows up low, never twice and never as a drop.
+    let mut early = InstanceAggregator::restore(&restored, AggregateConfig::default());
+    let h = early.sweep(&instance(40), &sweep_of(at(10), 2), at(10), "a");
+    assert_eq!(h.fd_timeout_count, 39 + 8, "the growth of 1 is absorbed");
     // A second restore sees that carry as retired and still counts the same.
     let h = agg.sweep(&instance(40), &sweep_of(at(13), 1), at(13), "a");
     let mut agg = InstanceAggregator::restore(&h, AggregateConfig::default());

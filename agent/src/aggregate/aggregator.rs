@@ -3,7 +3,6 @@
 
 use super::AggregateConfig;
 use super::backfill::BackfillFold;
-use super::counters::Counter;
 use super::tracked::TrackedPod;
 use crate::sample::{InstanceInfo, PodSample, SampleResult};
 use jiff::Timestamp;
@@ -27,9 +26,13 @@ pub const MAX_TRACKED_PODS: usize = 1024;
 /// unpublished share of the totals (published total minus retired minus the
 /// published entries) and each pod seen for the first time after the
 /// restore draws its first raw counters from that carry: the totals neither
-/// drop nor count those pods twice. The carry is published inside
-/// `retiredCounters`, so every published total is still `retiredCounters`
-/// plus the tracked pods' clamped values.
+/// drop nor count those pods twice. The draw is the pod's raw value now, not
+/// its share before the restore (which was never published), so growth
+/// between the last write and a pod's first answer after the restore is
+/// absorbed by what the carry holds beyond the raw values (the offsets of
+/// earlier resets). The carry is published inside `retiredCounters`, so
+/// every published total is still `retiredCounters` plus the tracked pods'
+/// clamped values.
 #[derive(Debug, Clone)]
 pub struct InstanceAggregator {
     config: AggregateConfig,
@@ -77,28 +80,30 @@ impl InstanceAggregator {
             }
         }
         agg.enforce_bound();
-        let (fd, peer) = agg.tracked_totals();
+        let held = agg.totals(&agg.retired);
         agg.carried = RetiredCounters {
-            fd_timeout_count: previous.fd_timeout_count.saturating_sub(fd),
-            peer_connection_failures: previous
-                .peer_connection_failures
-                .map(|p| p.saturating_sub(peer.unwrap_or(0)))
-                .filter(|&p| p > 0),
+            fd_timeout_count: previous
+                .fd_timeout_count
+                .saturating_sub(held.fd_timeout_count),
+            // Null when the restored state holds it all; 0 only when the
+            // published total was reported and nothing restored holds it,
+            // so "reported once" survives the restore.
+            peer_connection_failures: previous.peer_connection_failures.and_then(|p| {
+                let held = held.peer_connection_failures;
+                let rest = p.saturating_sub(held.unwrap_or(0));
+                (rest > 0 || held.is_none()).then_some(rest)
+            }),
         };
         agg
     }
 
-    /// Retired plus every tracked pod's clamped value (the carry excluded).
-    fn tracked_totals(&self) -> (u64, Option<u64>) {
-        let mut fd = self.retired.fd_timeout_count;
-        let mut peer = self.retired.peer_connection_failures;
+    /// `base` plus every tracked pod's clamped counters.
+    fn totals(&self, base: &RetiredCounters) -> RetiredCounters {
+        let mut totals = base.clone();
         for pod in &self.pods {
-            fd = fd.saturating_add(pod.fd.map_or(0, Counter::clamped));
-            if let Some(c) = pod.peer {
-                peer = Some(peer.unwrap_or(0).saturating_add(c.clamped()));
-            }
+            retire(&mut totals, pod);
         }
-        (fd, peer)
+        totals
     }
 
     /// Fold one sweep. `samples` holds one entry per pod discovery lists
@@ -203,6 +208,25 @@ impl InstanceAggregator {
         });
     }
 
+    /// The `pods` entries: every tracked pod up to [`MAX_POD_ENTRIES`];
+    /// past that, the pods whose last sample failed (or that are gone)
+    /// first, then by name; in name order either way.
+    fn published_pods(&self) -> Vec<kura_schemas::PodHealth> {
+        if self.pods.len() <= MAX_POD_ENTRIES {
+            return self.pods.iter().map(|p| p.detail.clone()).collect();
+        }
+        // Sorted by name already: a stable sort on "has an error" keeps
+        // name order within each group.
+        let mut order: Vec<usize> = (0..self.pods.len()).collect();
+        order.sort_by_key(|&i| self.pods[i].detail.error.is_none());
+        order.truncate(MAX_POD_ENTRIES);
+        order.sort_unstable();
+        order
+            .into_iter()
+            .map(|i| self.pods[i].detail.clone())
+            .collect()
+    }
+
     fn publish(
         &self,
         instance: &InstanceInfo,
@@ -211,17 +235,8 @@ impl InstanceAggregator {
         agent: &str,
     ) -> RolloutHealth {
         let complete = fold.sampled > 0 && fold.sampled >= instance.expected_pods;
-        let (fd, peer) = self.tracked_totals();
-        let fd = fd.saturating_add(self.carried.fd_timeout_count);
-        let peer = add_opt(peer, self.carried.peer_connection_failures);
-        let mut retired = self.retired.clone();
-        retired.fd_timeout_count = retired
-            .fd_timeout_count
-            .saturating_add(self.carried.fd_timeout_count);
-        retired.peer_connection_failures = add_opt(
-            retired.peer_connection_failures,
-            self.carried.peer_connection_failures,
-        );
+        let retired = combined(&self.retired, &self.carried);
+        let totals = self.totals(&retired);
         RolloutHealth {
             schema_version: ROLLOUT_HEALTH_SCHEMA_VERSION,
             observed_at: now,
@@ -247,8 +262,8 @@ impl InstanceAggregator {
             backfill_degraded: fold.degraded,
             backfill_budget_exhausted_peers: fold.budget_exhausted,
             outbox_messages: fold.outbox,
-            fd_timeout_count: fd,
-            peer_connection_failures: peer,
+            fd_timeout_count: totals.fd_timeout_count,
+            peer_connection_failures: totals.peer_connection_failures,
             memory_pressure_state: fold.max_pressure,
             inflight_requests: fold.inflight,
             counter_resets: self.counter_resets,
@@ -256,27 +271,6 @@ impl InstanceAggregator {
             retired_counters: retired,
             agent: agent.to_owned(),
         }
-    }
-}
-
-impl InstanceAggregator {
-    /// The `pods` entries: every tracked pod up to [`MAX_POD_ENTRIES`];
-    /// past that, the pods whose last sample failed (or that are gone)
-    /// first, then by name; in name order either way.
-    fn published_pods(&self) -> Vec<kura_schemas::PodHealth> {
-        if self.pods.len() <= MAX_POD_ENTRIES {
-            return self.pods.iter().map(|p| p.detail.clone()).collect();
-        }
-        // Sorted by name already: a stable sort on "has an error" keeps
-        // name order within each group.
-        let mut order: Vec<usize> = (0..self.pods.len()).collect();
-        order.sort_by_key(|&i| self.pods[i].detail.error.is_none());
-        order.truncate(MAX_POD_ENTRIES);
-        order.sort_unstable();
-        order
-            .into_iter()
-            .map(|i| self.pods[i].detail.clone())
-            .collect()
     }
 }
 
@@ -288,22 +282,24 @@ fn draw(carried: &mut RetiredCounters, first: (bool, bool), pod: &TrackedPod) {
     if first.0
         && let Some(c) = pod.fd
     {
-        let d = carried.fd_timeout_count.min(c.clamped());
-        carried.fd_timeout_count -= d;
+        carried.fd_timeout_count = carried.fd_timeout_count.saturating_sub(c.clamped());
     }
     if first.1
-        && let (Some(c), Some(left)) = (pod.peer, carried.peer_connection_failures)
+        && let (Some(c), Some(left)) = (pod.peer, carried.peer_connection_failures.as_mut())
     {
-        let rest = left - left.min(c.clamped());
-        carried.peer_connection_failures = (rest > 0).then_some(rest);
+        *left = left.saturating_sub(c.clamped());
     }
 }
 
-/// Sum of two optional counters; `None` only when both are.
-fn add_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
-    match (a, b) {
-        (None, None) => None,
-        (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
+/// `a + b`, counter by counter (`peerConnectionFailures` null only when
+/// both are).
+fn combined(a: &RetiredCounters, b: &RetiredCounters) -> RetiredCounters {
+    RetiredCounters {
+        fd_timeout_count: a.fd_timeout_count.saturating_add(b.fd_timeout_count),
+        peer_connection_failures: match (a.peer_connection_failures, b.peer_connection_failures) {
+            (None, None) => None,
+            (x, y) => Some(x.unwrap_or(0).saturating_add(y.unwrap_or(0))),
+        },
     }
 }
 
