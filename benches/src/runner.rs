@@ -14,7 +14,7 @@ use crate::agent_path::AgentFleet;
 use crate::ceiling::BareClient;
 use crate::error::LoadError;
 use crate::proc_stats::{cpu_time, peak_rss};
-use crate::sim_process::FD_SLACK;
+use crate::sim_process::{FD_SLACK, pod_target};
 use kura_agent::poll::{PollConfig, Poller};
 use kura_agent::sample::PodIdentity;
 use kura_agent::sim::raise_fd_limit;
@@ -231,21 +231,7 @@ pub fn serve(side: Side, config: RunnerConfig) -> Result<(), LoadError> {
         let fields: Vec<&str> = line.split_whitespace().collect();
         match fields.as_slice() {
             ["start"] => break,
-            ["pod", name, uid, addr] => {
-                let addr: SocketAddr = addr
-                    .parse()
-                    .map_err(|_| protocol(format!("bad address in {line:?}")))?;
-                targets.push((
-                    PodIdentity {
-                        name: (*name).to_owned(),
-                        uid: (*uid).to_owned(),
-                        restart_count: 0,
-                        image: Some("ghcr.io/tuist/kura:0.6.0".to_owned()),
-                        ip: Some(addr.ip().to_string()),
-                    },
-                    addr,
-                ));
-            }
+            ["pod", name, uid, addr] => targets.push(pod_target(name, uid, addr)?),
             _ => return Err(protocol(format!("unexpected line {line:?}"))),
         }
     }

@@ -65,6 +65,26 @@ impl Generations {
     }
 }
 
+/// The target of a `pod NAME UID ADDR` line, as a simulator process prints
+/// it for every pod it serves.
+pub fn pod_target(
+    name: &str,
+    uid: &str,
+    addr: &str,
+) -> Result<(PodIdentity, SocketAddr), LoadError> {
+    let addr: SocketAddr = addr
+        .parse()
+        .map_err(|_| LoadError::Protocol(format!("bad address {addr:?} of pod {name}")))?;
+    let pod = PodIdentity {
+        name: name.to_owned(),
+        uid: uid.to_owned(),
+        restart_count: 0,
+        image: Some("ghcr.io/tuist/kura:0.6.0".to_owned()),
+        ip: Some(addr.ip().to_string()),
+    };
+    Ok((pod, addr))
+}
+
 /// The first loopback address of simulator process `k`: 127.(100+k).0.1,
 /// away from the 127.10.x.y and 127.20.x.y the tests and scenarios use.
 pub fn first_ip(k: usize) -> Ipv4Addr {
@@ -141,19 +161,7 @@ impl SimProcesses {
             match fields.as_slice() {
                 ["ready"] if got == n => return Ok(()),
                 ["pod", name, uid, addr] => {
-                    let addr: SocketAddr = addr
-                        .parse()
-                        .map_err(|_| LoadError::Protocol(format!("bad address in {line:?}")))?;
-                    self.targets.push((
-                        PodIdentity {
-                            name: (*name).to_owned(),
-                            uid: (*uid).to_owned(),
-                            restart_count: 0,
-                            image: Some("ghcr.io/tuist/kura:0.6.0".to_owned()),
-                            ip: Some(addr.ip().to_string()),
-                        },
-                        addr,
-                    ));
+                    self.targets.push(pod_target(name, uid, addr)?);
                     got += 1;
                 }
                 _ => return Err(LoadError::Protocol(format!("unexpected line {line:?}"))),

@@ -107,14 +107,7 @@ pub fn check_server(
     now: Timestamp,
     config: &GateConfig,
 ) -> Option<Evidence> {
-    let ev = |signal: Signal| Evidence {
-        server: server.to_owned(),
-        signal,
-        observed: None,
-        band_top: None,
-        baseline: None,
-        detail: None,
-    };
+    let ev = |signal: Signal| Evidence::new(server, signal);
     // 1. memory pressure
     if let Some(pressure) = health.and_then(|h| h.memory_pressure_state)
         && pressure >= 2

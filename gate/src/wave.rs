@@ -269,13 +269,13 @@ impl Gate {
             if !server.converged && server.deployment == Some(Deployment::Failed) {
                 deployment_failed.push(|| Evidence {
                     detail: Some("deployment failed before converging".into()),
-                    ..bare(&server.id, Signal::DeploymentFailed)
+                    ..Evidence::new(&server.id, Signal::DeploymentFailed)
                 });
             }
             if server.converged && server.status == ServerStatus::Failed {
                 regressed.push(|| Evidence {
                     detail: Some("converged server has status failed".into()),
-                    ..bare(&server.id, Signal::ServerRegressedToFailed)
+                    ..Evidence::new(&server.id, Signal::ServerRegressedToFailed)
                 });
             }
             if server.wave == input.wave {
@@ -287,7 +287,7 @@ impl Gate {
                             server.deployment.map_or("null", Deployment::as_str),
                             server.status.as_str()
                         )),
-                        ..bare(&server.id, Signal::NotConverged)
+                        ..Evidence::new(&server.id, Signal::NotConverged)
                     });
                 }
             }
@@ -397,7 +397,7 @@ impl Gate {
                     elapsed.as_secs(),
                     signal
                 )),
-                ..bare(first.as_deref().unwrap_or(""), Signal::WaveDeadlineExceeded)
+                ..Evidence::new(first.as_deref().unwrap_or(""), Signal::WaveDeadlineExceeded)
             });
             evidence.extend(reasons);
             return Verdict {
@@ -470,17 +470,6 @@ impl Gate {
         if !self.state.effective_baselines.is_empty() {
             self.state.effective_baselines.remove(id);
         }
-    }
-}
-
-fn bare(server: &str, signal: Signal) -> Evidence {
-    Evidence {
-        server: server.to_owned(),
-        signal,
-        observed: None,
-        band_top: None,
-        baseline: None,
-        detail: None,
     }
 }
 

@@ -144,6 +144,21 @@ pub struct Evidence {
     pub detail: Option<String>,
 }
 
+impl Evidence {
+    /// Evidence of `signal` on `server` with no figures yet; checks fill in
+    /// what they compare with struct-update syntax.
+    pub fn new(server: &str, signal: Signal) -> Evidence {
+        Evidence {
+            server: server.to_owned(),
+            signal,
+            observed: None,
+            band_top: None,
+            baseline: None,
+            detail: None,
+        }
+    }
+}
+
 /// The agent's verdict on one instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]

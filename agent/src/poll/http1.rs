@@ -32,8 +32,9 @@ const MAX_CHUNK_LINE: usize = 1024;
 pub struct Target<'a> {
     /// The address to connect to.
     pub addr: SocketAddr,
-    /// The `Host` header (`ip:port` for a pod).
-    pub host: &'a str,
+    /// The `Host` header; `None`: the address itself (`ip:port`, what a
+    /// pod gets).
+    pub host: Option<&'a str>,
     /// The request path.
     pub path: &'a str,
 }
@@ -115,21 +116,26 @@ impl Client {
     /// connection that turns out closed is replaced by a new one at once,
     /// without counting as a retry.
     pub async fn get(&self, target: Target<'_>, limits: Limits) -> Result<Vec<u8>, PollError> {
-        let request = format!(
-            "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: {}\r\nAccept: application/json\r\n\r\n",
-            target.path, target.host, self.user_agent
-        );
+        let request = {
+            // Scoped: a `dyn Display` is not `Sync`, and this future is sent.
+            let host: &dyn std::fmt::Display = match &target.host {
+                Some(host) => host,
+                None => &target.addr,
+            };
+            format!(
+                "GET {} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: {}\r\nAccept: application/json\r\n\r\n",
+                target.path, self.user_agent
+            )
+        };
         if let Some(stream) = self.checkout(target.addr) {
-            match exchange(stream, request.as_bytes(), limits).await {
-                Exchange::NoResponse => {}
-                done => return self.finish(target.addr, done),
+            let done = exchange(stream, request.as_bytes(), limits).await;
+            if !matches!(done, Exchange::NoResponse) {
+                return self.finish(target.addr, done);
             }
         }
         let stream = connect(target.addr, limits.connect_timeout).await?;
-        match exchange(stream, request.as_bytes(), limits).await {
-            Exchange::NoResponse => Err(PollError::Closed),
-            done => self.finish(target.addr, done),
-        }
+        let done = exchange(stream, request.as_bytes(), limits).await;
+        self.finish(target.addr, done)
     }
 
     fn finish(&self, addr: SocketAddr, done: Exchange) -> Result<Vec<u8>, PollError> {
@@ -223,9 +229,9 @@ async fn exchange(mut stream: TcpStream, request: &[u8], limits: Limits) -> Exch
             Ok(Some(head)) => break (head.status, head.framing, head.reusable, head.len),
             Ok(None) if buf.len() >= MAX_HEAD => return Exchange::Failed(PollError::Protocol),
             Ok(None) => {
-                let started = buf.is_empty();
+                let nothing_yet = buf.is_empty();
                 match fill(&mut stream, &mut buf, MAX_HEAD).await {
-                    Ok(0) | Err(_) if started => return Exchange::NoResponse,
+                    Ok(0) | Err(_) if nothing_yet => return Exchange::NoResponse,
                     Ok(0) | Err(_) => return Exchange::Failed(PollError::Closed),
                     Ok(_) => {}
                 }
@@ -500,7 +506,7 @@ mod tests {
     fn target(addr: &SocketAddr) -> Target<'static> {
         Target {
             addr: *addr,
-            host: "pod",
+            host: Some("pod"),
             path: "/status/rollout",
         }
     }

@@ -94,10 +94,9 @@ impl Poller {
         pod: &PodIdentity,
         addr: SocketAddr,
     ) -> Result<NodeReport, PollError> {
-        let host = addr.to_string();
         let target = Target {
             addr,
-            host: &host,
+            host: None,
             path: REPORT_PATH,
         };
         let result = self
@@ -115,17 +114,15 @@ impl Poller {
     /// `http://10.0.0.5:4000/status/rollout`): no pod identity to check,
     /// the same limits, retries and metrics as a pod poll.
     pub async fn fetch(&self, uri: &Uri) -> Result<NodeReport, PollError> {
-        let result = match self.resolve(uri).await {
-            Ok(addr) => {
-                let target = Target {
-                    addr,
-                    host: uri.authority().map_or("", |a| a.as_str()),
-                    path: uri.path_and_query().map_or("/", |p| p.as_str()),
-                };
-                self.get(target).await
-            }
-            Err(e) => Err(e),
-        };
+        let result = async {
+            let target = Target {
+                addr: self.resolve(uri).await?,
+                host: uri.authority().map(|a| a.as_str()),
+                path: uri.path_and_query().map_or("/", |p| p.as_str()),
+            };
+            self.get(target).await
+        }
+        .await;
         count(&result);
         result
     }
