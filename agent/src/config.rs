@@ -198,8 +198,8 @@ pub struct RunArgs {
 
 impl RunArgs {
     /// What discovery watches.
-    pub fn discovery_config(&self) -> crate::kube::discovery::DiscoveryConfig {
-        crate::kube::discovery::DiscoveryConfig {
+    pub fn discovery_config(&self) -> crate::cluster::DiscoveryConfig {
+        crate::cluster::DiscoveryConfig {
             namespaces: self
                 .namespaces
                 .iter()
@@ -215,8 +215,8 @@ impl RunArgs {
     }
 
     /// How pods become targets.
-    pub fn target_config(&self) -> crate::kube::discovery::TargetConfig {
-        use crate::kube::discovery::{PollPort, TargetConfig};
+    pub fn target_config(&self) -> crate::cluster::TargetConfig {
+        use crate::cluster::{PollPort, TargetConfig};
         TargetConfig {
             container_name: self.container_name.clone(),
             port: match &self.port_name {
@@ -228,8 +228,8 @@ impl RunArgs {
     }
 
     /// The write scheduler's settings.
-    pub fn write_queue_config(&self) -> crate::kube::write_queue::WriteQueueConfig {
-        crate::kube::write_queue::WriteQueueConfig {
+    pub fn write_queue_config(&self) -> crate::write::WriteQueueConfig {
+        crate::write::WriteQueueConfig {
             heartbeat: self.heartbeat,
             rate_per_second: self.write_rate,
             burst: self.write_burst,
@@ -290,16 +290,6 @@ pub fn pick_identity(
         .find(|s| !s.is_empty())
         .map(str::to_owned)
         .ok_or(ConfigError::NoIdentity)
-}
-
-/// `base` scaled by a factor in `[1 - spread, 1 + spread]`, chosen by
-/// `unit` in `[0, 1]` (a random draw the caller provides, so this stays
-/// pure). Used to jitter the sweep interval so that agents started together
-/// do not poll in lock-step.
-pub fn jittered(base: Duration, spread: f64, unit: f64) -> Duration {
-    let spread = spread.clamp(0.0, 1.0);
-    let unit = unit.clamp(0.0, 1.0);
-    base.mul_f64(1.0 - spread + 2.0 * spread * unit)
 }
 
 #[cfg(test)]
@@ -427,7 +417,7 @@ mod tests {
 
     #[test]
     fn args_convert_to_module_configs() {
-        use crate::kube::discovery::PollPort;
+        use crate::cluster::PollPort;
         let w = Wrapper::try_parse_from([
             "x",
             "--port-name",
@@ -464,14 +454,5 @@ mod tests {
             pick_identity(None, None, None),
             Err(ConfigError::NoIdentity)
         );
-    }
-
-    #[test]
-    fn jitter_stays_within_spread() {
-        let base = Duration::from_secs(10);
-        assert_eq!(jittered(base, 0.1, 0.0), Duration::from_secs(9));
-        assert_eq!(jittered(base, 0.1, 1.0), Duration::from_secs(11));
-        assert_eq!(jittered(base, 0.1, 0.5), base);
-        assert_eq!(jittered(base, 0.0, 0.9), base);
     }
 }

@@ -84,11 +84,11 @@ fn metrics_handle() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
-            let handle = kura_agent::metrics::prometheus_builder()
+            let handle = kura_agent::telemetry::prometheus_builder()
                 .expect("buckets")
                 .install_recorder()
                 .expect("install the metrics recorder");
-            kura_agent::metrics::describe();
+            kura_agent::telemetry::describe();
             let filter = tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
             let _ = tracing_subscriber::fmt()
@@ -211,7 +211,7 @@ async fn create_instance(client: &Client, ns: &str, name: &str, image: &str, rep
     let api: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
         ns,
-        &kura_agent::kube::discovery::kura_instance_resource(),
+        &kura_agent::cluster::kura_instance_resource(),
     );
     let obj: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "kura.tuist.dev/v1alpha1",
@@ -446,7 +446,7 @@ async fn status_of(client: &Client, ns: &str, name: &str) -> Value {
     let api: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
         ns,
-        &kura_agent::kube::discovery::kura_instance_resource(),
+        &kura_agent::cluster::kura_instance_resource(),
     );
     api.get(name)
         .await
@@ -591,7 +591,7 @@ async fn controller_fields_and_agent_fields_survive_each_other() {
     let api: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
         &ns,
-        &kura_agent::kube::discovery::kura_instance_resource(),
+        &kura_agent::cluster::kura_instance_resource(),
     );
     let controller = |phase: &str| {
         json!({"apiVersion": "kura.tuist.dev/v1alpha1", "kind": "KuraInstance",
@@ -949,7 +949,7 @@ async fn the_agent_runs_with_exactly_the_charts_rbac() {
     let obj = Api::<DynamicObject>::namespaced_with(
         client.clone(),
         &ns,
-        &kura_agent::kube::discovery::kura_instance_resource(),
+        &kura_agent::cluster::kura_instance_resource(),
     )
     .get("epsilon")
     .await
@@ -965,7 +965,7 @@ async fn the_agent_runs_with_exactly_the_charts_rbac() {
     let inst: Api<DynamicObject> = Api::namespaced_with(
         sa_client.clone(),
         &ns,
-        &kura_agent::kube::discovery::kura_instance_resource(),
+        &kura_agent::cluster::kura_instance_resource(),
     );
     assert!(
         is_403(
@@ -1078,7 +1078,7 @@ async fn image_change_baseline_verdict_and_restart_continuity() {
     let api: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
         &ns,
-        &kura_agent::kube::discovery::kura_instance_resource(),
+        &kura_agent::cluster::kura_instance_resource(),
     );
     api.patch(
         "zeta",

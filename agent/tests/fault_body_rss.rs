@@ -10,8 +10,8 @@
 //!
 //! Alone in its test binary so no other test's memory counts.
 
+use kura_agent::model::SampleResult;
 use kura_agent::poll::{PollConfig, Poller};
-use kura_agent::sample::SampleResult;
 use kura_agent::sim::{Addressing, Behaviour, SimPodSpec, Simulator};
 use std::time::Duration;
 

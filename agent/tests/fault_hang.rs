@@ -5,8 +5,8 @@
 
 use jiff::Timestamp;
 use kura_agent::aggregate::{AggregateConfig, InstanceAggregator};
+use kura_agent::model::{InstanceInfo, SampleResult};
 use kura_agent::poll::{PollConfig, Poller};
-use kura_agent::sample::{InstanceInfo, SampleResult};
 use kura_agent::sim::{Addressing, Behaviour, SimPodSpec, Simulator};
 use std::time::{Duration, Instant};
 

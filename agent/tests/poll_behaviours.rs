@@ -1,8 +1,8 @@
 //! The poller against real simulated pods on 127.x.y.z: every way a pod can
 //! answer or fail, each mapped to a short stable error and a fixed reason.
 
+use kura_agent::model::SampleResult;
 use kura_agent::poll::{PollConfig, PollError, Poller};
-use kura_agent::sample::SampleResult;
 use kura_agent::sim::{Addressing, Behaviour, SimPodHandle, SimPodSpec, Simulator};
 use std::time::{Duration, Instant};
 

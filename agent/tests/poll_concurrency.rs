@@ -1,7 +1,7 @@
 //! The poller's global concurrency bound, seen from the pods' side.
 
+use kura_agent::model::SampleResult;
 use kura_agent::poll::{PollConfig, Poller};
-use kura_agent::sample::SampleResult;
 use kura_agent::sim::{Addressing, Behaviour, SimPodSpec, Simulator};
 use std::time::Duration;
 

@@ -3,8 +3,8 @@
 //! kept-alive connections when the open-file limit allows keep-alive).
 //! `cargo test -p kura-agent --test poll_load -- --ignored --nocapture`
 
+use kura_agent::model::SampleResult;
 use kura_agent::poll::{PollConfig, Poller};
-use kura_agent::sample::SampleResult;
 use kura_agent::sim::{Simulator, raise_fd_limit};
 use std::time::Instant;
 

@@ -35,8 +35,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Client, CustomResourceExt};
+use kura_agent::cluster::kura_instance_resource;
 use kura_agent::config::RunArgs;
-use kura_agent::kube::discovery::kura_instance_resource;
 use kura_agent::shard::{Member, owner};
 use kura_agent::sim::{Addressing, SimPodSpec, Simulator};
 use kura_schemas::KuraInstance;
@@ -171,7 +171,7 @@ impl Agent {
             "--log-format=text".to_owned(),
         ])
         .expect("agent flags");
-        let recorder = kura_agent::metrics::prometheus_builder()
+        let recorder = kura_agent::telemetry::prometheus_builder()
             .expect("buckets")
             .build_recorder();
         let metrics = recorder.handle();
@@ -184,7 +184,7 @@ impl Agent {
             .name(id.to_owned())
             .spawn(move || {
                 let _local = metrics::set_default_local_recorder(&recorder);
-                kura_agent::metrics::describe();
+                kura_agent::telemetry::describe();
                 let rt = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()

@@ -3,8 +3,8 @@
 //! keep-alive every poll closes its connection. One test per file: it
 //! counts this process's open descriptors.
 
+use kura_agent::model::SampleResult;
 use kura_agent::poll::{PollConfig, Poller};
-use kura_agent::sample::SampleResult;
 use kura_agent::sim::Simulator;
 
 fn open_fds() -> usize {
@@ -16,7 +16,7 @@ async fn connections_stay_open_only_with_keep_alive() {
     let sim = Simulator::healthy("ka", 50).await.unwrap();
     let poller = Poller::new(PollConfig::default());
     let idle = open_fds();
-    let ok = |s: Vec<kura_agent::sample::PodSample>| {
+    let ok = |s: Vec<kura_agent::model::PodSample>| {
         s.iter()
             .all(|s| matches!(s.result, SampleResult::Report(_)))
     };

@@ -11,7 +11,7 @@ use kura_schemas::{AgentVerdict, BaselineCounters, Evidence, RolloutGate, Rollou
 use serde::Serialize;
 
 use crate::aggregate::{AggregateConfig, InstanceAggregator};
-use crate::sample::{InstanceInfo, PodSample};
+use crate::model::{InstanceInfo, PodSample};
 
 /// The name of the synthetic instance, as evidence names the server.
 pub const SERVER: &str = "nodes";
@@ -317,7 +317,7 @@ fn ceil_secs(d: SignedDuration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sample::{PodIdentity, SampleResult};
+    use crate::model::{PodIdentity, SampleResult};
     use crate::sim::SimNode;
 
     fn settings(soak: u64, timeout: u64) -> CheckSettings {

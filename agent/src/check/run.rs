@@ -7,8 +7,8 @@ use futures::future::join_all;
 use http::Uri;
 use jiff::Timestamp;
 
+use crate::model::{PodIdentity, PodSample, SampleResult};
 use crate::poll::Poller;
-use crate::sample::{PodIdentity, PodSample, SampleResult};
 
 use super::judge::{CheckRun, PollReport};
 

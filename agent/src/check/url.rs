@@ -2,7 +2,7 @@
 
 use http::Uri;
 
-use crate::sim::REPORT_PATH;
+use kura_schemas::REPORT_PATH;
 
 /// Why a `--node` URL was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -10,16 +10,16 @@ use std::time::Duration;
 use kura_gate::GateConfig;
 
 use crate::aggregate::AggregateConfig;
+use crate::cluster::{ClusterTargets, Discovery};
 use crate::config::{LogFormat, RunArgs};
-use crate::debug::{DebugServer, DebugState, FleetView};
-use crate::kube::discovery::Discovery;
-use crate::kube::status::{StatusWriter, WriteHandle, run_writes};
-use crate::kube::write_queue::{BasicChangePolicy, WriteQueue};
-use crate::poll::{PodPort, PollConfig, Poller};
-use crate::runner::sinks::KubeSink;
-use crate::runner::sources::KubeTargets;
-use crate::runner::{AgentLoop, LoopConfig, SystemClock, TargetSource};
+use crate::debug::{DebugServer, DebugState};
+use crate::engine::EngineConfig;
+use crate::model::{SystemClock, TargetSource};
+use crate::poll::{PollConfig, Poller};
+use crate::runner::{AgentLoop, LoopConfig};
 use crate::shard::{OwnedTargets, Shard};
+use crate::view::FleetView;
+use crate::write::{StatusWriter, WriteHandle, WriteQueue, run_writes};
 
 /// How long pending status writes may take after SIGTERM.
 pub const SHUTDOWN_WRITE_GRACE: Duration = Duration::from_secs(10);
@@ -47,10 +47,6 @@ pub fn poll_config(args: &RunArgs) -> PollConfig {
         timeout: args.poll_timeout,
         body_limit: args.body_limit as usize,
         keep_alive: args.poll_keep_alive,
-        port: match &args.port_name {
-            Some(name) => PodPort::Named(name.clone()),
-            None => PodPort::Number(args.port),
-        },
         ..PollConfig::default()
     }
 }
@@ -59,13 +55,15 @@ pub fn poll_config(args: &RunArgs) -> PollConfig {
 pub fn loop_config(args: &RunArgs, agent: String) -> LoopConfig {
     LoopConfig {
         sweep_interval: args.sweep_interval,
-        agent,
-        aggregate: AggregateConfig {
-            retention: jiff::SignedDuration::try_from(args.retention)
-                .unwrap_or(jiff::SignedDuration::from_hours(1)),
-            ..AggregateConfig::default()
+        engine: EngineConfig {
+            agent,
+            aggregate: AggregateConfig {
+                retention: jiff::SignedDuration::try_from(args.retention)
+                    .unwrap_or(jiff::SignedDuration::from_hours(1)),
+                ..AggregateConfig::default()
+            },
+            gate: GateConfig::default(),
         },
-        gate: GateConfig::default(),
         ..LoopConfig::default()
     }
 }
@@ -117,7 +115,7 @@ pub enum RunError {
     Config(#[from] crate::config::ConfigError),
     /// No Kubernetes client could be built (kubeconfig or in-cluster).
     #[error("kubernetes client: {0}")]
-    Kube(#[from] ::kube::Error),
+    Kube(#[from] kube::Error),
     /// The metrics recorder could not be installed.
     #[error("metrics: {0}")]
     Metrics(String),
@@ -137,11 +135,11 @@ pub async fn run_async(
     args: RunArgs,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), RunError> {
-    let client = ::kube::Client::try_default().await?;
-    let metrics = crate::metrics::prometheus_builder()
+    let client = kube::Client::try_default().await?;
+    let metrics = crate::telemetry::prometheus_builder()
         .and_then(|b| b.install_recorder())
         .map_err(|e| RunError::Metrics(e.to_string()))?;
-    crate::metrics::describe();
+    crate::telemetry::describe();
     run_with_client(args, client, metrics, shutdown).await
 }
 
@@ -149,7 +147,7 @@ pub async fn run_async(
 /// call this with a client for the test API server).
 pub async fn run_with_client(
     args: RunArgs,
-    client: ::kube::Client,
+    client: kube::Client,
     metrics: metrics_exporter_prometheus::PrometheusHandle,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), RunError> {
@@ -188,20 +186,20 @@ pub async fn run_with_client(
         view.set_members(shard.clone());
     }
 
-    let handle = WriteHandle::new(WriteQueue::new(
-        args.write_queue_config(),
-        BasicChangePolicy,
-    ));
+    let handle = WriteHandle::new(WriteQueue::new(args.write_queue_config()));
     let mut writer = StatusWriter::new(client.clone());
     if let Some(shard) = &shard {
         writer = writer.with_gate(shard.clone());
     }
-    let writes = tokio::spawn(run_writes(
-        handle.clone(),
-        writer,
-        view.clone(),
-        MAX_WRITES_IN_FLIGHT,
-    ));
+    let writes = {
+        let view = view.clone();
+        tokio::spawn(run_writes(
+            handle.clone(),
+            writer,
+            MAX_WRITES_IN_FLIGHT,
+            move |key, write| view.record_write(key, write),
+        ))
+    };
 
     let server = DebugServer::bind(
         args.debug_listen,
@@ -222,7 +220,7 @@ pub async fn run_with_client(
     }));
 
     let mut targets: Arc<dyn TargetSource> =
-        Arc::new(KubeTargets::new(discovery, args.target_config()));
+        Arc::new(ClusterTargets::new(discovery, args.target_config()));
     if let Some(shard) = &shard {
         targets = Arc::new(OwnedTargets::new(targets, shard.clone()));
     }
@@ -230,7 +228,7 @@ pub async fn run_with_client(
         loop_config(&args, agent),
         Poller::new(poll_config(&args)),
         targets,
-        Arc::new(KubeSink::new(handle.clone())),
+        Arc::new(handle.clone()),
         view,
         Arc::new(SystemClock),
     );

@@ -1,15 +1,12 @@
-//! The read-only debug HTTP server and the in-memory fleet view it serves.
+//! The read-only debug HTTP server: it reads the [`FleetView`] and the
+//! metrics recorder and never changes either.
 //!
-//! - [`view`]: [`FleetView`], what the run loop (or
-//!   `kura-agent demo`) saw, decided and wrote, per instance;
 //! - [`html`]: the small HTML overview page;
 //! - [`server`]: the hyper server and its routes.
+//!
+//! [`FleetView`]: crate::view::FleetView
 
 pub mod html;
 pub mod server;
-pub mod view;
 
 pub use server::{DebugServer, DebugState};
-pub use view::{
-    FleetView, InstanceView, LastWrite, MembersSource, PodView, Readiness, SweepRecord, WriteRecord,
-};

@@ -1,8 +1,7 @@
 //! The demo's simulated fleet: accounts × regions, one instance each with 1
 //! to 3 pods, the wave each instance belongs to, and which one regresses.
 
-use crate::kube::discovery::{InstanceTarget, PodTarget};
-use crate::sample::InstanceInfo;
+use crate::model::{InstanceInfo, InstanceTarget, PodTarget};
 use crate::sim::{ReportGeneration, SimNode, SimPodHandle, SimPodSpec};
 
 /// The namespace every demo instance lives in.

@@ -51,12 +51,13 @@ use jiff::Timestamp;
 use kura_gate::GateConfig;
 use tokio::task::JoinHandle;
 
-use crate::debug::{DebugServer, DebugState, FleetView};
+use crate::debug::{DebugServer, DebugState};
+use crate::engine::EngineConfig;
+use crate::model::ScaledClock;
 use crate::poll::{PollConfig, Poller};
-use crate::runner::sinks::MemorySink;
-use crate::runner::sources::StaticTargets;
-use crate::runner::{AgentLoop, LoopConfig, ScaledClock};
+use crate::runner::{AgentLoop, LoopConfig, MemorySink, StaticTargets};
 use crate::sim::{Addressing, SimError, Simulator};
+use crate::view::FleetView;
 
 pub use fleet::{DemoInstance, NEW_IMAGE, OLD_IMAGE, default_fleet};
 pub use outcome::{DemoOutcome, InstanceOutcome, WaveOutcome};
@@ -180,8 +181,11 @@ impl Demo {
         let loop_config = LoopConfig {
             sweep_interval: config.sweep_interval,
             reconcile_every: Duration::from_millis(50),
-            agent: "kura-agent-demo".to_owned(),
-            gate: config.gate.clone(),
+            engine: EngineConfig {
+                agent: "kura-agent-demo".to_owned(),
+                gate: config.gate.clone(),
+                ..EngineConfig::default()
+            },
             ..LoopConfig::default()
         };
         let agent = AgentLoop::new(
@@ -230,13 +234,13 @@ impl Drop for Demo {
 /// only when no other recorder is (a second demo in one process renders
 /// what the first one's recorder collects).
 fn metrics_handle() -> metrics_exporter_prometheus::PrometheusHandle {
-    let recorder = match crate::metrics::prometheus_builder() {
+    let recorder = match crate::telemetry::prometheus_builder() {
         Ok(builder) => builder.build_recorder(),
         Err(_) => metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder(),
     };
     let handle = recorder.handle();
     if metrics::set_global_recorder(recorder).is_ok() {
-        crate::metrics::describe();
+        crate::telemetry::describe();
     }
     handle
 }

@@ -17,8 +17,7 @@ use super::fleet::{DemoInstance, NEW_IMAGE, OLD_IMAGE, pod_target, wave_count};
 use super::outcome::{DemoOutcome, InstanceOutcome, WaveOutcome};
 use super::{Demo, DemoError};
 use crate::check::words::{count, describe};
-use crate::kube::InstanceKey;
-use crate::runner::Clock;
+use crate::model::{Clock, InstanceKey};
 use crate::sim::SimPodHandle;
 
 /// How long to wait for the first aggregates of every instance.

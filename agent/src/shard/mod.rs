@@ -11,7 +11,7 @@
 //!   writes only what it owns: [`OwnedTargets`] filters the run loop's
 //!   targets (the loop stops the tasks of instances it lost and drops their
 //!   pending writes), and [`Shard`] is the status writer's
-//!   [`WriteGate`](crate::kube::status::WriteGate), checked right before
+//!   [`WriteGate`](crate::write::WriteGate), checked right before
 //!   every PATCH: no write without a current own Lease and ownership.
 //! - **Handover**: a new owner's instance task restores from the published
 //!   status (`InstanceEngine::restore`), so counters, baseline and soak

@@ -22,10 +22,10 @@ mod scenario;
 pub use addressing::{Addressing, raise_fd_limit};
 pub use behaviour::Behaviour;
 pub use node::{ReportGeneration, SimNode};
-pub use pod::{REPORT_PATH, SimPodHandle, SimPodSpec, SimStats};
+pub use pod::{SimPodHandle, SimPodSpec, SimStats};
 pub use scenario::{PodTemplate, Scenario, TimelineEvent};
 
-use crate::sample::PodIdentity;
+use crate::model::PodIdentity;
 use pod::Fleet;
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! One simulated pod: a loopback listener answering `/status/rollout` from
 //! the pod's state, and the handle that controls it at run time.
 
-use crate::sample::PodIdentity;
+use crate::model::PodIdentity;
 use crate::sim::body::SimBody;
 use crate::sim::{Behaviour, SimError, SimNode};
 use bytes::Bytes;
@@ -10,15 +10,13 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
+use kura_schemas::REPORT_PATH;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-
-/// The path a Kura node serves its report on.
-pub const REPORT_PATH: &str = "/status/rollout";
 
 /// Request counters shared by every pod of one simulator, or kept per pod.
 #[derive(Debug, Default)]

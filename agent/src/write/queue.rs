@@ -5,68 +5,21 @@
 //!   aggregate replaces an unwritten older one, so nothing is lost (the
 //!   newest is always what gets written) and nothing stale is written.
 //! - A slot is due when its desired status differs materially from the
-//!   last written one ([`ChangePolicy::material_change`]), or when the last
+//!   last written one ([`ChangePolicy::material`]), or when the last
 //!   write is older than the heartbeat, or when nothing was written yet.
 //! - All writes share one token bucket; due slots whose change is a
-//!   priority change ([`ChangePolicy::is_priority_change`]) go first, then
+//!   priority change ([`ChangePolicy::priority`]) go first, then
 //!   the longest-waiting.
 //! - A failed write is retried with exponential backoff (backon), always
 //!   with the then-latest desired status; a write for an instance that no
 //!   longer exists drops its slot.
 
-use crate::aggregate::{is_priority_change, material_change};
-use crate::kube::InstanceKey;
+use super::policy::ChangePolicy;
+use crate::model::{DesiredStatus, InstanceKey};
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use jiff::{SignedDuration, Timestamp};
-use kura_schemas::{RolloutGate, RolloutHealth};
 use std::collections::BTreeMap;
 use std::time::Duration;
-
-/// What the agent wants `status.rolloutHealth` and `status.rolloutGate` of
-/// one instance to be.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DesiredStatus {
-    /// The aggregate.
-    pub health: RolloutHealth,
-    /// The gate verdict.
-    pub gate: RolloutGate,
-}
-
-/// Decides whether a desired status is worth a write before the heartbeat,
-/// and whether it should jump the queue. The aggregation module's
-/// `material_change`/`is_priority_change` can be plugged in here.
-pub trait ChangePolicy {
-    /// Whether `desired` differs from `written` in anything but timestamps
-    /// that move every sweep.
-    fn material_change(&self, written: &DesiredStatus, desired: &DesiredStatus) -> bool;
-    /// Whether the change should be written before others.
-    fn is_priority_change(&self, written: &DesiredStatus, desired: &DesiredStatus) -> bool;
-}
-
-/// The agent's [`ChangePolicy`], the contract's "When to write": material
-/// means [`material_change`] of the aggregate (anything but `observedAt`,
-/// `sampledAt` and the per-pod `sampledAt`) or any change of the verdict
-/// but `evaluatedAt`; priority means [`is_priority_change`] (`ready`,
-/// `serving` or `ringConsistent` flipped, `memoryPressureState` rose) or a
-/// new gate verdict.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct BasicChangePolicy;
-
-impl ChangePolicy for BasicChangePolicy {
-    fn material_change(&self, written: &DesiredStatus, desired: &DesiredStatus) -> bool {
-        if material_change(&written.health, &desired.health) {
-            return true;
-        }
-        let mut gate = written.gate.clone();
-        gate.evaluated_at = desired.gate.evaluated_at;
-        gate != desired.gate
-    }
-
-    fn is_priority_change(&self, written: &DesiredStatus, desired: &DesiredStatus) -> bool {
-        is_priority_change(Some(&written.health), &desired.health)
-            || written.gate.verdict != desired.gate.verdict
-    }
-}
 
 /// Scheduler settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -226,16 +179,21 @@ enum Due {
 
 /// The write scheduler. See the module documentation.
 #[derive(Debug)]
-pub struct WriteQueue<P = BasicChangePolicy> {
+pub struct WriteQueue {
     config: WriteQueueConfig,
-    policy: P,
+    policy: ChangePolicy,
     bucket: TokenBucket,
     slots: BTreeMap<InstanceKey, Slot>,
 }
 
-impl<P: ChangePolicy> WriteQueue<P> {
-    /// An empty queue.
-    pub fn new(config: WriteQueueConfig, policy: P) -> Self {
+impl WriteQueue {
+    /// An empty queue writing by the contract's policy.
+    pub fn new(config: WriteQueueConfig) -> Self {
+        Self::with_policy(config, ChangePolicy::CONTRACT)
+    }
+
+    /// An empty queue writing by `policy`.
+    pub fn with_policy(config: WriteQueueConfig, policy: ChangePolicy) -> Self {
         Self {
             bucket: TokenBucket::new(config.rate_per_second, config.burst),
             config,
@@ -282,8 +240,8 @@ impl<P: ChangePolicy> WriteQueue<P> {
         let (ready_at, priority) = match &slot.written {
             None => (now, true),
             Some((written, at)) => {
-                if self.policy.material_change(written, desired) {
-                    (now, self.policy.is_priority_change(written, desired))
+                if (self.policy.material)(written, desired) {
+                    (now, (self.policy.priority)(written, desired))
                 } else {
                     (add(*at, self.config.heartbeat), false)
                 }
@@ -397,7 +355,7 @@ impl<P: ChangePolicy> WriteQueue<P> {
                 (None, _) => false,
                 (Some(_), None) => true,
                 (Some(d), Some((w, _))) => {
-                    s.in_flight || s.retry.is_some() || self.policy.material_change(w, d)
+                    s.in_flight || s.retry.is_some() || (self.policy.material)(w, d)
                 }
             })
             .count()
@@ -417,7 +375,7 @@ impl<P: ChangePolicy> WriteQueue<P> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kura_schemas::{AgentVerdict, RetiredCounters};
+    use kura_schemas::{AgentVerdict, RetiredCounters, RolloutGate, RolloutHealth};
 
     fn ts(s: i64) -> Timestamp {
         Timestamp::from_second(1_780_000_000 + s).expect("ts")
@@ -471,17 +429,14 @@ mod tests {
     }
 
     fn queue(rate: f64, burst: u32) -> WriteQueue {
-        WriteQueue::new(
-            WriteQueueConfig {
-                heartbeat: Duration::from_secs(30),
-                rate_per_second: rate,
-                burst,
-                min_backoff: Duration::from_secs(1),
-                max_backoff: Duration::from_secs(8),
-                jitter: false,
-            },
-            BasicChangePolicy,
-        )
+        WriteQueue::new(WriteQueueConfig {
+            heartbeat: Duration::from_secs(30),
+            rate_per_second: rate,
+            burst,
+            min_backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(8),
+            jitter: false,
+        })
     }
 
     fn key(n: &str) -> InstanceKey {
@@ -614,35 +569,14 @@ mod tests {
         assert_eq!(q.next(ts(1)).map(|j| j.status), Some(status(1, true, 2)));
     }
 
-    /// A policy from two closures.
-    struct FnChangePolicy<M, Q> {
-        material: M,
-        priority: Q,
-    }
-
-    impl<M, Q> ChangePolicy for FnChangePolicy<M, Q>
-    where
-        M: Fn(&DesiredStatus, &DesiredStatus) -> bool,
-        Q: Fn(&DesiredStatus, &DesiredStatus) -> bool,
-    {
-        fn material_change(&self, written: &DesiredStatus, desired: &DesiredStatus) -> bool {
-            (self.material)(written, desired)
-        }
-        fn is_priority_change(&self, written: &DesiredStatus, desired: &DesiredStatus) -> bool {
-            (self.priority)(written, desired)
-        }
-    }
-
     #[test]
     fn a_function_policy_can_replace_the_basic_one() {
         // Only fdTimeoutCount is material; nothing is priority.
-        let policy = FnChangePolicy {
-            material: |a: &DesiredStatus, b: &DesiredStatus| {
-                a.health.fd_timeout_count != b.health.fd_timeout_count
-            },
-            priority: |_: &DesiredStatus, _: &DesiredStatus| false,
+        let policy = ChangePolicy {
+            material: |a, b| a.health.fd_timeout_count != b.health.fd_timeout_count,
+            priority: |_, _| false,
         };
-        let mut q = WriteQueue::new(
+        let mut q = WriteQueue::with_policy(
             WriteQueueConfig {
                 jitter: false,
                 ..WriteQueueConfig::default()
@@ -683,15 +617,15 @@ mod tests {
 
     #[test]
     fn memory_pressure_rise_and_verdict_change_are_priority() {
-        let p = BasicChangePolicy;
+        let p = ChangePolicy::CONTRACT;
         let a = status(0, true, 1);
         let mut b = status(10, true, 1);
-        assert!(!p.material_change(&a, &b));
+        assert!(!(p.material)(&a, &b));
         b.health.memory_pressure_state = 1;
-        assert!(p.material_change(&a, &b) && p.is_priority_change(&a, &b));
-        assert!(!p.is_priority_change(&b, &a), "a fall is not priority");
+        assert!((p.material)(&a, &b) && (p.priority)(&a, &b));
+        assert!(!(p.priority)(&b, &a), "a fall is not priority");
         let mut c = status(10, true, 1);
         c.gate.verdict = AgentVerdict::HardStop;
-        assert!(p.is_priority_change(&a, &c));
+        assert!((p.priority)(&a, &c));
     }
 }

@@ -1,5 +1,5 @@
 //! Per-instance Prometheus series, rendered straight from the
-//! [`FleetView`](crate::debug::FleetView) at scrape time.
+//! [`FleetView`](crate::view::FleetView) at scrape time.
 //!
 //! Rendering from the view (instead of registering gauges in the `metrics`
 //! recorder) makes removal exact: an instance that leaves the view leaves
@@ -23,7 +23,7 @@ use std::fmt::Write;
 use jiff::Timestamp;
 use kura_schemas::{AgentVerdict, Signal};
 
-use crate::debug::InstanceView;
+use crate::view::InstanceView;
 
 /// One per-instance gauge whose value comes from the instance alone.
 struct Gauge {
@@ -353,7 +353,7 @@ pub fn render(instances: &[InstanceView], now: Timestamp) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::debug::PodView;
+    use crate::view::PodView;
     use kura_schemas::{BaselineCounters, RolloutGate, RolloutHealth};
 
     fn ts(s: &str) -> Timestamp {

@@ -1,8 +1,61 @@
-//! "When to write" (contract/rollout-health.md): which aggregates are worth a
-//! status write, and which go first under the shared rate limit. Pure
-//! comparisons; the heartbeat and the rate limit belong to the status writer.
+//! "When to write" (contract/rollout-health.md): which desired statuses are
+//! worth a status write before the heartbeat, and which go first under the
+//! shared rate limit. Pure comparisons; the heartbeat and the rate limit
+//! belong to the [queue](super::queue).
+//!
+//! [`ChangePolicy::CONTRACT`] is the agent's policy: material means
+//! [`material_change`] of the aggregate (anything but `observedAt`,
+//! `sampledAt` and the per-pod `sampledAt`) or any change of the verdict
+//! but `evaluatedAt`; priority means [`is_priority_change`] (`ready`,
+//! `serving` or `ringConsistent` flipped, `memoryPressureState` rose) or a
+//! new gate verdict.
 
 use kura_schemas::{PodHealth, RolloutHealth};
+
+use crate::model::DesiredStatus;
+
+/// Decides whether a desired status is worth a write before the heartbeat
+/// (`material`), and whether it should jump the queue (`priority`); each
+/// is asked with the status last written and the one desired now.
+#[derive(Debug, Clone, Copy)]
+pub struct ChangePolicy {
+    /// Whether `desired` differs from `written` in anything but times that
+    /// move every sweep.
+    pub material: fn(written: &DesiredStatus, desired: &DesiredStatus) -> bool,
+    /// Whether the change should be written before others.
+    pub priority: fn(written: &DesiredStatus, desired: &DesiredStatus) -> bool,
+}
+
+impl ChangePolicy {
+    /// The contract's "When to write" (see the module documentation).
+    pub const CONTRACT: ChangePolicy = ChangePolicy {
+        material: material_status_change,
+        priority: priority_status_change,
+    };
+}
+
+impl Default for ChangePolicy {
+    fn default() -> Self {
+        ChangePolicy::CONTRACT
+    }
+}
+
+/// [`material_change`] of the aggregate, or any change of the verdict but
+/// `evaluatedAt`.
+fn material_status_change(written: &DesiredStatus, desired: &DesiredStatus) -> bool {
+    if material_change(&written.health, &desired.health) {
+        return true;
+    }
+    let mut gate = written.gate.clone();
+    gate.evaluated_at = desired.gate.evaluated_at;
+    gate != desired.gate
+}
+
+/// [`is_priority_change`] of the aggregate, or a new verdict.
+fn priority_status_change(written: &DesiredStatus, desired: &DesiredStatus) -> bool {
+    is_priority_change(Some(&written.health), &desired.health)
+        || written.gate.verdict != desired.gate.verdict
+}
 
 /// Whether `next` differs from `prev` in any field other than `observedAt`,
 /// `sampledAt` and the per-pod `sampledAt`: such a change is written at once,

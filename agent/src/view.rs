@@ -1,10 +1,10 @@
 //! [`FleetView`]: the shared, in-memory picture of every instance the agent
-//! tracks: the last sample of each pod, the aggregate, the gate verdict and
-//! the last status write with its result. The run loop updates it; the
-//! debug server only reads it.
+//! tracks: the last sample of each pod, the aggregate, the gate verdict,
+//! discovery's notes and the last status write with its result. The run
+//! loop records sweeps; `kura-agent run` hands it the write driver's
+//! results; the presentation (debug server, `/metrics`) only reads it.
 
-use crate::kube::InstanceKey;
-use crate::sample::{PodSample, SampleResult};
+use crate::model::{InstanceKey, LastWrite, PodSample, SampleResult, WriteRecord};
 use jiff::Timestamp;
 use kura_schemas::{AgentVerdict, NodeReport, RolloutGate, RolloutHealth, Signal};
 use serde::Serialize;
@@ -53,41 +53,6 @@ impl PodView {
     }
 }
 
-/// The result of a status write, as the debug endpoint shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "result", rename_all = "snake_case")]
-pub enum WriteRecord {
-    /// Everything written came back.
-    Applied,
-    /// Accepted, but these fields were pruned (CRD too old).
-    Pruned {
-        /// The missing paths.
-        missing: Vec<String>,
-    },
-    /// Not accepted.
-    Failed {
-        /// `conflict`, `not_found`, `forbidden` or `error`.
-        kind: String,
-        /// The error.
-        message: String,
-    },
-}
-
-/// The last status write of an instance.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LastWrite {
-    /// When the result came back.
-    pub at: Timestamp,
-    /// 0 for a first attempt, then the retry number.
-    pub attempt: u32,
-    /// Whether the write jumped the queue.
-    pub priority: bool,
-    /// What happened.
-    #[serde(flatten)]
-    pub result: WriteRecord,
-}
-
 /// Everything known about one instance.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -108,7 +73,8 @@ pub struct InstanceView {
     pub gate: Option<RolloutGate>,
     /// The last status write and its result.
     pub last_write: Option<LastWrite>,
-    /// Notes from discovery (e.g. an unreadable previous status).
+    /// What discovery noted about the instance: status fields it could not
+    /// read, pods beyond the per-instance limit.
     pub notes: Vec<String>,
 }
 
@@ -181,6 +147,8 @@ pub struct SweepRecord<'a> {
     pub health: Option<RolloutHealth>,
     /// The verdict.
     pub gate: Option<RolloutGate>,
+    /// What discovery noted about the instance (replaces earlier notes).
+    pub notes: Vec<String>,
     /// When the sweep finished.
     pub at: Timestamp,
 }
@@ -202,8 +170,38 @@ pub type SyncProbe = Arc<dyn Fn() -> Vec<String> + Send + Sync>;
 pub trait MembersSource: Send + Sync {
     /// The JSON of `/debug/members` at `now`.
     fn members_json(&self, now: Timestamp) -> serde_json::Value;
-    /// An HTML fragment for the overview page, every value escaped.
-    fn members_html(&self, now: Timestamp) -> String;
+    /// The overview page's sharding section at `now`.
+    fn members_summary(&self, now: Timestamp) -> MembersSummary;
+}
+
+/// What the overview page shows about sharding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MembersSummary {
+    /// This replica's identity.
+    pub identity: String,
+    /// The group.
+    pub group: String,
+    /// Whether this replica's own Lease is current (it may write).
+    pub own_lease_current: bool,
+    /// Writes stop at this time unless the Lease is renewed.
+    pub writes_allowed_until: Option<Timestamp>,
+    /// Instances this replica owns.
+    pub owned: usize,
+    /// Ownership changes since start.
+    pub ownership_changes_total: u64,
+    /// The live members.
+    pub members: Vec<MemberSummary>,
+}
+
+/// One live member on the overview page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberSummary {
+    /// Its identity.
+    pub id: String,
+    /// Whether it is this replica.
+    pub me: bool,
+    /// Whether it may gain instances yet (false while joining).
+    pub settled: bool,
 }
 
 #[derive(Default)]
@@ -284,16 +282,7 @@ impl FleetView {
         view.pods.sort_by(|a, b| a.name.cmp(&b.name));
         view.health = sweep.health;
         view.gate = sweep.gate;
-    }
-
-    /// Replaces the discovery notes of an instance.
-    pub fn set_notes(&self, key: &InstanceKey, notes: Vec<String>) {
-        let mut state = self.write();
-        state
-            .instances
-            .entry(key.clone())
-            .or_insert_with(|| InstanceView::empty(key))
-            .notes = notes;
+        view.notes = sweep.notes;
     }
 
     /// Records the result of a status write (creating the instance's entry
@@ -357,7 +346,7 @@ impl FleetView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sample::PodIdentity;
+    use crate::model::PodIdentity;
 
     fn ts(s: i64) -> Timestamp {
         Timestamp::from_second(1_780_000_000 + s).expect("ts")
@@ -389,8 +378,13 @@ mod tests {
                 samples: &first,
                 health: None,
                 gate: None,
+                notes: vec!["status.rolloutGate unreadable: x".into()],
                 at: ts(0),
             },
+        );
+        assert_eq!(
+            v.instance(&k).expect("instance").notes,
+            ["status.rolloutGate unreadable: x"]
         );
         let second = [failed("a-0", 10, "HTTP 500")];
         v.record_sweep(
@@ -401,10 +395,12 @@ mod tests {
                 samples: &second,
                 health: None,
                 gate: None,
+                notes: Vec::new(),
                 at: ts(10),
             },
         );
         let view = v.instance(&k).expect("instance");
+        assert!(view.notes.is_empty(), "each sweep replaces the notes");
         assert_eq!(view.pods.len(), 1);
         assert_eq!(view.pods[0].error.as_deref(), Some("HTTP 500"));
         assert_eq!(view.swept_at, Some(ts(10)));
@@ -434,6 +430,7 @@ mod tests {
                 samples: &[],
                 health: None,
                 gate: None,
+                notes: Vec::new(),
                 at: ts(0),
             },
         );

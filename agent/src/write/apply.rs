@@ -11,20 +11,15 @@
 //! a partly pruned status is reported as [`WriteOutcome::Pruned`] instead of
 //! failing to deserialize.
 
-use crate::debug::view::{FleetView, LastWrite, WriteRecord};
-use crate::kube::InstanceKey;
-use crate::kube::discovery::kura_instance_resource;
-use crate::kube::write_queue::{ChangePolicy, DesiredStatus, JobResult, WriteJob, WriteQueue};
-use crate::metrics;
-use ::kube::Client;
-use ::kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
+use super::queue::JobResult;
+use crate::cluster::kura_instance_resource;
+use crate::model::{DesiredStatus, InstanceKey, WriteRecord};
+use crate::telemetry;
 use jiff::Timestamp;
+use kube::Client;
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-use tokio::sync::Notify;
+use std::sync::Arc;
 
 /// The field manager of every write.
 pub const FIELD_MANAGER: &str = "kura-health-agent";
@@ -82,7 +77,7 @@ pub enum WriteError {
 }
 
 impl WriteError {
-    /// The `result` label of [`metrics::STATUS_WRITES_TOTAL`].
+    /// The `result` label of [`telemetry::STATUS_WRITES_TOTAL`].
     pub fn kind(&self) -> &'static str {
         match self {
             WriteError::Conflict(_) => "conflict",
@@ -127,9 +122,9 @@ pub fn undeclared_paths(message: &str) -> Vec<String> {
 }
 
 /// Classifies a kube client error.
-pub fn classify(error: ::kube::Error) -> WriteError {
+pub fn classify(error: kube::Error) -> WriteError {
     match error {
-        ::kube::Error::Api(status) => {
+        kube::Error::Api(status) => {
             let msg = if status.message.is_empty() {
                 status.reason.clone()
             } else {
@@ -250,7 +245,8 @@ pub fn check_returned(body: &Value, returned: &Value) -> WriteOutcome {
     }
 }
 
-/// The debug view's record of a write result.
+/// What a write result means for the fleet view and readiness: a write
+/// the CRD refused for undeclared fields counts as pruned.
 pub fn write_record(result: &Result<WriteOutcome, WriteError>) -> WriteRecord {
     match result {
         Ok(WriteOutcome::Applied) => WriteRecord::Applied,
@@ -265,6 +261,16 @@ pub fn write_record(result: &Result<WriteOutcome, WriteError>) -> WriteRecord {
             kind: e.kind().to_owned(),
             message: e.to_string(),
         },
+    }
+}
+
+/// The `result` label of [`telemetry::STATUS_WRITES_TOTAL`] for a write's
+/// result.
+pub(crate) fn result_label(result: &Result<WriteOutcome, WriteError>) -> &'static str {
+    match result {
+        Ok(WriteOutcome::Applied) => "applied",
+        Ok(WriteOutcome::Pruned { .. }) => "pruned",
+        Err(e) => e.kind(),
     }
 }
 
@@ -311,16 +317,12 @@ impl StatusWriter {
         status: &DesiredStatus,
     ) -> Result<WriteOutcome, WriteError> {
         let result = self.write_quiet(key, status).await;
-        let label = match &result {
-            Ok(WriteOutcome::Applied) => "applied",
-            Ok(WriteOutcome::Pruned { .. }) => "pruned",
-            Err(e) => e.kind(),
-        };
-        ::metrics::counter!(metrics::STATUS_WRITES_TOTAL, "result" => label).increment(1);
+        metrics::counter!(telemetry::STATUS_WRITES_TOTAL, "result" => result_label(&result))
+            .increment(1);
         match &result {
             Ok(WriteOutcome::Applied) => tracing::debug!(instance = %key, "status written"),
             Err(WriteError::NotDeclared { missing, message }) => {
-                ::metrics::counter!(metrics::STATUS_WRITES_PRUNED_TOTAL).increment(1);
+                metrics::counter!(telemetry::STATUS_WRITES_PRUNED_TOTAL).increment(1);
                 tracing::error!(
                     instance = %key,
                     missing = ?missing,
@@ -329,7 +331,7 @@ impl StatusWriter {
                 );
             }
             Ok(WriteOutcome::Pruned { missing }) => {
-                ::metrics::counter!(metrics::STATUS_WRITES_PRUNED_TOTAL).increment(1);
+                metrics::counter!(telemetry::STATUS_WRITES_PRUNED_TOTAL).increment(1);
                 tracing::error!(
                     instance = %key,
                     missing = ?missing,
@@ -362,119 +364,6 @@ impl StatusWriter {
             .map_err(classify)?;
         Ok(check_returned(&body, &returned.data))
     }
-}
-
-/// The run loop's handle on the write queue: push desired statuses, forget
-/// instances. Cheap to clone.
-#[derive(Clone)]
-pub struct WriteHandle<P> {
-    queue: Arc<Mutex<WriteQueue<P>>>,
-    notify: Arc<Notify>,
-}
-
-impl<P: ChangePolicy> WriteHandle<P> {
-    /// A handle on `queue`.
-    pub fn new(queue: WriteQueue<P>) -> Self {
-        Self {
-            queue: Arc::new(Mutex::new(queue)),
-            notify: Arc::new(Notify::new()),
-        }
-    }
-
-    fn with<R>(&self, f: impl FnOnce(&mut WriteQueue<P>) -> R) -> R {
-        let mut guard = self
-            .queue
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        f(&mut guard)
-    }
-
-    /// Records the latest desired status of an instance.
-    pub fn push(&self, key: InstanceKey, desired: DesiredStatus, now: Timestamp) {
-        self.with(|q| q.push(key, desired, now));
-        self.notify.notify_one();
-    }
-
-    /// Seeds the status read back from the cluster at start-up.
-    pub fn seed_written(&self, key: InstanceKey, written: DesiredStatus, written_at: Timestamp) {
-        self.with(|q| q.seed_written(key, written, written_at));
-    }
-
-    /// Forgets an instance.
-    pub fn remove(&self, key: &InstanceKey) {
-        self.with(|q| q.remove(key));
-    }
-
-    /// Instances with writes pending.
-    pub fn pending(&self) -> usize {
-        self.with(|q| q.pending())
-    }
-}
-
-/// Longest sleep of the write loop when nothing is scheduled.
-const IDLE_WAIT: Duration = Duration::from_secs(5);
-/// Shortest sleep of the write loop (no spinning on rounding).
-const MIN_WAIT: Duration = Duration::from_millis(5);
-
-/// Drains the queue forever: up to `max_in_flight` writes at once, each
-/// result recorded in the queue, the debug view and the metrics.
-pub async fn run_writes<P: ChangePolicy>(
-    handle: WriteHandle<P>,
-    writer: StatusWriter,
-    view: FleetView,
-    max_in_flight: usize,
-) {
-    let mut in_flight = FuturesUnordered::new();
-    loop {
-        let now = Timestamp::now();
-        while in_flight.len() < max_in_flight.max(1) {
-            let Some(job) = handle.with(|q| q.next(now)) else {
-                break;
-            };
-            let writer = writer.clone();
-            in_flight.push(async move {
-                let result = writer.write(&job.key, &job.status).await;
-                (job, result)
-            });
-        }
-        let at_cap = in_flight.len() >= max_in_flight.max(1);
-        let wait = handle
-            .with(|q| q.next_wakeup(now))
-            .map(|at| Duration::try_from(at.duration_since(now)).unwrap_or(Duration::ZERO))
-            .unwrap_or(IDLE_WAIT)
-            .clamp(MIN_WAIT, IDLE_WAIT);
-        ::metrics::gauge!(metrics::PENDING_WRITES).set(handle.pending() as f64);
-        tokio::select! {
-            Some((job, result)) = in_flight.next(), if !in_flight.is_empty() => {
-                finish(&handle, &view, &job, &result);
-            }
-            () = handle.notify.notified() => {}
-            () = tokio::time::sleep(wait), if !at_cap => {}
-        }
-    }
-}
-
-fn finish<P: ChangePolicy>(
-    handle: &WriteHandle<P>,
-    view: &FleetView,
-    job: &WriteJob,
-    result: &Result<WriteOutcome, WriteError>,
-) {
-    let now = Timestamp::now();
-    let job_result = match result {
-        Ok(_) => JobResult::Accepted,
-        Err(e) => e.job_result(),
-    };
-    handle.with(|q| q.complete(job, job_result, now));
-    view.record_write(
-        &job.key,
-        LastWrite {
-            at: now,
-            attempt: job.attempt,
-            priority: job.priority,
-            result: write_record(result),
-        },
-    );
 }
 
 #[cfg(test)]
@@ -528,7 +417,7 @@ mod tests {
     #[test]
     fn api_errors_are_classified() {
         let api = |code: u16| {
-            ::kube::Error::Api(Box::new(::kube::core::Status {
+            kube::Error::Api(Box::new(kube::core::Status {
                 code,
                 message: "m".into(),
                 ..Default::default()
@@ -538,7 +427,7 @@ mod tests {
         assert_eq!(classify(api(404)).job_result(), JobResult::Gone);
         assert_eq!(classify(api(403)).kind(), "forbidden");
         assert_eq!(classify(api(500)), WriteError::Other("HTTP 500: m".into()));
-        let undeclared = ::kube::Error::Api(Box::new(::kube::core::Status {
+        let undeclared = kube::Error::Api(Box::new(kube::core::Status {
             code: 500,
             message: "failed to create typed patch object (/; kura.tuist.dev/v1alpha1, Kind=KuraInstance): .status.rolloutGate: field not declared in schema".into(),
             ..Default::default()

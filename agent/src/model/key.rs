@@ -1,20 +1,13 @@
-//! The Kubernetes edges of the agent: discovery of `KuraInstance`s and their
-//! pods ([`discovery`]), the write scheduler ([`write_queue`], pure) and the
-//! status writer ([`status`], server-side apply on the `status`
-//! subresource).
-//!
-//! Paths to the `kube` crate are written `::kube::...` in this module tree,
-//! to keep them apart from this module's own name.
-
-pub mod discovery;
-pub mod status;
-pub mod write_queue;
+//! [`InstanceKey`]: namespace and name of a `KuraInstance`, the key of
+//! every per-instance map (fleet view, write queue, loop tasks, ownership).
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+use super::sample::InstanceInfo;
+
 /// Namespace and name of a `KuraInstance`: the key of every per-instance
-/// map (debug view, write queue, aggregator state).
+/// map (fleet view, write queue, loop tasks).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct InstanceKey {
     /// Namespace.
@@ -33,7 +26,7 @@ impl InstanceKey {
     }
 
     /// The key of a sweep's instance.
-    pub fn of(info: &crate::sample::InstanceInfo) -> Self {
+    pub fn of(info: &InstanceInfo) -> Self {
         Self::new(info.namespace.clone(), info.name.clone())
     }
 }

@@ -1,43 +1,14 @@
-//! Where results go: the status write queue (cluster), or memory (demo,
-//! tests).
+//! The loop's in-memory ends, for the demo, the loopback tests
+//! and the benches: a fixed list of targets ([`StaticTargets`]) and a
+//! status store ([`MemorySink`]). In a cluster the ends are
+//! [`crate::cluster::ClusterTargets`] and [`crate::write::WriteHandle`].
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
 use jiff::Timestamp;
 
-use crate::kube::InstanceKey;
-use crate::kube::discovery::InstanceTarget;
-use crate::kube::status::WriteHandle;
-use crate::kube::write_queue::{ChangePolicy, DesiredStatus};
-
-use super::StatusSink;
-
-/// Publishes to the status write queue.
-pub struct KubeSink<P> {
-    handle: WriteHandle<P>,
-}
-
-impl<P> KubeSink<P> {
-    /// A sink feeding `handle`.
-    pub fn new(handle: WriteHandle<P>) -> Self {
-        KubeSink { handle }
-    }
-}
-
-impl<P: ChangePolicy + Send + 'static> StatusSink for KubeSink<P> {
-    fn seed(&self, target: &InstanceTarget) {
-        if let Some((written, at)) = target.previous_written() {
-            self.handle.seed_written(target.key(), written, at);
-        }
-    }
-    fn publish(&self, key: &InstanceKey, desired: DesiredStatus, now: Timestamp) {
-        self.handle.push(key.clone(), desired, now);
-    }
-    fn forget(&self, key: &InstanceKey) {
-        self.handle.remove(key);
-    }
-}
+use crate::model::{DesiredStatus, InstanceKey, InstanceTarget, StatusSink, TargetSource};
 
 /// Keeps the latest status of every instance in memory, plus how many
 /// times each was published. Cheap to clone; clones share the store.
@@ -87,5 +58,42 @@ impl StatusSink for MemorySink {
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(key);
+    }
+}
+
+/// A fixed (but replaceable) list of targets: the demo, the benches and the
+/// loopback tests. Cheap to clone; clones share the list.
+#[derive(Clone, Default)]
+pub struct StaticTargets {
+    targets: Arc<RwLock<Vec<InstanceTarget>>>,
+}
+
+impl StaticTargets {
+    /// A source serving `targets`.
+    pub fn new(targets: Vec<InstanceTarget>) -> Self {
+        StaticTargets {
+            targets: Arc::new(RwLock::new(targets)),
+        }
+    }
+
+    /// Changes the targets in place (e.g. a new `spec_image`).
+    pub fn update(&self, f: impl FnOnce(&mut Vec<InstanceTarget>)) {
+        let mut guard = self
+            .targets
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(&mut guard);
+    }
+}
+
+impl TargetSource for StaticTargets {
+    fn targets(&self) -> Vec<InstanceTarget> {
+        self.targets
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+    fn ready(&self) -> bool {
+        true
     }
 }

@@ -21,23 +21,19 @@
 //! field (say, written under an older CRD and partly pruned) neither hides
 //! the instance nor breaks the watch for every other instance.
 
-use crate::kube::InstanceKey;
-use crate::kube::write_queue::DesiredStatus;
-use crate::metrics;
-use crate::sample::{InstanceInfo, PodIdentity, PodSample, SampleResult};
-use ::kube::Client;
-use ::kube::api::{Api, ApiResource, DynamicObject, ResourceExt};
-use ::kube::runtime::reflector::{self, Store};
-use ::kube::runtime::{WatchStreamExt, watcher};
+use crate::model::{InstanceInfo, InstanceKey, InstanceTarget, NoAddress, PodIdentity, PodTarget};
+use crate::telemetry;
 use futures::StreamExt;
-use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Container, Pod};
+use kube::Client;
+use kube::api::{Api, ApiResource, DynamicObject, ResourceExt};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
 use kura_schemas::health::MAX_POD_ENTRIES;
 use kura_schemas::{
     KuraInstance, KuraInstanceSpec, KuraInstanceStatus, RolloutGate, RolloutHealth,
 };
 use std::collections::HashMap;
-use std::fmt;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
@@ -79,97 +75,6 @@ impl Default for TargetConfig {
             port: PollPort::Number(DEFAULT_PORT),
             max_pods_per_instance: MAX_POD_ENTRIES,
         }
-    }
-}
-
-/// Why a pod has no address to poll. Its display is the short reason
-/// recorded as the pod's failed sample.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NoAddress {
-    /// `status.podIP` is not set yet.
-    NoPodIp,
-    /// `status.podIP` is not an IP address.
-    InvalidPodIp(String),
-    /// The Kura container declares no port of that name.
-    NoNamedPort(String),
-}
-
-impl fmt::Display for NoAddress {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            NoAddress::NoPodIp => f.write_str("no pod IP"),
-            NoAddress::InvalidPodIp(ip) => write!(f, "invalid pod IP {ip:?}"),
-            NoAddress::NoNamedPort(name) => write!(f, "no container port named {name:?}"),
-        }
-    }
-}
-
-/// One pod of an instance, as discovery sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodTarget {
-    /// Identity from the pod object (never from a report).
-    pub identity: PodIdentity,
-    /// Where to poll it, or why it cannot be polled.
-    pub addr: Result<SocketAddr, NoAddress>,
-}
-
-/// Everything one sweep needs about one instance.
-#[derive(Debug, Clone, PartialEq)]
-pub struct InstanceTarget {
-    /// Namespace, name, `spec.replicas`, `metadata.generation`.
-    pub info: InstanceInfo,
-    /// `spec.image`: the image the gate judges.
-    pub spec_image: String,
-    /// The instance's pods, sorted by name.
-    pub pods: Vec<PodTarget>,
-    /// Pods beyond [`TargetConfig::max_pods_per_instance`], left out.
-    pub pods_dropped: usize,
-    /// The status as read from the cluster (what a restarted agent
-    /// continues from); the fields that did not parse are `None`.
-    pub previous_status: Option<KuraInstanceStatus>,
-    /// Why a status field could not be read, one line each.
-    pub status_warnings: Vec<String>,
-}
-
-impl InstanceTarget {
-    /// The instance's key.
-    pub fn key(&self) -> InstanceKey {
-        InstanceKey::of(&self.info)
-    }
-
-    /// The agent-owned status as found in the cluster, with the time it was
-    /// observed (`rolloutHealth.observedAt`): what to seed the write queue
-    /// with, so a restarted agent does not rewrite an unchanged status at
-    /// once. `None` unless both fields were readable.
-    pub fn previous_written(&self) -> Option<(DesiredStatus, Timestamp)> {
-        let status = self.previous_status.as_ref()?;
-        let health = status.rollout_health.clone()?;
-        let gate = status.rollout_gate.clone()?;
-        let at = health.observed_at;
-        Some((DesiredStatus { health, gate }, at))
-    }
-
-    /// The pods that have an address: the poller's input.
-    pub fn pollable(&self) -> Vec<(PodIdentity, SocketAddr)> {
-        self.pods
-            .iter()
-            .filter_map(|p| p.addr.as_ref().ok().map(|a| (p.identity.clone(), *a)))
-            .collect()
-    }
-
-    /// A failed sample for every pod without an address, received at `now`:
-    /// such a pod lowers `sampledPods` instead of being skipped silently.
-    pub fn unreachable_samples(&self, now: Timestamp) -> Vec<PodSample> {
-        self.pods
-            .iter()
-            .filter_map(|p| {
-                p.addr.as_ref().err().map(|reason| PodSample {
-                    pod: p.identity.clone(),
-                    received_at: now,
-                    result: SampleResult::Error(reason.to_string()),
-                })
-            })
-            .collect()
     }
 }
 
@@ -444,9 +349,77 @@ pub struct DiscoveryConfig {
 pub struct Discovery {
     instances: Vec<Store<DynamicObject>>,
     pods: Vec<Store<Pod>>,
-    synced: Arc<Vec<AtomicBool>>,
-    last_errors: Arc<Vec<Mutex<Option<String>>>>,
+    /// Every watch's readiness, in start order.
+    watches: Vec<Arc<WatchState>>,
 }
+
+/// One watch's readiness, shared between its driver and [`Discovery`]:
+/// whether its initial list is in, and its last error.
+struct WatchState {
+    /// `kurainstances` or `pods` (also the `resource` label of
+    /// `kura_agent_watch_errors_total`).
+    resource: &'static str,
+    /// Which namespace scope, in configuration order (`#0` for all
+    /// namespaces).
+    scope: usize,
+    synced: AtomicBool,
+    last_error: Mutex<Option<String>>,
+}
+
+impl WatchState {
+    fn new(resource: &'static str, scope: usize) -> Self {
+        WatchState {
+            resource,
+            scope,
+            synced: AtomicBool::new(false),
+            last_error: Mutex::new(None),
+        }
+    }
+
+    fn is_synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire)
+    }
+
+    /// Records one event of the watch: `result` is the event or its error,
+    /// `init_done` whether the event completes the initial list.
+    fn observe(&self, result: Result<(), String>, init_done: bool) {
+        match result {
+            Ok(()) if init_done => {
+                if !self.synced.swap(true, Ordering::AcqRel) {
+                    tracing::info!(resource = self.resource, "initial list received");
+                }
+            }
+            Ok(()) => {}
+            Err(error) => {
+                metrics::counter!(telemetry::WATCH_ERRORS_TOTAL, "resource" => self.resource)
+                    .increment(1);
+                tracing::warn!(resource = self.resource, %error, "watch error; retrying with backoff");
+                *self
+                    .last_error
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(error);
+            }
+        }
+    }
+
+    /// `kurainstances#0`, with the last error if there is one.
+    fn describe(&self) -> String {
+        let error = self
+            .last_error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        match error {
+            Some(e) => format!("{}#{} (last error: {e})", self.resource, self.scope),
+            None => format!("{}#{}", self.resource, self.scope),
+        }
+    }
+}
+
+/// The `resource` of the instance watches.
+const INSTANCES: &str = "kurainstances";
+/// The `resource` of the pod watches.
+const PODS: &str = "pods";
 
 /// The future that drives every watch of a [`Discovery`]; it runs until
 /// dropped (watch errors are retried with kube's default backoff).
@@ -463,13 +436,7 @@ impl Discovery {
         } else {
             config.namespaces.iter().map(|n| Some(n.as_str())).collect()
         };
-        let synced: Arc<Vec<AtomicBool>> = Arc::new(
-            (0..scopes.len() * 2)
-                .map(|_| AtomicBool::new(false))
-                .collect(),
-        );
-        let last_errors: Arc<Vec<Mutex<Option<String>>>> =
-            Arc::new((0..scopes.len() * 2).map(|_| Mutex::new(None)).collect());
+        let mut watches = Vec::new();
         let mut drivers: Vec<DiscoveryDriver> = Vec::new();
         let mut instance_stores = Vec::new();
         let mut pod_stores = Vec::new();
@@ -493,10 +460,8 @@ impl Discovery {
 
             let writer = reflector::store::Writer::new(resource.clone());
             instance_stores.push(writer.as_reader());
-            let flags = WatchFlags {
-                synced: synced.clone(),
-                errors: last_errors.clone(),
-            };
+            let state = Arc::new(WatchState::new(INSTANCES, i));
+            watches.push(Arc::clone(&state));
             let stream = reflector::reflector(
                 writer,
                 watcher::watcher(instance_api, instance_cfg)
@@ -504,10 +469,7 @@ impl Discovery {
                     .default_backoff(),
             );
             drivers.push(Box::pin(stream.for_each(move |ev| {
-                observe_event(
-                    &flags,
-                    2 * i,
-                    "kurainstances",
+                state.observe(
                     ev.as_ref().map(|_| ()).map_err(|e| e.to_string()),
                     matches!(ev, Ok(watcher::Event::InitDone)),
                 );
@@ -516,10 +478,8 @@ impl Discovery {
 
             let (reader, writer) = reflector::store::<Pod>();
             pod_stores.push(reader);
-            let flags = WatchFlags {
-                synced: synced.clone(),
-                errors: last_errors.clone(),
-            };
+            let state = Arc::new(WatchState::new(PODS, i));
+            watches.push(Arc::clone(&state));
             let stream = reflector::reflector(
                 writer,
                 watcher::watcher(pod_api, pod_cfg)
@@ -530,10 +490,7 @@ impl Discovery {
                     .default_backoff(),
             );
             drivers.push(Box::pin(stream.for_each(move |ev| {
-                observe_event(
-                    &flags,
-                    2 * i + 1,
-                    "pods",
+                state.observe(
                     ev.as_ref().map(|_| ()).map_err(|e| e.to_string()),
                     matches!(ev, Ok(watcher::Event::InitDone)),
                 );
@@ -547,8 +504,7 @@ impl Discovery {
             Discovery {
                 instances: instance_stores,
                 pods: pod_stores,
-                synced,
-                last_errors,
+                watches,
             },
             driver,
         )
@@ -557,29 +513,17 @@ impl Discovery {
     /// True once every watch has delivered its initial list (and stays true
     /// through later re-lists, which the stores absorb atomically).
     pub fn is_ready(&self) -> bool {
-        self.synced.iter().all(|f| f.load(Ordering::Acquire))
+        self.watches.iter().all(|w| w.is_synced())
     }
 
     /// The watches that have not delivered their initial list yet, e.g.
     /// `kurainstances#0`, with their last error if any, for the readiness
     /// detail.
     pub fn pending_lists(&self) -> Vec<String> {
-        self.synced
+        self.watches
             .iter()
-            .enumerate()
-            .filter(|(_, f)| !f.load(Ordering::Acquire))
-            .map(|(i, _)| {
-                let kind = if i % 2 == 0 { "kurainstances" } else { "pods" };
-                let error = self.last_errors.get(i).and_then(|m| {
-                    m.lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .clone()
-                });
-                match error {
-                    Some(e) => format!("{kind}#{} (last error: {e})", i / 2),
-                    None => format!("{kind}#{}", i / 2),
-                }
-            })
+            .filter(|w| !w.is_synced())
+            .map(|w| w.describe())
             .collect()
     }
 
@@ -596,48 +540,11 @@ impl Discovery {
     }
 }
 
-/// Per-watch readiness flags and last errors, shared with the drivers.
-struct WatchFlags {
-    synced: Arc<Vec<AtomicBool>>,
-    errors: Arc<Vec<Mutex<Option<String>>>>,
-}
-
-fn observe_event(
-    flags: &WatchFlags,
-    index: usize,
-    resource: &'static str,
-    result: Result<(), String>,
-    init_done: bool,
-) {
-    match result {
-        Ok(()) if init_done => {
-            if let Some(flag) = flags.synced.get(index)
-                && !flag.swap(true, Ordering::AcqRel)
-            {
-                tracing::info!(resource, "initial list received");
-            }
-        }
-        Ok(()) => {}
-        Err(error) => {
-            ::metrics::counter!(metrics::WATCH_ERRORS_TOTAL, "resource" => resource).increment(1);
-            tracing::warn!(resource, %error, "watch error; retrying with backoff");
-            if let Some(slot) = flags.errors.get(index) {
-                *slot
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(error);
-            }
-        }
-    }
-}
-
-/// The name of an instance object, for logs.
-pub fn object_key(obj: &DynamicObject) -> InstanceKey {
-    InstanceKey::new(obj.namespace().unwrap_or_default(), obj.name_any())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::SampleResult;
+    use jiff::Timestamp;
     use serde_json::json;
 
     fn instance(ns: &str, name: &str, replicas: i64, status: serde_json::Value) -> DynamicObject {
@@ -844,11 +751,11 @@ mod tests {
         assert!(waited.is_ok(), "timed out waiting for {what}");
     }
 
-    fn list_response(body: serde_json::Value) -> http::Response<::kube::client::Body> {
+    fn list_response(body: serde_json::Value) -> http::Response<kube::client::Body> {
         http::Response::builder()
             .status(200)
             .header("content-type", "application/json")
-            .body(::kube::client::Body::from(
+            .body(kube::client::Body::from(
                 serde_json::to_vec(&body).expect("encode"),
             ))
             .expect("response")
@@ -856,8 +763,8 @@ mod tests {
 
     #[tokio::test]
     async fn ready_only_once_both_initial_lists_are_in() {
-        use ::kube::client::Body;
         use http::{Request, Response};
+        use kube::client::Body;
         let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
         let client = Client::new(service, "default");
         let config = DiscoveryConfig {
