@@ -13,7 +13,6 @@ pub mod model;
 pub mod poll;
 pub mod runner;
 pub mod shard;
-pub mod sim;
 pub mod telemetry;
 pub mod view;
 pub mod write;

@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kura_agent::sim::{SimPodHandle, Simulator};
+use kura_sim::{SimPodHandle, Simulator};
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_kura-agent"))

@@ -33,8 +33,8 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::ApiResource;
 use kube::{Client, Config};
 use kura_agent::config::RunArgs;
-use kura_agent::sim::{Addressing, SimPodSpec, Simulator};
 use kura_schemas::{AgentVerdict, KuraInstance, Signal};
+use kura_sim::{Addressing, SimPodSpec, Simulator};
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::{Value, json};
 
@@ -335,7 +335,7 @@ impl Fleet {
         Fleet { sim, port }
     }
 
-    fn pod(&self, name: &str) -> &kura_agent::sim::SimPodHandle {
+    fn pod(&self, name: &str) -> &kura_sim::SimPodHandle {
         self.sim
             .pod(name)
             .unwrap_or_else(|| panic!("no pod {name}"))
@@ -559,7 +559,7 @@ async fn status_appears_with_the_right_values() {
     // A pod that stops answering lowers sampledPods and says why.
     fleet
         .pod("alpha-1")
-        .set(kura_agent::sim::Behaviour::Refused)
+        .set(kura_sim::Behaviour::Refused)
         .await
         .expect("refuse");
     let alpha = wait_status(&client, &ns, "alpha", "one pod unsampled", T, |s| {
@@ -1349,7 +1349,7 @@ async fn status_write_economy_and_flip_latency() {
     let heartbeat_ms = 30_000 / scale;
     let interval_ms = 10_000 / scale;
     let run = Duration::from_millis(300_000 / scale);
-    kura_agent::sim::raise_fd_limit(65_536).ok();
+    kura_sim::raise_fd_limit(65_536).ok();
     let client = admin().await;
     ensure_crd(&client).await;
     let ns = create_namespace(&client, "e2e-economy").await;

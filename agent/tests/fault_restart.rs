@@ -11,10 +11,15 @@ use jiff::Timestamp;
 use kura_agent::engine::{EngineConfig, InstanceEngine};
 use kura_agent::model::InstanceInfo;
 use kura_agent::poll::{PollConfig, Poller};
-use kura_agent::sim::Simulator;
 use kura_schemas::{AgentVerdict, KuraInstanceStatus, RolloutGate, RolloutHealth};
+use kura_sim::Simulator;
 use std::sync::Arc;
 use std::time::Duration;
+
+mod support {
+    pub mod sim;
+}
+use support::sim::PollTargets;
 
 const OLD: &str = "ghcr.io/tuist/kura:0.5.0";
 const NEW: &str = "ghcr.io/tuist/kura:0.6.0";

@@ -21,11 +21,16 @@ use kura_agent::poll::{PollConfig, Poller};
 use kura_agent::runner::MemorySink;
 use kura_agent::runner::StaticTargets;
 use kura_agent::runner::{AgentLoop, LoopConfig};
-use kura_agent::sim::{Addressing, SimPodSpec, Simulator};
 use kura_agent::view::FleetView;
+use kura_sim::{Addressing, SimPodSpec, Simulator};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+mod support {
+    pub mod sim;
+}
+use support::sim::PollTargets;
 
 const IMAGE: &str = "ghcr.io/tuist/kura:0.6.0";
 /// Every wait in this test ends by then.
@@ -190,15 +195,14 @@ async fn scrape_until(
 
 fn target(name: &str, sim: &Simulator, expected_pods: u32) -> InstanceTarget {
     let pods = sim
-        .pods()
-        .iter()
-        .filter(|p| p.name().starts_with(&format!("{name}-")))
-        .map(|p| {
-            let mut identity = p.identity();
+        .targets()
+        .into_iter()
+        .filter(|(p, _)| p.name.starts_with(&format!("{name}-")))
+        .map(|(mut identity, addr)| {
             identity.image = Some(IMAGE.to_owned());
             PodTarget {
                 identity,
-                addr: Ok(p.addr()),
+                addr: Ok(addr),
             }
         })
         .collect();

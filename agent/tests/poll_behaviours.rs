@@ -3,8 +3,13 @@
 
 use kura_agent::model::SampleResult;
 use kura_agent::poll::{PollConfig, PollError, Poller};
-use kura_agent::sim::{Addressing, Behaviour, SimPodHandle, SimPodSpec, Simulator};
+use kura_sim::{Addressing, Behaviour, SimPodHandle, SimPodSpec, Simulator};
 use std::time::{Duration, Instant};
+
+mod support {
+    pub mod sim;
+}
+use support::sim::{PodIdentityOf, PollTargets};
 
 fn config(timeout_ms: u64) -> PollConfig {
     PollConfig {

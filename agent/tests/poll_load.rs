@@ -5,8 +5,13 @@
 
 use kura_agent::model::SampleResult;
 use kura_agent::poll::{PollConfig, Poller};
-use kura_agent::sim::{Simulator, raise_fd_limit};
+use kura_sim::{Simulator, raise_fd_limit};
 use std::time::Instant;
+
+mod support {
+    pub mod sim;
+}
+use support::sim::PollTargets;
 
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "load figure, run on demand"]

@@ -38,8 +38,8 @@ use kube::{Client, CustomResourceExt};
 use kura_agent::cluster::kura_instance_resource;
 use kura_agent::config::RunArgs;
 use kura_agent::shard::{Member, owner};
-use kura_agent::sim::{Addressing, SimPodSpec, Simulator};
 use kura_schemas::KuraInstance;
+use kura_sim::{Addressing, SimPodSpec, Simulator};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

@@ -5,7 +5,12 @@
 
 use kura_agent::model::SampleResult;
 use kura_agent::poll::{PollConfig, Poller};
-use kura_agent::sim::Simulator;
+use kura_sim::Simulator;
+
+mod support {
+    pub mod sim;
+}
+use support::sim::PollTargets;
 
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()

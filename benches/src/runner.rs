@@ -17,7 +17,7 @@ use crate::proc_stats::{cpu_time, peak_rss};
 use crate::sim_process::{FD_SLACK, pod_target};
 use kura_agent::model::PodIdentity;
 use kura_agent::poll::{PollConfig, Poller};
-use kura_agent::sim::raise_fd_limit;
+use kura_sim::raise_fd_limit;
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::path::Path;

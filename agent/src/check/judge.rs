@@ -318,7 +318,7 @@ fn ceil_secs(d: SignedDuration) -> u64 {
 mod tests {
     use super::*;
     use crate::model::{PodIdentity, SampleResult};
-    use crate::sim::SimNode;
+    use kura_sim::SimNode;
 
     fn settings(soak: u64, timeout: u64) -> CheckSettings {
         CheckSettings {

@@ -1,7 +1,7 @@
 //! `kura-agent simulate SCENARIO`: serve a simulated fleet until Ctrl-C or
 //! SIGTERM, printing each pod's URL.
 
-use crate::sim::{Scenario, Simulator, raise_fd_limit};
+use kura_sim::{Scenario, Simulator, raise_fd_limit};
 use std::path::PathBuf;
 use std::process::ExitCode;
 

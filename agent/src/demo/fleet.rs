@@ -1,8 +1,8 @@
 //! The demo's simulated fleet: accounts × regions, one instance each with 1
 //! to 3 pods, the wave each instance belongs to, and which one regresses.
 
-use crate::model::{InstanceInfo, InstanceTarget, PodTarget};
-use crate::sim::{ReportGeneration, SimNode, SimPodHandle, SimPodSpec};
+use crate::model::{InstanceInfo, InstanceTarget, PodIdentity, PodTarget};
+use kura_sim::{ReportGeneration, SimNode, SimPodHandle, SimPodSpec};
 
 /// The namespace every demo instance lives in.
 pub const NAMESPACE: &str = "kura";
@@ -128,10 +128,14 @@ fn fingerprint(account: &str) -> String {
 /// One pod target as discovery would list it: identity from the simulated
 /// pod (name, UID, restart count, IP) with the image it runs.
 pub fn pod_target(pod: &SimPodHandle, image: &str) -> PodTarget {
-    let mut identity = pod.identity();
-    identity.image = Some(image.to_owned());
     PodTarget {
-        identity,
+        identity: PodIdentity {
+            name: pod.name().to_owned(),
+            uid: pod.uid().to_owned(),
+            restart_count: pod.restarts(),
+            image: Some(image.to_owned()),
+            ip: Some(pod.addr().ip().to_string()),
+        },
         addr: Ok(pod.addr()),
     }
 }

@@ -56,8 +56,8 @@ use crate::engine::EngineConfig;
 use crate::model::ScaledClock;
 use crate::poll::{PollConfig, Poller};
 use crate::runner::{AgentLoop, LoopConfig, MemorySink, StaticTargets};
-use crate::sim::{Addressing, SimError, Simulator};
 use crate::view::FleetView;
+use kura_sim::{Addressing, SimError, Simulator};
 
 pub use fleet::{DemoInstance, NEW_IMAGE, OLD_IMAGE, default_fleet};
 pub use outcome::{DemoOutcome, InstanceOutcome, WaveOutcome};

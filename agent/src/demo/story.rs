@@ -18,7 +18,7 @@ use super::outcome::{DemoOutcome, InstanceOutcome, WaveOutcome};
 use super::{Demo, DemoError};
 use crate::check::words::{count, describe};
 use crate::model::{Clock, InstanceKey};
-use crate::sim::SimPodHandle;
+use kura_sim::SimPodHandle;
 
 /// How long to wait for the first aggregates of every instance.
 const SETTLE: SignedDuration = SignedDuration::from_secs(120);

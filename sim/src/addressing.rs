@@ -1,7 +1,7 @@
 //! Where simulated pods listen: distinct loopback addresses sharing one port
 //! (like pod IPs in a cluster), or 127.0.0.1 with one ephemeral port each.
 
-use crate::sim::SimError;
+use crate::SimError;
 use serde::{Deserialize, Serialize};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 

@@ -3,6 +3,12 @@
 //! generation, driven by a scripted timeline ([`Scenario`], files under
 //! `testdata/sim/`) and/or from Rust at run time ([`SimPodHandle`]).
 //!
+//! It stands apart from the agent: it depends on `kura-schemas` only (the
+//! report it serves), and the agent's product code never imports it. The
+//! agent's `demo` and `simulate` subcommands, its tests and the benches
+//! use it; they turn a pod's name, UID, restart count and address into
+//! whatever targets they need.
+//!
 //! Each pod has its own listener: by default on its own `127.x.y.z` address
 //! with one port shared by all pods of a simulator (a pod target is "IP +
 //! port", as in a cluster; Linux routes all of `127.0.0.0/8` to `lo`), with a
@@ -25,9 +31,7 @@ pub use node::{ReportGeneration, SimNode};
 pub use pod::{SimPodHandle, SimPodSpec, SimStats};
 pub use scenario::{PodTemplate, Scenario, TimelineEvent};
 
-use crate::model::PodIdentity;
 use pod::Fleet;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use tokio::task::JoinHandle;
@@ -112,12 +116,6 @@ impl Simulator {
     /// The pod named `name`.
     pub fn pod(&self, name: &str) -> Option<&SimPodHandle> {
         self.pods.iter().find(|p| p.name() == name)
-    }
-
-    /// Every pod as a poll target (identity as discovery would see it, and
-    /// its address).
-    pub fn targets(&self) -> Vec<(PodIdentity, SocketAddr)> {
-        self.pods.iter().map(|p| (p.identity(), p.addr())).collect()
     }
 
     /// Counters over every pod of this simulator.

@@ -1,7 +1,7 @@
 //! Scenario files (testdata/sim/*.json, format in testdata/sim/README.md):
 //! the pods of a simulated fleet and their scripted timelines.
 
-use crate::sim::{Addressing, Behaviour, SimError, SimNode, SimPodHandle, SimPodSpec};
+use crate::{Addressing, Behaviour, SimError, SimNode, SimPodHandle, SimPodSpec};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;

@@ -1,7 +1,7 @@
 //! The generation-neutral state of one simulated Kura node, and how it is
 //! rendered as a [`NodeReport`] of a chosen report generation.
 
-use crate::sim::SimError;
+use crate::SimError;
 use kura_schemas::NodeReport;
 use kura_schemas::report::{BackfillCycle, NodeState, ServingAuthority, ServingIdentity};
 use serde::{Deserialize, Serialize};

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 /// How a simulated pod answers. The report itself comes from the pod's
-/// [`SimNode`](crate::sim::SimNode); a behaviour decides whether and how it
+/// [`SimNode`](crate::SimNode); a behaviour decides whether and how it
 /// is delivered. In scenario files it is written with a `kind` tag, e.g.
 /// `{"kind": "slow", "delay_ms": 3000}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]

@@ -1,9 +1,8 @@
 //! One simulated pod: a loopback listener answering `/status/rollout` from
 //! the pod's state, and the handle that controls it at run time.
 
-use crate::model::PodIdentity;
-use crate::sim::body::SimBody;
-use crate::sim::{Behaviour, SimError, SimNode};
+use crate::body::SimBody;
+use crate::{Behaviour, SimError, SimNode};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode, header};
 use hyper::body::Incoming;
@@ -103,7 +102,7 @@ struct PodShared {
 
 /// A cheap, cloneable handle on one simulated pod. Dropping handles does not
 /// stop the pod; [`stop`](Self::stop) or dropping the
-/// [`Simulator`](crate::sim::Simulator) does.
+/// [`Simulator`](crate::Simulator) does.
 #[derive(Debug, Clone)]
 pub struct SimPodHandle {
     shared: Arc<PodShared>,
@@ -191,17 +190,6 @@ impl SimPodHandle {
     /// The pod's report URL.
     pub fn url(&self) -> String {
         format!("http://{}{REPORT_PATH}", self.shared.addr)
-    }
-
-    /// The pod as discovery would see it: name, UID, restart count, IP.
-    pub fn identity(&self) -> PodIdentity {
-        PodIdentity {
-            name: self.shared.name.clone(),
-            uid: self.shared.uid.clone(),
-            restart_count: self.restarts(),
-            image: None,
-            ip: Some(self.shared.addr.ip().to_string()),
-        }
     }
 
     /// How many simulated process restarts happened (what discovery would
