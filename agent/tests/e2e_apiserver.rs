@@ -32,7 +32,7 @@ use kube::api::{Api, DynamicObject, GroupVersionKind, ListParams, Patch, PatchPa
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::ApiResource;
 use kube::{Client, Config};
-use kura_agent::config::RunArgs;
+use kura_agent::cli::run::RunArgs;
 use kura_schemas::{AgentVerdict, KuraInstance, Signal};
 use kura_sim::{Addressing, SimPodSpec, Simulator};
 use metrics_exporter_prometheus::PrometheusHandle;

@@ -35,8 +35,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Client, CustomResourceExt};
+use kura_agent::cli::run::RunArgs;
 use kura_agent::cluster::kura_instance_resource;
-use kura_agent::config::RunArgs;
 use kura_agent::shard::{Member, owner};
 use kura_schemas::KuraInstance;
 use kura_sim::{Addressing, SimPodSpec, Simulator};

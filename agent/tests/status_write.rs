@@ -181,9 +181,9 @@ async fn the_request_is_a_forced_server_side_apply_of_two_status_fields() {
     // Absent optional fields are left out, never sent as null: a real API
     // server rejects null for a nullable enum (agent/tests/e2e_apiserver.rs).
     let mut health = serde_json::to_value(&d.health).expect("health");
-    kura_agent::write::apply::strip_nulls(&mut health);
+    kura_agent::write::strip_nulls(&mut health);
     let mut gate = serde_json::to_value(&d.gate).expect("gate");
-    kura_agent::write::apply::strip_nulls(&mut gate);
+    kura_agent::write::strip_nulls(&mut gate);
     assert_eq!(status["rolloutHealth"], health);
     assert_eq!(status["rolloutGate"], gate);
     assert!(

@@ -283,11 +283,6 @@ impl SimPodHandle {
         self.shared.epoch.send_modify(|e| *e += 1);
     }
 
-    /// Whether the pod accepts connections now.
-    pub async fn is_listening(&self) -> bool {
-        self.shared.listening.lock().await.is_some()
-    }
-
     fn lock(&self) -> MutexGuard<'_, PodState> {
         self.shared.state.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -5,7 +5,7 @@
 //! - [`input`]: the document `kura-agent aggregate FILE` reads.
 //!
 //! When an aggregate is worth a status write is the write path's business
-//! ([`crate::write::policy`]).
+//! (`write::policy`).
 
 mod aggregator;
 mod backfill;
@@ -14,7 +14,6 @@ pub mod input;
 mod tracked;
 
 pub use aggregator::{InstanceAggregator, MAX_TRACKED_PODS};
-pub use backfill::BackfillFold;
 pub use tracked::GONE_ERROR;
 
 use jiff::SignedDuration;

@@ -18,7 +18,7 @@ pub struct SimulateArgs {
 
 /// Run the subcommand.
 pub fn run(args: SimulateArgs) -> ExitCode {
-    super::init_text_logging("warn");
+    super::init_logging(super::LogFormat::Text, "warn");
     let runtime = match super::multi_thread_runtime("simulate") {
         Ok(rt) => rt,
         Err(code) => return code,

@@ -417,9 +417,9 @@ impl WatchState {
 }
 
 /// The `resource` of the instance watches.
-const INSTANCES: &str = "kurainstances";
+pub(crate) const INSTANCES: &str = "kurainstances";
 /// The `resource` of the pod watches.
-const PODS: &str = "pods";
+pub(crate) const PODS: &str = "pods";
 
 /// The future that drives every watch of a [`Discovery`]; it runs until
 /// dropped (watch errors are retried with kube's default backoff).

@@ -14,8 +14,8 @@
 //! an unknown path 404.
 
 use crate::debug::html;
+use crate::debug::instance_metrics;
 use crate::model::{Clock, InstanceKey};
-use crate::telemetry;
 use crate::view::{FleetView, InstanceSummary};
 use bytes::Bytes;
 use http::header::{ALLOW, CACHE_CONTROL, CONTENT_TYPE};
@@ -116,7 +116,7 @@ pub fn respond(
         }
         ["metrics"] => {
             let mut body = state.metrics.render();
-            body.push_str(&telemetry::instances::render(&state.view.snapshot(), now));
+            body.push_str(&instance_metrics::render(&state.view.snapshot(), now));
             text(
                 StatusCode::OK,
                 "text/plain; version=0.0.4; charset=utf-8",

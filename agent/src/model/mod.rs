@@ -2,8 +2,9 @@
 //! produced ([`PodSample`]), which instance a thing belongs to
 //! ([`InstanceKey`]), what one sweep needs ([`InstanceTarget`],
 //! [`PodTarget`]), what the agent wants published ([`DesiredStatus`]) and
-//! what became of writing it ([`LastWrite`]), the loop's two ends
-//! ([`TargetSource`], [`StatusSink`]) and its notion of time ([`Clock`]).
+//! what became of writing it ([`LastWrite`]), the ports between the loop
+//! and the adapters ([`TargetSource`], [`StatusSink`], [`WriteGate`]) and
+//! the loop's notion of time ([`Clock`]).
 //!
 //! Plain values and small traits; imports nothing of this crate.
 
@@ -16,7 +17,7 @@ mod target;
 
 pub use clock::{Clock, ScaledClock, SystemClock};
 pub use key::InstanceKey;
-pub use ports::{StatusSink, TargetSource};
+pub use ports::{StatusSink, TargetSource, WriteGate};
 pub use sample::{InstanceInfo, PodIdentity, PodSample, SampleResult};
 pub use status::{DesiredStatus, LastWrite, WriteRecord};
 pub use target::{InstanceTarget, NoAddress, PodTarget};

@@ -1,7 +1,9 @@
-//! The two ends of the run loop, as traits: where targets come from
-//! ([`TargetSource`]: the cluster's watches, a static list, the shard's
-//! narrowing of either) and where desired statuses go ([`StatusSink`]: the
-//! write queue, memory). The loop knows only these; adapters implement them.
+//! The ports between the loop and the adapters, as traits: where targets
+//! come from ([`TargetSource`]: the cluster's watches, a static list, the
+//! shard's narrowing of either), where desired statuses go ([`StatusSink`]:
+//! the write queue, memory), and who may write an instance's status now
+//! ([`WriteGate`]: the shard). The loop and the write path know only these;
+//! adapters implement them.
 
 use jiff::Timestamp;
 
@@ -27,4 +29,12 @@ pub trait StatusSink: Send + Sync + 'static {
     fn publish(&self, key: &InstanceKey, desired: DesiredStatus, now: Timestamp);
     /// The instance is gone.
     fn forget(&self, key: &InstanceKey);
+}
+
+/// Decides, right before each PATCH, whether this replica may write an
+/// instance's status (sharding: its own Lease is current and it owns the
+/// instance). A refusal is the reason.
+pub trait WriteGate: Send + Sync {
+    /// `Ok` to write `key` at `now`.
+    fn check(&self, key: &InstanceKey, now: Timestamp) -> Result<(), String>;
 }

@@ -1,5 +1,5 @@
 //! The poller's settings. Which port of a pod is polled is discovery's
-//! business ([`crate::cluster::PollPort`]): the poller gets addresses.
+//! business (`cluster::PollPort`): the poller gets addresses.
 
 use std::time::Duration;
 

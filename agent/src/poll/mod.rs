@@ -11,9 +11,9 @@
 
 mod config;
 mod error;
-pub mod http1;
-mod poller;
+mod http1;
+pub(crate) mod poller;
 
 pub use config::PollConfig;
 pub use error::PollError;
-pub use poller::{IDLE_TIMEOUT, Poller, READ_BUFFER};
+pub use poller::{Poller, READ_BUFFER};

@@ -51,11 +51,6 @@ impl Poller {
         }
     }
 
-    /// The settings in force.
-    pub fn config(&self) -> &PollConfig {
-        &self.inner.config
-    }
-
     /// Poll every target concurrently (bounded by the global concurrency);
     /// samples come back in target order. A slow or hung pod delays only
     /// its own sample, by at most the timeout per attempt.

@@ -1,7 +1,7 @@
 //! The loop's in-memory ends, for the demo, the loopback tests
 //! and the benches: a fixed list of targets ([`StaticTargets`]) and a
 //! status store ([`MemorySink`]). In a cluster the ends are
-//! [`crate::cluster::ClusterTargets`] and [`crate::write::WriteHandle`].
+//! `cluster::ClusterTargets` and `write::WriteHandle`.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};

@@ -5,9 +5,9 @@
 //! [`FleetView`]. A supervisor keeps one task per current target.
 //!
 //! - In a cluster, targets come from the watches
-//!   ([`ClusterTargets`](crate::cluster::ClusterTargets), narrowed by the
-//!   shard when sharding is on) and statuses go to the write queue
-//!   ([`WriteHandle`](crate::write::WriteHandle)).
+//!   (`cluster::ClusterTargets`, narrowed by the shard when sharding is on)
+//!   and statuses go to the write queue (`write::WriteHandle`); `cli::run`
+//!   wires them in.
 //! - `kura-agent demo` and the loopback tests use static targets
 //!   ([`StaticTargets`]) and an in-memory status store ([`MemorySink`]),
 //!   with a [`Clock`] that may run faster than real time.

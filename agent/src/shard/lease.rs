@@ -28,15 +28,18 @@ use kube::{Client, ResourceExt};
 use serde::Serialize;
 
 use super::membership::{LeaseRecord, Membership, OwnLease, Timing, view_is_fresh};
-use crate::model::InstanceKey;
+use crate::model::{InstanceKey, WriteGate};
 use crate::telemetry;
 use crate::view::{MemberSummary, MembersSource, MembersSummary};
-use crate::write::WriteGate;
 
 /// The label that groups the Leases of one agent deployment.
 pub const GROUP_LABEL: &str = "kura.tuist.dev/agent-group";
 /// The field manager of Lease renewals.
 pub const LEASE_FIELD_MANAGER: &str = "kura-health-agent-lease";
+/// The `change` label of instances this replica gained.
+pub(crate) const GAINED: &str = "gained";
+/// The `change` label of instances this replica lost.
+pub(crate) const LOST: &str = "lost";
 /// Ownership changes kept for the debug endpoint.
 pub const RECENT_CHANGES: usize = 64;
 
@@ -260,11 +263,6 @@ impl Shard {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The settings.
-    pub fn config(&self) -> &ShardConfig {
-        &self.config
-    }
-
     async fn renew_once(&self, api: &Api<Lease>) {
         let now = Timestamp::now();
         let acquired = {
@@ -427,11 +425,6 @@ impl Shard {
         )
     }
 
-    /// Whether this replica owns `key` at `now`.
-    pub fn owns(&self, key: &InstanceKey, now: Timestamp) -> bool {
-        self.is_ready() && self.membership(now).owns(&key.to_string())
-    }
-
     /// Records the owned set the run loop acts on; counts and logs what was
     /// gained and lost, and sets the membership gauges.
     pub fn record_owned(
@@ -446,7 +439,7 @@ impl Shard {
         let mut s = self.lock();
         let gained: Vec<InstanceKey> = owned.difference(&s.owned).cloned().collect();
         let lost: Vec<InstanceKey> = s.owned.difference(&owned).cloned().collect();
-        for (keys, change) in [(&gained, "gained"), (&lost, "lost")] {
+        for (keys, change) in [(&gained, GAINED), (&lost, LOST)] {
             if keys.is_empty() {
                 continue;
             }

@@ -48,8 +48,8 @@ impl TargetSource for OwnedTargets {
 mod tests {
     use super::*;
     use crate::model::InstanceInfo;
+    use crate::model::WriteGate;
     use crate::shard::ShardConfig;
-    use crate::write::WriteGate;
     use std::time::Duration;
 
     /// Every target, always ready.

@@ -12,12 +12,12 @@
 //! failing to deserialize.
 
 use super::queue::JobResult;
-use crate::cluster::kura_instance_resource;
-use crate::model::{DesiredStatus, InstanceKey, WriteRecord};
+use crate::model::{DesiredStatus, InstanceKey, WriteGate, WriteRecord};
 use crate::telemetry;
 use jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kura_schemas::KuraInstance;
 use serde_json::{Value, json};
 use std::sync::Arc;
 
@@ -274,14 +274,6 @@ pub(crate) fn result_label(result: &Result<WriteOutcome, WriteError>) -> &'stati
     }
 }
 
-/// Decides, right before each PATCH, whether this replica may write an
-/// instance's status (sharding: its own Lease is current and it owns the
-/// instance). A refusal is the reason.
-pub trait WriteGate: Send + Sync {
-    /// `Ok` to write `key` at `now`.
-    fn check(&self, key: &InstanceKey, now: Timestamp) -> Result<(), String>;
-}
-
 /// Writes statuses. Cheap to clone.
 #[derive(Clone)]
 pub struct StatusWriter {
@@ -296,7 +288,7 @@ impl StatusWriter {
     pub fn new(client: Client) -> Self {
         Self {
             client,
-            resource: kura_instance_resource(),
+            resource: ApiResource::erase::<KuraInstance>(&()),
             params: PatchParams::apply(FIELD_MANAGER).force(),
             gate: None,
         }

@@ -7,17 +7,17 @@
 //!   instance, heartbeat, token bucket, retries with backoff; pure, time
 //!   passed in);
 //! - [`apply`]: one write: server-side apply on the `status` subresource,
-//!   pruning detection, the [`WriteGate`] asked right before the PATCH;
+//!   pruning detection, the [`WriteGate`](crate::model::WriteGate) asked
+//!   right before the PATCH;
 //! - [`driver`]: the loop that drains the queue through the writer;
 //!   [`WriteHandle`] is the run loop's status sink; results go to a
 //!   callback, never straight into the fleet view.
 
-pub mod apply;
-pub mod driver;
-pub mod policy;
-pub mod queue;
+pub(crate) mod apply;
+mod driver;
+mod policy;
+mod queue;
 
-pub use apply::{StatusWriter, WriteError, WriteGate, WriteOutcome};
+pub use apply::{StatusWriter, WriteError, WriteOutcome, strip_nulls};
 pub use driver::{WriteHandle, run_writes};
-pub use policy::ChangePolicy;
 pub use queue::{WriteQueue, WriteQueueConfig};

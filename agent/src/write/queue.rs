@@ -189,16 +189,20 @@ pub struct WriteQueue {
 impl WriteQueue {
     /// An empty queue writing by the contract's policy.
     pub fn new(config: WriteQueueConfig) -> Self {
-        Self::with_policy(config, ChangePolicy::CONTRACT)
-    }
-
-    /// An empty queue writing by `policy`.
-    pub fn with_policy(config: WriteQueueConfig, policy: ChangePolicy) -> Self {
         Self {
             bucket: TokenBucket::new(config.rate_per_second, config.burst),
             config,
-            policy,
+            policy: ChangePolicy::CONTRACT,
             slots: BTreeMap::new(),
+        }
+    }
+
+    /// An empty queue writing by `policy` (the tests' other policies).
+    #[cfg(test)]
+    fn with_policy(config: WriteQueueConfig, policy: ChangePolicy) -> Self {
+        Self {
+            policy,
+            ..Self::new(config)
         }
     }
 
@@ -361,13 +365,9 @@ impl WriteQueue {
             .count()
     }
 
-    /// Instances tracked.
-    pub fn len(&self) -> usize {
-        self.slots.len()
-    }
-
     /// Whether no instance is tracked.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
         self.slots.is_empty()
     }
 }

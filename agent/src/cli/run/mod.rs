@@ -3,74 +3,34 @@
 //! the debug endpoint and metrics, and shuts down gracefully on SIGTERM
 //! (in-flight and pending status writes get a bounded time to finish).
 
+mod args;
+
+pub use args::{ConfigError, RunArgs};
+
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kura_gate::GateConfig;
+use jiff::Timestamp;
+use tokio::task::JoinHandle;
 
-use crate::aggregate::AggregateConfig;
 use crate::cluster::{ClusterTargets, Discovery};
-use crate::config::{LogFormat, RunArgs};
 use crate::debug::{DebugServer, DebugState};
-use crate::engine::EngineConfig;
 use crate::model::{SystemClock, TargetSource};
-use crate::poll::{PollConfig, Poller};
-use crate::runner::{AgentLoop, LoopConfig};
-use crate::shard::{OwnedTargets, Shard};
+use crate::poll::Poller;
+use crate::runner::AgentLoop;
+use crate::shard::{OwnedTargets, Shard, ShardConfig};
 use crate::view::FleetView;
 use crate::write::{StatusWriter, WriteHandle, WriteQueue, run_writes};
 
 /// How long pending status writes may take after SIGTERM.
-pub const SHUTDOWN_WRITE_GRACE: Duration = Duration::from_secs(10);
+const SHUTDOWN_WRITE_GRACE: Duration = Duration::from_secs(10);
 /// Status writes in flight at once.
-pub const MAX_WRITES_IN_FLIGHT: usize = 8;
-
-/// Sets up logging: JSON lines or human-readable text, filtered by
-/// `RUST_LOG` (default `info`).
-pub fn init_tracing(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Json => builder.json().try_init(),
-        LogFormat::Text => builder.try_init(),
-    };
-}
-
-/// The poller's settings from the flags.
-pub fn poll_config(args: &RunArgs) -> PollConfig {
-    PollConfig {
-        concurrency: args.poll_concurrency as usize,
-        timeout: args.poll_timeout,
-        body_limit: args.body_limit as usize,
-        keep_alive: args.poll_keep_alive,
-        ..PollConfig::default()
-    }
-}
-
-/// The loop's settings from the flags.
-pub fn loop_config(args: &RunArgs, agent: String) -> LoopConfig {
-    LoopConfig {
-        sweep_interval: args.sweep_interval,
-        engine: EngineConfig {
-            agent,
-            aggregate: AggregateConfig {
-                retention: jiff::SignedDuration::try_from(args.retention)
-                    .unwrap_or(jiff::SignedDuration::from_hours(1)),
-                ..AggregateConfig::default()
-            },
-            gate: GateConfig::default(),
-        },
-        ..LoopConfig::default()
-    }
-}
+const MAX_WRITES_IN_FLIGHT: usize = 8;
 
 /// Entry point of `kura-agent run`.
 pub fn run(args: RunArgs) -> ExitCode {
-    init_tracing(args.log_format);
+    super::init_logging(args.log_format, "info");
     let runtime = match super::multi_thread_runtime("run") {
         Ok(rt) => rt,
         Err(code) => return code,
@@ -85,7 +45,7 @@ pub fn run(args: RunArgs) -> ExitCode {
 }
 
 /// Resolves on SIGTERM or SIGINT.
-pub async fn shutdown_signal() {
+async fn shutdown_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
@@ -112,7 +72,7 @@ pub async fn shutdown_signal() {
 pub enum RunError {
     /// Bad configuration.
     #[error("configuration: {0}")]
-    Config(#[from] crate::config::ConfigError),
+    Config(#[from] ConfigError),
     /// No Kubernetes client could be built (kubeconfig or in-cluster).
     #[error("kubernetes client: {0}")]
     Kube(#[from] kube::Error),
@@ -131,7 +91,7 @@ pub enum RunError {
 
 /// The agent with a client from the environment (kubeconfig or in-cluster
 /// service account), until `shutdown` resolves.
-pub async fn run_async(
+async fn run_async(
     args: RunArgs,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), RunError> {
@@ -152,50 +112,31 @@ pub async fn run_with_client(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), RunError> {
     let agent = args.resolve_identity()?;
-    let shard_config = args.shard_config(&agent)?;
-    tracing::info!(%agent, namespaces = ?args.namespaces, sharding = shard_config.is_some(),
+    let sharding = Sharding::start(client.clone(), args.shard_config(&agent)?);
+    tracing::info!(%agent, namespaces = ?args.namespaces, sharding = sharding.is_on(),
         "starting kura-agent");
 
     let (discovery, driver) = Discovery::start(client.clone(), &args.discovery_config());
     let driver = tokio::spawn(driver);
 
-    // Sharding: this replica's Lease and the group's membership.
-    let (shard, shard_driver) = match shard_config {
-        Some(config) => {
-            tracing::info!(group = %config.group, lease_namespace = %config.namespace,
-                lease = %config.lease_name(), duration = ?config.lease_duration, "sharding on");
-            let (shard, driver) = Shard::start(client.clone(), config);
-            (Some(shard), Some(tokio::spawn(driver)))
-        }
-        None => (None, None),
-    };
-
     let view = FleetView::new();
     {
         let discovery = discovery.clone();
-        let shard = shard.clone();
+        let sharding = sharding.clone();
         view.set_sync_probe(Arc::new(move || {
             let mut pending = discovery.pending_lists();
-            if let Some(shard) = &shard {
-                pending.extend(shard.not_ready_reasons(jiff::Timestamp::now()));
-            }
+            pending.extend(sharding.not_ready_reasons(Timestamp::now()));
             pending
         }));
     }
-    if let Some(shard) = &shard {
-        view.set_members(shard.clone());
-    }
+    sharding.show_members(&view);
 
     let handle = WriteHandle::new(WriteQueue::new(args.write_queue_config()));
-    let mut writer = StatusWriter::new(client.clone());
-    if let Some(shard) = &shard {
-        writer = writer.with_gate(shard.clone());
-    }
     let writes = {
         let view = view.clone();
         tokio::spawn(run_writes(
             handle.clone(),
-            writer,
+            sharding.gate(StatusWriter::new(client.clone())),
             MAX_WRITES_IN_FLIGHT,
             move |key, write| view.record_write(key, write),
         ))
@@ -219,14 +160,13 @@ pub async fn run_with_client(
         let _ = server_stopped.await;
     }));
 
-    let mut targets: Arc<dyn TargetSource> =
-        Arc::new(ClusterTargets::new(discovery, args.target_config()));
-    if let Some(shard) = &shard {
-        targets = Arc::new(OwnedTargets::new(targets, shard.clone()));
-    }
+    let targets = sharding.narrow(Arc::new(ClusterTargets::new(
+        discovery,
+        args.target_config(),
+    )));
     let agent_loop = AgentLoop::new(
-        loop_config(&args, agent),
-        Poller::new(poll_config(&args)),
+        args.loop_config(agent),
+        Poller::new(args.poll_config()),
         targets,
         Arc::new(handle.clone()),
         view,
@@ -250,14 +190,84 @@ pub async fn run_with_client(
     }
     writes.abort();
     driver.abort();
-    if let Some(d) = shard_driver {
-        d.abort();
-    }
-    if let Some(shard) = &shard {
-        shard.release(client).await;
-    }
+    sharding.stop(client).await;
     let _ = stop_server.send(());
     let _ = server.await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The sharding parts of `run`, composed once: this replica's [`Shard`]
+/// (its Lease, the group's membership) and the task renewing it, or
+/// nothing when sharding is off. Every use below is one method: with
+/// sharding off each is the one-replica identity (all targets, every
+/// write, no readiness reason, nothing to release).
+#[derive(Clone)]
+struct Sharding {
+    shard: Option<Arc<Shard>>,
+    driver: Option<Arc<JoinHandle<()>>>,
+}
+
+impl Sharding {
+    /// Starts this replica's Lease when `config` is set.
+    fn start(client: kube::Client, config: Option<ShardConfig>) -> Sharding {
+        let Some(config) = config else {
+            return Sharding {
+                shard: None,
+                driver: None,
+            };
+        };
+        tracing::info!(group = %config.group, lease_namespace = %config.namespace,
+            lease = %config.lease_name(), duration = ?config.lease_duration, "sharding on");
+        let (shard, driver) = Shard::start(client, config);
+        Sharding {
+            shard: Some(shard),
+            driver: Some(Arc::new(tokio::spawn(driver))),
+        }
+    }
+
+    fn is_on(&self) -> bool {
+        self.shard.is_some()
+    }
+
+    /// Why this replica may not act yet (readiness detail).
+    fn not_ready_reasons(&self, now: Timestamp) -> Vec<String> {
+        self.shard
+            .as_ref()
+            .map(|s| s.not_ready_reasons(now))
+            .unwrap_or_default()
+    }
+
+    /// Shows the members section on the debug endpoint.
+    fn show_members(&self, view: &FleetView) {
+        if let Some(shard) = &self.shard {
+            view.set_members(shard.clone());
+        }
+    }
+
+    /// `targets` narrowed to the instances this replica owns.
+    fn narrow(&self, targets: Arc<dyn TargetSource>) -> Arc<dyn TargetSource> {
+        match &self.shard {
+            Some(shard) => Arc::new(OwnedTargets::new(targets, shard.clone())),
+            None => targets,
+        }
+    }
+
+    /// `writer`, asking the shard right before every PATCH.
+    fn gate(&self, writer: StatusWriter) -> StatusWriter {
+        match &self.shard {
+            Some(shard) => writer.with_gate(shard.clone()),
+            None => writer,
+        }
+    }
+
+    /// Stops renewing and releases the Lease (graceful leave).
+    async fn stop(self, client: kube::Client) {
+        if let Some(driver) = &self.driver {
+            driver.abort();
+        }
+        if let Some(shard) = &self.shard {
+            shard.release(client).await;
+        }
+    }
 }

@@ -209,7 +209,8 @@ const LABELLED: [(&str, &str); 5] = [
 ];
 
 /// Every series name this module renders, in render order.
-pub fn series_names() -> impl Iterator<Item = &'static str> {
+#[cfg(test)]
+fn series_names() -> impl Iterator<Item = &'static str> {
     GAUGES
         .iter()
         .map(|g| g.name)

@@ -1,16 +1,15 @@
-//! Every metric the agent exports under `kura_agent_*`: names as constants,
+//! Every metric the agent records under `kura_agent_*`: names as constants,
 //! one [`Metric`] entry each in [`METRICS`] (kind, help text, label and
 //! every value it takes), histogram buckets, and the recorder the debug
-//! server renders. [`instances`] renders the per-instance `kura_instance_*`
-//! series from the fleet view.
+//! server renders. A leaf: every layer may record through it, it imports
+//! nothing of the crate. (The per-instance `kura_instance_*` series are
+//! rendered from the fleet view by the debug server.)
 //!
 //! Other modules record through the `metrics` macros with these constants
 //! (`metrics::counter!(telemetry::POLLS_TOTAL, "result" => "ok")`), so a
 //! name is spelled in exactly one place; a test of the crate checks that
 //! every name recorded is in [`METRICS`] exactly once and that every label
 //! value documented here is one the code records.
-
-pub mod instances;
 
 use kura_schemas::{AgentVerdict, Signal};
 use metrics::{Unit, describe_counter, describe_gauge, describe_histogram, gauge};

@@ -1,82 +1,34 @@
 //! Command-line flags and `KURA_AGENT_*` environment variables of
-//! `kura-agent run`, and the small parsers they need (durations like `2s`,
-//! `10s`, `1h`).
+//! `kura-agent run`, and every translation of them into the settings of
+//! the parts `run` composes (`impl RunArgs`): discovery, targets, poller,
+//! loop and engine, write queue, sharding, identity.
 
-use clap::{Args, ValueEnum};
 use std::net::SocketAddr;
 use std::time::Duration;
 
-/// Errors of the configuration parsers.
+use clap::Args;
+use jiff::SignedDuration;
+use kura_gate::GateConfig;
+
+use crate::aggregate::AggregateConfig;
+use crate::cli::LogFormat;
+use crate::cli::parse::{parse_positive_duration, parse_positive_signed, parse_rate};
+use crate::cluster::{DiscoveryConfig, PollPort, TargetConfig};
+use crate::engine::EngineConfig;
+use crate::poll::PollConfig;
+use crate::runner::LoopConfig;
+use crate::shard::{ShardConfig, ShardError};
+use crate::write::WriteQueueConfig;
+
+/// Settings `run` cannot start with.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ConfigError {
-    /// A duration that is not written like `2s`, `500ms`, `10m`, `1h30m`.
-    #[error("invalid duration {input:?}: {reason}")]
-    InvalidDuration {
-        /// What was given.
-        input: String,
-        /// Why it was rejected.
-        reason: String,
-    },
-    /// A write rate that is not a positive finite number.
-    #[error("invalid rate {0:?}: expected a positive number of writes per second")]
-    InvalidRate(String),
     /// The agent identity could not be found anywhere.
     #[error("no agent identity: set --agent-identity, POD_NAME or a hostname")]
     NoIdentity,
     /// The sharding settings are unusable.
     #[error("sharding: {0}")]
-    Shard(#[from] crate::shard::ShardError),
-}
-
-/// Parses a non-negative duration written like `2s`, `500ms`, `10m`, `1h`,
-/// `1h 30m` (jiff's friendly format) or ISO 8601 (`PT2S`). A bare number is
-/// rejected: the unit is never guessed.
-pub fn parse_duration(input: &str) -> Result<Duration, ConfigError> {
-    let invalid = |reason: String| ConfigError::InvalidDuration {
-        input: input.to_owned(),
-        reason,
-    };
-    let trimmed = input.trim();
-    if trimmed.is_empty() {
-        return Err(invalid("empty".to_owned()));
-    }
-    let signed: jiff::SignedDuration = trimmed
-        .parse()
-        .map_err(|e: jiff::Error| invalid(e.to_string()))?;
-    if signed.is_negative() {
-        return Err(invalid("negative".to_owned()));
-    }
-    Duration::try_from(signed).map_err(|e| invalid(e.to_string()))
-}
-
-/// Parses a positive duration (`0s` rejected).
-pub fn parse_positive_duration(input: &str) -> Result<Duration, ConfigError> {
-    let d = parse_duration(input)?;
-    if d.is_zero() {
-        return Err(ConfigError::InvalidDuration {
-            input: input.to_owned(),
-            reason: "must be greater than zero".to_owned(),
-        });
-    }
-    Ok(d)
-}
-
-/// Parses a positive, finite rate (writes per second).
-pub fn parse_rate(input: &str) -> Result<f64, ConfigError> {
-    match input.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
-        _ => Err(ConfigError::InvalidRate(input.to_owned())),
-    }
-}
-
-/// Log output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
-pub enum LogFormat {
-    /// One JSON object per line.
-    #[default]
-    Json,
-    /// Human-readable text.
-    Text,
+    Shard(#[from] ShardError),
 }
 
 /// Flags of `kura-agent run`. Every flag can also be set by the environment
@@ -154,8 +106,8 @@ pub struct RunArgs {
 
     /// How long a vanished pod's counters are kept before they are folded
     /// into `retiredCounters`.
-    #[arg(long, env = "KURA_AGENT_RETENTION", default_value = "1h", value_parser = parse_positive_duration)]
-    pub retention: Duration,
+    #[arg(long, env = "KURA_AGENT_RETENTION", default_value = "1h", value_parser = parse_positive_signed)]
+    pub retention: SignedDuration,
 
     /// Listen address of the read-only debug and metrics server.
     #[arg(long, env = "KURA_AGENT_DEBUG_LISTEN", default_value = "0.0.0.0:8080")]
@@ -198,8 +150,8 @@ pub struct RunArgs {
 
 impl RunArgs {
     /// What discovery watches.
-    pub fn discovery_config(&self) -> crate::cluster::DiscoveryConfig {
-        crate::cluster::DiscoveryConfig {
+    pub fn discovery_config(&self) -> DiscoveryConfig {
+        DiscoveryConfig {
             namespaces: self
                 .namespaces
                 .iter()
@@ -215,8 +167,7 @@ impl RunArgs {
     }
 
     /// How pods become targets.
-    pub fn target_config(&self) -> crate::cluster::TargetConfig {
-        use crate::cluster::{PollPort, TargetConfig};
+    pub fn target_config(&self) -> TargetConfig {
         TargetConfig {
             container_name: self.container_name.clone(),
             port: match &self.port_name {
@@ -228,22 +179,48 @@ impl RunArgs {
     }
 
     /// The write scheduler's settings.
-    pub fn write_queue_config(&self) -> crate::write::WriteQueueConfig {
-        crate::write::WriteQueueConfig {
+    pub fn write_queue_config(&self) -> WriteQueueConfig {
+        WriteQueueConfig {
             heartbeat: self.heartbeat,
             rate_per_second: self.write_rate,
             burst: self.write_burst,
-            ..Default::default()
+            ..WriteQueueConfig::default()
+        }
+    }
+
+    /// The poller's settings (which port is polled is the targets'
+    /// business: [`RunArgs::target_config`]).
+    pub fn poll_config(&self) -> PollConfig {
+        PollConfig {
+            concurrency: self.poll_concurrency as usize,
+            timeout: self.poll_timeout,
+            body_limit: self.body_limit as usize,
+            keep_alive: self.poll_keep_alive,
+            ..PollConfig::default()
+        }
+    }
+
+    /// The loop's and every instance engine's settings; `agent` is written
+    /// to `rolloutHealth.agent`.
+    pub fn loop_config(&self, agent: String) -> LoopConfig {
+        LoopConfig {
+            sweep_interval: self.sweep_interval,
+            engine: EngineConfig {
+                agent,
+                aggregate: AggregateConfig {
+                    retention: self.retention,
+                    ..AggregateConfig::default()
+                },
+                gate: GateConfig::default(),
+            },
+            ..LoopConfig::default()
         }
     }
 
     /// The sharding settings for `identity`, `None` when sharding is off.
     /// Reads `POD_NAMESPACE` when `--lease-namespace` is not set: call at
     /// start-up only.
-    pub fn shard_config(
-        &self,
-        identity: &str,
-    ) -> Result<Option<crate::shard::ShardConfig>, ConfigError> {
+    pub fn shard_config(&self, identity: &str) -> Result<Option<ShardConfig>, ConfigError> {
         if !self.sharding {
             return Ok(None);
         }
@@ -252,8 +229,8 @@ impl RunArgs {
             .clone()
             .filter(|n| !n.trim().is_empty())
             .or_else(|| std::env::var("POD_NAMESPACE").ok())
-            .ok_or(crate::shard::ShardError::NoNamespace)?;
-        Ok(Some(crate::shard::ShardConfig::new(
+            .ok_or(ShardError::NoNamespace)?;
+        Ok(Some(ShardConfig::new(
             namespace,
             self.agent_group.clone(),
             identity,
@@ -304,35 +281,6 @@ mod tests {
     }
 
     #[test]
-    fn durations_parse_with_units() {
-        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
-        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("1h 30m"), Ok(Duration::from_secs(5400)));
-        assert_eq!(parse_duration("PT2S"), Ok(Duration::from_secs(2)));
-    }
-
-    #[test]
-    fn durations_without_unit_or_negative_are_rejected() {
-        assert!(parse_duration("2").is_err());
-        assert!(parse_duration("").is_err());
-        assert!(parse_duration("-2s").is_err());
-        assert!(parse_duration("two seconds").is_err());
-        assert!(parse_positive_duration("0s").is_err());
-    }
-
-    #[test]
-    fn rates_must_be_positive_and_finite() {
-        assert_eq!(parse_rate("20"), Ok(20.0));
-        assert_eq!(parse_rate("0.5"), Ok(0.5));
-        assert!(parse_rate("0").is_err());
-        assert!(parse_rate("-1").is_err());
-        assert!(parse_rate("inf").is_err());
-        assert!(parse_rate("NaN").is_err());
-    }
-
-    #[test]
     fn defaults_match_the_design() {
         let w = Wrapper::try_parse_from(["x"]).expect("defaults parse");
         let a = w.args;
@@ -346,7 +294,7 @@ mod tests {
         assert_eq!(a.sweep_interval, Duration::from_secs(10));
         assert_eq!(a.heartbeat, Duration::from_secs(30));
         assert_eq!(a.write_rate, 50.0);
-        assert_eq!(a.retention, Duration::from_secs(3600));
+        assert_eq!(a.retention, SignedDuration::from_hours(1));
         assert_eq!(
             a.debug_listen,
             "0.0.0.0:8080".parse::<SocketAddr>().expect("addr")
@@ -417,7 +365,6 @@ mod tests {
 
     #[test]
     fn args_convert_to_module_configs() {
-        use crate::cluster::PollPort;
         let w = Wrapper::try_parse_from([
             "x",
             "--port-name",
@@ -440,6 +387,34 @@ mod tests {
         let d = Wrapper::try_parse_from(["x"]).expect("parse");
         assert_eq!(d.args.target_config().port, PollPort::Number(4000));
         assert_eq!(d.args.write_queue_config().rate_per_second, 50.0);
+    }
+
+    #[test]
+    fn poller_loop_and_engine_settings_come_from_the_flags() {
+        let w = Wrapper::try_parse_from([
+            "x",
+            "--retention=90m",
+            "--poll-timeout=500ms",
+            "--poll-concurrency=8",
+            "--poll-keep-alive=false",
+            "--sweep-interval=3s",
+        ])
+        .expect("parse");
+        let poll = w.args.poll_config();
+        assert_eq!(poll.timeout, Duration::from_millis(500));
+        assert_eq!(poll.concurrency, 8);
+        assert!(!poll.keep_alive);
+        assert_eq!(poll.body_limit, 64 * 1024);
+        let l = w.args.loop_config("agent-0".into());
+        assert_eq!(l.sweep_interval, Duration::from_secs(3));
+        assert_eq!(l.engine.agent, "agent-0");
+        assert_eq!(l.engine.aggregate.retention, SignedDuration::from_mins(90));
+        assert_eq!(l.engine.gate, GateConfig::default());
+        // A retention that is no positive duration is refused at start,
+        // never replaced by a default.
+        for bad in ["--retention=0s", "--retention=-1h", "--retention=60"] {
+            assert!(Wrapper::try_parse_from(["x", bad]).is_err(), "{bad}");
+        }
     }
 
     #[test]

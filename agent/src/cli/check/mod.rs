@@ -1,20 +1,52 @@
-//! `kura-agent check --node URL [--node URL ...]`: the gate for a set of
-//! plain node URLs (see [`crate::check`] for the rules).
-//!
-//! Usage, for operators of the standalone chart (instead of a shell script
-//! with curl): start it just before upgrading, with every node of the set:
+//! `kura-agent check`: the gate for a set of plain node URLs, for operators
+//! of the standalone chart (no Kubernetes, no agent deployment).
 //!
 //! ```text
-//! kura-agent check --node http://kura-0:4000 --node http://kura-1:4000 \
-//!     --node http://kura-2:4000 --soak 2m --timeout 10m
+//! kura-agent check --node http://10.0.0.5:4000 --node http://10.0.0.6:4000 \
+//!     [--expected-pods N] [--soak 120s] [--interval 5s] [--timeout 600s] [--json]
 //! ```
 //!
-//! It takes the baseline from the first poll, polls every `--interval`
-//! (default 5 s), and exits 0 once the set has been healthy without a break
-//! for `--soak` (default 120 s), 1 at a hard stop (critical memory pressure
-//! at once, or `--timeout`, default 600 s, naming the last failing signal),
-//! 2 on a usage or input error. Each poll prints one line naming the verdict
-//! and the signal, or one JSON object with `--json`.
+//! The nodes form one synthetic instance (`expectedPods` defaults to the
+//! number of nodes). Every `--interval` each node's `/status/rollout` is
+//! polled with the agent's poller (same limits: 2 s per attempt, 64 KiB,
+//! no redirects), folded with the agent's aggregation (per-node reset
+//! clamping, so a node restarted by the upgrade does not hide growth) and
+//! judged by the gate's per-instance judge ([`kura_gate::judge_instance`]),
+//! the same code that writes `status.rolloutGate` in a cluster:
+//!
+//! - The first poll is the baseline (`outboxMessages`, `fdTimeoutCount`,
+//!   `peerConnectionFailures`); start the check just before upgrading.
+//! - Every poll runs the fourteen server checks of contract/gate.md. A
+//!   failing check resets the soak clock; critical memory pressure is a hard
+//!   stop at once.
+//! - **pass** (exit 0) after continuous health for `--soak`; **hard stop**
+//!   (exit 1) at critical memory pressure, or at `--timeout` from the first
+//!   poll (signal `wave_deadline_exceeded`, evidence: the elapsed time, then
+//!   the last failing check). Usage or input errors exit 2.
+//! - A set that is not healthy at start (a node down, not ready, not
+//!   serving, ring skew, critical pressure) is not soak-eligible, as in the
+//!   gate: its counters are no reference, so the counter checks are skipped
+//!   and only the absolute checks (1 to 11) hold. The first line says so.
+//!
+//! Output: one line per poll naming the verdict and the signal; with
+//! `--json` one JSON object per line ([`PollReport`]: verdict, signal,
+//! soak and timeout left, baseline, evidence, implicated node URLs and the
+//! whole aggregate).
+//!
+//! Durations are written like `8s`, `2m`, `1h` (also `1m30s`, `250ms`).
+
+//!
+//! Usage or input errors exit 2; [`run`] is the subcommand's entry point.
+
+mod judge;
+mod line;
+mod run;
+mod url;
+pub(crate) mod words;
+
+pub use judge::{CheckRun, CheckSettings, PollReport};
+pub use run::{CheckNode, run_check};
+use url::node_report_urls;
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -22,10 +54,12 @@ use std::time::Duration;
 
 use kura_gate::{GateConfig, VerdictKind};
 
-use crate::check::line::readable;
-use crate::check::{CheckNode, CheckRun, CheckSettings, node_report_urls, run_check};
-use crate::config::{parse_duration, parse_positive_duration};
+use super::LogFormat;
+
+use crate::cli::parse::{parse_duration, parse_positive_duration};
 use crate::poll::{PollConfig, Poller};
+
+use line::readable;
 
 /// Exit code: passed.
 pub const EXIT_PASS: u8 = 0;
@@ -60,7 +94,7 @@ pub struct CheckArgs {
 
 /// Entry point of `kura-agent check`; returns exit code 0, 1 or 2.
 pub fn run(args: CheckArgs) -> ExitCode {
-    super::init_text_logging("warn");
+    super::init_logging(LogFormat::Text, "warn");
     let urls = match node_report_urls(&args.nodes) {
         Ok(urls) => urls,
         Err(e) => return usage(&e.to_string()),
