@@ -425,6 +425,21 @@ pub(crate) const PODS: &str = "pods";
 /// dropped (watch errors are retried with kube's default backoff).
 pub type DiscoveryDriver = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 
+/// The future that runs one watch's stream, recording each event's
+/// outcome in its [`WatchState`].
+fn driven<K: Send + 'static>(
+    stream: impl futures::Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
+    state: Arc<WatchState>,
+) -> DiscoveryDriver {
+    Box::pin(stream.for_each(move |ev| {
+        state.observe(
+            ev.as_ref().map(|_| ()).map_err(|e| e.to_string()),
+            matches!(ev, Ok(watcher::Event::InitDone)),
+        );
+        std::future::ready(())
+    }))
+}
+
 impl Discovery {
     /// Sets up one instance watch and one pod watch per namespace (one of
     /// each for all namespaces when none is configured), each feeding its
@@ -468,13 +483,7 @@ impl Discovery {
                     .modify(|o| o.managed_fields_mut().clear())
                     .default_backoff(),
             );
-            drivers.push(Box::pin(stream.for_each(move |ev| {
-                state.observe(
-                    ev.as_ref().map(|_| ()).map_err(|e| e.to_string()),
-                    matches!(ev, Ok(watcher::Event::InitDone)),
-                );
-                std::future::ready(())
-            })));
+            drivers.push(driven(stream, state));
 
             let (reader, writer) = reflector::store::<Pod>();
             pod_stores.push(reader);
@@ -489,13 +498,7 @@ impl Discovery {
                     })
                     .default_backoff(),
             );
-            drivers.push(Box::pin(stream.for_each(move |ev| {
-                state.observe(
-                    ev.as_ref().map(|_| ()).map_err(|e| e.to_string()),
-                    matches!(ev, Ok(watcher::Event::InitDone)),
-                );
-                std::future::ready(())
-            })));
+            drivers.push(driven(stream, state));
         }
         let driver: DiscoveryDriver = Box::pin(async move {
             futures::future::join_all(drivers).await;
