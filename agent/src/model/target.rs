@@ -66,7 +66,7 @@ pub struct InstanceTarget {
 
 /// The note on an instance whose pods beyond the per-instance limit are
 /// not polled.
-pub fn pods_dropped_note(dropped: usize) -> String {
+fn pods_dropped_note(dropped: usize) -> String {
     format!("{dropped} pod(s) beyond the per-instance limit are not polled")
 }
 

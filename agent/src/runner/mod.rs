@@ -253,6 +253,60 @@ fn jittered(base: Duration, spread: f64, unit: f64) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::{InstanceInfo, SystemClock};
+    use crate::poll::PollConfig;
+
+    /// What discovery noted about a target (an unreadable status field,
+    /// pods beyond the limit) reaches the fleet view with its sweep.
+    #[tokio::test]
+    async fn discovery_notes_reach_the_fleet_view() {
+        let target = InstanceTarget {
+            info: InstanceInfo {
+                namespace: "kura".into(),
+                name: "acme".into(),
+                expected_pods: 3,
+                generation: 1,
+            },
+            spec_image: "img".into(),
+            pods: Vec::new(),
+            pods_dropped: 2,
+            previous_status: None,
+            status_warnings: vec!["status.rolloutGate unreadable: x".into()],
+        };
+        let expected = target.notes();
+        let view = FleetView::new();
+        let agent_loop = AgentLoop::new(
+            LoopConfig {
+                sweep_interval: Duration::from_millis(20),
+                reconcile_every: Duration::from_millis(10),
+                ..LoopConfig::default()
+            },
+            Poller::new(PollConfig::default()),
+            Arc::new(StaticTargets::new(vec![target])),
+            Arc::new(MemorySink::new()),
+            view.clone(),
+            Arc::new(SystemClock),
+        );
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let running = tokio::spawn(agent_loop.run(async {
+            let _ = stopped.await;
+        }));
+        let key = InstanceKey::new("kura", "acme");
+        let notes = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                if let Some(v) = view.instance(&key).filter(|v| v.swept_at.is_some()) {
+                    return v.notes;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("a sweep within 5 s");
+        let _ = stop.send(());
+        let _ = running.await;
+        assert_eq!(notes, expected);
+        assert_eq!(notes.len(), 2, "{notes:?}");
+    }
 
     #[test]
     fn jitter_stays_within_spread() {
