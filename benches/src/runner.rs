@@ -103,7 +103,7 @@ impl Runner {
         config: RunnerConfig,
         targets: &[(PodIdentity, SocketAddr)],
     ) -> Result<Runner, LoadError> {
-        let mut cmd = Command::new(exe);
+        let mut cmd = wrapped(exe, side);
         cmd.arg("run-side")
             .args(["--side", side.as_arg()])
             .args(["--concurrency", &config.concurrency.to_string()])
@@ -207,6 +207,26 @@ impl Drop for Runner {
     fn drop(&mut self) {
         drop(self.stdin.take());
         let _ = self.child.wait();
+    }
+}
+
+/// The environment variable naming a profiler command to run the agent
+/// side under, words split at spaces (e.g. `heaptrack -o /tmp/agent`):
+/// how the heap profile in benches/PERFORMANCE.md was taken.
+pub const AGENT_WRAPPER_ENV: &str = "KURA_FLEET_LOAD_AGENT_WRAPPER";
+
+/// `exe`, or the profiler of [`AGENT_WRAPPER_ENV`] running it for the
+/// agent side.
+fn wrapped(exe: &Path, side: Side) -> Command {
+    let wrapper = std::env::var(AGENT_WRAPPER_ENV).unwrap_or_default();
+    let mut words = wrapper.split_whitespace();
+    match (side, words.next()) {
+        (Side::Agent, Some(program)) => {
+            let mut cmd = Command::new(program);
+            cmd.args(words).arg(exe);
+            cmd
+        }
+        _ => Command::new(exe),
     }
 }
 

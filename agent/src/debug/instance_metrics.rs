@@ -369,6 +369,7 @@ pub fn render(instances: &[InstanceView], now: Timestamp) -> String {
 mod tests {
     use super::*;
     use crate::view::PodView;
+    use std::sync::Arc;
     use kura_schemas::{BaselineCounters, RolloutGate, RolloutHealth};
 
     fn ts(s: &str) -> Timestamp {
@@ -456,8 +457,8 @@ mod tests {
             spec_image: Some(spec.into()),
             swept_at: Some(ts("2026-07-21T10:00:10Z")),
             pods,
-            health: Some(health()),
-            gate: Some(gate()),
+            health: Some(Arc::new(health())),
+            gate: Some(Arc::new(gate())),
             last_write: None,
             notes: vec![],
         }
