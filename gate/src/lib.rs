@@ -57,7 +57,7 @@ pub use health_view::HealthView;
 pub use instance::judge_instance;
 pub use replay::{
     ReplayError, ReplayInput, ReplayLine, parse_baseline_json, parse_config_json, parse_replay,
-    parse_tick_json, replay, run_replay,
+    parse_tick_json, parse_tick_value, replay, run_replay,
 };
 pub use wave::{
     Deployment, Gate, GateState, ServerInput, ServerStatus, TickInput, Verdict, VerdictKind,

@@ -175,7 +175,12 @@ pub fn parse_config_json(text: &str) -> Result<GateConfig, ReplayError> {
 /// (server and field; there is no tick index). `config` decides the soak
 /// eligibility of baselines given as aggregates.
 pub fn parse_tick_json(text: &str, config: &GateConfig) -> Result<TickInput, ReplayError> {
-    parse_tick(&Ctx::default(), &json_value(text)?, config)
+    parse_tick_value(&json_value(text)?, config)
+}
+
+/// [`parse_tick_json`] for a document already read into a JSON value.
+pub fn parse_tick_value(value: &Value, config: &GateConfig) -> Result<TickInput, ReplayError> {
+    parse_tick(&Ctx::default(), value, config)
 }
 
 /// Parses a baseline document on its own, in either form a tick's server
