@@ -106,8 +106,7 @@ defmodule KuraGate do
   @doc "Judges one tick. On error the gate's state is unchanged."
   @spec tick(t, document) :: {:ok, verdict, t} | {:error, Error.t()}
   def tick(%__MODULE__{ref: ref} = gate, input) do
-    answer =
-      if large?(input), do: Native.tick_dirty(ref, input), else: Native.tick(ref, input)
+    answer = if large?(input), do: Native.tick_dirty(ref, input), else: Native.tick(ref, input)
 
     case answer do
       {:ok, verdict} -> {:ok, verdict_out(verdict), gate}
@@ -197,10 +196,16 @@ defmodule KuraGate do
 
   defp large?(%{} = input) do
     servers = Map.get(input, :servers) || Map.get(input, "servers")
-    is_list(servers) and length(servers) > @dirty_servers
+    longer_than?(servers, @dirty_servers)
   end
 
   defp large?(_), do: false
+
+  # Counts at most n + 1 elements; improper lists and non-lists are short
+  # here (the NIF refuses them with a located error).
+  defp longer_than?(_, n) when n < 0, do: true
+  defp longer_than?([_ | rest], n), do: longer_than?(rest, n - 1)
+  defp longer_than?(_, _), do: false
 
   defp verdict_out(%{healthy_since: since} = verdict), do: %{verdict | healthy_since: time(since)}
 

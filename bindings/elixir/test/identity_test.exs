@@ -10,6 +10,7 @@ defmodule KuraGate.IdentityTest do
 
   defp same_refusal!(path, where, error, message) do
     assert %KuraGate.Error{field: field} = error, "#{path} #{where}: #{inspect(error)}"
+
     assert field != nil and String.contains?(message, "field #{field}"),
            "#{path} #{where}: binding #{inspect(error)}, replay #{message}"
   end
@@ -44,7 +45,10 @@ defmodule KuraGate.IdentityTest do
                 doc_ticks
                 |> Enum.with_index()
                 |> Enum.reduce_while({ticks, refused}, fn {tick, i}, {t, r} ->
-                  input = if unquote(form) == :binary, do: elem(KuraGate.encode_json(tick), 1), else: tick
+                  input =
+                    if unquote(form) == :binary,
+                      do: elem(KuraGate.encode_json(tick), 1),
+                      else: tick
 
                   case {KuraGate.tick(gate, input), want} do
                     {{:error, error}, {:error, message}} when i == bad ->
@@ -71,7 +75,11 @@ defmodule KuraGate.IdentityTest do
         end
 
       {ticks, refused} = totals
-      IO.puts("\n[elixir identity, #{unquote(form)}] #{length(scenarios)} scenarios + #{length(timelines)} timelines: #{ticks} ticks identical, #{refused} refusals at the same tick and field")
+
+      IO.puts(
+        "\n[elixir identity, #{unquote(form)}] #{length(scenarios)} scenarios + #{length(timelines)} timelines: #{ticks} ticks identical, #{refused} refusals at the same tick and field"
+      )
+
       assert ticks > 1000
     end
   end
@@ -107,7 +115,9 @@ defmodule KuraGate.IdentityTest do
                   |> Enum.with_index(k)
                   |> Enum.each(fn {t, i} ->
                     {:ok, verdict, _} = KuraGate.tick(second, t)
-                    assert json_form(verdict) == Enum.at(lines, i), "#{path} restored at #{k}, tick #{i}"
+
+                    assert json_form(verdict) == Enum.at(lines, i),
+                           "#{path} restored at #{k}, tick #{i}"
                   end)
 
                   acc + 1

@@ -22,8 +22,11 @@ mod atoms {
     }
 }
 
-/// The deepest term accepted (as serde_json's recursion limit for text).
-const MAX_DEPTH: usize = 128;
+/// The deepest term accepted. Contract documents nest 8 levels at most;
+/// the bound keeps the recursion well inside a scheduler's stack (a dirty
+/// CPU scheduler has 320 KiB by default, and a debug build's frames are
+/// large).
+const MAX_DEPTH: usize = 32;
 /// The most terms (map entries, list elements, scalars) one input may hold.
 const MAX_NODES: usize = 4_000_000;
 
@@ -167,40 +170,140 @@ fn input_binary<'a>(term: Term<'a>) -> Result<&'a [u8], FfiError> {
 
 /// A term as a JSON value, bounded in depth and size.
 fn to_value(term: Term<'_>) -> Result<Value, FfiError> {
-    let mut nodes = 0;
-    convert(term, "", 0, &mut nodes)
+    let mut walk = Walk {
+        path: String::new(),
+        nodes: 0,
+    };
+    walk.convert(term, 0)
 }
 
-fn convert(term: Term<'_>, path: &str, depth: usize, nodes: &mut usize) -> Result<Value, FfiError> {
-    let at = |what: String| {
-        let place = if path.is_empty() { "(document)" } else { path };
+/// Where a conversion is and how much it has seen. The recursive frame is
+/// kept small (scalars, keys and errors are handled in helpers that are
+/// never inlined) so [`MAX_DEPTH`] levels fit any scheduler's stack.
+struct Walk {
+    path: String,
+    nodes: usize,
+}
+
+impl Walk {
+    fn convert(&mut self, term: Term<'_>, depth: usize) -> Result<Value, FfiError> {
+        self.nodes += 1;
+        if self.nodes > MAX_NODES {
+            return Err(too_many());
+        }
+        if depth > MAX_DEPTH {
+            return Err(self.fail(format!("nested deeper than {MAX_DEPTH} levels")));
+        }
+        match term.get_type() {
+            TermType::List => {
+                // The length check refuses improper lists (the iterator
+                // would panic on one).
+                let len = term
+                    .list_length()
+                    .map_err(|_| self.fail("an improper list".into()))?;
+                let list: ListIterator = term
+                    .decode()
+                    .map_err(|_| self.fail("an improper list".into()))?;
+                let mut items = Vec::with_capacity(len.min(MAX_NODES));
+                for (i, item) in list.enumerate() {
+                    let mark = self.path.len();
+                    push_index(&mut self.path, i);
+                    items.push(self.convert(item, depth + 1)?);
+                    self.path.truncate(mark);
+                }
+                Ok(Value::Array(items))
+            }
+            TermType::Map => {
+                if let Ok(kind) = term.map_get(atoms::__struct__()) {
+                    return struct_value(kind, term).map_err(|what| self.fail(what));
+                }
+                let entries =
+                    MapIterator::new(term).ok_or_else(|| self.fail("unreadable map".into()))?;
+                let mut map = Map::new();
+                for (key, value) in entries {
+                    let key = map_key(key).ok_or_else(|| {
+                        self.fail("a map key that is not an atom or a UTF-8 string".into())
+                    })?;
+                    let mark = self.path.len();
+                    push_key(&mut self.path, &key);
+                    let value = self.convert(value, depth + 1)?;
+                    self.path.truncate(mark);
+                    map.insert(key, value);
+                }
+                Ok(Value::Object(map))
+            }
+            _ => scalar(term).map_err(|what| self.fail(what)),
+        }
+    }
+
+    #[inline(never)]
+    fn fail(&self, what: String) -> FfiError {
+        let place = if self.path.is_empty() {
+            "(document)"
+        } else {
+            self.path.as_str()
+        };
         FfiError {
             field: Some(place.to_owned()),
             ..FfiError::new(ErrorCode::InvalidInput, format!("field {place}: {what}"))
         }
-    };
-    *nodes += 1;
-    if *nodes > MAX_NODES {
-        return Err(FfiError::new(
-            ErrorCode::InputTooLarge,
-            format!("input holds more than {MAX_NODES} terms"),
-        ));
     }
-    if depth > MAX_DEPTH {
-        return Err(at(format!("nested deeper than {MAX_DEPTH} levels")));
+}
+
+#[inline(never)]
+fn too_many() -> FfiError {
+    FfiError::new(
+        ErrorCode::InputTooLarge,
+        format!("input holds more than {MAX_NODES} terms"),
+    )
+}
+
+#[inline(never)]
+fn push_index(path: &mut String, i: usize) {
+    path.push('[');
+    path.push_str(&i.to_string());
+    path.push(']');
+}
+
+#[inline(never)]
+fn push_key(path: &mut String, key: &str) {
+    if !path.is_empty() {
+        path.push('.');
     }
-    let child = |key: &str| {
-        if path.is_empty() {
-            key.to_owned()
-        } else {
-            format!("{path}.{key}")
-        }
-    };
+    path.push_str(key);
+}
+
+/// A map key: an atom (Elixir style, made camelCase) or a UTF-8 string.
+#[inline(never)]
+fn map_key(key: Term<'_>) -> Option<String> {
+    match key.get_type() {
+        TermType::Atom => key.atom_to_string().ok().map(|k| camel_case(&k)),
+        TermType::Binary => key
+            .decode::<Binary>()
+            .ok()
+            .and_then(|b| std::str::from_utf8(b.as_slice()).ok().map(str::to_owned)),
+        _ => None,
+    }
+}
+
+/// A struct: only a `%DateTime{}` has a JSON form.
+#[inline(never)]
+fn struct_value(kind: Term<'_>, term: Term<'_>) -> Result<Value, String> {
+    match kind.atom_to_string().as_deref() {
+        Ok("Elixir.DateTime") => date_time(term).map(Value::String),
+        Ok(other) => Err(format!("a %{other}{{}} struct has no JSON form")),
+        Err(_) => Err("a struct of unknown kind".into()),
+    }
+}
+
+/// A term that is neither a list nor a map.
+#[inline(never)]
+fn scalar(term: Term<'_>) -> Result<Value, String> {
     match term.get_type() {
         TermType::Atom => {
             let name = term
                 .atom_to_string()
-                .map_err(|_| at("unreadable atom".into()))?;
+                .map_err(|_| "unreadable atom".to_owned())?;
             Ok(match name.as_str() {
                 "nil" => Value::Null,
                 "true" => Value::Bool(true),
@@ -211,11 +314,11 @@ fn convert(term: Term<'_>, path: &str, depth: usize, nodes: &mut usize) -> Resul
         TermType::Binary => {
             let bytes = term
                 .decode::<Binary>()
-                .map_err(|_| at("unreadable binary".into()))?
+                .map_err(|_| "unreadable binary".to_owned())?
                 .as_slice();
             std::str::from_utf8(bytes)
                 .map(|s| Value::String(s.to_owned()))
-                .map_err(|e| at(format!("not UTF-8 (byte offset {})", e.valid_up_to())))
+                .map_err(|e| format!("not UTF-8 (byte offset {})", e.valid_up_to()))
         }
         TermType::Integer => {
             if let Ok(n) = term.decode::<u64>() {
@@ -223,50 +326,18 @@ fn convert(term: Term<'_>, path: &str, depth: usize, nodes: &mut usize) -> Resul
             } else if let Ok(n) = term.decode::<i64>() {
                 Ok(Value::Number(n.into()))
             } else {
-                Err(at("integer out of the 64-bit range".into()))
+                Err("integer out of the 64-bit range".into())
             }
         }
         TermType::Float => {
             let f = term
                 .decode::<f64>()
-                .map_err(|_| at("unreadable float".into()))?;
+                .map_err(|_| "unreadable float".to_owned())?;
             Number::from_f64(f)
                 .map(Value::Number)
-                .ok_or_else(|| at("not a finite number".into()))
+                .ok_or_else(|| "not a finite number".into())
         }
-        TermType::List => {
-            let list: ListIterator = term.decode().map_err(|_| at("an improper list".into()))?;
-            list.enumerate()
-                .map(|(i, item)| convert(item, &format!("{path}[{i}]"), depth + 1, nodes))
-                .collect::<Result<Vec<_>, _>>()
-                .map(Value::Array)
-        }
-        TermType::Map => {
-            if let Ok(kind) = term.map_get(atoms::__struct__()) {
-                return match kind.atom_to_string().as_deref() {
-                    Ok("Elixir.DateTime") => date_time(term).map(Value::String).map_err(at),
-                    Ok(other) => Err(at(format!("a %{other}{{}} struct has no JSON form"))),
-                    Err(_) => Err(at("a struct of unknown kind".into())),
-                };
-            }
-            let mut map = Map::new();
-            let entries = MapIterator::new(term).ok_or_else(|| at("unreadable map".into()))?;
-            for (key, value) in entries {
-                let key = match key.get_type() {
-                    TermType::Atom => key.atom_to_string().ok().map(|k| camel_case(&k)),
-                    TermType::Binary => key
-                        .decode::<Binary>()
-                        .ok()
-                        .and_then(|b| std::str::from_utf8(b.as_slice()).ok().map(str::to_owned)),
-                    _ => None,
-                }
-                .ok_or_else(|| at("a map key that is not an atom or a UTF-8 string".into()))?;
-                let value = convert(value, &child(&key), depth + 1, nodes)?;
-                map.insert(key, value);
-            }
-            Ok(Value::Object(map))
-        }
-        other => Err(at(format!("{other:?} terms have no JSON form"))),
+        other => Err(format!("{other:?} terms have no JSON form")),
     }
 }
 
