@@ -1,6 +1,5 @@
 defmodule KuraGate.LibraryTest do
   use ExUnit.Case, async: true
-  import KuraGate.TestSupport
 
   test "signals and verdict kinds come from the library" do
     d = KuraGate.describe()
