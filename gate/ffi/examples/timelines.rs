@@ -139,6 +139,18 @@ fn look(rng: &mut Rng, now: i64, base: (u64, u64, u64)) -> Value {
         19 => {
             map.insert("ready".into(), Value::Null);
         }
+        20 => {
+            map.insert("backfillInitialCycle".into(), "pending".into());
+        }
+        21 => {
+            map.insert("backfillInitialCycle".into(), "complete".into());
+        }
+        22 => {
+            map.insert("backfillInitialCycle".into(), "not-a-cycle".into());
+        }
+        23 => {
+            map.insert("backfillInitialCycle".into(), "degraded".into());
+        }
         _ => {}
     }
     h
