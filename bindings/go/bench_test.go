@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 )
 
@@ -46,6 +47,17 @@ func BenchmarkTick(b *testing.B) {
 				}
 			}
 		})
+		b.Run(fmt.Sprintf("servers=%d/raw_one_thread", servers), func(b *testing.B) {
+			// The same call from one OS thread: the Rust allocations stay
+			// in one malloc arena, as in criterion's loop.
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			for b.Loop() {
+				if _, err := g.TickJSON(doc); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 		b.Run(fmt.Sprintf("servers=%d/typed", servers), func(b *testing.B) {
 			for b.Loop() {
 				if _, err := g.Tick(input); err != nil {
@@ -65,5 +77,21 @@ func BenchmarkTick(b *testing.B) {
 			}
 		})
 		g.Close()
+	}
+}
+
+// BenchmarkCrossing is the binding's own cost per call, with almost no
+// gate or JSON work: cgo in and out, the gate's lock, one small buffer
+// allocated, copied into Go and freed.
+func BenchmarkCrossing(b *testing.B) {
+	g, err := NewJSON([]byte("{}"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer g.Close()
+	for b.Loop() {
+		if _, err := g.State(); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

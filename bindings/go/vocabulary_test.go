@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func asError(err error, target **Error) bool { return errors.As(err, target) }
@@ -58,4 +59,25 @@ func TestThePackageAgreesWithTheLibrary(t *testing.T) {
 	if err := json.Unmarshal(d.DefaultConfig, &raw); err != nil || len(raw) != reflect.TypeOf(Config{}).NumField() {
 		t.Fatalf("Config has %d fields, the library's %d", reflect.TypeOf(Config{}).NumField(), len(raw))
 	}
+}
+
+// backfill_pending was added to the gate after this package was written:
+// it arrives through the library's list, with no change here.
+func TestANewSignalArrivesWithoutAPackageChange(t *testing.T) {
+	if !slices.Contains(Signals(), Signal("backfill_pending")) {
+		t.Fatalf("signals: %v", Signals())
+	}
+}
+
+func TestJudgeInstanceGivesTheAgentsRolloutGate(t *testing.T) {
+	now := time.Date(2026, 7, 21, 10, 0, 0, 0, time.UTC)
+	gate, err := JudgeInstance(InstanceInput{Instance: "ns/kura", SpecImage: "kura:2", Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gate.TargetImage != "kura:2" || gate.Verdict != "unhealthy" || gate.Signal == nil || *gate.Signal != "sample_missing" {
+		t.Fatalf("%+v", gate)
+	}
+	_, err = JudgeInstanceJSON([]byte(`{"instance": 5}`))
+	refusal(t, "instance", err, InvalidInput, "line 1 column")
 }
