@@ -630,9 +630,10 @@ impl Ctx {
         let field = || format!("{prefix}{key}");
         match obj.get(key) {
             None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => s.parse::<Timestamp>().map(Some).map_err(|e| {
-                self.fail(&field(), format!("not an RFC 3339 time ({s:?}): {e}"))
-            }),
+            Some(Value::String(s)) => s
+                .parse::<Timestamp>()
+                .map(Some)
+                .map_err(|e| self.fail(&field(), format!("not an RFC 3339 time ({s:?}): {e}"))),
             Some(other) => Err(self.fail(
                 &field(),
                 format!("expected an RFC 3339 time, got {}", show(other)),
