@@ -8,6 +8,7 @@ pub mod config;
 pub mod debug;
 pub mod demo;
 pub mod engine;
+pub mod fleet_load;
 pub mod instance_metrics;
 pub mod kube;
 pub mod metrics;

@@ -13,6 +13,9 @@ pub enum LoadError {
     /// The simulated pods could not be started.
     #[error(transparent)]
     Sim(#[from] kura_agent::sim::SimError),
+    /// A measuring side stopped early.
+    #[error(transparent)]
+    Side(#[from] kura_agent::fleet_load::protocol::ProtocolError),
     /// The tokio runtime could not be built.
     #[error("cannot start the runtime: {0}")]
     Runtime(#[source] std::io::Error),

@@ -3,6 +3,7 @@
 pub mod aggregate;
 pub mod check;
 pub mod demo;
+pub mod fleet_load_side;
 pub mod run;
 pub mod simulate;
 

@@ -8,17 +8,17 @@
 //! at once (the run loop spreads them over the interval), so a sweep here
 //! is the worst-case burst.
 
-use crate::proc_stats::thread_cpu_time;
+use super::proc_stats::thread_cpu_time;
+use crate::aggregate::AggregateConfig;
+use crate::debug::{FleetView, SweepRecord};
+use crate::engine::InstanceEngine;
+use crate::kube::InstanceKey;
+use crate::kube::write_queue::DesiredStatus;
+use crate::poll::Poller;
+use crate::runner::StatusSink;
+use crate::runner::sinks::MemorySink;
+use crate::sample::{InstanceInfo, PodIdentity, SampleResult};
 use jiff::Timestamp;
-use kura_agent::aggregate::AggregateConfig;
-use kura_agent::debug::{FleetView, SweepRecord};
-use kura_agent::engine::InstanceEngine;
-use kura_agent::kube::InstanceKey;
-use kura_agent::kube::write_queue::DesiredStatus;
-use kura_agent::poll::Poller;
-use kura_agent::runner::StatusSink;
-use kura_agent::runner::sinks::MemorySink;
-use kura_agent::sample::{InstanceInfo, PodIdentity, SampleResult};
 use kura_gate::GateConfig;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 /// The writer name put in every aggregate.
 const AGENT: &str = "kura-agent-load";
 /// The image every instance runs (the gate judges it).
-const IMAGE: &str = "ghcr.io/tuist/kura:0.6.0";
+pub const IMAGE: &str = "ghcr.io/tuist/kura:0.6.0";
 
 /// One instance: its pods and its engine.
 #[derive(Debug)]
