@@ -31,8 +31,10 @@
 # --no-podman stops after steps 1-2 (binary and root file system, no image).
 # Cache: ${KURA_IMAGE_CACHE:-~/.cache/kura-image}: cargo-auditable, the .deb
 # files, the root file system tarball (keyed by the package versions and
-# this recipe). The binary comes from the usual target directory
-# (CARGO_TARGET_DIR), so a workspace that has built it already only links.
+# this recipe), and the last three binaries, keyed by the sources they were
+# built from (committed and unmodified only): a fresh clone of the same
+# sources reuses the binary instead of rebuilding. Otherwise the binary is
+# built in the usual target directory (CARGO_TARGET_DIR).
 # Prints, last, KURA_IMAGE=<ref>, KURA_IMAGE_BINARY=<path>,
 # KURA_IMAGE_ROOTFS=<tarball> (so `eval "$(scripts/image.sh | grep ^KURA_)"`
 # works). KURA_IMAGE_SOURCE overrides the source label.
@@ -72,11 +74,34 @@ if [ ! -x "$auditable" ]; then
     --root "$cache/cargo-auditable-$auditable_version" >&2
 fi
 target_dir=${CARGO_TARGET_DIR:-$root/target}
-log "cargo auditable build --release -p kura-agent"
-PATH=$(dirname "$auditable"):$PATH cargo auditable build --locked --release \
-  -p kura-agent --bin kura-agent >&2
-binary=$target_dir/release/kura-agent
-[ -x "$binary" ] || die "no binary at $binary"
+# A binary built from exactly these sources before (same commit trees of
+# the crates it is made of, same lock file, compiler and cargo-auditable)
+# is reused: CI clones afresh, so cargo would rebuild the workspace crates
+# from unchanged sources otherwise. Only for committed, unmodified sources.
+src_paths=(Cargo.toml Cargo.lock agent schemas gate)
+binary_key=''
+if git rev-parse --verify -q HEAD >/dev/null && [ -z "$(git status --porcelain -- "${src_paths[@]}")" ]; then
+  binary_key=$( { for p in "${src_paths[@]}"; do git rev-parse "HEAD:$p"; done
+                  rustc -V; echo "cargo-auditable $auditable_version"; } | sha256sum | cut -c1-16)
+fi
+binary=$cache/bin-$binary_key/kura-agent
+if [ -n "$binary_key" ] && [ -x "$binary" ]; then
+  log "reusing $binary (built from these sources before)"
+else
+  log "cargo auditable build --release -p kura-agent"
+  PATH=$(dirname "$auditable"):$PATH cargo auditable build --locked --release \
+    -p kura-agent --bin kura-agent >&2
+  binary=$target_dir/release/kura-agent
+  [ -x "$binary" ] || die "no binary at $binary"
+  if [ -n "$binary_key" ]; then
+    mkdir -p "$cache/bin-$binary_key"
+    cp "$binary" "$cache/bin-$binary_key/kura-agent.tmp"
+    mv "$cache/bin-$binary_key/kura-agent.tmp" "$cache/bin-$binary_key/kura-agent"
+    binary=$cache/bin-$binary_key/kura-agent
+    # Keep the three newest.
+    ls -dt "$cache"/bin-*/ 2>/dev/null | tail -n +4 | xargs -r rm -rf
+  fi
+fi
 readelf -S "$binary" | grep -qF .dep-v0 \
   || die "$binary has no .dep-v0 section: cargo auditable did not embed the dependency list"
 
