@@ -37,7 +37,7 @@ fn flag(b: bool) -> f64 {
 }
 
 /// The plain per-instance gauges, in render order.
-const GAUGES: [Gauge; 18] = [
+const GAUGES: [Gauge; 19] = [
     Gauge {
         name: "kura_instance_ready",
         help: "1 when every expected pod was sampled and reports ready.",
@@ -83,13 +83,27 @@ const GAUGES: [Gauge; 18] = [
         },
     },
     Gauge {
+        name: "kura_instance_backfill_pending",
+        help: "1 while the initial catch-up has not settled: backfillInitialCycle pending or a value this agent does not know (gate check 10); 0 when complete or degraded; absent when no pod reports it.",
+        value: |v, _| {
+            v.health
+                .as_ref()
+                .filter(|h| !h.backfill_initial_cycle.is_empty())
+                .map(|h| {
+                    flag(kura_gate::checks::backfill_pending(
+                        &h.backfill_initial_cycle,
+                    ))
+                })
+        },
+    },
+    Gauge {
         name: "kura_instance_backfill_degraded",
-        help: "1 when any sampled pod reports a degraded backfill (gate check 10).",
+        help: "1 when any sampled pod reports a degraded backfill (gate check 11).",
         value: |v, _| v.health.as_ref().map(|h| flag(h.backfill_degraded)),
     },
     Gauge {
         name: "kura_instance_backfill_budget_exhausted_peers",
-        help: "Sum of backfill_budget_exhausted_peers (gate check 11 fails above 0); absent when no pod reports it.",
+        help: "Sum of backfill_budget_exhausted_peers (gate check 12 fails above 0); absent when no pod reports it.",
         value: |v, _| {
             v.health
                 .as_ref()
@@ -369,6 +383,10 @@ mod tests {
             ip: Some("10.1.2.3".into()),
             received_at: ts("2026-07-21T10:00:00Z"),
             error: None,
+            outbox_messages: None,
+            outbox_capacity: None,
+            ring_fullness_percent: None,
+            fence: None,
             report: None,
         }
     }

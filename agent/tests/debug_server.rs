@@ -323,3 +323,79 @@ async fn only_get_and_head_are_allowed_and_unknown_paths_are_404() {
         404
     );
 }
+
+/// The pod rows of the instance endpoint show what real nodes add: the
+/// outbox capacity beside the outbox, the ring fullness clamped to 100, and
+/// the fence state of a pod that runs fenced serving (here `Fencing`).
+#[tokio::test]
+async fn pod_rows_show_outbox_capacity_fullness_and_fence_state() {
+    let f = start().await;
+    let report = |file: &str| {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../testdata/reports")
+            .join(file);
+        let report = kura_schemas::parse_report(&std::fs::read(path).expect("fixture"))
+            .expect("a valid report");
+        SampleResult::Report(Box::new(report))
+    };
+    let sample = |name: &str, result: SampleResult| PodSample {
+        pod: PodIdentity {
+            name: name.into(),
+            uid: format!("u-{name}"),
+            restart_count: 0,
+            image: Some("img:3".into()),
+            ip: Some("10.0.0.9".into()),
+        },
+        received_at: ts("2026-07-21T10:00:09Z"),
+        result,
+    };
+    let mut fuller = kura_schemas::parse_report(
+        &std::fs::read(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../testdata/reports/g3-fullness-above-100.json"),
+        )
+        .expect("fixture"),
+    )
+    .expect("fullness above 100 is read");
+    fuller.outbox_capacity = Some(64);
+    let samples = [
+        sample("shapes-0", report("g3-outbox-capacity.json")),
+        sample("shapes-1", report("newest-fenced.json")),
+        sample("shapes-2", report("newest-unfenced.json")),
+        sample("shapes-3", SampleResult::Report(Box::new(fuller))),
+    ];
+    let names: Vec<String> = samples.iter().map(|s| s.pod.name.clone()).collect();
+    f.view.record_sweep(
+        &InstanceKey::new("kura", "shapes"),
+        SweepRecord {
+            spec_image: "img:3",
+            current_pods: &names,
+            samples: &samples,
+            health: None,
+            gate: None,
+            at: ts("2026-07-21T10:00:10Z"),
+        },
+    );
+    let r = request(f.addr, "GET", "/debug/instances/kura/shapes").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let v: Value = serde_json::from_str(&r.body).expect("json");
+    let pods = v["pods"].as_array().expect("pods");
+    assert_eq!(pods[0]["outboxMessages"], 35);
+    assert_eq!(pods[0]["outboxCapacity"], 10_000);
+    assert_eq!(pods[0]["fence"], Value::Null);
+    assert_eq!(pods[1]["fence"]["phase"], "Fencing");
+    assert_eq!(pods[1]["fence"]["epoch"], 7);
+    assert_eq!(pods[1]["fence"]["valid"], true);
+    assert_eq!(
+        pods[1]["outboxCapacity"],
+        Value::Null,
+        "absent is unknown, not 0"
+    );
+    assert_eq!(
+        pods[2]["fence"],
+        Value::Null,
+        "no fence shown without fenced serving"
+    );
+    assert_eq!(pods[3]["ringFullnessPercent"], 100, "clamped where shown");
+    assert_eq!(pods[3]["outboxCapacity"], 64);
+}

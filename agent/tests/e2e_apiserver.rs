@@ -572,6 +572,74 @@ async fn status_appears_with_the_right_values() {
     drop(fleet);
 }
 
+/// The newest Kura builds without fenced serving report
+/// `serving_authority.identity` with empty strings: such a pod is sampled
+/// and healthy (an empty `pod_uid` names nothing). A fenced pod names its
+/// own UID and is sampled too; once it names another pod (a reused IP), it
+/// is an identity mismatch and unsampled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real API server: scripts/e2e.sh"]
+async fn an_empty_pod_uid_is_no_identity_and_a_foreign_one_is_a_mismatch() {
+    let client = admin().await;
+    ensure_crd(&client).await;
+    let ns = create_namespace(&client, "e2e-identity").await;
+    let names = vec!["newest".to_owned()];
+    let fleet = Fleet::create(
+        &client,
+        &ns,
+        &names,
+        2,
+        "ghcr.io/tuist/kura:2.0.0",
+        Ipv4Addr::new(127, 27, 0, 1),
+    )
+    .await;
+    fleet.pod("newest-1").update(|n| n.fenced_serving = true);
+    let unfenced: Value =
+        serde_json::from_slice(&fleet.pod("newest-0").node().report_json()).expect("wire json");
+    assert_eq!(
+        unfenced["serving_authority"]["identity"]["pod_uid"], "",
+        "the simulated pod answers exactly what the newest builds answer"
+    );
+    let fenced: Value =
+        serde_json::from_slice(&fleet.pod("newest-1").node().report_json()).expect("wire json");
+    assert_eq!(
+        fenced["serving_authority"]["identity"]["pod_uid"],
+        fleet.pod("newest-1").uid()
+    );
+
+    let agent = Agent::start(run_args(&ns, fleet.port, &[]), admin_config().await);
+    let status = wait_status(&client, &ns, "newest", "both pods sampled", T, |s| {
+        s["rolloutHealth"]["sampledPods"] == 2 && s["rolloutGate"]["verdict"] == "healthy"
+    })
+    .await;
+    for p in status["rolloutHealth"]["pods"].as_array().expect("pods") {
+        assert!(p["error"].is_null(), "{p}");
+        assert!(p["incarnation"].is_string(), "incarnation kept: {p}");
+    }
+
+    fleet
+        .pod("newest-1")
+        .update(|n| n.pod_uid = Some("uid-of-a-pod-that-had-this-ip".into()));
+    let status = wait_status(
+        &client,
+        &ns,
+        "newest",
+        "the fenced pod mismatched",
+        T,
+        |s| s["rolloutHealth"]["sampledPods"] == 1,
+    )
+    .await;
+    let pods = status["rolloutHealth"]["pods"].as_array().expect("pods");
+    let errors: Vec<(&str, &str)> = pods
+        .iter()
+        .filter_map(|p| Some((p["name"].as_str()?, p["error"].as_str()?)))
+        .collect();
+    assert_eq!(errors, [("newest-1", "pod identity mismatch")]);
+    assert_eq!(status["rolloutGate"]["signal"], "pods_unsampled");
+    agent.stop().await;
+    drop(fleet);
+}
+
 /// Another field manager playing the fleet controller writes `phase` and
 /// `observedImage`; both sides' fields survive each other's writes, and
 /// each manager owns its own fields. A foreign forced write to one of the

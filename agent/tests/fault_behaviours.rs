@@ -118,6 +118,7 @@ async fn run() {
     specs.push(SimPodSpec {
         node: SimNode {
             pod_uid: Some("uid-someone-else".into()),
+            fenced_serving: true,
             ..SimNode::default()
         },
         ..SimPodSpec::new("impostor")

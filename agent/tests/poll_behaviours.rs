@@ -216,7 +216,12 @@ async fn report_naming_another_pod_is_an_identity_mismatch() {
     let (_sim, pod) = one(Behaviour::Normal).await;
     let poller = Poller::new(config(1000));
     assert!(poll(&poller, &pod).await.is_ok());
+    // A newest node without fenced serving writes an empty pod_uid: it
+    // names nothing, so whatever the simulated UID, it is no mismatch.
     pod.update(|n| n.pod_uid = Some("uid-of-another-pod".into()));
+    assert!(poll(&poller, &pod).await.is_ok());
+    // With fenced serving the identity is written, and checked.
+    pod.update(|n| n.fenced_serving = true);
     let sample = poller.poll(&pod.identity(), pod.addr()).await;
     assert_eq!(
         sample.result,
@@ -229,6 +234,20 @@ async fn report_naming_another_pod_is_an_identity_mismatch() {
     // A report without serving_authority carries no identity to check.
     pod.update(|n| n.serving_authority = false);
     assert!(poll(&poller, &pod).await.is_ok());
+}
+
+#[tokio::test]
+async fn an_empty_identity_from_a_newest_build_is_sampled() {
+    // Exactly what Kura's newest builds without fenced serving answer.
+    let (_sim, pod) = one(Behaviour::Normal).await;
+    pod.update(|n| {
+        n.fenced_serving = false;
+        n.pod_uid = Some(String::new());
+    });
+    let poller = Poller::new(config(1000));
+    let report = poll(&poller, &pod).await.unwrap();
+    assert_eq!(report.pod_uid(), None);
+    assert!(report.incarnation().is_some());
 }
 
 #[tokio::test]

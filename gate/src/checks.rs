@@ -1,4 +1,4 @@
-//! The fourteen server checks (contract/gate.md, "Checking one server"),
+//! The fifteen server checks (contract/gate.md, "Checking one server"),
 //! soak eligibility and counter-reset handling. Shared by the wave judge and
 //! the agent's per-instance judge.
 
@@ -94,7 +94,7 @@ fn lower(baseline: &mut Option<u64>, current: Option<u64>) -> bool {
 /// Runs the server checks in contract order and returns the evidence of the
 /// first failure, or `None` when every check passes.
 ///
-/// `counters` is the effective baseline the counter checks (12 to 14)
+/// `counters` is the effective baseline the counter checks (13 to 15)
 /// compare with; `None` skips them (no baseline, or not soak-eligible), and
 /// a null counter inside it is never compared. A missing
 /// `memoryPressureState` is not a hard stop but makes the sample
@@ -174,7 +174,7 @@ pub fn check_server(
             });
         }
     }
-    // 6 to 8, 10: flags that must hold (9 sits between them)
+    // 6 to 8, 11: flags that must hold (9 and 10 sit between them)
     let flag = |value: Option<bool>, want: bool, field: &str, signal: Signal| match value {
         Some(v) if v == want => None,
         Some(v) => Some(Evidence {
@@ -203,7 +203,18 @@ pub fn check_server(
             ..ev(Signal::BootstrapInFlight)
         });
     }
-    // 10. backfill degraded
+    // 10. initial catch-up settled: `pending`, or a value this version does
+    // not know, holds the gate (absent, `complete` and `degraded` pass here;
+    // `degraded` is check 11).
+    if let Some(cycle) = h.backfill_initial_cycle.as_deref()
+        && backfill_pending(cycle)
+    {
+        return Some(Evidence {
+            detail: Some(format!("backfillInitialCycle is {:?}", bounded(cycle))),
+            ..ev(Signal::BackfillPending)
+        });
+    }
+    // 11. backfill degraded
     if let Some(e) = flag(
         h.backfill_degraded,
         false,
@@ -212,7 +223,7 @@ pub fn check_server(
     ) {
         return Some(e);
     }
-    // 11. budget-exhausted peers
+    // 12. budget-exhausted peers
     if let Some(n) = h.backfill_budget_exhausted_peers
         && n > 0
     {
@@ -223,7 +234,7 @@ pub fn check_server(
         });
     }
     let counters = counters?;
-    // 12. outbox (skipped when baseline or current is null)
+    // 13. outbox (skipped when baseline or current is null)
     if let (Some(base), Some(current)) = (counters.outbox_messages, h.outbox_messages) {
         let top = config.outbox_band_top(base);
         if current > top {
@@ -235,7 +246,7 @@ pub fn check_server(
             });
         }
     }
-    // 13. fd timeouts (skipped when the baseline is null; a missing current
+    // 14. fd timeouts (skipped when the baseline is null; a missing current
     // value fails)
     if let Some(base) = counters.fd_timeout_count {
         let top = config.fd_timeout_band_top(base);
@@ -254,7 +265,7 @@ pub fn check_server(
             }
         }
     }
-    // 14. peer failures (skipped when baseline or current is null)
+    // 15. peer failures (skipped when baseline or current is null)
     if let (Some(base), Some(current)) = (
         counters.peer_connection_failures,
         h.peer_connection_failures,
@@ -270,6 +281,22 @@ pub fn check_server(
         }
     }
     None
+}
+
+/// Check 10's rule on a folded `backfillInitialCycle`: the initial catch-up
+/// has not settled when the cycle is `pending` or a value this version does
+/// not know. Absent (`""`), `complete` and `degraded` (check 11's business)
+/// are settled.
+pub fn backfill_pending(cycle: &str) -> bool {
+    !matches!(cycle, "" | "complete" | "degraded")
+}
+
+/// At most 64 characters of a reported text, for evidence.
+fn bounded(text: &str) -> &str {
+    match text.char_indices().nth(64) {
+        Some((i, _)) => &text[..i],
+        None => text,
+    }
 }
 
 fn seconds(value: u64) -> SignedDuration {

@@ -25,6 +25,8 @@ pub struct HealthView {
     pub ring_consistent: Option<bool>,
     /// Sum of bootstrap in-flight peers; null when no pod reports it.
     pub bootstrap_inflight_peers: Option<u64>,
+    /// Fold of the pods' `backfill_initial_cycle` ("" or null: not reported).
+    pub backfill_initial_cycle: Option<String>,
     /// Any pod reports a degraded backfill.
     pub backfill_degraded: Option<bool>,
     /// Sum of budget-exhausted real peers; null when no pod reports it.
@@ -49,6 +51,7 @@ impl From<&RolloutHealth> for HealthView {
             serving: Some(health.serving),
             ring_consistent: Some(health.ring_consistent),
             bootstrap_inflight_peers: health.bootstrap_inflight_peers,
+            backfill_initial_cycle: Some(health.backfill_initial_cycle.clone()),
             backfill_degraded: Some(health.backfill_degraded),
             backfill_budget_exhausted_peers: health.backfill_budget_exhausted_peers,
             outbox_messages: health.outbox_messages,
@@ -71,6 +74,7 @@ impl HealthView {
             serving: Some(true),
             ring_consistent: Some(true),
             bootstrap_inflight_peers: Some(0),
+            backfill_initial_cycle: Some("complete".into()),
             backfill_degraded: Some(false),
             backfill_budget_exhausted_peers: Some(0),
             outbox_messages: Some(0),

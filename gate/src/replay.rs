@@ -383,6 +383,7 @@ fn parse_health(
         serving: at.opt_bool(obj, "serving", &p)?,
         ring_consistent: at.opt_bool(obj, "ringConsistent", &p)?,
         bootstrap_inflight_peers: at.opt_uint(obj, "bootstrapInflightPeers", &p)?,
+        backfill_initial_cycle: at.opt_str(obj, "backfillInitialCycle", &p)?,
         backfill_degraded: at.opt_bool(obj, "backfillDegraded", &p)?,
         backfill_budget_exhausted_peers: at.opt_uint(obj, "backfillBudgetExhaustedPeers", &p)?,
         outbox_messages: at.opt_uint(obj, "outboxMessages", &p)?,
@@ -479,6 +480,22 @@ impl Ctx {
             Some(other) => Err(self.fail(
                 &format!("{prefix}{key}"),
                 format!("expected a boolean, got {}", show(other)),
+            )),
+        }
+    }
+
+    fn opt_str(
+        &self,
+        obj: &Map<String, Value>,
+        key: &str,
+        prefix: &str,
+    ) -> Result<Option<String>, ReplayError> {
+        match obj.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(other) => Err(self.fail(
+                &format!("{prefix}{key}"),
+                format!("expected a string, got {}", show(other)),
             )),
         }
     }

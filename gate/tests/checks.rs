@@ -36,6 +36,7 @@ fn the_first_failing_check_in_contract_order_names_the_signal() {
         serving: Some(false),
         ring_consistent: Some(false),
         bootstrap_inflight_peers: Some(1),
+        backfill_initial_cycle: Some("pending".into()),
         backfill_degraded: Some(true),
         backfill_budget_exhausted_peers: Some(2),
         outbox_messages: Some(151),
@@ -51,6 +52,7 @@ fn the_first_failing_check_in_contract_order_names_the_signal() {
         |h| h.serving = Some(true),
         |h| h.ring_consistent = Some(true),
         |h| h.bootstrap_inflight_peers = Some(0),
+        |h| h.backfill_initial_cycle = Some("degraded".into()),
         |h| h.backfill_degraded = Some(false),
         |h| h.backfill_budget_exhausted_peers = Some(0),
         |h| h.outbox_messages = Some(150),
@@ -70,6 +72,7 @@ fn the_first_failing_check_in_contract_order_names_the_signal() {
         NotServing,
         RingSkew,
         BootstrapInFlight,
+        BackfillPending,
         BackfillDegraded,
         BackfillBudgetExhausted,
         OutboxRegressed,
@@ -79,6 +82,37 @@ fn the_first_failing_check_in_contract_order_names_the_signal() {
     let mut expected: Vec<_> = want.into_iter().map(Some).collect();
     expected.push(None);
     assert_eq!(seen, expected);
+}
+
+#[test]
+fn a_pending_or_unknown_initial_cycle_holds_and_names_the_value() {
+    let mut h = HealthView::healthy(at(-10), 3);
+    for (cycle, held) in [
+        (None, false),
+        (Some(""), false),
+        (Some("complete"), false),
+        (Some("pending"), true),
+        (Some("some-newer-value"), true),
+    ] {
+        h.backfill_initial_cycle = cycle.map(str::to_owned);
+        let evidence = check_server("s", Some(&h), None, at(0), &GateConfig::default());
+        if held {
+            let evidence = evidence.expect("a pending cycle must hold the gate");
+            assert_eq!(evidence.signal, Signal::BackfillPending);
+            let detail = evidence.detail.unwrap_or_default();
+            assert!(detail.contains(cycle.unwrap()), "{detail}");
+        } else {
+            assert_eq!(evidence, None, "cycle {cycle:?}");
+        }
+    }
+    // Degraded is settled for check 10 and caught by check 11.
+    h.backfill_initial_cycle = Some("degraded".into());
+    h.backfill_degraded = Some(true);
+    assert_eq!(signal(Some(&h), None), Some(Signal::BackfillDegraded));
+    // Background backfill after a complete cycle passes.
+    h.backfill_initial_cycle = Some("complete".into());
+    h.backfill_degraded = Some(false);
+    assert_eq!(signal(Some(&h), None), None);
 }
 
 #[test]

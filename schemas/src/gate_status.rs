@@ -33,17 +33,20 @@ pub enum Signal {
     NotServing,
     /// Server check 8.
     RingSkew,
-    /// Server check 9.
+    /// Server check 9: old nodes' initial catch-up in flight.
     BootstrapInFlight,
-    /// Server check 10.
-    BackfillDegraded,
+    /// Server check 10: newer nodes' initial catch-up not settled
+    /// (`backfillInitialCycle` pending, or a value this version does not know).
+    BackfillPending,
     /// Server check 11.
-    BackfillBudgetExhausted,
+    BackfillDegraded,
     /// Server check 12.
-    OutboxRegressed,
+    BackfillBudgetExhausted,
     /// Server check 13.
-    FdTimeoutsRegressed,
+    OutboxRegressed,
     /// Server check 14.
+    FdTimeoutsRegressed,
+    /// Server check 15.
     PeerConnectionFailuresRegressed,
     /// Hard stop: a server not converged whose deployment failed.
     DeploymentFailed,
@@ -55,7 +58,7 @@ pub enum Signal {
 
 impl Signal {
     /// Every signal, in a fixed order.
-    pub const ALL: [Signal; 19] = [
+    pub const ALL: [Signal; 20] = [
         Signal::Soaking,
         Signal::NotConverged,
         Signal::MemoryPressureCritical,
@@ -67,6 +70,7 @@ impl Signal {
         Signal::NotServing,
         Signal::RingSkew,
         Signal::BootstrapInFlight,
+        Signal::BackfillPending,
         Signal::BackfillDegraded,
         Signal::BackfillBudgetExhausted,
         Signal::OutboxRegressed,
@@ -91,6 +95,7 @@ impl Signal {
             Signal::NotServing => "not_serving",
             Signal::RingSkew => "ring_skew",
             Signal::BootstrapInFlight => "bootstrap_in_flight",
+            Signal::BackfillPending => "backfill_pending",
             Signal::BackfillDegraded => "backfill_degraded",
             Signal::BackfillBudgetExhausted => "backfill_budget_exhausted",
             Signal::OutboxRegressed => "outbox_regressed",

@@ -97,21 +97,43 @@ impl JsonSchema for BackfillCycle {
 }
 
 /// `serving_authority` of the newest builds. Read leniently: inner keys of
-/// unexpected type are dropped, not errors.
+/// unexpected type are dropped, not errors. The fence state (`enabled`,
+/// `valid`, `epoch`, `observed.phase`) is kept for display only: it is never
+/// a gate signal (contract/node-report.md).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct ServingAuthority {
     /// `capability`, when a string.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub capability: Option<String>,
-    /// `enabled`, when a bool.
+    /// `enabled`, when a bool: true only on nodes started with fenced serving.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
     /// `identity`, when an object.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub identity: Option<ServingIdentity>,
+    /// `epoch`, when a non-negative integer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<u64>,
+    /// `valid`, when a bool: whether the node holds a valid grant.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub valid: Option<bool>,
+    /// `observed`, when an object with a string `phase` (`Preparing`,
+    /// `Serving`, `Quiescing`, `Revoking`, `Fencing`, or a newer one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observed: Option<ObservedGrant>,
 }
 
-/// `serving_authority.identity`: who answered.
+/// `serving_authority.observed`: the grant the node last saw. Only its phase
+/// is read.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct ObservedGrant {
+    /// `phase`, verbatim (bounded length).
+    pub phase: String,
+}
+
+/// `serving_authority.identity`: who answered. Nodes without fenced serving
+/// write empty strings for `instance_uid`, `pod_uid` and `host`; an empty
+/// string names nothing and is read as absent (`None`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct ServingIdentity {
     /// `instance_uid`.
@@ -172,6 +194,10 @@ pub struct NodeReport {
     /// `outbox_messages`: a gauge; absent on the newest nodes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub outbox_messages: Option<u64>,
+    /// `outbox_capacity` (some G3 builds): at capacity the node sheds client
+    /// writes. Absent means unknown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outbox_capacity: Option<u64>,
     /// `memory_pressure_state`: 0, 1 or 2.
     #[schemars(range(min = 0, max = 2))]
     pub memory_pressure_state: u8,
@@ -192,9 +218,10 @@ pub struct NodeReport {
     /// `backfill_budget_exhausted_capability_peers`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backfill_budget_exhausted_capability_peers: Option<u64>,
-    /// `backfill_ring_fullness_percent`: 0–100.
+    /// `backfill_ring_fullness_percent`: normally 0–100, but Kura does not
+    /// clamp it, so a larger value is read as sent; clamp it where it is
+    /// shown ([`NodeReport::ring_fullness_percent`]).
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0, max = 100))]
     pub backfill_ring_fullness_percent: Option<u64>,
     /// `serving_authority` (newest builds).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -210,6 +237,19 @@ impl NodeReport {
     /// The report's `serving_authority.identity.pod_uid`, if any.
     pub fn pod_uid(&self) -> Option<&str> {
         self.identity().and_then(|i| i.pod_uid.as_deref())
+    }
+
+    /// `backfill_ring_fullness_percent` clamped to 100, for display.
+    pub fn ring_fullness_percent(&self) -> Option<u64> {
+        self.backfill_ring_fullness_percent.map(|p| p.min(100))
+    }
+
+    /// The fence state of a node that runs fenced serving (`enabled` true):
+    /// `None` on every other node.
+    pub fn fence(&self) -> Option<&ServingAuthority> {
+        self.serving_authority
+            .as_ref()
+            .filter(|a| a.enabled == Some(true))
     }
 
     fn identity(&self) -> Option<&ServingIdentity> {
@@ -372,6 +412,7 @@ known_keys!(
     http_inflight_requests,
     grpc_inflight_requests,
     outbox_messages,
+    outbox_capacity,
     memory_pressure_state,
     fd_timeout_count,
     peer_connection_failure_count,
@@ -430,15 +471,6 @@ fn validate(obj: &impl Lookup) -> Result<NodeReport, ReportError> {
             Some(BackfillCycle::from_wire(s))
         }
     };
-    let backfill_ring_fullness_percent = opt_u64(obj, "backfill_ring_fullness_percent")?;
-    if let Some(p) = backfill_ring_fullness_percent
-        && p > 100
-    {
-        return Err(ReportError::Invalid {
-            field: "backfill_ring_fullness_percent",
-            reason: format!("{p} is outside 0–100"),
-        });
-    }
     Ok(NodeReport {
         generation: req_u64(obj, "generation")?,
         ready: req_bool(obj, "ready")?,
@@ -453,6 +485,7 @@ fn validate(obj: &impl Lookup) -> Result<NodeReport, ReportError> {
         http_inflight_requests: opt_u64(obj, "http_inflight_requests")?,
         grpc_inflight_requests: opt_u64(obj, "grpc_inflight_requests")?,
         outbox_messages: opt_u64(obj, "outbox_messages")?,
+        outbox_capacity: opt_u64(obj, "outbox_capacity")?,
         memory_pressure_state,
         fd_timeout_count: req_u64(obj, "fd_timeout_count")?,
         peer_connection_failure_count: opt_u64(obj, "peer_connection_failure_count")?,
@@ -463,7 +496,7 @@ fn validate(obj: &impl Lookup) -> Result<NodeReport, ReportError> {
             obj,
             "backfill_budget_exhausted_capability_peers",
         )?,
-        backfill_ring_fullness_percent,
+        backfill_ring_fullness_percent: opt_u64(obj, "backfill_ring_fullness_percent")?,
         serving_authority: obj.get("serving_authority").and_then(serving_authority),
     })
 }
@@ -539,13 +572,15 @@ fn opt_str<'a>(obj: &'a impl Lookup, field: &'static str) -> Result<Option<&'a s
     obj.get(field).map(|v| str_of(field, v)).transpose()
 }
 
-/// Lenient read of `serving_authority`: anything unexpected is dropped.
+/// Lenient read of `serving_authority`: anything unexpected is dropped, and
+/// an empty identity string is absent (nodes without fenced serving write
+/// `""`, which names nothing).
 fn serving_authority(v: &Value) -> Option<ServingAuthority> {
     let obj = v.as_object()?;
     let text = |o: &Map<String, Value>, k: &str| {
         o.get(k)
             .and_then(Value::as_str)
-            .filter(|s| s.len() <= MAX_TEXT_LEN)
+            .filter(|s| !s.is_empty() && s.len() <= MAX_TEXT_LEN)
             .map(str::to_owned)
     };
     let identity = obj
@@ -555,15 +590,22 @@ fn serving_authority(v: &Value) -> Option<ServingAuthority> {
             instance_uid: text(i, "instance_uid"),
             pod_uid: text(i, "pod_uid"),
             incarnation: match i.get("incarnation") {
-                Some(Value::String(s)) if s.len() <= MAX_TEXT_LEN => Some(s.clone()),
-                Some(Value::Number(n)) => Some(n.to_string()),
-                _ => None,
+                Some(Value::Number(n)) if n.is_u64() || n.is_i64() => Some(n.to_string()),
+                _ => text(i, "incarnation"),
             },
             host: text(i, "host"),
         });
+    let observed = obj
+        .get("observed")
+        .and_then(Value::as_object)
+        .and_then(|o| text(o, "phase"))
+        .map(|phase| ObservedGrant { phase });
     Some(ServingAuthority {
         capability: text(obj, "capability"),
         enabled: obj.get("enabled").and_then(Value::as_bool),
         identity,
+        epoch: obj.get("epoch").and_then(Value::as_u64),
+        valid: obj.get("valid").and_then(Value::as_bool),
+        observed,
     })
 }

@@ -140,6 +140,57 @@ fn identity_is_read_from_serving_authority() {
 }
 
 #[test]
+fn newest_builds_empty_identity_is_absent_and_fence_state_is_read() {
+    let read = |f: &str| parse_report(&std::fs::read(dir().join(f)).unwrap()).unwrap();
+    let r = read("newest-unfenced.json");
+    assert_eq!(r.pod_uid(), None, "an empty pod_uid names nothing");
+    let identity = r
+        .serving_authority
+        .as_ref()
+        .unwrap()
+        .identity
+        .as_ref()
+        .unwrap();
+    assert_eq!(
+        (&identity.instance_uid, &identity.host),
+        (&None, &None),
+        "empty strings are absent"
+    );
+    assert_eq!(
+        r.incarnation(),
+        Some("019add3e-6a51-7c2a-9d2b-3f0a41f5c002")
+    );
+    assert_eq!(
+        r.fence(),
+        None,
+        "no fence state shown without fenced serving"
+    );
+
+    let r = read("newest-fenced.json");
+    assert_eq!(r.pod_uid(), Some("0f6e2a9c-1b3d-4c5e-8f7a-9b0c1d2e3f40"));
+    let fence = r.fence().unwrap();
+    assert_eq!(
+        (fence.enabled, fence.valid, fence.epoch),
+        (Some(true), Some(true), Some(7))
+    );
+    assert_eq!(fence.observed.as_ref().unwrap().phase, "Fencing");
+
+    let r = read("g3-outbox-capacity.json");
+    assert_eq!(
+        (r.outbox_messages, r.outbox_capacity),
+        (Some(35), Some(10_000))
+    );
+}
+
+#[test]
+fn fullness_above_100_is_read_and_clamped_where_shown() {
+    let r =
+        parse_report(&std::fs::read(dir().join("g3-fullness-above-100.json")).unwrap()).unwrap();
+    assert_eq!(r.backfill_ring_fullness_percent, Some(101));
+    assert_eq!(r.ring_fullness_percent(), Some(100));
+}
+
+#[test]
 fn size_limit_is_checked_before_parsing() {
     let body = b"{\"not json at all".repeat(10);
     match kura_schemas::report::parse_report_limited(&body, 16) {
@@ -157,6 +208,8 @@ fn serialized_report_parses_back_to_itself() {
         "g2-backfill-flag.json",
         "g3-fingerprint.json",
         "g4-serving-authority.json",
+        "g3-outbox-capacity.json",
+        "newest-fenced.json",
     ] {
         let r = parse_report(&std::fs::read(dir().join(f)).unwrap()).unwrap();
         let again = parse_report(&serde_json::to_vec(&r).unwrap()).unwrap();

@@ -29,8 +29,43 @@ pub struct PodView {
     pub received_at: Timestamp,
     /// Why the sample failed, if it did.
     pub error: Option<String>,
-    /// The report, if the sample was valid.
+    /// The pod's `outbox_messages`, shown beside its capacity.
+    pub outbox_messages: Option<u64>,
+    /// The pod's `outbox_capacity` (some G3 builds): at capacity the node
+    /// sheds client writes.
+    pub outbox_capacity: Option<u64>,
+    /// `backfill_ring_fullness_percent` clamped to 100 (Kura does not clamp
+    /// it).
+    pub ring_fullness_percent: Option<u64>,
+    /// The fence state of a pod that runs fenced serving, so an operator
+    /// sees a pod in `Fencing`; never a gate signal.
+    pub fence: Option<FenceView>,
+    /// The report as received, if the sample was valid.
     pub report: Option<NodeReport>,
+}
+
+/// `serving_authority` of a pod that runs fenced serving (`enabled` true).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FenceView {
+    /// `observed.phase` (`Preparing`, `Serving`, `Quiescing`, `Revoking`,
+    /// `Fencing`), when reported.
+    pub phase: Option<String>,
+    /// `epoch`, when reported.
+    pub epoch: Option<u64>,
+    /// `valid`, when reported.
+    pub valid: Option<bool>,
+}
+
+impl FenceView {
+    /// The fence state of `report`, when its node runs fenced serving.
+    pub fn of(report: &NodeReport) -> Option<FenceView> {
+        report.fence().map(|a| FenceView {
+            phase: a.observed.as_ref().map(|o| o.phase.clone()),
+            epoch: a.epoch,
+            valid: a.valid,
+        })
+    }
 }
 
 impl PodView {
@@ -40,6 +75,7 @@ impl PodView {
             SampleResult::Report(r) => (None, Some((**r).clone())),
             SampleResult::Error(e) => (Some(e.clone()), None),
         };
+        let r = report.as_ref();
         Self {
             name: sample.pod.name.clone(),
             uid: sample.pod.uid.clone(),
@@ -48,6 +84,10 @@ impl PodView {
             ip: sample.pod.ip.clone(),
             received_at: sample.received_at,
             error,
+            outbox_messages: r.and_then(|r| r.outbox_messages),
+            outbox_capacity: r.and_then(|r| r.outbox_capacity),
+            ring_fullness_percent: r.and_then(NodeReport::ring_fullness_percent),
+            fence: r.and_then(FenceView::of),
             report,
         }
     }

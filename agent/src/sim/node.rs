@@ -3,9 +3,14 @@
 
 use crate::sim::SimError;
 use kura_schemas::NodeReport;
-use kura_schemas::report::{BackfillCycle, NodeState, ServingAuthority, ServingIdentity};
+use kura_schemas::report::{
+    BackfillCycle, NodeState, ObservedGrant, ServingAuthority, ServingIdentity,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+
+/// `serving_authority.capability` of the newest builds.
+const FENCE_CAPABILITY: &str = "positive-fence-v1";
 
 /// A report generation of contract/node-report.md (G1 oldest, G4 newest).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -102,16 +107,28 @@ pub struct SimNode {
     pub backfill_budget_exhausted_capability_peers: u64,
     /// `backfill_ring_fullness_percent`.
     pub backfill_ring_fullness_percent: u64,
+    /// `outbox_capacity` (some G3 builds): `None` leaves the key out.
+    pub outbox_capacity: Option<u64>,
     /// Whether a G4 node is a newest build that carries `serving_authority`.
     pub serving_authority: bool,
-    /// `serving_authority.identity.pod_uid`; `None` when the pod is built
-    /// means "the simulated pod's own UID". Set it to another UID to
-    /// simulate an identity mismatch (a reused pod IP).
+    /// Whether the node runs fenced serving (`serving_authority.enabled`).
+    /// Without it, a newest build writes empty `instance_uid`, `pod_uid` and
+    /// `host`, exactly as Kura does (contract/node-report.md).
+    pub fenced_serving: bool,
+    /// `serving_authority.observed.phase` while fenced serving is on
+    /// (`Preparing`, `Serving`, `Quiescing`, `Revoking`, `Fencing`).
+    pub fence_phase: String,
+    /// `serving_authority.epoch` while fenced serving is on.
+    pub fence_epoch: u64,
+    /// `serving_authority.identity.pod_uid` of a fenced node; `None` when
+    /// the pod is built means "the simulated pod's own UID". Set it to
+    /// another UID to simulate an identity mismatch (a reused pod IP).
     pub pod_uid: Option<String>,
     /// `serving_authority.identity.instance_uid`.
     pub instance_uid: Option<String>,
-    /// `serving_authority.identity.incarnation`: +1 on every simulated
-    /// process restart.
+    /// Process start counter behind `serving_authority.identity.incarnation`
+    /// (rendered as a UUIDv7-shaped string): +1 on every simulated process
+    /// restart.
     pub incarnation: u64,
     /// `serving_authority.identity.host`; `None` when the pod is built means
     /// the pod's name.
@@ -119,7 +136,9 @@ pub struct SimNode {
 }
 
 impl Default for SimNode {
-    /// A healthy G4 node of a three-member ring.
+    /// A healthy node of the newest builds (G4 with `serving_authority`,
+    /// fenced serving off, so its identity strings are empty) in a
+    /// three-member ring.
     fn default() -> Self {
         SimNode {
             report_generation: ReportGeneration::G4,
@@ -145,7 +164,11 @@ impl Default for SimNode {
             backfill_budget_exhausted_real_peers: 0,
             backfill_budget_exhausted_capability_peers: 0,
             backfill_ring_fullness_percent: 100,
+            outbox_capacity: None,
             serving_authority: true,
+            fenced_serving: false,
+            fence_phase: "Serving".to_owned(),
+            fence_epoch: 1,
             pod_uid: None,
             instance_uid: None,
             incarnation: 1,
@@ -193,25 +216,101 @@ impl SimNode {
                 self.backfill_budget_exhausted_capability_peers,
             ),
             backfill_ring_fullness_percent: when(backfill, self.backfill_ring_fullness_percent),
-            serving_authority: (g == ReportGeneration::G4 && self.serving_authority).then(|| {
-                ServingAuthority {
-                    capability: Some("pull-sync".to_owned()),
-                    enabled: Some(true),
-                    identity: Some(ServingIdentity {
-                        instance_uid: self.instance_uid.clone(),
-                        pod_uid: self.pod_uid.clone(),
-                        incarnation: Some(format!("sim-{}", self.incarnation)),
-                        host: self.host.clone(),
-                    }),
-                }
+            serving_authority: self.authority_on().then(|| self.authority()),
+            outbox_capacity: self.outbox_capacity.filter(|_| g == ReportGeneration::G3),
+        }
+    }
+
+    fn authority_on(&self) -> bool {
+        self.report_generation == ReportGeneration::G4 && self.serving_authority
+    }
+
+    /// What the parser reads from [`Self::authority_json`].
+    fn authority(&self) -> ServingAuthority {
+        let fenced = self.fenced_serving;
+        let named = |v: &Option<String>| v.clone().filter(|s| fenced && !s.is_empty());
+        ServingAuthority {
+            capability: Some(FENCE_CAPABILITY.to_owned()),
+            enabled: Some(fenced),
+            identity: Some(ServingIdentity {
+                instance_uid: named(&self.instance_uid),
+                pod_uid: named(&self.pod_uid),
+                incarnation: Some(self.incarnation_text()),
+                host: named(&self.host),
+            }),
+            epoch: Some(if fenced { self.fence_epoch } else { 0 }),
+            valid: Some(fenced),
+            observed: fenced.then(|| ObservedGrant {
+                phase: self.fence_phase.clone(),
             }),
         }
     }
 
-    /// The report's wire form.
+    /// `serving_authority` as Kura's `serving_authority.rs` writes it, every
+    /// key included (contract/node-report.md): empty identity strings and a
+    /// null `observed` when fenced serving is off.
+    fn authority_json(&self) -> Value {
+        let fenced = self.fenced_serving;
+        let text = |v: &Option<String>| {
+            if fenced {
+                v.clone().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        };
+        serde_json::json!({
+            "automatic_partition_promotion": false,
+            "barrier": null,
+            "capability": FENCE_CAPABILITY,
+            "enabled": fenced,
+            "epoch": if fenced { self.fence_epoch } else { 0 },
+            "identity": {
+                "host": text(&self.host),
+                "incarnation": self.incarnation_text(),
+                "instance_uid": text(&self.instance_uid),
+                "pod_uid": text(&self.pod_uid),
+            },
+            "mutations": 0,
+            "observed": if fenced {
+                serde_json::json!({"epoch": self.fence_epoch, "phase": self.fence_phase})
+            } else {
+                Value::Null
+            },
+            "remaining_ms": if fenced { 5_000 } else { 0 },
+            "revoked_epoch": 0,
+            "valid": fenced,
+        })
+    }
+
+    /// A UUIDv7-shaped incarnation, distinct per simulated process start.
+    fn incarnation_text(&self) -> String {
+        let n = self.incarnation;
+        format!(
+            "019add3e-{:04x}-7{:03x}-9d2b-{:012x}",
+            (n >> 48) & 0xffff,
+            (n >> 36) & 0xfff,
+            n & 0xffff_ffff_ffff
+        )
+    }
+
+    /// The report's wire form: compact JSON, keys in alphabetical order, and
+    /// `serving_authority` with every key a real node writes.
     pub fn report_json(&self) -> Vec<u8> {
-        // Serializing a struct of plain values to a Vec cannot fail.
-        serde_json::to_vec(&self.report()).unwrap_or_default()
+        serde_json::to_vec(&self.wire_value()).unwrap_or_default()
+    }
+
+    /// The report's wire form as a JSON value.
+    pub fn wire_value(&self) -> Value {
+        let mut report = self.report();
+        report.serving_authority = None;
+        // Serializing a struct of plain values cannot fail.
+        let mut value = serde_json::to_value(&report).unwrap_or_default();
+        if self.authority_on()
+            && let Value::Object(obj) = &mut value
+        {
+            obj.insert("serving_authority".to_owned(), self.authority_json());
+        }
+        value
     }
 
     /// A process restart: per-process counters back to 0, generation back to
@@ -275,6 +374,7 @@ mod tests {
         SimNode {
             report_generation: ReportGeneration::try_from(g).unwrap(),
             pod_uid: Some("uid-1".into()),
+            host: Some("pod-1".into()),
             ..SimNode::default()
         }
     }
@@ -293,8 +393,48 @@ mod tests {
         };
         assert_eq!(g2_without_flag.report().backfill_initial_cycle, None);
         assert_eq!(node(4).report().outbox_messages, None);
-        assert_eq!(node(4).report().pod_uid(), Some("uid-1"));
         assert_eq!(node(3).report().serving_authority, None);
+        let g3_capacity = SimNode {
+            outbox_capacity: Some(10_000),
+            ..node(3)
+        };
+        let parsed = parse_report(&g3_capacity.report_json()).unwrap();
+        assert_eq!(parsed.outbox_capacity, Some(10_000));
+        assert_eq!(parsed, g3_capacity.report());
+    }
+
+    #[test]
+    fn newest_builds_without_fenced_serving_write_empty_identity_like_kura() {
+        let n = node(4);
+        let wire: Value = serde_json::from_slice(&n.report_json()).unwrap();
+        let authority = &wire["serving_authority"];
+        assert_eq!(authority["enabled"], false);
+        assert_eq!(authority["capability"], "positive-fence-v1");
+        assert_eq!(authority["observed"], Value::Null);
+        for key in ["instance_uid", "pod_uid", "host"] {
+            assert_eq!(authority["identity"][key], "", "{key}");
+        }
+        let incarnation = authority["identity"]["incarnation"].as_str().unwrap();
+        assert_eq!(incarnation.len(), 36, "{incarnation}");
+        let parsed = parse_report(&n.report_json()).unwrap();
+        assert_eq!(parsed.pod_uid(), None, "an empty pod_uid names nothing");
+        assert_eq!(parsed.fence(), None);
+        assert_eq!(parsed, n.report());
+    }
+
+    #[test]
+    fn fenced_nodes_name_their_pod_and_phase() {
+        let n = SimNode {
+            fenced_serving: true,
+            fence_phase: "Fencing".into(),
+            ..node(4)
+        };
+        let parsed = parse_report(&n.report_json()).unwrap();
+        assert_eq!(parsed, n.report());
+        assert_eq!(parsed.pod_uid(), Some("uid-1"));
+        let fence = parsed.fence().unwrap();
+        assert_eq!(fence.observed.as_ref().unwrap().phase, "Fencing");
+        assert_eq!((fence.valid, fence.epoch), (Some(true), Some(1)));
     }
 
     #[test]

@@ -416,7 +416,7 @@ async fn answer(
 /// type (a number becomes its text; anything else, or an absent key, the
 /// number 1).
 fn spoil(node: &SimNode, field: &str) -> Vec<u8> {
-    let mut value = serde_json::to_value(node.report()).unwrap_or_default();
+    let mut value = node.wire_value();
     if let serde_json::Value::Object(obj) = &mut value {
         let wrong = match obj.get(field) {
             Some(serde_json::Value::Number(n)) => serde_json::Value::String(n.to_string()),

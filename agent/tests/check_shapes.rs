@@ -1,0 +1,200 @@
+//! `kura-agent check` against every report shape of contract/node-report.md,
+//! served byte for byte from testdata/reports/ by real HTTP servers on
+//! loopback, and against a simulated newest node whose initial catch-up is
+//! still pending while it is ready and serving.
+
+use std::convert::Infallible;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use kura_agent::sim::Simulator;
+use serde_json::Value;
+
+fn fixture(name: &str) -> Bytes {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../testdata/reports")
+        .join(name);
+    Bytes::from(std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+}
+
+/// A node on 127.0.0.1 that answers every request with `body`, as a Kura
+/// node answers `/status/rollout`.
+struct FixtureNode {
+    url: String,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl FixtureNode {
+    async fn start(body: Bytes) -> FixtureNode {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let shared = Arc::new(body);
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let shared = Arc::clone(&shared);
+                tokio::spawn(async move {
+                    let service = service_fn(move |_req: Request<hyper::body::Incoming>| {
+                        let body = Bytes::clone(&shared);
+                        async move {
+                            let mut r = Response::new(Full::new(body));
+                            r.headers_mut().insert(
+                                hyper::header::CONTENT_TYPE,
+                                hyper::header::HeaderValue::from_static("application/json"),
+                            );
+                            Ok::<_, Infallible>(r)
+                        }
+                    });
+                    let _ = http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        FixtureNode { url, task }
+    }
+}
+
+impl Drop for FixtureNode {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Runs `kura-agent check --json` off the runtime's threads; the exit code
+/// and the JSON lines.
+async fn check(nodes: &[&str], extra: &[&str]) -> (i32, Vec<Value>, String) {
+    let mut args = vec!["check".to_owned(), "--json".to_owned()];
+    for n in nodes {
+        args.extend(["--node".to_owned(), (*n).to_owned()]);
+    }
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    tokio::task::spawn_blocking(move || {
+        let out = Command::new(env!("CARGO_BIN_EXE_kura-agent"))
+            .args(&args)
+            .output()
+            .unwrap();
+        let lines = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        (
+            out.status.code().unwrap_or(-1),
+            lines,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    })
+    .await
+    .unwrap()
+}
+
+/// Every healthy shape in the contract, one node each, passes `check`:
+/// none is refused (the newest builds' empty identity included), and every
+/// poll sampled the node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_contract_shape_is_sampled_and_passes() {
+    let shapes = [
+        "g1-bootstrap.json",
+        "g2-backfill-flag.json",
+        "g2-no-flag.json",
+        "g3-fingerprint.json",
+        "g3-outbox-capacity.json",
+        "g3-fullness-above-100.json",
+        "g4-pull-sync.json",
+        "g4-serving-authority.json",
+        "newest-unfenced.json",
+        "newest-fenced.json",
+    ];
+    for shape in shapes {
+        let node = FixtureNode::start(fixture(shape)).await;
+        let (code, lines, err) = check(
+            &[&node.url],
+            &["--soak", "400ms", "--interval", "100ms", "--timeout", "20s"],
+        )
+        .await;
+        assert_eq!(code, 0, "{shape}: {lines:?} {err}");
+        assert!(lines.len() >= 3, "{shape}: {lines:?}");
+        for line in &lines {
+            assert_eq!(line["health"]["sampledPods"], 1, "{shape}: {line}");
+        }
+        assert_eq!(lines.last().unwrap()["verdict"], "pass", "{shape}");
+    }
+}
+
+/// A newest node that latched ready and serving while its initial catch-up
+/// is still pending (a warm volume after a restart) holds `check` until the
+/// cycle completes; the soak only starts then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ready_serving_node_with_a_pending_cycle_holds_check_until_it_completes() {
+    let node = FixtureNode::start(fixture("newest-catching-up.json")).await;
+    let (code, lines, _) = check(
+        &[&node.url],
+        &[
+            "--soak",
+            "200ms",
+            "--interval",
+            "100ms",
+            "--timeout",
+            "1500ms",
+        ],
+    )
+    .await;
+    assert_eq!(code, 1, "a pending cycle never passes: {lines:?}");
+    let last = lines.last().unwrap();
+    assert_eq!(last["signal"], "wave_deadline_exceeded");
+    assert_eq!(last["lastFailingSignal"], "backfill_pending");
+    let pending = lines
+        .iter()
+        .flat_map(|l| l["evidence"].as_array().cloned().unwrap_or_default())
+        .find(|e| e["signal"] == "backfill_pending")
+        .expect("evidence of backfill_pending");
+    assert!(
+        pending["detail"].as_str().unwrap().contains("pending"),
+        "the evidence names the observed cycle value: {pending}"
+    );
+    for line in &lines {
+        assert_eq!(line["health"]["ready"], true);
+        assert_eq!(line["health"]["serving"], true);
+    }
+
+    // The simulated newest node: pending, then complete after a while.
+    let sim = Simulator::healthy("catchup", 2).await.unwrap();
+    sim.pods()[1].update(|n| n.backfill_initial_cycle = "pending".into());
+    let nodes: Vec<String> = sim.pods().iter().map(|p| p.url()).collect();
+    let completer = {
+        let pod = sim.pods()[1].clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(1200)).await;
+            pod.update(|n| n.backfill_initial_cycle = "complete".into());
+        })
+    };
+    let refs: Vec<&str> = nodes.iter().map(String::as_str).collect();
+    let (code, lines, err) = check(
+        &refs,
+        &["--soak", "500ms", "--interval", "100ms", "--timeout", "20s"],
+    )
+    .await;
+    completer.await.unwrap();
+    assert_eq!(code, 0, "{lines:?} {err}");
+    let first_soaking = lines
+        .iter()
+        .position(|l| l["signal"] == "soaking")
+        .expect("a soak after the cycle completed");
+    assert!(first_soaking > 0, "held at first: {:?}", lines[0]);
+    for line in &lines[..first_soaking] {
+        assert_eq!(line["signal"], "backfill_pending", "{line}");
+    }
+    assert_eq!(lines.last().unwrap()["verdict"], "pass");
+    drop(node);
+}
