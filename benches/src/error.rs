@@ -12,10 +12,10 @@ pub enum LoadError {
     Protocol(String),
     /// The simulated pods could not be started.
     #[error(transparent)]
-    Sim(#[from] kura_agent::sim::SimError),
+    Sim(#[from] kura_sim::SimError),
     /// A measuring side stopped early.
     #[error(transparent)]
-    Side(#[from] kura_agent::fleet_load::protocol::ProtocolError),
+    Side(#[from] kura_agent::cli::fleet_load_side::protocol::ProtocolError),
     /// The tokio runtime could not be built.
     #[error("cannot start the runtime: {0}")]
     Runtime(#[source] std::io::Error),

@@ -3,11 +3,11 @@
 //! pods in child processes, the bare loopback ceiling and the measuring
 //! child processes. The agent's side of the harness (its per-sweep path,
 //! the child protocol and process statistics) lives in
-//! `kura_agent::fleet_load`, so a shipped `kura-agent` binary can be
+//! `kura_agent::cli::fleet_load_side`, so a shipped `kura-agent` binary can be
 //! measured the same way.
 
-pub use kura_agent::fleet_load::fleet as agent_path;
-pub use kura_agent::fleet_load::proc_stats;
+pub use kura_agent::cli::fleet_load_side::fleet as agent_path;
+pub use kura_agent::cli::fleet_load_side::proc_stats;
 
 pub mod ceiling;
 pub mod error;

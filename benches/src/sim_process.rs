@@ -8,15 +8,15 @@
 //! exits or drops the [`SimProcesses`]).
 
 use crate::error::LoadError;
-use kura_agent::fleet_load::protocol::parse_target;
-use kura_agent::sample::PodIdentity;
-use kura_agent::sim::{Addressing, ReportGeneration, SimPodSpec, Simulator, raise_fd_limit};
+use kura_agent::cli::fleet_load_side::protocol::parse_target;
+use kura_agent::model::PodIdentity;
+use kura_sim::{Addressing, ReportGeneration, SimPodSpec, Simulator, raise_fd_limit};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
 
-pub use kura_agent::fleet_load::protocol::FD_SLACK;
+pub use kura_agent::cli::fleet_load_side::protocol::FD_SLACK;
 
 /// Which report generation the simulated pods answer in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

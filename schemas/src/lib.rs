@@ -17,4 +17,6 @@ pub mod report;
 pub use gate_status::{AgentVerdict, BaselineCounters, Evidence, RolloutGate, Signal};
 pub use health::{PodHealth, RetiredCounters, RolloutHealth};
 pub use instance::{KuraInstance, KuraInstanceSpec, KuraInstanceStatus};
-pub use report::{NodeReport, NodeState, ReportError, parse_report, parse_report_limited};
+pub use report::{
+    NodeReport, NodeState, REPORT_PATH, ReportError, parse_report, parse_report_limited,
+};

@@ -18,13 +18,13 @@
 //! see the same machine load.
 
 use clap::{Parser, Subcommand};
-use kura_agent::fleet_load::protocol::Swept;
+use kura_agent::cli::fleet_load_side::protocol::Swept;
 use kura_agent::poll::PollConfig;
-use kura_agent::sim::raise_fd_limit;
 use kura_benches::error::LoadError;
 use kura_benches::proc_stats::{cpu_time_of, mib};
 use kura_benches::runner::{Runner, RunnerConfig, Side};
 use kura_benches::sim_process::{Generations, SimProcesses, processes_needed, serve};
+use kura_sim::raise_fd_limit;
 use std::net::Ipv4Addr;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
