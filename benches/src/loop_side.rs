@@ -30,7 +30,8 @@
 
 use crate::error::LoadError;
 use crate::proc_stats::{cpu_time, peak_rss};
-use crate::sim_process::{FD_SLACK, pod_target};
+use crate::sim_process::FD_SLACK;
+use kura_agent::cli::fleet_load_side::protocol::parse_target;
 use jiff::{SignedDuration, Timestamp};
 use kura_agent::engine::EngineConfig;
 use kura_agent::model::{
@@ -514,6 +515,25 @@ impl LoopOutcome {
     }
 }
 
+/// The environment variable naming a profiler command to run the loop's
+/// process under, words split at spaces (e.g. `heaptrack -o /tmp/loop`):
+/// how the heap profile in benches/PERFORMANCE.md was taken.
+pub const PROFILER_ENV: &str = "KURA_FLEET_LOAD_PROFILER";
+
+/// `exe`, run by the profiler of [`PROFILER_ENV`] when it is set.
+fn profiled(exe: &Path) -> Command {
+    let wrapper = std::env::var(PROFILER_ENV).unwrap_or_default();
+    let mut words = wrapper.split_whitespace();
+    match words.next() {
+        Some(program) => {
+            let mut cmd = Command::new(program);
+            cmd.args(words).arg(exe);
+            cmd
+        }
+        None => Command::new(exe),
+    }
+}
+
 /// A running loop process.
 #[derive(Debug)]
 pub struct LoopRunner {
@@ -531,7 +551,7 @@ impl LoopRunner {
         targets: &[(PodIdentity, SocketAddr)],
     ) -> Result<LoopRunner, LoadError> {
         let c = &config.cadence;
-        let mut cmd = Command::new(exe);
+        let mut cmd = profiled(exe);
         cmd.arg("run-loop")
             .args(["--concurrency", &config.concurrency.to_string()])
             .args(["--pods-per-instance", &config.pods_per_instance.to_string()])
@@ -620,7 +640,7 @@ pub fn serve_loop(config: LoopRunConfig) -> Result<(), LoadError> {
         let fields: Vec<&str> = line.split_whitespace().collect();
         match fields.as_slice() {
             ["start"] => break,
-            ["pod", name, uid, addr] => targets.push(pod_target(name, uid, addr)?),
+            ["pod", name, uid, addr] => targets.push(parse_target(name, uid, addr)?),
             _ => return Err(LoadError::Protocol(format!("unexpected line {line:?}"))),
         }
     }
