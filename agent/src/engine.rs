@@ -157,7 +157,10 @@ mod tests {
 
     /// A G1 fixture report with `fd` fd timeouts, from pod `i` on `image`.
     fn sample(i: usize, image: &str, fd: u64, at: Timestamp) -> PodSample {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/reports/g1-bootstrap.json");
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../testdata/reports/g1-bootstrap.json"
+        );
         let mut v: serde_json::Value =
             serde_json::from_slice(&std::fs::read(path).expect("fixture")).expect("json");
         v["fd_timeout_count"] = serde_json::json!(fd);
@@ -182,7 +185,12 @@ mod tests {
     #[test]
     fn the_baseline_is_the_aggregate_closest_to_the_upgrade() {
         let mut engine = InstanceEngine::new(Arc::new(EngineConfig::default()));
-        engine.step(&info(), V1, &[sample(0, V1, 1, at(0)), sample(1, V1, 1, at(0))], at(0));
+        engine.step(
+            &info(),
+            V1,
+            &[sample(0, V1, 1, at(0)), sample(1, V1, 1, at(0))],
+            at(0),
+        );
         // 30 s later the watch shows the upgrade and the loop sweeps at
         // once: the pods still run v1, their counters grew meanwhile. That
         // sweep is the baseline, not the one 30 s old.
@@ -200,7 +208,12 @@ mod tests {
         // A pod already on the new image (or one that did not answer): the
         // aggregate before the change stays the baseline.
         let mut engine = InstanceEngine::new(Arc::new(EngineConfig::default()));
-        engine.step(&info(), V1, &[sample(0, V1, 1, at(0)), sample(1, V1, 1, at(0))], at(0));
+        engine.step(
+            &info(),
+            V1,
+            &[sample(0, V1, 1, at(0)), sample(1, V1, 1, at(0))],
+            at(0),
+        );
         let (_, gate) = engine.step(
             &info(),
             V2,

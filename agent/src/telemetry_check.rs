@@ -257,7 +257,10 @@ fn computed_values(metric: &str, expr: &str) -> Option<Vec<&'static str>> {
         }
         (telemetry::SWEEP_OVERRUNS_TOTAL, "phase.label()") => {
             use crate::runner::cadence::{Phase, Why};
-            vec![Phase::Rollout(Why::NoVerdict).label(), Phase::Steady.label()]
+            vec![
+                Phase::Rollout(Why::NoVerdict).label(),
+                Phase::Steady.label(),
+            ]
         }
         (telemetry::INSTANCES_BY_CADENCE, "cadence::ROLLOUT") => {
             vec![crate::runner::cadence::ROLLOUT]

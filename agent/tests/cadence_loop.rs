@@ -98,16 +98,25 @@ async fn the_cadence_follows_the_rollout() {
 
     // No verdict yet: the first sweep comes within one rollout interval;
     // then healthy on one image, never upgraded: at rest.
-    until("the first sweep", Duration::from_secs(5), || sweeps(&sink) == 1).await;
+    until("the first sweep", Duration::from_secs(5), || {
+        sweeps(&sink) == 1
+    })
+    .await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(sweeps(&sink), 1, "at rest: the next sweep is 4.5 s to 5.5 s away");
+    assert_eq!(
+        sweeps(&sink),
+        1,
+        "at rest: the next sweep is 4.5 s to 5.5 s away"
+    );
 
     // The upgrade: swept at once, long before the steady wait is over, and
     // the baseline is taken by that sweep.
     targets.update(|t| t[0].spec_image = V2.into());
-    let took = until("the sweep at the image change", Duration::from_secs(2), || {
-        sweeps(&sink) == 2
-    })
+    let took = until(
+        "the sweep at the image change",
+        Duration::from_secs(2),
+        || sweeps(&sink) == 2,
+    )
     .await;
     let (status, _) = sink.get(&key).expect("a status");
     assert_eq!(status.gate.target_image, V2);

@@ -31,12 +31,12 @@
 use crate::error::LoadError;
 use crate::proc_stats::{cpu_time, peak_rss};
 use crate::sim_process::FD_SLACK;
-use kura_agent::cli::fleet_load_side::protocol::parse_target;
 use jiff::{SignedDuration, Timestamp};
+use kura_agent::cli::fleet_load_side::protocol::parse_target;
 use kura_agent::engine::EngineConfig;
 use kura_agent::model::{
-    DesiredStatus, InstanceInfo, InstanceKey, InstanceTarget, PodIdentity, PodTarget,
-    StatusSink, SystemClock,
+    DesiredStatus, InstanceInfo, InstanceKey, InstanceTarget, PodIdentity, PodTarget, StatusSink,
+    SystemClock,
 };
 use kura_agent::poll::{PollConfig, Poller};
 use kura_agent::runner::{AgentLoop, Cadence, LoopConfig, StaticTargets};
@@ -83,7 +83,10 @@ impl LoopRunConfig {
     /// over one interval of its phase, so one steady interval with its
     /// jitter, plus a second.
     pub fn warmup(&self) -> Duration {
-        self.cadence.steady_interval.mul_f64(1.0 + self.cadence.jitter) + Duration::from_secs(1)
+        self.cadence
+            .steady_interval
+            .mul_f64(1.0 + self.cadence.jitter)
+            + Duration::from_secs(1)
     }
 }
 
@@ -227,7 +230,10 @@ struct CountingSink(Arc<Mutex<Counter>>);
 impl StatusSink for CountingSink {
     fn publish(&self, key: &InstanceKey, desired: DesiredStatus, _now: Timestamp) {
         let at = Instant::now();
-        let mut c = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut c = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let Some(&(rollout, pods)) = c.class.get(key) else {
             return;
         };
@@ -279,7 +285,12 @@ pub fn fleet(
                 .map(|(j, (identity, addr))| {
                     let mut identity = identity.clone();
                     identity.image = Some(
-                        if rollout && j == 0 { NEW_IMAGE } else { OLD_IMAGE }.to_owned(),
+                        if rollout && j == 0 {
+                            NEW_IMAGE
+                        } else {
+                            OLD_IMAGE
+                        }
+                        .to_owned(),
                     );
                     PodTarget {
                         identity,
@@ -426,11 +437,7 @@ async fn run_loop(
         rollout: summary(&c.intervals[0]),
         steady: summary(&c.intervals[1]),
         overruns: metric_sum(&text, kura_agent::telemetry::SWEEP_OVERRUNS_TOTAL, ""),
-        failed_polls: metric_sum(
-            &text,
-            kura_agent::telemetry::POLLS_TOTAL,
-            "result=\"ok\"",
-        ),
+        failed_polls: metric_sum(&text, kura_agent::telemetry::POLLS_TOTAL, "result=\"ok\""),
         cpu,
     };
     drop(c);

@@ -988,7 +988,10 @@ mod tests {
         assert!(images.observe(&Event::InitApply(with_image("a", "v3"))));
         assert!(!images.observe(&Event::InitDone));
         assert_eq!(images.seen.len(), 1, "b is gone: {:?}", images.seen);
-        assert!(!images.observe(&Event::Apply(with_image("b", "v9"))), "b is new again");
+        assert!(
+            !images.observe(&Event::Apply(with_image("b", "v9"))),
+            "b is new again"
+        );
         assert!(!images.observe(&Event::Delete(with_image("b", "v9"))));
         assert!(!images.observe(&Event::Apply(with_image("b", "v1"))));
         // No image (an invalid spec): neither recorded nor a change.

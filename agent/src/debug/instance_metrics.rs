@@ -369,8 +369,8 @@ pub fn render(instances: &[InstanceView], now: Timestamp) -> String {
 mod tests {
     use super::*;
     use crate::view::PodView;
-    use std::sync::Arc;
     use kura_schemas::{BaselineCounters, RolloutGate, RolloutHealth};
+    use std::sync::Arc;
 
     fn ts(s: &str) -> Timestamp {
         s.parse().expect("timestamp")

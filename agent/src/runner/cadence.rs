@@ -124,7 +124,9 @@ impl Cadence {
         if longest >= max_sample_age {
             let factor = 1.0 + self.jitter.clamp(0.0, 1.0);
             let limit = Duration::from_secs(
-                (max_sample_age.as_secs_f64() / factor - 1e-9).floor().max(0.0) as u64,
+                (max_sample_age.as_secs_f64() / factor - 1e-9)
+                    .floor()
+                    .max(0.0) as u64,
             );
             return Err(CadenceError::SteadyTooLong {
                 steady: self.steady_interval,
@@ -393,12 +395,7 @@ mod tests {
             p(
                 V2,
                 same(V2, 3),
-                Some(&gate(
-                    V2,
-                    Some(V1),
-                    AgentVerdict::Healthy,
-                    Some(since - 1)
-                ))
+                Some(&gate(V2, Some(V1), AgentVerdict::Healthy, Some(since - 1)))
             ),
             Phase::Steady
         );

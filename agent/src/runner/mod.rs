@@ -89,9 +89,8 @@ impl LoopConfig {
     /// Checks the cadence against the gate's maximum sample age
     /// ([`Cadence::validate`]): call at start-up.
     pub fn validate(&self) -> Result<(), CadenceError> {
-        self.cadence.validate(Duration::from_secs(
-            self.engine.gate.max_sample_age_seconds,
-        ))
+        self.cadence
+            .validate(Duration::from_secs(self.engine.gate.max_sample_age_seconds))
     }
 }
 
@@ -326,7 +325,9 @@ async fn instance_task(
     let wake = wait_next(&mut target, &first.spec_image, |t| {
         let phase = phase_of(t, engine.gate(), shared.clock.now(), &cadence);
         in_rollout.store(phase.in_rollout(), Ordering::Relaxed);
-        let wait = shared.clock.to_real(cadence.interval(phase).mul_f64(spread));
+        let wait = shared
+            .clock
+            .to_real(cadence.interval(phase).mul_f64(spread));
         (spawned + wait, phase)
     })
     .await;

@@ -623,24 +623,23 @@ fn run_loop(args: &LoadArgs) -> Result<bool, LoadError> {
             match (sim_before, sim_after) {
                 (Some(b), Some(a)) => format!(
                     "{:.1} %",
-                    a.saturating_sub(b).as_secs_f64()
-                        / (window + config.warmup().as_secs_f64())
+                    a.saturating_sub(b).as_secs_f64() / (window + config.warmup().as_secs_f64())
                         * 100.0
                 ),
                 _ => "n/a".into(),
             },
         ),
-        (
-            "agent peak RSS".into(),
-            format!("{:.1} MiB", mib(peak)),
-        ),
+        ("agent peak RSS".into(), format!("{:.1} MiB", mib(peak))),
     ];
     for (label, value) in &rows {
         println!("{label:<48} {value:>32}");
     }
     let goals = [
         (
-            format!("polls per second <= 1/3 of before ({:.0})", before * GOAL_POLL_SHARE),
+            format!(
+                "polls per second <= 1/3 of before ({:.0})",
+                before * GOAL_POLL_SHARE
+            ),
             pps <= before * GOAL_POLL_SHARE,
         ),
         ("every poll a report".to_owned(), o.failed_polls == 0),

@@ -489,7 +489,11 @@ mod tests {
             let err = Wrapper::try_parse_from(["x", "--interval=5s", other])
                 .err()
                 .expect("refused");
-            assert_eq!(err.kind(), clap::error::ErrorKind::ArgumentConflict, "{err}");
+            assert_eq!(
+                err.kind(),
+                clap::error::ErrorKind::ArgumentConflict,
+                "{err}"
+            );
         }
         // A steady interval that lets samples go stale at rest is refused
         // at start-up, with the reason.
@@ -501,7 +505,11 @@ mod tests {
             .map_err(ConfigError::from)
             .expect_err("refused");
         assert!(err.to_string().contains("maximum sample age"), "{err}");
-        for bad in ["--settle=0s", "--rollout-interval=0s", "--steady-interval=30"] {
+        for bad in [
+            "--settle=0s",
+            "--rollout-interval=0s",
+            "--steady-interval=30",
+        ] {
             assert!(Wrapper::try_parse_from(["x", bad]).is_err(), "{bad}");
         }
     }
