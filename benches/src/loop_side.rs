@@ -416,31 +416,32 @@ async fn run_loop(
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .counting = true;
     tokio::time::sleep(config.window).await;
-    let mut c = counter
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    c.counting = false;
-    let window = started.elapsed();
-    let cpu = cpu_time().saturating_sub(cpu0);
-    let summary = |h: &IntervalHistogram| Summary {
-        count: h.count(),
-        p50: h.quantile(0.5),
-        p99: h.quantile(0.99),
-        max: h.max(),
+    let outcome = {
+        let mut c = counter
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        c.counting = false;
+        let window = started.elapsed();
+        let cpu = cpu_time().saturating_sub(cpu0);
+        let summary = |h: &IntervalHistogram| Summary {
+            count: h.count(),
+            p50: h.quantile(0.5),
+            p99: h.quantile(0.99),
+            max: h.max(),
+        };
+        let text = metrics.render();
+        LoopOutcome {
+            window,
+            instances,
+            sweeps: (c.sweeps[0], c.sweeps[1]),
+            polls: (c.polls[0], c.polls[1]),
+            rollout: summary(&c.intervals[0]),
+            steady: summary(&c.intervals[1]),
+            overruns: metric_sum(&text, kura_agent::telemetry::SWEEP_OVERRUNS_TOTAL, ""),
+            failed_polls: metric_sum(&text, kura_agent::telemetry::POLLS_TOTAL, "result=\"ok\""),
+            cpu,
+        }
     };
-    let text = metrics.render();
-    let outcome = LoopOutcome {
-        window,
-        instances,
-        sweeps: (c.sweeps[0], c.sweeps[1]),
-        polls: (c.polls[0], c.polls[1]),
-        rollout: summary(&c.intervals[0]),
-        steady: summary(&c.intervals[1]),
-        overruns: metric_sum(&text, kura_agent::telemetry::SWEEP_OVERRUNS_TOTAL, ""),
-        failed_polls: metric_sum(&text, kura_agent::telemetry::POLLS_TOTAL, "result=\"ok\""),
-        cpu,
-    };
-    drop(c);
     let _ = stop.send(());
     let _ = running.await;
     outcome

@@ -193,7 +193,6 @@ impl Demo {
                 gate: config.gate.clone(),
                 ..EngineConfig::default()
             },
-            ..LoopConfig::default()
         };
         let agent = AgentLoop::new(
             loop_config,
