@@ -705,7 +705,7 @@ mod tests {
             h.record(Duration::from_millis(ms));
         }
         assert_eq!(h.count(), 5);
-        assert_eq!(h.quantile(0.5), Duration::from_millis(2010));
+        assert_eq!(h.quantile(0.5), Duration::from_millis(2020));
         assert_eq!(h.quantile(1.0), Duration::from_millis(5000));
         assert_eq!(h.max(), Duration::from_millis(5000));
         let o = LoopOutcome {
