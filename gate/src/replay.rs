@@ -1,10 +1,15 @@
 //! Offline replay (contract/gate.md, "Offline replay"): a JSON document of
 //! ticks in, one verdict line per tick out. Parsing is strict and every
-//! error names the tick, server and field at fault.
+//! error names the tick, server and field at fault, or the line and column
+//! of a key given twice (`kura_schemas::strict_json`: a repeated key is
+//! refused anywhere in the document; one leading UTF-8 byte-order mark is
+//! skipped, as files saved by some editors start with one).
 
 use std::collections::HashSet;
 
 use jiff::Timestamp;
+use kura_schemas::api_int::API_INT_MAX;
+use kura_schemas::strict_json::{self, StrictJsonError};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use thiserror::Error;
@@ -40,6 +45,17 @@ pub enum ReplayError {
     /// Not JSON at all.
     #[error("input is not valid JSON: {0}")]
     Json(String),
+    /// A key appears twice in one object: readers disagree on which one
+    /// counts, so the document is refused.
+    #[error("line {line} column {column}: key {key:?} appears more than once in one object")]
+    DuplicateKey {
+        /// The key.
+        key: String,
+        /// 1-based line of the second occurrence.
+        line: usize,
+        /// 1-based column just after it.
+        column: usize,
+    },
     /// A field is missing, of the wrong type or out of range.
     #[error("{}field {field}: {reason}", location(*tick, server.as_deref()))]
     Field {
@@ -112,7 +128,12 @@ pub fn run_replay(input: &ReplayInput) -> Result<Vec<ReplayLine>, ReplayError> {
 /// Parses a replay document strictly (unknown keys outside `health` are
 /// refused; inside `health` only the fields the checks read are looked at).
 pub fn parse_replay(text: &str) -> Result<ReplayInput, ReplayError> {
-    let root: Value = serde_json::from_str(text).map_err(|e| ReplayError::Json(e.to_string()))?;
+    let root = strict_json::document_from_str(text).map_err(|e| match e {
+        StrictJsonError::DuplicateKey { key, line, column } => {
+            ReplayError::DuplicateKey { key, line, column }
+        }
+        other => ReplayError::Json(other.to_string()),
+    })?;
     let at = Ctx::default();
     let root = at.object(&root, "(document)")?;
     at.only(root, &["config", "ticks"], "")?;
@@ -367,12 +388,9 @@ fn parse_health(
         Some(value) => at.object(value, field)?,
     };
     let p = format!("{field}.");
-    let small = |key: &str, max: u64| -> Result<Option<u64>, ReplayError> {
-        match at.opt_uint(obj, key, &p)? {
-            Some(v) if v > max => Err(at.fail(&format!("{p}{key}"), format!("{v} is above {max}"))),
-            v => Ok(v),
-        }
-    };
+    let small = |key: &str, max: u64| at.opt_uint_max(obj, key, &p, max);
+    // What a stored rolloutHealth can hold: the API server's int64.
+    let count = |key: &str| at.opt_uint_max(obj, key, &p, API_INT_MAX);
     Ok(Some(HealthView {
         sampled_at: at.opt_time(obj, "sampledAt", &p)?,
         expected_pods: small("expectedPods", u64::from(u32::MAX))?
@@ -382,13 +400,13 @@ fn parse_health(
         ready: at.opt_bool(obj, "ready", &p)?,
         serving: at.opt_bool(obj, "serving", &p)?,
         ring_consistent: at.opt_bool(obj, "ringConsistent", &p)?,
-        bootstrap_inflight_peers: at.opt_uint(obj, "bootstrapInflightPeers", &p)?,
+        bootstrap_inflight_peers: count("bootstrapInflightPeers")?,
         backfill_initial_cycle: at.opt_str(obj, "backfillInitialCycle", &p)?,
         backfill_degraded: at.opt_bool(obj, "backfillDegraded", &p)?,
-        backfill_budget_exhausted_peers: at.opt_uint(obj, "backfillBudgetExhaustedPeers", &p)?,
-        outbox_messages: at.opt_uint(obj, "outboxMessages", &p)?,
-        fd_timeout_count: at.opt_uint(obj, "fdTimeoutCount", &p)?,
-        peer_connection_failures: at.opt_uint(obj, "peerConnectionFailures", &p)?,
+        backfill_budget_exhausted_peers: count("backfillBudgetExhaustedPeers")?,
+        outbox_messages: count("outboxMessages")?,
+        fd_timeout_count: count("fdTimeoutCount")?,
+        peer_connection_failures: count("peerConnectionFailures")?,
         memory_pressure_state: small("memoryPressureState", u64::from(u8::MAX))?
             .and_then(|v| u8::try_from(v).ok()),
     }))
@@ -434,12 +452,47 @@ impl Ctx {
     }
 
     fn uint(&self, value: &Value, field: &str) -> Result<u64, ReplayError> {
-        value.as_u64().ok_or_else(|| {
+        self.uint_max(value, field, u64::MAX)
+    }
+
+    /// A non-negative integer up to `max`. An integer beyond it (or beyond
+    /// 64 bits, which JSON readers hold as a float) is "out of range", not a
+    /// wrong type.
+    fn uint_max(&self, value: &Value, field: &str, max: u64) -> Result<u64, ReplayError> {
+        let out_of_range = || {
+            let why = if max == API_INT_MAX {
+                " (2^63-1, the largest integer the API server stores)"
+            } else {
+                ""
+            };
             self.fail(
                 field,
-                format!("expected a non-negative integer, got {}", show(value)),
+                format!(
+                    "{} is out of range: the largest accepted is {max}{why}",
+                    show(value)
+                ),
             )
-        })
+        };
+        match value {
+            Value::Number(n) => match n.as_u64() {
+                Some(v) if v <= max => Ok(v),
+                Some(_) => Err(out_of_range()),
+                None if n
+                    .as_f64()
+                    .is_some_and(|f| f.fract() == 0.0 && f >= u64::MAX as f64) =>
+                {
+                    Err(out_of_range())
+                }
+                None => Err(self.fail(
+                    field,
+                    format!("expected a non-negative integer, got {}", show(value)),
+                )),
+            },
+            _ => Err(self.fail(
+                field,
+                format!("expected a non-negative integer, got {}", show(value)),
+            )),
+        }
     }
 
     fn opt_uint(
@@ -448,9 +501,21 @@ impl Ctx {
         key: &str,
         prefix: &str,
     ) -> Result<Option<u64>, ReplayError> {
+        self.opt_uint_max(obj, key, prefix, u64::MAX)
+    }
+
+    fn opt_uint_max(
+        &self,
+        obj: &Map<String, Value>,
+        key: &str,
+        prefix: &str,
+        max: u64,
+    ) -> Result<Option<u64>, ReplayError> {
         match obj.get(key) {
             None | Some(Value::Null) => Ok(None),
-            Some(value) => self.uint(value, &format!("{prefix}{key}")).map(Some),
+            Some(value) => self
+                .uint_max(value, &format!("{prefix}{key}"), max)
+                .map(Some),
         }
     }
 
@@ -464,8 +529,8 @@ impl Ctx {
         let value = obj
             .get(key)
             .ok_or_else(|| self.fail(&field, "missing".into()))?;
-        let n = self.uint(value, &field)?;
-        u32::try_from(n).map_err(|_| self.fail(&field, format!("{n} is above {}", u32::MAX)))
+        let n = self.uint_max(value, &field, u64::from(u32::MAX))?;
+        u32::try_from(n).map_err(|_| self.fail(&field, format!("{n} is out of range")))
     }
 
     fn opt_bool(

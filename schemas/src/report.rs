@@ -3,12 +3,18 @@
 //!
 //! Unknown keys are ignored. A known key with the wrong type or an impossible
 //! value, or a missing required key, is an error that names the field. Absent
-//! optional keys stay `None`: absent is never zero.
+//! optional keys stay `None`: absent is never zero. A known key given twice is
+//! an error too ([`ReportError::Duplicate`]), and so is a count above 2^63−1,
+//! the largest integer the Kubernetes API server stores ([`crate::api_int`]).
 
+use crate::api_int::{self, API_INT_MAX};
+use crate::strict_json::{self, StrictJsonError, StrictValue};
 use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer as _, Serialize};
 use serde_json::{Map, Value};
 use std::borrow::Cow;
+use std::cell::RefCell;
 
 /// Default limit on a report body, in bytes (64 KiB).
 pub const DEFAULT_BODY_LIMIT: usize = 64 * 1024;
@@ -101,6 +107,7 @@ impl JsonSchema for BackfillCycle {
 /// `valid`, `epoch`, `observed.phase`) is kept for display only: it is never
 /// a gate signal (contract/node-report.md).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, JsonSchema)]
+#[schemars(transform = api_int::declare_stored_range)]
 pub struct ServingAuthority {
     /// `capability`, when a string.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -111,7 +118,7 @@ pub struct ServingAuthority {
     /// `identity`, when an object.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub identity: Option<ServingIdentity>,
-    /// `epoch`, when a non-negative integer.
+    /// `epoch`, when an integer in 0..=2^63−1.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub epoch: Option<u64>,
     /// `valid`, when a bool: whether the node holds a valid grant.
@@ -157,7 +164,10 @@ pub struct ServingIdentity {
 /// It serializes back to the wire form (absent keys left out), which is what
 /// the simulator serves; [`parse_report`] is the only way in.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
-#[schemars(title = "Kura node report (GET /status/rollout)")]
+#[schemars(
+    title = "Kura node report (GET /status/rollout)",
+    transform = api_int::declare_stored_range
+)]
 pub struct NodeReport {
     /// `generation`: process-local peer-set generation.
     pub generation: u64,
@@ -285,9 +295,31 @@ pub enum ReportError {
     /// The body is not JSON (or not UTF-8, or nested too deeply).
     #[error("body is not valid JSON: {0}")]
     Malformed(String),
+    /// The body starts with a UTF-8 byte-order mark (JSON on the wire must
+    /// not have one).
+    #[error("body starts with a UTF-8 byte-order mark")]
+    ByteOrderMark,
     /// The body is JSON but not an object.
     #[error("body is JSON but not an object")]
     NotAnObject,
+    /// A known key appears twice, or a key appears twice inside a known
+    /// key's value: readers disagree on which one counts, so the report is
+    /// invalid.
+    #[error(
+        "field `{field}`{} appears more than once (line {line}, column {column})",
+        key.as_ref().map(|k| format!(": key {k:?}")).unwrap_or_default()
+    )]
+    Duplicate {
+        /// The known key.
+        field: &'static str,
+        /// The key repeated inside its value (cut to 64 characters), when
+        /// it is not `field` itself.
+        key: Option<String>,
+        /// 1-based line of the repetition.
+        line: usize,
+        /// 1-based column just after the repeated key.
+        column: usize,
+    },
     /// A key every generation carries is missing.
     #[error("field `{field}` is missing")]
     Missing {
@@ -318,7 +350,8 @@ impl ReportError {
         match self {
             ReportError::Missing { field }
             | ReportError::WrongType { field, .. }
-            | ReportError::Invalid { field, .. } => Some(field),
+            | ReportError::Invalid { field, .. }
+            | ReportError::Duplicate { field, .. } => Some(field),
             _ => None,
         }
     }
@@ -330,6 +363,12 @@ pub fn parse_report(body: &[u8]) -> Result<NodeReport, ReportError> {
 }
 
 /// Parse a report body, refusing bodies over `limit` bytes before parsing.
+///
+/// One pass: the object is decoded straight into its known keys (numbers and
+/// booleans allocate nothing, unknown keys are skipped unread). A known key
+/// that appears twice, or a key repeated inside a known key's value, makes
+/// the report invalid ([`ReportError::Duplicate`]): readers disagree on which
+/// of two equal keys counts, so neither is taken.
 pub fn parse_report_limited(body: &[u8], limit: usize) -> Result<NodeReport, ReportError> {
     if body.len() > limit {
         return Err(ReportError::TooLarge {
@@ -337,23 +376,40 @@ pub fn parse_report_limited(body: &[u8], limit: usize) -> Result<NodeReport, Rep
             limit,
         });
     }
-    // Fast path: an object decoded straight into its known keys (numbers
-    // and booleans allocate nothing, unknown keys are skipped). Anything it
-    // cannot take (not an object, a duplicate key, ...) goes the general way
-    // below, so both paths give exactly the same results.
     let first = body.iter().find(|b| !b.is_ascii_whitespace());
-    if first == Some(&b'{')
-        && let Ok(raw) = serde_json::from_slice::<KnownKeys>(body)
-    {
-        return validate(&raw);
+    if first != Some(&b'{') {
+        // Not an object: say what it is instead.
+        return match strict_json::from_slice(body) {
+            Ok(_) => Err(ReportError::NotAnObject),
+            Err(StrictJsonError::ByteOrderMark) => Err(ReportError::ByteOrderMark),
+            Err(e) => Err(ReportError::Malformed(e.to_string())),
+        };
     }
-    let value: Value =
-        serde_json::from_slice(body).map_err(|e| ReportError::Malformed(e.to_string()))?;
-    report_from_value(&value)
+    let duplicate = RefCell::new(None);
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let read = de
+        .deserialize_map(KnownKeysVisitor {
+            duplicate: &duplicate,
+        })
+        .and_then(|keys| de.end().map(|()| keys));
+    match read {
+        Ok(keys) => validate(&keys),
+        Err(e) => Err(match duplicate.into_inner() {
+            Some(d) => ReportError::Duplicate {
+                field: d.field,
+                key: d.inner,
+                line: e.line(),
+                column: e.column(),
+            },
+            None => ReportError::Malformed(e.to_string()),
+        }),
+    }
 }
 
 /// Validate an already-decoded JSON value as a report (used for reports
-/// embedded in other documents, e.g. `kura-agent aggregate` input).
+/// embedded in other documents, e.g. `kura-agent aggregate` input). Read
+/// such documents with [`strict_json::from_document`], so that a repeated
+/// key is refused there as it is on the wire.
 pub fn report_from_value(value: &Value) -> Result<NodeReport, ReportError> {
     validate(value.as_object().ok_or(ReportError::NotAnObject)?)
 }
@@ -369,22 +425,25 @@ impl Lookup for Map<String, Value> {
     }
 }
 
-/// Keeps a key that is present, even as `null` (serde's `Option` would
-/// turn `null` into "absent", and null is a wrong type here, not absence).
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-    Value::deserialize(d).map(Some)
+/// A repeated key found while reading a report.
+struct Duplicate {
+    /// The known key at fault.
+    field: &'static str,
+    /// The key repeated inside its value, when it is not the known key
+    /// itself.
+    inner: Option<String>,
 }
 
-/// Generates [`KnownKeys`]: one optional raw value per key of the report.
+/// Generates [`KnownKeys`] (one raw value per known key, `Some` when present,
+/// even as `null`: null is a wrong type here, not absence), [`KnownKey`]
+/// (the key names, matched without allocating) and the visitor that fills
+/// the one from a JSON object.
 macro_rules! known_keys {
     ($($key:ident),* $(,)?) => {
         /// The report's known keys, each as its raw JSON value when present.
-        #[derive(Deserialize)]
+        #[derive(Default)]
         struct KnownKeys {
-            $(
-                #[serde(default, deserialize_with = "present")]
-                $key: Option<Value>,
-            )*
+            $($key: Option<Value>,)*
         }
 
         impl Lookup for KnownKeys {
@@ -395,7 +454,114 @@ macro_rules! known_keys {
                 }
             }
         }
+
+        /// Every key the parser reads, in the order of [`NodeReport`]'s fields.
+        pub const KNOWN_KEYS: &[&str] = &[$(stringify!($key),)*];
+
+        /// A key of the report object: a known one, or any other.
+        #[allow(non_camel_case_types)]
+        enum KnownKey {
+            $($key,)*
+            Unknown,
+        }
+
+        impl KnownKey {
+            fn of(key: &str) -> KnownKey {
+                match key {
+                    $(stringify!($key) => KnownKey::$key,)*
+                    _ => KnownKey::Unknown,
+                }
+            }
+        }
+
+        impl<'de> Visitor<'de> for KnownKeysVisitor<'_> {
+            type Value = KnownKeys;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a report object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<KnownKeys, A::Error> {
+                let mut keys = KnownKeys::default();
+                while let Some(key) = map.next_key_seed(KeyName)? {
+                    match key {
+                        $(KnownKey::$key => {
+                            if keys.$key.is_some() {
+                                return Err(self.repeated(stringify!($key), None));
+                            }
+                            keys.$key = Some(self.value(stringify!($key), &mut map)?);
+                        })*
+                        KnownKey::Unknown => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(keys)
+            }
+        }
     };
+}
+
+/// Fills [`KnownKeys`], recording the first repeated key in `duplicate`.
+struct KnownKeysVisitor<'a> {
+    duplicate: &'a RefCell<Option<Duplicate>>,
+}
+
+impl KnownKeysVisitor<'_> {
+    /// Records a repeated key and returns the error that stops the read
+    /// (serde_json adds its position).
+    fn repeated<E: de::Error>(&self, field: &'static str, inner: Option<String>) -> E {
+        let message = match &inner {
+            None => format!("field `{field}` appears more than once"),
+            Some(key) => format!("field `{field}`: key {key:?} appears more than once"),
+        };
+        self.duplicate
+            .borrow_mut()
+            .get_or_insert(Duplicate { field, inner });
+        E::custom(message)
+    }
+
+    /// A known key's value, read strictly (a key repeated inside it is
+    /// recorded against `field`).
+    fn value<'de, A: MapAccess<'de>>(
+        &self,
+        field: &'static str,
+        map: &mut A,
+    ) -> Result<Value, A::Error> {
+        let inner = RefCell::new(None);
+        match map.next_value_seed(StrictValue { duplicate: &inner }) {
+            Ok(v) => Ok(v),
+            Err(e) => match inner.into_inner() {
+                Some(key) => Err(self.repeated(field, Some(key))),
+                None => Err(e),
+            },
+        }
+    }
+}
+
+/// Reads an object key as a [`KnownKey`] without allocating (an escaped
+/// key is unescaped by serde_json into a scratch buffer, still no
+/// allocation of ours).
+struct KeyName;
+
+impl<'de> DeserializeSeed<'de> for KeyName {
+    type Value = KnownKey;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<KnownKey, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl Visitor<'_> for KeyName {
+    type Value = KnownKey;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a key")
+    }
+
+    fn visit_str<E: de::Error>(self, key: &str) -> Result<KnownKey, E> {
+        Ok(KnownKey::of(key))
+    }
 }
 
 known_keys!(
@@ -508,24 +674,36 @@ fn truncate(s: &str) -> &str {
     }
 }
 
+/// A count: an integer in 0..=2^63−1. Larger ones are refused because the
+/// API server stores integers as int64 (see [`api_int`]): one pod's count
+/// there would make every status write of its instance fail.
 fn u64_of(field: &'static str, v: &Value) -> Result<u64, ReportError> {
-    if let Some(n) = v.as_u64() {
-        return Ok(n);
-    }
-    match v {
-        Value::Number(n) if n.is_i64() => Err(ReportError::Invalid {
-            field,
-            reason: format!("negative count {n}"),
-        }),
-        Value::Number(n) => Err(ReportError::Invalid {
-            field,
-            reason: format!("{n} is not an integer in 0..=2^64-1"),
-        }),
-        _ => Err(ReportError::WrongType {
+    let Value::Number(n) = v else {
+        return Err(ReportError::WrongType {
             field,
             expected: "a non-negative integer",
-        }),
-    }
+        });
+    };
+    let reason = if let Some(u) = n.as_u64() {
+        if api_int::fits(u) {
+            return Ok(u);
+        }
+        format!(
+            "{u} is out of range: above 2^63-1 ({API_INT_MAX}), the largest integer the Kubernetes API server stores"
+        )
+    } else if n.is_i64() {
+        format!("negative count {n}")
+    } else if n
+        .as_f64()
+        .is_some_and(|f| f.fract() == 0.0 && f.abs() >= API_INT_MAX as f64)
+    {
+        format!(
+            "{n} is out of range: above 2^63-1 ({API_INT_MAX}), the largest integer the Kubernetes API server stores"
+        )
+    } else {
+        format!("{n} is not an integer")
+    };
+    Err(ReportError::Invalid { field, reason })
 }
 
 fn req_u64(obj: &impl Lookup, field: &'static str) -> Result<u64, ReportError> {
@@ -604,7 +782,10 @@ fn serving_authority(v: &Value) -> Option<ServingAuthority> {
         capability: text(obj, "capability"),
         enabled: obj.get("enabled").and_then(Value::as_bool),
         identity,
-        epoch: obj.get("epoch").and_then(Value::as_u64),
+        epoch: obj
+            .get("epoch")
+            .and_then(Value::as_u64)
+            .filter(|e| api_int::fits(*e)),
         valid: obj.get("valid").and_then(Value::as_bool),
         observed,
     })
