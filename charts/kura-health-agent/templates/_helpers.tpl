@@ -41,6 +41,7 @@ Refuses every rendering that would make two writers of one KuraInstance:
 several replicas (or a DaemonSet) without sharding.
 */}}
 {{- define "kha.validate" -}}
+{{- include "kha.validateDerived" . }}
 {{- if not (has .Values.mode (list "deployment" "daemonset")) }}
 {{- fail (printf "mode must be deployment or daemonset, not %q" .Values.mode) }}
 {{- end }}
@@ -88,6 +89,9 @@ spec:
         {{- end }}
         - --container-name={{ .Values.watch.containerName }}
         - --port={{ .Values.poll.port }}
+        {{- with .Values.poll.portName }}
+        - --port-name={{ . }}
+        {{- end }}
         - --sweep-interval={{ .Values.poll.interval }}
         - --poll-timeout={{ .Values.poll.timeout }}
         - --poll-concurrency={{ .Values.poll.concurrency }}
