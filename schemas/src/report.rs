@@ -390,6 +390,7 @@ pub fn parse_report_limited(body: &[u8], limit: usize) -> Result<NodeReport, Rep
     let read = de
         .deserialize_map(KnownKeysVisitor {
             duplicate: &duplicate,
+            inner: RefCell::new(None),
         })
         .and_then(|keys| de.end().map(|()| keys));
     match read {
@@ -434,82 +435,86 @@ struct Duplicate {
     inner: Option<String>,
 }
 
-/// Generates [`KnownKeys`] (one raw value per known key, `Some` when present,
-/// even as `null`: null is a wrong type here, not absence), [`KnownKey`]
-/// (the key names, matched without allocating) and the visitor that fills
-/// the one from a JSON object.
+/// Generates [`KNOWN_KEYS`] and [`KnownKey`] (the key names, matched without
+/// allocating) from one list.
 macro_rules! known_keys {
     ($($key:ident),* $(,)?) => {
-        /// The report's known keys, each as its raw JSON value when present.
-        #[derive(Default)]
-        struct KnownKeys {
-            $($key: Option<Value>,)*
-        }
-
-        impl Lookup for KnownKeys {
-            fn get(&self, key: &str) -> Option<&Value> {
-                match key {
-                    $(stringify!($key) => self.$key.as_ref(),)*
-                    _ => None,
-                }
-            }
-        }
-
         /// Every key the parser reads, in the order of [`NodeReport`]'s fields.
         pub const KNOWN_KEYS: &[&str] = &[$(stringify!($key),)*];
 
-        /// A key of the report object: a known one, or any other.
+        /// A known key of the report object; its discriminant indexes
+        /// [`KNOWN_KEYS`] and [`KnownKeys`].
         #[allow(non_camel_case_types)]
+        #[derive(Clone, Copy)]
         enum KnownKey {
             $($key,)*
-            Unknown,
         }
 
         impl KnownKey {
-            fn of(key: &str) -> KnownKey {
+            /// The known key `key` names, if any.
+            fn of(key: &str) -> Option<KnownKey> {
                 match key {
-                    $(stringify!($key) => KnownKey::$key,)*
-                    _ => KnownKey::Unknown,
+                    $(stringify!($key) => Some(KnownKey::$key),)*
+                    _ => None,
                 }
-            }
-        }
-
-        impl<'de> Visitor<'de> for KnownKeysVisitor<'_> {
-            type Value = KnownKeys;
-
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a report object")
-            }
-
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<KnownKeys, A::Error> {
-                let mut keys = KnownKeys::default();
-                while let Some(key) = map.next_key_seed(KeyName)? {
-                    match key {
-                        $(KnownKey::$key => {
-                            if keys.$key.is_some() {
-                                return Err(self.repeated(stringify!($key), None));
-                            }
-                            keys.$key = Some(self.value(stringify!($key), &mut map)?);
-                        })*
-                        KnownKey::Unknown => {
-                            map.next_value::<IgnoredAny>()?;
-                        }
-                    }
-                }
-                Ok(keys)
             }
         }
     };
 }
 
+/// The report's known keys, each as its raw JSON value when present (even
+/// as `null`: null is a wrong type here, not absence), indexed by
+/// [`KnownKey`].
+struct KnownKeys([Option<Value>; KNOWN_KEYS.len()]);
+
+impl KnownKey {
+    fn name(self) -> &'static str {
+        KNOWN_KEYS[self as usize]
+    }
+}
+
+impl Lookup for KnownKeys {
+    fn get(&self, key: &str) -> Option<&Value> {
+        self.0[KnownKey::of(key)? as usize].as_ref()
+    }
+}
+
+impl<'de> Visitor<'de> for KnownKeysVisitor<'_> {
+    type Value = KnownKeys;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a report object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<KnownKeys, A::Error> {
+        let mut keys = KnownKeys(std::array::from_fn(|_| None));
+        while let Some(key) = map.next_key_seed(KeyName)? {
+            let Some(key) = key else {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            };
+            let slot = &mut keys.0[key as usize];
+            if slot.is_some() {
+                return Err(self.repeated(key.name(), None));
+            }
+            *slot = Some(self.value(key.name(), &mut map)?);
+        }
+        Ok(keys)
+    }
+}
+
 /// Fills [`KnownKeys`], recording the first repeated key in `duplicate`.
 struct KnownKeysVisitor<'a> {
     duplicate: &'a RefCell<Option<Duplicate>>,
+    /// Where a key repeated inside a known key's value is recorded.
+    inner: RefCell<Option<String>>,
 }
 
 impl KnownKeysVisitor<'_> {
     /// Records a repeated key and returns the error that stops the read
     /// (serde_json adds its position).
+    #[cold]
+    #[inline(never)]
     fn repeated<E: de::Error>(&self, field: &'static str, inner: Option<String>) -> E {
         let message = match &inner {
             None => format!("field `{field}` appears more than once"),
@@ -528,10 +533,11 @@ impl KnownKeysVisitor<'_> {
         field: &'static str,
         map: &mut A,
     ) -> Result<Value, A::Error> {
-        let inner = RefCell::new(None);
-        match map.next_value_seed(StrictValue { duplicate: &inner }) {
+        match map.next_value_seed(StrictValue {
+            duplicate: &self.inner,
+        }) {
             Ok(v) => Ok(v),
-            Err(e) => match inner.into_inner() {
+            Err(e) => match self.inner.take() {
                 Some(key) => Err(self.repeated(field, Some(key))),
                 None => Err(e),
             },
@@ -545,21 +551,21 @@ impl KnownKeysVisitor<'_> {
 struct KeyName;
 
 impl<'de> DeserializeSeed<'de> for KeyName {
-    type Value = KnownKey;
+    type Value = Option<KnownKey>;
 
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<KnownKey, D::Error> {
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Option<KnownKey>, D::Error> {
         d.deserialize_str(self)
     }
 }
 
 impl Visitor<'_> for KeyName {
-    type Value = KnownKey;
+    type Value = Option<KnownKey>;
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("a key")
     }
 
-    fn visit_str<E: de::Error>(self, key: &str) -> Result<KnownKey, E> {
+    fn visit_str<E: de::Error>(self, key: &str) -> Result<Option<KnownKey>, E> {
         Ok(KnownKey::of(key))
     }
 }
@@ -678,32 +684,40 @@ fn truncate(s: &str) -> &str {
 /// API server stores integers as int64 (see [`api_int`]): one pod's count
 /// there would make every status write of its instance fail.
 fn u64_of(field: &'static str, v: &Value) -> Result<u64, ReportError> {
+    match v.as_u64() {
+        Some(u) if api_int::fits(u) => Ok(u),
+        _ => Err(count_error(field, v)),
+    }
+}
+
+/// Why `v` is not a count (kept out of the hot path).
+#[cold]
+#[inline(never)]
+fn count_error(field: &'static str, v: &Value) -> ReportError {
     let Value::Number(n) = v else {
-        return Err(ReportError::WrongType {
+        return ReportError::WrongType {
             field,
             expected: "a non-negative integer",
-        });
+        };
     };
-    let reason = if let Some(u) = n.as_u64() {
-        if api_int::fits(u) {
-            return Ok(u);
-        }
+    let out_of_range = || {
         format!(
-            "{u} is out of range: above 2^63-1 ({API_INT_MAX}), the largest integer the Kubernetes API server stores"
+            "{n} is out of range: above 2^63-1 ({API_INT_MAX}), the largest integer the Kubernetes API server stores"
         )
+    };
+    let reason = if n.as_u64().is_some() {
+        out_of_range()
     } else if n.is_i64() {
         format!("negative count {n}")
     } else if n
         .as_f64()
         .is_some_and(|f| f.fract() == 0.0 && f.abs() >= API_INT_MAX as f64)
     {
-        format!(
-            "{n} is out of range: above 2^63-1 ({API_INT_MAX}), the largest integer the Kubernetes API server stores"
-        )
+        out_of_range()
     } else {
         format!("{n} is not an integer")
     };
-    Err(ReportError::Invalid { field, reason })
+    ReportError::Invalid { field, reason }
 }
 
 fn req_u64(obj: &impl Lookup, field: &'static str) -> Result<u64, ReportError> {
