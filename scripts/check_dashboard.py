@@ -12,8 +12,8 @@ Checks (each failure is printed with the panel it concerns; exit 1 if any):
     panel, target and query variable uses it (`${datasource}`);
   - every `$var` in a query is a dashboard variable or a Grafana built-in;
   - every metric name in a query is one the agent exports: the constants of
-    agent/src/metrics.rs (histograms with _bucket/_sum/_count) and the
-    per-instance series of agent/src/instance_metrics.rs;
+    agent/src/telemetry.rs (histograms with _bucket/_sum/_count) and the
+    per-instance series of agent/src/debug/instance_metrics.rs;
   - every label matcher uses a label those series carry, and `verdict` /
     `result` values are ones the agent writes.
 --scrape FILE (a real /metrics scrape, see agent/tests/metrics_scrape.rs)
@@ -33,8 +33,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-METRICS_RS = ROOT / "agent/src/metrics.rs"
-INSTANCE_METRICS_RS = ROOT / "agent/src/instance_metrics.rs"
+METRICS_RS = ROOT / "agent/src/telemetry.rs"
+INSTANCE_METRICS_RS = ROOT / "agent/src/debug/instance_metrics.rs"
 
 BUILTIN_VARS = {
     "__rate_interval", "__interval", "__interval_ms", "__range", "__range_s",
@@ -66,7 +66,13 @@ def exported_names():
     consts = dict(re.findall(r'pub const (\w+): &str = "(kura_[a-z0-9_]+)";', text))
     if not consts:
         raise SystemExit(f"no metric constants found in {METRICS_RS}")
-    histograms = set(re.findall(r"describe_histogram!\(\s*(\w+)", text))
+    # METRICS entries: `plain(NAME, Kind::Histogram, ...)` or
+    # `Metric { name: NAME, kind: Kind::Histogram, ... }`.
+    histograms = set(
+        re.findall(r"(?:plain\(|name:)\s*(\w+),\s*(?:kind:\s*)?Kind::Histogram", text)
+    )
+    if not histograms:
+        raise SystemExit(f"no histogram found in {METRICS_RS}")
     for const, name in consts.items():
         if const in histograms:
             names.update(name + s for s in ("_bucket", "_sum", "_count"))
@@ -82,11 +88,11 @@ def exported_names():
 def result_values():
     """The `result` label values: poll results and write results."""
     text = METRICS_RS.read_text()
-    polls = re.search(r"/// Polls by `result` \(([^)]*)\)", text, re.S)
+    polls = re.search(r"POLL_RESULTS: \[&str; \d+\] = \[(.*?)\];", text, re.S)
     writes = re.search(r"WRITE_RESULTS: \[&str; \d+\] = \[(.*?)\];", text, re.S)
     if not polls or not writes:
         raise SystemExit(f"cannot find the poll or write results in {METRICS_RS}")
-    return set(re.findall(r"`(\w+)`", polls.group(1))) | set(re.findall(r'"(\w+)"', writes.group(1)))
+    return set(re.findall(r'"(\w+)"', polls.group(1))) | set(re.findall(r'"(\w+)"', writes.group(1)))
 
 
 def walk(panels):

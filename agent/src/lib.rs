@@ -1,18 +1,33 @@
-//! The Kura rollout-health agent: discovery, polling, aggregation, the
-//! gate's server checks, status writes, a debug endpoint and metrics.
+//! The Kura rollout-health agent, the product alone (the simulated fleet
+//! of the demo and the tests is the `kura-sim` crate). Data flow:
+//!
+//! ```text
+//! cluster (watch) -> targets -> runner -> poll -> samples -> engine (aggregate, gate) -> desired status
+//! desired status -> write (policy, queue, apply, driver) -> API server;   runner + write results -> view
+//! view -> debug (page, routes, /metrics series);   every layer -> telemetry (metric names)
+//! ```
+//!
+//! Layers; a module imports only from the layers above it in this list:
+//! - vocabulary: [`model`] (keys, samples, targets, desired status, ports, clock), [`telemetry`]
+//! - core, pure: [`aggregate`], [`engine`]; state: [`view`] (the fleet view)
+//! - loop: [`runner`]; adapters: [`cluster`], [`poll`], [`shard`], [`write`]
+//! - presentation, reads the view: [`debug`]
+//! - cli: [`cli`] composes everything (`run`); `check`, `demo`, `aggregate`, `simulate` are tooling
+//!
+//! docs/architecture.md draws the same map with what each module owns.
 
 pub mod aggregate;
-pub mod check;
 pub mod cli;
-pub mod config;
+pub mod cluster;
 pub mod debug;
-pub mod demo;
 pub mod engine;
-pub mod instance_metrics;
-pub mod kube;
-pub mod metrics;
+pub mod model;
 pub mod poll;
 pub mod runner;
-pub mod sample;
 pub mod shard;
-pub mod sim;
+pub mod telemetry;
+pub mod view;
+pub mod write;
+
+#[cfg(test)]
+mod telemetry_check;

@@ -15,7 +15,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the agent in a cluster: watch, poll, aggregate, judge, write status.
-    Run(Box<kura_agent::config::RunArgs>),
+    Run(Box<cli::run::RunArgs>),
     /// Aggregate recorded pod reports from a file, one JSON line per sweep.
     Aggregate(cli::aggregate::AggregateArgs),
     /// Serve a simulated Kura fleet from a scenario file.

@@ -5,7 +5,7 @@
 
 use jiff::{SignedDuration, Timestamp};
 use kura_agent::aggregate::{AggregateConfig, InstanceAggregator};
-use kura_agent::sample::{InstanceInfo, PodIdentity, PodSample, SampleResult};
+use kura_agent::model::{InstanceInfo, PodIdentity, PodSample, SampleResult};
 use kura_schemas::health::MAX_POD_ENTRIES;
 use kura_schemas::{NodeReport, RolloutHealth, parse_report};
 use proptest::prelude::*;

@@ -5,7 +5,7 @@
 
 use jiff::{SignedDuration, Timestamp};
 use kura_agent::aggregate::{AggregateConfig, GONE_ERROR, InstanceAggregator, MAX_TRACKED_PODS};
-use kura_agent::sample::{InstanceInfo, PodIdentity, PodSample, SampleResult};
+use kura_agent::model::{InstanceInfo, PodIdentity, PodSample, SampleResult};
 use kura_schemas::health::MAX_POD_ENTRIES;
 use kura_schemas::{NodeReport, parse_report};
 

@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kura_agent::sim::{SimPodHandle, Simulator};
+use kura_sim::{SimPodHandle, Simulator};
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_kura-agent"))
@@ -204,7 +204,7 @@ async fn usage_and_input_errors_exit_2() {
 
 #[test]
 fn durations_are_written_like_8s_2m_1h() {
-    use kura_agent::config::parse_duration;
+    use kura_agent::cli::parse::parse_duration;
     assert_eq!(parse_duration("8s").unwrap(), Duration::from_secs(8));
     assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
     assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));

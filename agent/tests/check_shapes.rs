@@ -15,7 +15,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
-use kura_agent::sim::Simulator;
+use kura_sim::Simulator;
 use serde_json::Value;
 
 fn fixture(name: &str) -> Bytes {

@@ -5,11 +5,11 @@
 
 use std::time::Duration;
 
-use kura_agent::check::{CheckNode, CheckRun, CheckSettings, PollReport, run_check};
+use kura_agent::cli::check::{CheckNode, CheckRun, CheckSettings, PollReport, run_check};
 use kura_agent::poll::{PollConfig, Poller};
-use kura_agent::sim::{Addressing, ReportGeneration, SimNode, SimPodSpec, Simulator};
 use kura_gate::{GateConfig, VerdictKind};
 use kura_schemas::Signal;
+use kura_sim::{Addressing, ReportGeneration, SimNode, SimPodSpec, Simulator};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 

@@ -2,10 +2,11 @@
 //! content type and shape, HTML escaping, 405 and 404.
 
 use jiff::Timestamp;
-use kura_agent::debug::view::SweepRecord;
-use kura_agent::debug::{DebugServer, DebugState, FleetView, LastWrite, WriteRecord};
-use kura_agent::kube::InstanceKey;
-use kura_agent::sample::{PodIdentity, PodSample, SampleResult};
+use kura_agent::debug::{DebugServer, DebugState};
+use kura_agent::model::InstanceKey;
+use kura_agent::model::{LastWrite, WriteRecord};
+use kura_agent::model::{PodIdentity, PodSample, SampleResult};
+use kura_agent::view::{FleetView, SweepRecord};
 use kura_schemas::{AgentVerdict, RetiredCounters, RolloutGate, RolloutHealth, Signal};
 use serde_json::Value;
 use std::net::SocketAddr;
@@ -76,7 +77,7 @@ async fn start() -> Fixture {
     let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
     let handle = recorder.handle();
     metrics::with_local_recorder(&recorder, || {
-        metrics::counter!(kura_agent::metrics::STATUS_WRITES_TOTAL, "result" => "applied")
+        metrics::counter!(kura_agent::telemetry::STATUS_WRITES_TOTAL, "result" => "applied")
             .increment(3);
     });
     let view = FleetView::new();
@@ -107,6 +108,7 @@ async fn start() -> Fixture {
             samples: &samples,
             health: Some(health(false)),
             gate: Some(gate()),
+            notes: vec!["1 pod(s) beyond the per-instance limit are not polled".into()],
             at: ts("2026-07-21T10:00:10Z"),
         },
     );
@@ -120,6 +122,7 @@ async fn start() -> Fixture {
             samples: &[],
             health: None,
             gate: None,
+            notes: Vec::new(),
             at: ts("2026-07-21T10:00:10Z"),
         },
     );
@@ -129,7 +132,7 @@ async fn start() -> Fixture {
         DebugState {
             view: view.clone(),
             metrics: handle,
-            clock: std::sync::Arc::new(kura_agent::runner::SystemClock),
+            clock: std::sync::Arc::new(kura_agent::model::SystemClock),
         },
     )
     .await
@@ -252,6 +255,10 @@ async fn instances_list_and_detail_have_the_documented_shape() {
     assert_eq!(d["pods"].as_array().map(Vec::len), Some(1));
     assert_eq!(d["pods"][0]["name"], "acme-eu-1");
     assert_eq!(d["pods"][0]["error"], "timeout");
+    assert_eq!(
+        d["notes"][0], "1 pod(s) beyond the per-instance limit are not polled",
+        "discovery's notes reach the operator"
+    );
     assert_eq!(d["lastWrite"], Value::Null);
 
     f.view.record_write(
@@ -373,6 +380,7 @@ async fn pod_rows_show_outbox_capacity_fullness_and_fence_state() {
             samples: &samples,
             health: None,
             gate: None,
+            notes: Vec::new(),
             at: ts("2026-07-21T10:00:10Z"),
         },
     );

@@ -20,35 +20,34 @@
 //! every task it spawned, as a process kill would.
 
 use std::collections::BTreeMap;
-use std::future::Future;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use clap::Parser;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
 use kube::api::{Api, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::core::ApiResource;
 use kube::{Client, Config};
-use kura_agent::config::RunArgs;
-use kura_agent::sim::{Addressing, SimPodSpec, Simulator};
+use kura_agent::cli::run::RunArgs;
 use kura_schemas::{AgentVerdict, KuraInstance, Signal};
+use kura_sim::{Addressing, SimPodSpec, Simulator};
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::{Value, json};
+
+mod support {
+    pub mod agent;
+    pub mod cluster;
+    pub mod http;
+}
+use support::agent::{Agent, init_test_logging, run_args as parse_run_args};
+use support::cluster::{apply_crd, kube_config, shipped_crd, wait_for};
+use support::http::{free_port, http_get};
 
 // ---------------------------------------------------------------------------
 // Environment
 // ---------------------------------------------------------------------------
 
 const NEEDS: &str = "run by scripts/e2e.sh, which starts the API server and exports";
-
-fn kubeconfig_path() -> PathBuf {
-    PathBuf::from(
-        std::env::var("KUBECONFIG").unwrap_or_else(|_| panic!("KUBECONFIG is not set: {NEEDS} it")),
-    )
-}
 
 fn harness_dir() -> PathBuf {
     PathBuf::from(
@@ -68,10 +67,7 @@ fn scripts_dir() -> PathBuf {
 }
 
 async fn admin_config() -> Config {
-    let kubeconfig = Kubeconfig::read_from(kubeconfig_path()).expect("read KUBECONFIG");
-    Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .expect("kubeconfig to config")
+    kube_config(None).await
 }
 
 async fn admin() -> Client {
@@ -84,17 +80,12 @@ fn metrics_handle() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
-            let handle = kura_agent::metrics::prometheus_builder()
+            let handle = kura_agent::telemetry::prometheus_builder()
                 .expect("buckets")
                 .install_recorder()
                 .expect("install the metrics recorder");
-            kura_agent::metrics::describe();
-            let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-            let _ = tracing_subscriber::fmt()
-                .with_env_filter(filter)
-                .with_test_writer()
-                .try_init();
+            kura_agent::telemetry::describe();
+            init_test_logging("warn");
             handle
         })
         .clone()
@@ -117,25 +108,6 @@ fn metric_sum(name: &str, label: &str) -> f64 {
 
 const WRITES: &str = "kura_agent_status_writes_total";
 
-/// Polls `f` every 100 ms until it returns `Some`, at most `timeout`.
-async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 fn unique(prefix: &str) -> String {
     format!("{prefix}-{:06x}", rand::random::<u32>() & 0xff_ffff)
 }
@@ -144,51 +116,9 @@ fn unique(prefix: &str) -> String {
 // Cluster objects
 // ---------------------------------------------------------------------------
 
-fn crd_value() -> Value {
-    let yaml = kura_schemas::generated::crd_yaml().expect("generate the CRD");
-    serde_yaml::from_str(&yaml).expect("CRD YAML")
-}
-
-fn crd_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
-        "customresourcedefinitions",
-    )
-}
-
-/// Applies a CRD (server-side, forced) and waits until it is established
-/// and served with its current schema.
-async fn apply_crd(client: &Client, crd: &Value) {
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &crd_resource());
-    let name = crd["metadata"]["name"]
-        .as_str()
-        .expect("CRD name")
-        .to_owned();
-    api.patch(
-        &name,
-        &PatchParams::apply("e2e").force(),
-        &Patch::Apply(crd),
-    )
-    .await
-    .expect("apply the CRD");
-    wait_for("the CRD to be established", Duration::from_secs(30), || {
-        let api = api.clone();
-        let name = name.clone();
-        async move {
-            let obj = api.get(&name).await.ok()?;
-            let conditions = obj.data["status"]["conditions"].as_array()?.clone();
-            conditions
-                .iter()
-                .any(|c| c["type"] == "Established" && c["status"] == "True")
-                .then_some(())
-        }
-    })
-    .await;
-}
-
 /// The shipped CRD, applied (idempotent).
 async fn ensure_crd(client: &Client) {
-    apply_crd(client, &crd_value()).await;
+    apply_crd(client, &shipped_crd()).await;
 }
 
 async fn create_namespace(client: &Client, prefix: &str) -> String {
@@ -211,7 +141,7 @@ async fn create_instance(client: &Client, ns: &str, name: &str, image: &str, rep
     let api: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
         ns,
-        &kura_agent::kube::discovery::kura_instance_resource(),
+        &kura_agent::cluster::kura_instance_resource(),
     );
     let obj: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "kura.tuist.dev/v1alpha1",
@@ -335,7 +265,7 @@ impl Fleet {
         Fleet { sim, port }
     }
 
-    fn pod(&self, name: &str) -> &kura_agent::sim::SimPodHandle {
+    fn pod(&self, name: &str) -> &kura_sim::SimPodHandle {
         self.sim
             .pod(name)
             .unwrap_or_else(|| panic!("no pod {name}"))
@@ -345,12 +275,6 @@ impl Fleet {
 // ---------------------------------------------------------------------------
 // The agent
 // ---------------------------------------------------------------------------
-
-#[derive(Parser)]
-struct Wrapper {
-    #[command(flatten)]
-    args: RunArgs,
-}
 
 /// The agent's flags for a test: short intervals; `extra` flags replace
 /// the defaults of the same name.
@@ -371,74 +295,13 @@ fn run_args(ns: &str, port: u16, extra: &[&str]) -> RunArgs {
     ];
     argv.retain(|a| !extra.iter().any(|e| flag(e) == flag(a)));
     argv.extend(extra.iter().map(|s| (*s).to_owned()));
-    Wrapper::try_parse_from(argv).expect("flags").args
+    parse_run_args(argv)
 }
 
-/// An agent on its own runtime: `stop` shuts it down gracefully, `kill`
-/// drops every task it has (a process kill).
-struct Agent {
-    runtime: Option<tokio::runtime::Runtime>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<Result<(), kura_agent::cli::run::RunError>>>,
-}
-
-impl Agent {
-    fn start(args: RunArgs, config: Config) -> Agent {
-        let metrics = metrics_handle();
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("agent runtime");
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = runtime.spawn(async move {
-            let client = Client::try_from(config).expect("agent client");
-            kura_agent::cli::run::run_with_client(args, client, metrics, async {
-                let _ = stopped.await;
-            })
-            .await
-        });
-        Agent {
-            runtime: Some(runtime),
-            stop: Some(stop),
-            task: Some(task),
-        }
-    }
-
-    /// Graceful shutdown (SIGTERM): pending writes get their grace period.
-    async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(task) = self.task.take() {
-            let result = tokio::time::timeout(Duration::from_secs(20), task)
-                .await
-                .expect("the agent stops within 20 s")
-                .expect("the agent task did not panic");
-            result.expect("the agent ran without error");
-        }
-    }
-
-    /// A crash: every task of the agent is dropped at once.
-    fn kill(mut self) {
-        self.stop.take();
-        self.task.take();
-        if let Some(rt) = self.runtime.take() {
-            rt.shutdown_background();
-        }
-    }
-
-    fn is_finished(&self) -> bool {
-        self.task.as_ref().is_none_or(|t| t.is_finished())
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        if let Some(rt) = self.runtime.take() {
-            rt.shutdown_background();
-        }
-    }
+/// An agent on its own thread and runtime, recording into the process's
+/// global recorder (tests read deltas).
+fn start_agent(args: RunArgs, config: Config) -> Agent {
+    Agent::start(args, config, metrics_handle(), None)
 }
 
 /// An instance's status as a JSON value (what is really stored).
@@ -446,7 +309,7 @@ async fn status_of(client: &Client, ns: &str, name: &str) -> Value {
     let api: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
         ns,
-        &kura_agent::kube::discovery::kura_instance_resource(),
+        &kura_agent::cluster::kura_instance_resource(),
     );
     api.get(name)
         .await
@@ -508,7 +371,7 @@ async fn status_appears_with_the_right_values() {
     fleet.pod("alpha-0").update(|n| n.fd_timeout_count = 4);
     fleet.pod("alpha-1").update(|n| n.fd_timeout_count = 3);
 
-    let agent = Agent::start(run_args(&ns, fleet.port, &[]), admin_config().await);
+    let mut agent = start_agent(run_args(&ns, fleet.port, &[]), admin_config().await);
     let alpha = wait_status(&client, &ns, "alpha", "health and gate", T, |s| {
         s["rolloutHealth"]["sampledPods"] == 2 && s["rolloutGate"]["verdict"].is_string()
     })
@@ -559,7 +422,7 @@ async fn status_appears_with_the_right_values() {
     // A pod that stops answering lowers sampledPods and says why.
     fleet
         .pod("alpha-1")
-        .set(kura_agent::sim::Behaviour::Refused)
+        .set(kura_sim::Behaviour::Refused)
         .await
         .expect("refuse");
     let alpha = wait_status(&client, &ns, "alpha", "one pod unsampled", T, |s| {
@@ -607,7 +470,7 @@ async fn an_empty_pod_uid_is_no_identity_and_a_foreign_one_is_a_mismatch() {
         fleet.pod("newest-1").uid()
     );
 
-    let agent = Agent::start(run_args(&ns, fleet.port, &[]), admin_config().await);
+    let mut agent = start_agent(run_args(&ns, fleet.port, &[]), admin_config().await);
     let status = wait_status(&client, &ns, "newest", "both pods sampled", T, |s| {
         s["rolloutHealth"]["sampledPods"] == 2 && s["rolloutGate"]["verdict"] == "healthy"
     })
@@ -659,7 +522,7 @@ async fn controller_fields_and_agent_fields_survive_each_other() {
     let api: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
         &ns,
-        &kura_agent::kube::discovery::kura_instance_resource(),
+        &kura_agent::cluster::kura_instance_resource(),
     );
     let controller = |phase: &str| {
         json!({"apiVersion": "kura.tuist.dev/v1alpha1", "kind": "KuraInstance",
@@ -673,7 +536,7 @@ async fn controller_fields_and_agent_fields_survive_each_other() {
     .await
     .expect("controller apply");
 
-    let agent = Agent::start(run_args(&ns, fleet.port, &[]), admin_config().await);
+    let mut agent = start_agent(run_args(&ns, fleet.port, &[]), admin_config().await);
     let s = wait_status(&client, &ns, "gamma", "agent fields", T, |s| {
         s["rolloutHealth"]["sampledPods"] == 1
     })
@@ -791,7 +654,7 @@ fn field_owners(obj: &DynamicObject) -> BTreeMap<String, String> {
 #[ignore = "needs the real API server: scripts/e2e.sh"]
 async fn a_crd_without_our_status_fields_makes_the_agent_report_pruning() {
     let client = admin().await;
-    let mut old = crd_value();
+    let mut old = shipped_crd();
     let props = old["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
         ["properties"]
         .as_object_mut()
@@ -817,9 +680,9 @@ async fn a_crd_without_our_status_fields_makes_the_agent_report_pruning() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let pruned_before = metric_sum(WRITES, "result=\"pruned\"");
     let pruned_total_before = metric_sum("kura_agent_status_writes_pruned_total", "");
-    let debug = free_port();
-    let listen = format!("--debug-listen=127.0.0.1:{debug}");
-    let agent = Agent::start(
+    let debug = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
+    let listen = format!("--debug-listen={debug}");
+    let mut agent = start_agent(
         run_args(&ns, fleet.port, &[listen.as_str()]),
         admin_config().await,
     );
@@ -828,12 +691,12 @@ async fn a_crd_without_our_status_fields_makes_the_agent_report_pruning() {
     })
     .await;
     assert!(metric_sum("kura_agent_status_writes_pruned_total", "") > pruned_total_before);
-    let readyz = wait_for("/readyz to say why", T, || async {
-        let r = http_get(debug, "/readyz").await?;
-        r.contains("CRD too old").then_some(r)
+    let (status, readyz) = wait_for("/readyz to say why", T, || async {
+        let (status, body) = http_get(debug, "/readyz").await?;
+        body.contains("CRD too old").then_some((status, body))
     })
     .await;
-    assert!(readyz.starts_with("HTTP/1.1 503"), "{readyz}");
+    assert_eq!(status, 503, "{readyz}");
     assert!(readyz.contains("status.rolloutGate") || readyz.contains("status.rolloutHealth"));
     let s = status_of(&client, &ns, "delta").await;
     assert!(
@@ -844,7 +707,7 @@ async fn a_crd_without_our_status_fields_makes_the_agent_report_pruning() {
     ensure_crd(&client).await;
 
     // With the shipped CRD back, the same agent build writes everything.
-    let agent = Agent::start(run_args(&ns, fleet.port, &[]), admin_config().await);
+    let mut agent = start_agent(run_args(&ns, fleet.port, &[]), admin_config().await);
     wait_status(
         &client,
         &ns,
@@ -855,30 +718,6 @@ async fn a_crd_without_our_status_fields_makes_the_agent_report_pruning() {
     )
     .await;
     agent.stop().await;
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-/// A plain HTTP/1.1 GET on 127.0.0.1 (the agent's debug server): the whole
-/// response as text, `None` when it cannot connect.
-async fn http_get(port: u16, path: &str) -> Option<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
-    conn.write_all(request.as_bytes()).await.ok()?;
-    let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(5), conn.read_to_end(&mut out))
-        .await
-        .ok()?
-        .ok()?;
-    String::from_utf8(out).ok()
 }
 
 /// Every object of the rendered chart (KURA_E2E_CHART_MANIFESTS), as JSON.
@@ -999,7 +838,7 @@ async fn the_agent_runs_with_exactly_the_charts_rbac() {
     // All namespaces, as the chart's default does (the ClusterRole allows it).
     let mut args = run_args(&ns, fleet.port, &[]);
     args.namespaces.clear();
-    let agent = Agent::start(args, config.clone());
+    let mut agent = start_agent(args, config.clone());
     wait_status(
         &client,
         &ns,
@@ -1017,7 +856,7 @@ async fn the_agent_runs_with_exactly_the_charts_rbac() {
     let obj = Api::<DynamicObject>::namespaced_with(
         client.clone(),
         &ns,
-        &kura_agent::kube::discovery::kura_instance_resource(),
+        &kura_agent::cluster::kura_instance_resource(),
     )
     .get("epsilon")
     .await
@@ -1033,7 +872,7 @@ async fn the_agent_runs_with_exactly_the_charts_rbac() {
     let inst: Api<DynamicObject> = Api::namespaced_with(
         sa_client.clone(),
         &ns,
-        &kura_agent::kube::discovery::kura_instance_resource(),
+        &kura_agent::cluster::kura_instance_resource(),
     );
     assert!(
         is_403(
@@ -1136,7 +975,7 @@ async fn image_change_baseline_verdict_and_restart_continuity() {
         })
     };
 
-    let agent = Agent::start(run_args(&ns, fleet.port, &[]), admin_config().await);
+    let mut agent = start_agent(run_args(&ns, fleet.port, &[]), admin_config().await);
     wait_status(&client, &ns, "zeta", "first aggregate", T, |s| {
         fd_timeouts(s) == Some(5) && s["rolloutGate"]["verdict"] == "healthy"
     })
@@ -1146,7 +985,7 @@ async fn image_change_baseline_verdict_and_restart_continuity() {
     let api: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
         &ns,
-        &kura_agent::kube::discovery::kura_instance_resource(),
+        &kura_agent::cluster::kura_instance_resource(),
     );
     api.patch(
         "zeta",
@@ -1215,7 +1054,7 @@ async fn image_change_baseline_verdict_and_restart_continuity() {
     assert_eq!(fd_timeouts(&s), Some(7));
 
     // Kill the agent mid-rollout; a pod restarts while nobody watches.
-    agent.kill();
+    agent.crash();
     let p1 = fleet.pod("zeta-1");
     p1.restart();
     patch_pod_status(
@@ -1231,7 +1070,7 @@ async fn image_change_baseline_verdict_and_restart_continuity() {
     p1.update(|n| n.fd_timeout_count = 1);
     tokio::time::sleep(Duration::from_secs(1)).await;
 
-    let agent = Agent::start(run_args(&ns, fleet.port, &[]), admin_config().await);
+    let mut agent = start_agent(run_args(&ns, fleet.port, &[]), admin_config().await);
     let s = wait_status(
         &client,
         &ns,
@@ -1297,7 +1136,7 @@ async fn the_api_server_going_away_and_back_loses_nothing() {
     )
     .await;
     fleet.pod("eta-0").update(|n| n.fd_timeout_count = 10);
-    let agent = Agent::start(run_args(&ns, fleet.port, &[]), admin_config().await);
+    let mut agent = start_agent(run_args(&ns, fleet.port, &[]), admin_config().await);
     let before = wait_status(&client, &ns, "eta", "first aggregate", T, |s| {
         fd_timeouts(s) == Some(10)
     })
@@ -1417,7 +1256,7 @@ async fn status_write_economy_and_flip_latency() {
     let heartbeat_ms = 30_000 / scale;
     let interval_ms = 10_000 / scale;
     let run = Duration::from_millis(300_000 / scale);
-    kura_agent::sim::raise_fd_limit(65_536).ok();
+    kura_sim::raise_fd_limit(65_536).ok();
     let client = admin().await;
     ensure_crd(&client).await;
     let ns = create_namespace(&client, "e2e-economy").await;
@@ -1451,7 +1290,7 @@ async fn status_write_economy_and_flip_latency() {
     let written_before = metric_sum(WRITES, "");
     let applied_before = metric_sum(WRITES, "result=\"applied\"");
     let started = Instant::now();
-    let agent = Agent::start(args, admin_config().await);
+    let mut agent = start_agent(args, admin_config().await);
     let last = names.last().expect("one instance").clone();
     let first_within = T + Duration::from_millis(n as u64 * 100);
     wait_status(&client, &ns, &last, "first status", first_within, |s| {

@@ -10,10 +10,15 @@
 //!
 //! Alone in its test binary so no other test's memory counts.
 
+use kura_agent::model::SampleResult;
 use kura_agent::poll::{PollConfig, Poller};
-use kura_agent::sample::SampleResult;
-use kura_agent::sim::{Addressing, Behaviour, SimPodSpec, Simulator};
+use kura_sim::{Addressing, Behaviour, SimPodSpec, Simulator};
 use std::time::Duration;
+
+mod support {
+    pub mod sim;
+}
+use support::sim::PollTargets;
 
 const PODS: usize = 1000;
 const BODY: u64 = 10 * 1024 * 1024;

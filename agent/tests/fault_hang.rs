@@ -5,10 +5,15 @@
 
 use jiff::Timestamp;
 use kura_agent::aggregate::{AggregateConfig, InstanceAggregator};
+use kura_agent::model::{InstanceInfo, SampleResult};
 use kura_agent::poll::{PollConfig, Poller};
-use kura_agent::sample::{InstanceInfo, SampleResult};
-use kura_agent::sim::{Addressing, Behaviour, SimPodSpec, Simulator};
+use kura_sim::{Addressing, Behaviour, SimPodSpec, Simulator};
 use std::time::{Duration, Instant};
+
+mod support {
+    pub mod sim;
+}
+use support::sim::PollTargets;
 
 const TIMEOUT: Duration = Duration::from_millis(600);
 /// Scheduling slack on a loaded 2-core machine.

@@ -8,14 +8,18 @@
 //! over. (The API-server side of this is tested elsewhere.)
 
 use jiff::Timestamp;
-use kura_agent::aggregate::AggregateConfig;
-use kura_agent::engine::InstanceEngine;
+use kura_agent::engine::{EngineConfig, InstanceEngine};
+use kura_agent::model::InstanceInfo;
 use kura_agent::poll::{PollConfig, Poller};
-use kura_agent::sample::InstanceInfo;
-use kura_agent::sim::Simulator;
-use kura_gate::GateConfig;
 use kura_schemas::{AgentVerdict, KuraInstanceStatus, RolloutGate, RolloutHealth};
+use kura_sim::Simulator;
+use std::sync::Arc;
 use std::time::Duration;
+
+mod support {
+    pub mod sim;
+}
+use support::sim::PollTargets;
 
 const OLD: &str = "ghcr.io/tuist/kura:0.5.0";
 const NEW: &str = "ghcr.io/tuist/kura:0.6.0";
@@ -57,7 +61,7 @@ struct Run {
     sim: Simulator,
     poller: Poller,
     info: InstanceInfo,
-    gate: GateConfig,
+    engine: Arc<EngineConfig>,
     history: Vec<RolloutHealth>,
 }
 
@@ -68,14 +72,7 @@ impl Run {
         image: &str,
     ) -> (RolloutHealth, RolloutGate) {
         let samples = self.poller.sweep(&self.sim.targets()).await;
-        let (h, g) = engine.step(
-            &self.info,
-            image,
-            &samples,
-            Timestamp::now(),
-            "agent-a",
-            &self.gate,
-        );
+        let (h, g) = engine.step(&self.info, image, &samples, Timestamp::now());
         let (h, g) = (h.clone(), g.clone());
         if let Some(prev) = self.history.last() {
             assert_not_backwards(prev, &h, self.history.len());
@@ -122,13 +119,16 @@ async fn run() {
             expected_pods: 3,
             generation: 2,
         },
-        gate: GateConfig::default(),
+        engine: Arc::new(EngineConfig {
+            agent: "agent-a".into(),
+            ..EngineConfig::default()
+        }),
         history: Vec::new(),
     };
 
     // The first agent: two sweeps on the old image, then the rollout
     // starts (the spec names the new image) and the pods stay healthy.
-    let mut engine = InstanceEngine::new(AggregateConfig::default());
+    let mut engine = InstanceEngine::new(Arc::clone(&run.engine));
     run.sweep(&mut engine, OLD).await;
     run.grow();
     // The last sweep on the old image is the baseline the rollout is
@@ -161,7 +161,7 @@ async fn run() {
     run.trickle();
 
     let status: KuraInstanceStatus = serde_json::from_str(&json).unwrap();
-    let mut engine = InstanceEngine::restore(Some(&status), AggregateConfig::default());
+    let mut engine = InstanceEngine::restore(Some(&status), Arc::clone(&run.engine));
     assert_eq!(
         engine.health(),
         Some(&health),

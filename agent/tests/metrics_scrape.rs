@@ -13,17 +13,24 @@ use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use kura_agent::debug::{DebugServer, DebugState, FleetView};
-use kura_agent::kube::discovery::{InstanceTarget, PodTarget};
+use kura_agent::debug::{DebugServer, DebugState};
+use kura_agent::model::InstanceInfo;
+use kura_agent::model::SystemClock;
+use kura_agent::model::{InstanceTarget, PodTarget};
 use kura_agent::poll::{PollConfig, Poller};
-use kura_agent::runner::sinks::MemorySink;
-use kura_agent::runner::sources::StaticTargets;
-use kura_agent::runner::{AgentLoop, LoopConfig, SystemClock};
-use kura_agent::sample::InstanceInfo;
-use kura_agent::sim::{Addressing, SimPodSpec, Simulator};
+use kura_agent::runner::MemorySink;
+use kura_agent::runner::StaticTargets;
+use kura_agent::runner::{AgentLoop, LoopConfig};
+use kura_agent::view::FleetView;
+use kura_sim::{Addressing, SimPodSpec, Simulator};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+mod support {
+    pub mod sim;
+}
+use support::sim::PollTargets;
 
 const IMAGE: &str = "ghcr.io/tuist/kura:0.6.0";
 /// Every wait in this test ends by then.
@@ -36,12 +43,12 @@ fn recorder() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
-            let recorder = kura_agent::metrics::prometheus_builder()
+            let recorder = kura_agent::telemetry::prometheus_builder()
                 .expect("buckets")
                 .build_recorder();
             let handle = recorder.handle();
             metrics::set_global_recorder(recorder).expect("first recorder of this process");
-            kura_agent::metrics::describe();
+            kura_agent::telemetry::describe();
             handle
         })
         .clone()
@@ -188,15 +195,14 @@ async fn scrape_until(
 
 fn target(name: &str, sim: &Simulator, expected_pods: u32) -> InstanceTarget {
     let pods = sim
-        .pods()
-        .iter()
-        .filter(|p| p.name().starts_with(&format!("{name}-")))
-        .map(|p| {
-            let mut identity = p.identity();
+        .targets()
+        .into_iter()
+        .filter(|(p, _)| p.name.starts_with(&format!("{name}-")))
+        .map(|(mut identity, addr)| {
             identity.image = Some(IMAGE.to_owned());
             PodTarget {
                 identity,
-                addr: Ok(p.addr()),
+                addr: Ok(addr),
             }
         })
         .collect();
@@ -246,7 +252,7 @@ async fn scrape_has_every_instance_and_drops_a_removed_one() {
         DebugState {
             view: view.clone(),
             metrics: handle,
-            clock: std::sync::Arc::new(kura_agent::runner::SystemClock),
+            clock: std::sync::Arc::new(kura_agent::model::SystemClock),
         },
     )
     .await

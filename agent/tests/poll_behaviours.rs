@@ -1,10 +1,15 @@
 //! The poller against real simulated pods on 127.x.y.z: every way a pod can
 //! answer or fail, each mapped to a short stable error and a fixed reason.
 
+use kura_agent::model::SampleResult;
 use kura_agent::poll::{PollConfig, PollError, Poller};
-use kura_agent::sample::SampleResult;
-use kura_agent::sim::{Addressing, Behaviour, SimPodHandle, SimPodSpec, Simulator};
+use kura_sim::{Addressing, Behaviour, SimPodHandle, SimPodSpec, Simulator};
 use std::time::{Duration, Instant};
+
+mod support {
+    pub mod sim;
+}
+use support::sim::{PodIdentityOf, PollTargets};
 
 fn config(timeout_ms: u64) -> PollConfig {
     PollConfig {

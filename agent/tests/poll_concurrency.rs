@@ -1,9 +1,14 @@
 //! The poller's global concurrency bound, seen from the pods' side.
 
+use kura_agent::model::SampleResult;
 use kura_agent::poll::{PollConfig, Poller};
-use kura_agent::sample::SampleResult;
-use kura_agent::sim::{Addressing, Behaviour, SimPodSpec, Simulator};
+use kura_sim::{Addressing, Behaviour, SimPodSpec, Simulator};
 use std::time::Duration;
+
+mod support {
+    pub mod sim;
+}
+use support::sim::PollTargets;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_pods_at_concurrency_eight_never_exceed_eight_in_flight() {

@@ -3,10 +3,15 @@
 //! kept-alive connections when the open-file limit allows keep-alive).
 //! `cargo test -p kura-agent --test poll_load -- --ignored --nocapture`
 
+use kura_agent::model::SampleResult;
 use kura_agent::poll::{PollConfig, Poller};
-use kura_agent::sample::SampleResult;
-use kura_agent::sim::{Simulator, raise_fd_limit};
+use kura_sim::{Simulator, raise_fd_limit};
 use std::time::Instant;
+
+mod support {
+    pub mod sim;
+}
+use support::sim::PollTargets;
 
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "load figure, run on demand"]

@@ -27,21 +27,26 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use clap::Parser;
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
-use kube::{Client, CustomResourceExt};
-use kura_agent::config::RunArgs;
-use kura_agent::kube::discovery::kura_instance_resource;
+use kura_agent::cluster::kura_instance_resource;
 use kura_agent::shard::{Member, owner};
-use kura_agent::sim::{Addressing, SimPodSpec, Simulator};
-use kura_schemas::KuraInstance;
+use kura_sim::{Addressing, SimPodSpec, Simulator};
+use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+mod support {
+    pub mod agent;
+    pub mod cluster;
+    pub mod http;
+}
+use support::agent::{Agent, init_test_logging, run_args};
+use support::cluster::{apply_crd, kube_config, shipped_crd};
+use support::http::{free_port, http_get};
 
 const INSTANCES: usize = 30;
 const AGENTS: usize = 3;
@@ -51,12 +56,6 @@ const SWEEP: Duration = Duration::from_secs(2);
 const RECONCILE: Duration = Duration::from_secs(1);
 const IMAGE: &str = "ghcr.io/tuist/kura:0.6.0";
 const NEXT_IMAGE: &str = "ghcr.io/tuist/kura:0.6.1";
-
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    args: RunArgs,
-}
 
 /// What each agent's debug endpoint said it owned at one moment (`None`:
 /// no answer, or the agent is dead).
@@ -133,29 +132,20 @@ fn record(log: &WriteLog, obj: &DynamicObject) {
     });
 }
 
-/// A running agent: its own thread and current-thread runtime (so its
-/// metrics go to its own recorder), stopped gracefully or crashed.
-struct Agent {
+/// One replica: an agent with its own recorder (so its metrics are its
+/// own), and where its debug endpoint listens.
+struct Replica {
+    agent: Agent,
     debug: SocketAddr,
-    metrics: metrics_exporter_prometheus::PrometheusHandle,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    crash: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    metrics: PrometheusHandle,
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
-impl Agent {
+impl Replica {
     /// An agent with identity `id` watching `ns`, polling `pod_port`, as
     /// the kubeconfig's `context` (default: the current one, admin).
-    fn start(id: &str, ns: &str, pod_port: u16, context: Option<&str>) -> Agent {
+    async fn start(id: &str, ns: &str, pod_port: u16, context: Option<&str>) -> Replica {
         let debug = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
-        let cli = Cli::try_parse_from([
+        let args = run_args([
             "kura-agent".to_owned(),
             format!("--namespace={ns}"),
             format!("--agent-identity={id}"),
@@ -169,76 +159,25 @@ impl Agent {
             format!("--agent-group=scale-{ns}"),
             format!("--lease-duration={}s", LEASE.as_secs()),
             "--log-format=text".to_owned(),
-        ])
-        .expect("agent flags");
-        let recorder = kura_agent::metrics::prometheus_builder()
+        ]);
+        let recorder = kura_agent::telemetry::prometheus_builder()
             .expect("buckets")
             .build_recorder();
         let metrics = recorder.handle();
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let (crash_tx, crash_rx) = tokio::sync::oneshot::channel::<()>();
-        let handle = metrics.clone();
-        let name = id.to_owned();
-        let context = context.map(str::to_owned);
-        let thread = std::thread::Builder::new()
-            .name(id.to_owned())
-            .spawn(move || {
-                let _local = metrics::set_default_local_recorder(&recorder);
-                kura_agent::metrics::describe();
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .expect("runtime");
-                rt.block_on(async move {
-                    let options = kube::config::KubeConfigOptions {
-                        context,
-                        ..Default::default()
-                    };
-                    let config = kube::Config::from_kubeconfig(&options)
-                        .await
-                        .expect("kubeconfig");
-                    let client = Client::try_from(config).expect("client");
-                    let run =
-                        kura_agent::cli::run::run_with_client(cli.args, client, handle, async {
-                            let _ = stop_rx.await;
-                        });
-                    tokio::select! {
-                        r = run => r.expect("agent ran"),
-                        _ = crash_rx => eprintln!("{name}: crashed"),
-                    }
-                });
-                // Dropping the runtime drops every task of this agent: the
-                // renew loop, the writer, the watches. Nothing is released.
-                drop(rt);
-            })
-            .expect("thread");
-        Agent {
+        let agent = Agent::start(
+            args,
+            kube_config(context).await,
+            metrics.clone(),
+            Some(recorder),
+        );
+        Replica {
+            agent,
             debug,
             metrics,
-            stop: Some(stop_tx),
-            crash: Some(crash_tx),
-            thread: Some(thread),
         }
     }
 
-    fn crash(&mut self) {
-        if let Some(c) = self.crash.take() {
-            let _ = c.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            t.join().expect("agent thread");
-        }
-    }
-
-    fn stop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            t.join().expect("agent thread");
-        }
-    }
-
+    /// The sum of every series whose line starts with `prefix`.
     fn metric(&self, prefix: &str) -> f64 {
         self.metrics
             .render()
@@ -249,40 +188,15 @@ impl Agent {
     }
 }
 
-impl Drop for Agent {
-    fn drop(&mut self) {
-        self.crash();
-    }
-}
-
-/// GET over plain HTTP/1.1 with `Connection: close`; the body of a 200.
-async fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
-    let (status, body) = http_get_any(addr, path).await?;
+/// GET over plain HTTP/1.1; the body of a 200.
+async fn ok_body(addr: SocketAddr, path: &str) -> Option<String> {
+    let (status, body) = http_get(addr, path).await?;
     (status == 200).then_some(body)
 }
 
-/// GET over plain HTTP/1.1 with `Connection: close`; status and body.
-async fn http_get_any(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let mut s = tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(addr))
-        .await
-        .ok()?
-        .ok()?;
-    let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).await.ok()?;
-    let mut buf = Vec::new();
-    tokio::time::timeout(Duration::from_secs(2), s.read_to_end(&mut buf))
-        .await
-        .ok()?
-        .ok()?;
-    let text = String::from_utf8(buf).ok()?;
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    let status = head.split(' ').nth(1)?.parse().ok()?;
-    Some((status, body.to_owned()))
-}
-
 /// `/debug/members` of an agent: (members, owned).
-async fn members(agent: &Agent) -> Option<(Vec<String>, BTreeSet<String>)> {
-    let body = http_get(agent.debug, "/debug/members").await?;
+async fn members(agent: &Replica) -> Option<(Vec<String>, BTreeSet<String>)> {
+    let body = ok_body(agent.debug, "/debug/members").await?;
     let v: Value = serde_json::from_str(&body).ok()?;
     let members = v["members"]
         .as_array()?
@@ -298,34 +212,6 @@ async fn members(agent: &Agent) -> Option<(Vec<String>, BTreeSet<String>)> {
     Some((members, owned))
 }
 
-async fn apply_crd(client: &Client) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd = KuraInstance::crd();
-    let name = crd.metadata.name.clone().expect("crd name");
-    crds.patch(
-        &name,
-        &PatchParams::apply("kura-scale-test").force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .expect("apply CRD");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let c = crds.get(&name).await.expect("get CRD");
-        let established = c
-            .status
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
-            .iter()
-            .any(|c| c.type_ == "Established" && c.status == "True");
-        if established {
-            break;
-        }
-        assert!(Instant::now() < deadline, "CRD not established");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 /// Namespace, CRD, `n` instances, `n` API pods whose status points at `n`
 /// simulated pods (from `first_ip`, one shared port). Returns the
 /// simulator.
@@ -338,7 +224,7 @@ async fn fixtures(client: &Client, ns: &str, n: usize, first_ip: Ipv4Addr) -> Si
         )
         .await
         .unwrap_or_else(|e| panic!("create namespace {ns} (run against a fresh API server): {e}"));
-    apply_crd(client).await;
+    apply_crd(client, &shipped_crd()).await;
     let instances: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), ns, &kura_instance_resource());
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
@@ -430,17 +316,6 @@ fn delta(a: &BTreeMap<String, f64>, b: &BTreeMap<String, f64>) -> BTreeMap<Strin
         .collect()
 }
 
-fn init_tracing() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-                tracing_subscriber::EnvFilter::new("warn,kura_agent::shard=info")
-            }),
-        )
-        .with_test_writer()
-        .try_init();
-}
-
 /// Counters move every second, so every sweep is a material change and is
 /// written: the write log sees who writes when.
 fn bump_counters(sim: &Simulator) -> tokio::task::JoinHandle<()> {
@@ -477,10 +352,10 @@ fn start_write_log(client: &Client, ns: &str) -> (WriteLog, tokio::task::JoinHan
 }
 
 /// What every agent says it owns now (`None` for a dead or silent one).
-async fn sample(agents: &[Agent]) -> Vec<Option<BTreeSet<String>>> {
+async fn sample(agents: &[Replica]) -> Vec<Option<BTreeSet<String>>> {
     let mut out = Vec::new();
     for a in agents {
-        out.push(if a.thread.is_some() {
+        out.push(if !a.agent.is_finished() {
             members_at(a.debug).await.map(|(_, o)| o)
         } else {
             None
@@ -564,7 +439,7 @@ fn runs(writes: &[Written]) -> Vec<&str> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the real API server: scripts/scale-e2e.sh"]
 async fn three_agents_share_thirty_instances_and_hand_over_on_a_crash() {
-    init_tracing();
+    init_test_logging("warn,kura_agent::shard=info");
     let client = Client::try_default().await.expect("KUBECONFIG");
     // A fixed namespace makes the instance keys, and so the split, the same
     // on every run (11/9/10 for agent-0/1/2; the split of many keys is a
@@ -578,10 +453,10 @@ async fn three_agents_share_thirty_instances_and_hand_over_on_a_crash() {
     let lease_before = lease_requests(&client).await;
     let t_start = Instant::now();
     let ids: Vec<String> = (0..AGENTS).map(|i| format!("agent-{i}")).collect();
-    let mut agents: Vec<Agent> = ids
-        .iter()
-        .map(|id| Agent::start(id, &ns, pod_port, None))
-        .collect();
+    let mut agents: Vec<Replica> = Vec::new();
+    for id in &ids {
+        agents.push(Replica::start(id, &ns, pod_port, None).await);
+    }
 
     // Ownership samples every 200 ms: never two owners of one instance.
     let mut samples: Vec<Sample> = Vec::new();
@@ -682,7 +557,7 @@ async fn three_agents_share_thirty_instances_and_hand_over_on_a_crash() {
     let victim = 2;
     let moved: BTreeSet<String> = owned_at_start[victim].clone();
     let kill_at = Instant::now();
-    agents[victim].crash();
+    agents[victim].agent.crash();
     let survivors: Vec<Member> = ids
         .iter()
         .enumerate()
@@ -728,17 +603,17 @@ async fn three_agents_share_thirty_instances_and_hand_over_on_a_crash() {
     let lease_after = lease_requests(&client).await;
     let renewals: Vec<f64> = agents
         .iter()
-        .filter(|a| a.thread.is_some())
+        .filter(|a| !a.agent.is_finished())
         .map(|a| a.metric("kura_agent_lease_renewals_total"))
         .collect();
     let changes: Vec<f64> = agents
         .iter()
-        .filter(|a| a.thread.is_some())
+        .filter(|a| !a.agent.is_finished())
         .map(|a| a.metric("kura_agent_ownership_changes_total"))
         .collect();
     let fenced: f64 = agents
         .iter()
-        .filter(|a| a.thread.is_some())
+        .filter(|a| !a.agent.is_finished())
         .map(|a| a.metric("kura_agent_status_writes_total{result=\"fenced\"}"))
         .fold(0.0, |a, b| a + b);
 
@@ -754,7 +629,7 @@ async fn three_agents_share_thirty_instances_and_hand_over_on_a_crash() {
         .map(|(_, o)| o)
         .expect("leaver's members");
     let leave_at = Instant::now();
-    tokio::task::block_in_place(|| agents[leaver].stop());
+    agents[leaver].agent.stop().await;
     let released_at = Instant::now();
     let leaver_lease = format!("scale-{ns}-{}", ids[leaver]);
     assert!(
@@ -802,7 +677,7 @@ async fn three_agents_share_thirty_instances_and_hand_over_on_a_crash() {
             );
         }
     }
-    tokio::task::block_in_place(|| agents[0].stop());
+    agents[0].agent.stop().await;
     let remaining: Vec<String> = leases
         .list(
             &kube::api::ListParams::default()
@@ -912,7 +787,7 @@ async fn three_agents_share_thirty_instances_and_hand_over_on_a_crash() {
 }
 
 async fn members_at(addr: SocketAddr) -> Option<(Vec<String>, BTreeSet<String>)> {
-    let body = http_get(addr, "/debug/members").await?;
+    let body = ok_body(addr, "/debug/members").await?;
     let v: Value = serde_json::from_str(&body).ok()?;
     let members = v["members"]
         .as_array()?
@@ -931,7 +806,7 @@ async fn members_at(addr: SocketAddr) -> Option<(Vec<String>, BTreeSet<String>)>
 #[ignore = "needs the real API server: scripts/scale-e2e.sh"]
 async fn a_replica_that_cannot_renew_stops_writing_and_rejoins_without_overlap() {
     use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-    init_tracing();
+    init_test_logging("warn,kura_agent::shard=info");
     let client = Client::try_default().await.expect("KUBECONFIG");
     let ns = "fence".to_owned();
     let n = 8;
@@ -989,8 +864,8 @@ async fn a_replica_that_cannot_renew_stops_writing_and_rejoins_without_overlap()
     let t0 = Instant::now();
     let ids = vec!["fenced-0".to_owned(), "fenced-1".to_owned()];
     let mut agents = vec![
-        Agent::start(&ids[0], &ns, pod_port, Some("kura-test-user")),
-        Agent::start(&ids[1], &ns, pod_port, None),
+        Replica::start(&ids[0], &ns, pod_port, Some("kura-test-user")).await,
+        Replica::start(&ids[1], &ns, pod_port, None).await,
     ];
     let mut samples: Vec<Sample> = Vec::new();
 
@@ -1020,12 +895,10 @@ async fn a_replica_that_cannot_renew_stops_writing_and_rejoins_without_overlap()
     let fenced: BTreeSet<String> = owned[0].clone();
     assert!(!fenced.is_empty(), "the restricted agent owns something");
     // The debug page and the metrics show the members and the owned set.
-    let page = http_get(agents[1].debug, "/").await.expect("overview");
+    let page = ok_body(agents[1].debug, "/").await.expect("overview");
     assert!(page.contains("<h2>members</h2>"), "{page}");
     assert!(page.contains("fenced-1 (this replica)"), "{page}");
-    let metrics = http_get(agents[1].debug, "/metrics")
-        .await
-        .expect("metrics");
+    let metrics = ok_body(agents[1].debug, "/metrics").await.expect("metrics");
     assert!(metrics.contains("kura_agent_members 2"), "{metrics}");
     assert!(
         metrics.contains(&format!("kura_agent_owned_instances {}", owned[1].len())),
@@ -1072,7 +945,7 @@ async fn a_replica_that_cannot_renew_stops_writing_and_rejoins_without_overlap()
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     // The fenced agent says why it is not ready.
-    let (status, body) = http_get_any(agents[0].debug, "/readyz")
+    let (status, body) = http_get(agents[0].debug, "/readyz")
         .await
         .expect("readyz answers");
     assert_eq!(status, 503, "{body}");
@@ -1120,12 +993,12 @@ async fn a_replica_that_cannot_renew_stops_writing_and_rejoins_without_overlap()
     if std::env::var_os("KURA_SCALE_DEBUG").is_some() {
         eprintln!(
             "fence debug: {:?}",
-            http_get(agents[0].debug, "/debug/members").await
+            ok_body(agents[0].debug, "/debug/members").await
         );
     }
     tokio::time::sleep(SWEEP * 2).await;
     for a in agents.iter_mut() {
-        a.stop();
+        a.agent.stop().await;
     }
     watch.abort();
     bumper.abort();

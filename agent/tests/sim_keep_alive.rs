@@ -3,9 +3,14 @@
 //! keep-alive every poll closes its connection. One test per file: it
 //! counts this process's open descriptors.
 
+use kura_agent::model::SampleResult;
 use kura_agent::poll::{PollConfig, Poller};
-use kura_agent::sample::SampleResult;
-use kura_agent::sim::Simulator;
+use kura_sim::Simulator;
+
+mod support {
+    pub mod sim;
+}
+use support::sim::PollTargets;
 
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
@@ -16,7 +21,7 @@ async fn connections_stay_open_only_with_keep_alive() {
     let sim = Simulator::healthy("ka", 50).await.unwrap();
     let poller = Poller::new(PollConfig::default());
     let idle = open_fds();
-    let ok = |s: Vec<kura_agent::sample::PodSample>| {
+    let ok = |s: Vec<kura_agent::model::PodSample>| {
         s.iter()
             .all(|s| matches!(s.result, SampleResult::Report(_)))
     };

@@ -2,11 +2,16 @@
 //! timelines (compressed with a small time scale).
 
 use kura_agent::poll::{PollConfig, Poller};
-use kura_agent::sim::{Scenario, Simulator};
 use kura_schemas::NodeReport;
 use kura_schemas::report::{BackfillCycle, NodeState};
+use kura_sim::{Scenario, Simulator};
 use std::path::PathBuf;
 use std::time::Duration;
+
+mod support {
+    pub mod sim;
+}
+use support::sim::{PodIdentityOf, PollTargets};
 
 fn dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/sim")

@@ -4,9 +4,9 @@
 use http::{Request, Response};
 use jiff::Timestamp;
 use kube::client::Body;
-use kura_agent::kube::InstanceKey;
-use kura_agent::kube::status::{StatusWriter, WriteError, WriteOutcome};
-use kura_agent::kube::write_queue::DesiredStatus;
+use kura_agent::model::DesiredStatus;
+use kura_agent::model::InstanceKey;
+use kura_agent::write::{StatusWriter, WriteError, WriteOutcome};
 use kura_schemas::{AgentVerdict, PodHealth, RetiredCounters, RolloutGate, RolloutHealth, Signal};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -181,9 +181,9 @@ async fn the_request_is_a_forced_server_side_apply_of_two_status_fields() {
     // Absent optional fields are left out, never sent as null: a real API
     // server rejects null for a nullable enum (agent/tests/e2e_apiserver.rs).
     let mut health = serde_json::to_value(&d.health).expect("health");
-    kura_agent::kube::status::strip_nulls(&mut health);
+    kura_agent::write::strip_nulls(&mut health);
     let mut gate = serde_json::to_value(&d.gate).expect("gate");
-    kura_agent::kube::status::strip_nulls(&mut gate);
+    kura_agent::write::strip_nulls(&mut gate);
     assert_eq!(status["rolloutHealth"], health);
     assert_eq!(status["rolloutGate"], gate);
     assert!(
@@ -291,10 +291,9 @@ async fn next_body(
 /// restores readiness.
 #[tokio::test]
 async fn the_write_loop_records_pruning_retries_and_recovery() {
-    use kura_agent::debug::FleetView;
-    use kura_agent::debug::view::{SweepRecord, WriteRecord};
-    use kura_agent::kube::status::{WriteHandle, run_writes};
-    use kura_agent::kube::write_queue::{BasicChangePolicy, WriteQueue, WriteQueueConfig};
+    use kura_agent::model::WriteRecord;
+    use kura_agent::view::{FleetView, SweepRecord};
+    use kura_agent::write::{WriteHandle, WriteQueue, WriteQueueConfig, run_writes};
 
     let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
     let writer = StatusWriter::new(kube::Client::new(service, "default"));
@@ -308,20 +307,21 @@ async fn the_write_loop_records_pruning_retries_and_recovery() {
             samples: &[],
             health: None,
             gate: None,
+            notes: Vec::new(),
             at: Timestamp::now(),
         },
     );
-    let queue = WriteQueue::new(
-        WriteQueueConfig {
-            min_backoff: std::time::Duration::from_millis(20),
-            max_backoff: std::time::Duration::from_millis(100),
-            jitter: false,
-            ..WriteQueueConfig::default()
-        },
-        BasicChangePolicy,
-    );
+    let queue = WriteQueue::new(WriteQueueConfig {
+        min_backoff: std::time::Duration::from_millis(20),
+        max_backoff: std::time::Duration::from_millis(100),
+        jitter: false,
+        ..WriteQueueConfig::default()
+    });
     let writes = WriteHandle::new(queue);
-    let task = tokio::spawn(run_writes(writes.clone(), writer, view.clone(), 4));
+    let recorded = view.clone();
+    let task = tokio::spawn(run_writes(writes.clone(), writer, 4, move |key, write| {
+        recorded.record_write(key, write)
+    }));
 
     // 1. Pruned.
     writes.push(key.clone(), desired(), Timestamp::now());

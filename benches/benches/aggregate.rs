@@ -6,7 +6,7 @@
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use jiff::{SignedDuration, Timestamp};
 use kura_agent::aggregate::{AggregateConfig, InstanceAggregator};
-use kura_agent::sample::{InstanceInfo, PodIdentity, PodSample, SampleResult};
+use kura_agent::model::{InstanceInfo, PodIdentity, PodSample, SampleResult};
 use kura_schemas::{NodeReport, parse_report};
 use std::hint::black_box;
 

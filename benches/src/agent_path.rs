@@ -10,16 +10,13 @@
 
 use crate::proc_stats::thread_cpu_time;
 use jiff::Timestamp;
-use kura_agent::aggregate::AggregateConfig;
-use kura_agent::debug::{FleetView, SweepRecord};
-use kura_agent::engine::InstanceEngine;
-use kura_agent::kube::InstanceKey;
-use kura_agent::kube::write_queue::DesiredStatus;
+use kura_agent::engine::{EngineConfig, InstanceEngine};
+use kura_agent::model::{
+    DesiredStatus, InstanceInfo, InstanceKey, PodIdentity, SampleResult, StatusSink,
+};
 use kura_agent::poll::Poller;
-use kura_agent::runner::StatusSink;
-use kura_agent::runner::sinks::MemorySink;
-use kura_agent::sample::{InstanceInfo, PodIdentity, SampleResult};
-use kura_gate::GateConfig;
+use kura_agent::runner::MemorySink;
+use kura_agent::view::{FleetView, SweepRecord};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -45,7 +42,6 @@ struct Shared {
     poller: Poller,
     view: FleetView,
     sink: MemorySink,
-    gate: GateConfig,
 }
 
 /// What one instance's step produced.
@@ -95,6 +91,10 @@ impl AgentFleet {
         targets: &[(PodIdentity, SocketAddr)],
         pods_per_instance: usize,
     ) -> AgentFleet {
+        let engine = Arc::new(EngineConfig {
+            agent: AGENT.to_owned(),
+            ..EngineConfig::default()
+        });
         let instances = targets
             .chunks(pods_per_instance.max(1))
             .enumerate()
@@ -113,7 +113,7 @@ impl AgentFleet {
                     info,
                     targets: pods.to_vec(),
                     pod_names: pods.iter().map(|(p, _)| p.name.clone()).collect(),
-                    engine: InstanceEngine::new(AggregateConfig::default()),
+                    engine: InstanceEngine::new(Arc::clone(&engine)),
                 })
             })
             .collect();
@@ -122,7 +122,6 @@ impl AgentFleet {
                 poller,
                 view: FleetView::new(),
                 sink: MemorySink::new(),
-                gate: GateConfig::default(),
             }),
             instances,
         }
@@ -169,9 +168,7 @@ async fn step(shared: Arc<Shared>, mut inst: Instance) -> (Instance, Step) {
     let now = Timestamp::now();
     // The step is synchronous, so it runs on one thread from start to end.
     let folding = thread_cpu_time();
-    let (health, gate) = inst
-        .engine
-        .step(&inst.info, IMAGE, &samples, now, AGENT, &shared.gate);
+    let (health, gate) = inst.engine.step(&inst.info, IMAGE, &samples, now);
     let fold = thread_cpu_time().saturating_sub(folding);
     let desired = DesiredStatus {
         health: health.clone(),
@@ -185,6 +182,7 @@ async fn step(shared: Arc<Shared>, mut inst: Instance) -> (Instance, Step) {
             samples: &samples,
             health: Some(desired.health.clone()),
             gate: Some(desired.gate.clone()),
+            notes: Vec::new(),
             at: now,
         },
     );

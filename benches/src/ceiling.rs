@@ -9,7 +9,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use kura_agent::poll::READ_BUFFER;
-use kura_agent::sim::REPORT_PATH;
+use kura_schemas::REPORT_PATH;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;

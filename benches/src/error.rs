@@ -12,7 +12,7 @@ pub enum LoadError {
     Protocol(String),
     /// The simulated pods could not be started.
     #[error(transparent)]
-    Sim(#[from] kura_agent::sim::SimError),
+    Sim(#[from] kura_sim::SimError),
     /// The tokio runtime could not be built.
     #[error("cannot start the runtime: {0}")]
     Runtime(#[source] std::io::Error),

@@ -8,8 +8,8 @@
 //! exits or drops the [`SimProcesses`]).
 
 use crate::error::LoadError;
-use kura_agent::sample::PodIdentity;
-use kura_agent::sim::{Addressing, ReportGeneration, SimPodSpec, Simulator, raise_fd_limit};
+use kura_agent::model::PodIdentity;
+use kura_sim::{Addressing, ReportGeneration, SimPodSpec, Simulator, raise_fd_limit};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;

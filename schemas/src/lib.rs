@@ -22,4 +22,6 @@ pub mod strict_json;
 pub use gate_status::{AgentVerdict, BaselineCounters, Evidence, RolloutGate, Signal};
 pub use health::{PodHealth, RetiredCounters, RolloutHealth};
 pub use instance::{KuraInstance, KuraInstanceSpec, KuraInstanceStatus};
-pub use report::{NodeReport, NodeState, ReportError, parse_report, parse_report_limited};
+pub use report::{
+    NodeReport, NodeState, REPORT_PATH, ReportError, parse_report, parse_report_limited,
+};

@@ -16,6 +16,9 @@ use serde_json::{Map, Value};
 use std::borrow::Cow;
 use std::cell::RefCell;
 
+/// The path a Kura node serves this report on.
+pub const REPORT_PATH: &str = "/status/rollout";
+
 /// Default limit on a report body, in bytes (64 KiB).
 pub const DEFAULT_BODY_LIMIT: usize = 64 * 1024;
 

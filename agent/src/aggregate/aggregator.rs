@@ -4,7 +4,7 @@
 use super::AggregateConfig;
 use super::backfill::BackfillFold;
 use super::tracked::TrackedPod;
-use crate::sample::{InstanceInfo, PodSample, SampleResult};
+use crate::model::{InstanceInfo, PodSample, SampleResult};
 use jiff::Timestamp;
 use kura_schemas::health::{MAX_POD_ENTRIES, ROLLOUT_HEALTH_SCHEMA_VERSION};
 use kura_schemas::{NodeReport, RetiredCounters, RolloutHealth};

@@ -9,7 +9,7 @@
 //! default.
 
 use super::{AggregateConfig, InstanceAggregator};
-use crate::sample::{InstanceInfo, PodIdentity, PodSample, SampleResult};
+use crate::model::{InstanceInfo, PodIdentity, PodSample, SampleResult};
 use jiff::Timestamp;
 use kura_schemas::RolloutHealth;
 use kura_schemas::report::report_from_value;

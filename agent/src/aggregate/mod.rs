@@ -2,20 +2,19 @@
 //! (contract/rollout-health.md): pure code, time passed in.
 //!
 //! - [`InstanceAggregator`]: per-instance state and the per-sweep fold;
-//! - [`material_change`] and [`is_priority_change`]: when to write;
 //! - [`input`]: the document `kura-agent aggregate FILE` reads.
+//!
+//! When an aggregate is worth a status write is the write path's business
+//! (`write::policy`).
 
 mod aggregator;
 mod backfill;
 mod counters;
 pub mod input;
 mod tracked;
-mod write_policy;
 
 pub use aggregator::{InstanceAggregator, MAX_TRACKED_PODS};
-pub use backfill::BackfillFold;
 pub use tracked::GONE_ERROR;
-pub use write_policy::{is_priority_change, material_change};
 
 use jiff::SignedDuration;
 

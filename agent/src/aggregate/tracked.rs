@@ -6,7 +6,7 @@ use super::counters::{self, Counter};
 use jiff::Timestamp;
 use kura_schemas::{NodeReport, PodHealth};
 
-use crate::sample::PodIdentity;
+use crate::model::PodIdentity;
 
 /// The `error` a tracked pod shows once discovery no longer lists it. A
 /// restored entry carrying it was already gone at the last sweep.

@@ -1,20 +1,42 @@
-//! The `kura-agent` subcommands; `main.rs` only dispatches to them.
+//! The `kura-agent` subcommands, one module each; `main.rs` only
+//! dispatches to them. This is the top of the crate: it composes the
+//! parts below and nothing below imports it.
+//!
+//! - [`run`]: the agent in a cluster (flags in [`run::RunArgs`]);
+//! - [`check`]: the gate for plain node URLs (standalone chart);
+//! - [`demo`]: a rollout on a simulated fleet (`kura-sim`);
+//! - [`aggregate`]: the aggregation over recorded reports;
+//! - [`simulate`]: serve a simulated fleet (`kura-sim`).
 
 pub mod aggregate;
 pub mod check;
 pub mod demo;
+pub mod parse;
 pub mod run;
 pub mod simulate;
 
-/// Logs to standard error, filtered by `RUST_LOG` (else `default_filter`),
-/// as human-readable text.
-pub fn init_text_logging(default_filter: &str) {
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Default)]
+pub enum LogFormat {
+    /// One JSON object per line.
+    #[default]
+    Json,
+    /// Human-readable text.
+    Text,
+}
+
+/// The one logging set-up of every subcommand: to standard error, as JSON
+/// lines or text, filtered by `RUST_LOG` (else `default_filter`).
+pub fn init_logging(format: LogFormat, default_filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
 }
 
 /// A multi-threaded tokio runtime for subcommand `command`; on failure

@@ -1,7 +1,7 @@
 //! `kura-agent simulate SCENARIO`: serve a simulated fleet until Ctrl-C or
 //! SIGTERM, printing each pod's URL.
 
-use crate::sim::{Scenario, Simulator, raise_fd_limit};
+use kura_sim::{Scenario, Simulator, raise_fd_limit};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -18,7 +18,7 @@ pub struct SimulateArgs {
 
 /// Run the subcommand.
 pub fn run(args: SimulateArgs) -> ExitCode {
-    super::init_text_logging("warn");
+    super::init_logging(super::LogFormat::Text, "warn");
     let runtime = match super::multi_thread_runtime("simulate") {
         Ok(rt) => rt,
         Err(code) => return code,

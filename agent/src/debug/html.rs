@@ -1,7 +1,8 @@
 //! The HTML overview page: one row per instance, every value escaped, no
 //! external assets.
 
-use crate::debug::view::{InstanceView, Readiness};
+use crate::model::WriteRecord;
+use crate::view::{InstanceView, MembersSummary, Readiness};
 use jiff::Timestamp;
 use std::fmt::Write as _;
 
@@ -29,8 +30,14 @@ fn yes_no(v: Option<bool>) -> &'static str {
     }
 }
 
-/// Renders the overview at `now` (for sample ages).
-pub fn overview(instances: &[InstanceView], readiness: &Readiness, now: Timestamp) -> String {
+/// Renders the overview at `now` (for sample ages), with the sharding
+/// section when sharding is on.
+pub fn overview(
+    instances: &[InstanceView],
+    readiness: &Readiness,
+    members: Option<&MembersSummary>,
+    now: Timestamp,
+) -> String {
     let mut html = String::from(
         "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>kura-agent</title>\
 <style>body{font-family:sans-serif}table{border-collapse:collapse}\
@@ -74,9 +81,9 @@ td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}</style></head><body
         let write = v.last_write.as_ref().map_or_else(
             || "–".to_owned(),
             |w| match &w.result {
-                crate::debug::view::WriteRecord::Applied => "applied".to_owned(),
-                crate::debug::view::WriteRecord::Pruned { .. } => "PRUNED".to_owned(),
-                crate::debug::view::WriteRecord::Failed { kind, .. } => format!("failed: {kind}"),
+                WriteRecord::Applied => "applied".to_owned(),
+                WriteRecord::Pruned { .. } => "PRUNED".to_owned(),
+                WriteRecord::Failed { kind, .. } => format!("failed: {kind}"),
             },
         );
         let _ = writeln!(
@@ -95,8 +102,44 @@ td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}</style></head><body
             escape(&write),
         );
     }
-    html.push_str("</table>\n<p><a href=\"/debug/instances\">JSON</a> · <a href=\"/metrics\">metrics</a></p>\n</body></html>\n");
+    html.push_str("</table>\n<p><a href=\"/debug/instances\">JSON</a> · <a href=\"/metrics\">metrics</a></p>\n");
+    if let Some(members) = members {
+        html.push_str(&members_section(members));
+    }
+    html.push_str("</body></html>\n");
     html
+}
+
+/// The sharding section: this replica, its Lease, the live members.
+fn members_section(v: &MembersSummary) -> String {
+    let mut h = String::from("<h2>members</h2>\n");
+    let _ = writeln!(
+        h,
+        "<p>this replica: {} · group {} · own lease {} (until {}) · owns {} instances · {} ownership changes</p>",
+        escape(&v.identity),
+        escape(&v.group),
+        if v.own_lease_current {
+            "current"
+        } else {
+            "NOT current: writes stopped"
+        },
+        v.writes_allowed_until
+            .map_or_else(|| "–".to_owned(), |t| t.to_string()),
+        v.owned,
+        v.ownership_changes_total,
+    );
+    h.push_str("<ul>\n");
+    for m in &v.members {
+        let _ = writeln!(
+            h,
+            "<li>{}{}{}</li>",
+            escape(&m.id),
+            if m.me { " (this replica)" } else { "" },
+            if m.settled { "" } else { " (joining)" }
+        );
+    }
+    h.push_str("</ul>\n<p><a href=\"/debug/members\">members JSON</a></p>\n");
+    h
 }
 
 #[cfg(test)]

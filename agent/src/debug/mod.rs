@@ -1,15 +1,15 @@
-//! The read-only debug HTTP server and the in-memory fleet view it serves.
+//! The read-only debug HTTP server: it reads the [`FleetView`] and the
+//! metrics recorder and never changes either.
 //!
-//! - [`view`]: [`FleetView`], what the run loop (or
-//!   `kura-agent demo`) saw, decided and wrote, per instance;
 //! - [`html`]: the small HTML overview page;
+//! - [`instance_metrics`]: the per-instance `kura_instance_*` series of
+//!   `/metrics`, rendered from the view at scrape time;
 //! - [`server`]: the hyper server and its routes.
+//!
+//! [`FleetView`]: crate::view::FleetView
 
-pub mod html;
-pub mod server;
-pub mod view;
+mod html;
+mod instance_metrics;
+mod server;
 
 pub use server::{DebugServer, DebugState};
-pub use view::{
-    FleetView, InstanceView, LastWrite, MembersSource, PodView, Readiness, SweepRecord, WriteRecord,
-};

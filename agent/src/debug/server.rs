@@ -14,8 +14,9 @@
 //! an unknown path 404.
 
 use crate::debug::html;
-use crate::debug::view::{FleetView, InstanceSummary};
-use crate::kube::InstanceKey;
+use crate::debug::instance_metrics;
+use crate::model::{Clock, InstanceKey};
+use crate::view::{FleetView, InstanceSummary};
 use bytes::Bytes;
 use http::header::{ALLOW, CACHE_CONTROL, CONTENT_TYPE};
 use http::{Method, Request, Response, StatusCode};
@@ -31,8 +32,6 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-
-use crate::runner::Clock;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
@@ -101,12 +100,8 @@ pub fn respond(
     let response = match segments.as_slice() {
         [] | [""] => {
             let instances = state.view.snapshot();
-            let mut page = html::overview(&instances, &state.view.readiness(), now);
-            if let Some(members) = state.view.members()
-                && let Some(at) = page.rfind("</body>")
-            {
-                page.insert_str(at, &members.members_html(now));
-            }
+            let members = state.view.members().map(|m| m.members_summary(now));
+            let page = html::overview(&instances, &state.view.readiness(), members.as_ref(), now);
             text(StatusCode::OK, "text/html; charset=utf-8", page)
         }
         ["healthz"] => text(StatusCode::OK, "text/plain; charset=utf-8", "ok\n"),
@@ -121,10 +116,7 @@ pub fn respond(
         }
         ["metrics"] => {
             let mut body = state.metrics.render();
-            body.push_str(&crate::instance_metrics::render(
-                &state.view.snapshot(),
-                now,
-            ));
+            body.push_str(&instance_metrics::render(&state.view.snapshot(), now));
             text(
                 StatusCode::OK,
                 "text/plain; version=0.0.4; charset=utf-8",

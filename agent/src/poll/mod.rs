@@ -3,7 +3,7 @@
 //! global bound on concurrent requests, a timeout per attempt, a hard body
 //! limit, no redirects, and a short retry of connection-level failures.
 //!
-//! Metrics (through the `metrics` facade; the exporter is set up elsewhere):
+//! Metrics (through the `metrics` facade; names in [`crate::telemetry`]):
 //! `kura_agent_polls_total{result}` (`ok` or a [`PollError::reason`]),
 //! `kura_agent_poll_retries_total` (retries, counted apart from failures),
 //! `kura_agent_poll_duration_seconds` (one observation per attempt, from
@@ -11,9 +11,9 @@
 
 mod config;
 mod error;
-pub mod http1;
-mod poller;
+mod http1;
+pub(crate) mod poller;
 
-pub use config::{PodPort, PollConfig};
+pub use config::PollConfig;
 pub use error::PollError;
-pub use poller::{IDLE_TIMEOUT, Poller, READ_BUFFER};
+pub use poller::{Poller, READ_BUFFER};

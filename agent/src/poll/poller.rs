@@ -1,13 +1,13 @@
 //! The poller: one shared keep-alive client and one global semaphore.
 
+use crate::model::{PodIdentity, PodSample, SampleResult};
 use crate::poll::http1::{Client, Limits, Target};
 use crate::poll::{PollConfig, PollError};
-use crate::sample::{PodIdentity, PodSample, SampleResult};
-use crate::sim::REPORT_PATH;
+use crate::telemetry;
 use backon::{ExponentialBuilder, Retryable};
 use http::Uri;
 use jiff::Timestamp;
-use kura_schemas::{NodeReport, parse_report_limited};
+use kura_schemas::{NodeReport, REPORT_PATH, parse_report_limited};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -49,21 +49,6 @@ impl Poller {
                 config,
             }),
         }
-    }
-
-    /// The settings in force.
-    pub fn config(&self) -> &PollConfig {
-        &self.inner.config
-    }
-
-    /// A pod's report address from its IP and a port.
-    pub fn pod_addr(pod: &PodIdentity, port: u16) -> Result<SocketAddr, PollError> {
-        let ip: IpAddr = pod
-            .ip
-            .as_deref()
-            .and_then(|ip| ip.parse().ok())
-            .ok_or(PollError::NoAddress)?;
-        Ok(SocketAddr::new(ip, port))
     }
 
     /// Poll every target concurrently (bounded by the global concurrency);
@@ -156,7 +141,7 @@ impl Poller {
         (|| self.attempt(target))
             .retry(backoff)
             .when(PollError::is_retryable)
-            .notify(|_, _| metrics::counter!("kura_agent_poll_retries_total").increment(1))
+            .notify(|_, _| metrics::counter!(telemetry::POLL_RETRIES_TOTAL).increment(1))
             .await
     }
 
@@ -172,7 +157,7 @@ impl Poller {
         let result = tokio::time::timeout(self.inner.config.timeout, self.request(target))
             .await
             .unwrap_or(Err(PollError::Timeout));
-        metrics::histogram!("kura_agent_poll_duration_seconds")
+        metrics::histogram!(telemetry::POLL_DURATION_SECONDS)
             .record(started.elapsed().as_secs_f64());
         result
     }
@@ -197,10 +182,14 @@ impl Poller {
     }
 }
 
-fn count(result: &Result<NodeReport, PollError>) {
-    let label = match result {
+/// The `result` label of [`telemetry::POLLS_TOTAL`] for a poll's result.
+pub(crate) fn result_label(result: &Result<NodeReport, PollError>) -> &'static str {
+    match result {
         Ok(_) => "ok",
         Err(e) => e.reason(),
-    };
-    metrics::counter!("kura_agent_polls_total", "result" => label).increment(1);
+    }
+}
+
+fn count(result: &Result<NodeReport, PollError>) {
+    metrics::counter!(telemetry::POLLS_TOTAL, "result" => result_label(result)).increment(1);
 }

@@ -4,63 +4,37 @@
 //! hands the result to a [`StatusSink`] and records it in the
 //! [`FleetView`]. A supervisor keeps one task per current target.
 //!
-//! - In a cluster, targets come from the kube watches
-//!   ([`sources::KubeTargets`]) and statuses go to the write queue
-//!   ([`sinks::KubeSink`]).
+//! - In a cluster, targets come from the watches
+//!   (`cluster::ClusterTargets`, narrowed by the shard when sharding is on)
+//!   and statuses go to the write queue (`write::WriteHandle`); `cli::run`
+//!   wires them in.
 //! - `kura-agent demo` and the loopback tests use static targets
-//!   ([`sources::StaticTargets`]) and an in-memory status store
-//!   ([`sinks::MemorySink`]), with a [`Clock`] that may run faster than
-//!   real time.
+//!   ([`StaticTargets`]) and an in-memory status store ([`MemorySink`]),
+//!   with a [`Clock`] that may run faster than real time.
 //!
 //! A slow or hung pod only delays its own instance's task: sweeps of
 //! different instances never wait for each other, and every poll is bounded
 //! by the poller's timeout.
 
-pub mod clock;
-pub mod sinks;
-pub mod sources;
+mod memory;
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use jiff::Timestamp;
-use kura_gate::GateConfig;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::aggregate::AggregateConfig;
-use crate::debug::{FleetView, SweepRecord};
-use crate::engine::InstanceEngine;
-use crate::kube::InstanceKey;
-use crate::kube::discovery::InstanceTarget;
-use crate::kube::write_queue::DesiredStatus;
-use crate::metrics;
+use crate::engine::{EngineConfig, InstanceEngine};
+use crate::model::{
+    Clock, DesiredStatus, InstanceKey, InstanceTarget, PodSample, StatusSink, TargetSource,
+};
 use crate::poll::Poller;
-use crate::sample::PodSample;
+use crate::telemetry;
+use crate::view::{FleetView, SweepRecord};
 
-pub use clock::{Clock, ScaledClock, SystemClock};
-
-/// Where the loop's targets come from.
-pub trait TargetSource: Send + Sync + 'static {
-    /// The current targets (instances with their pods).
-    fn targets(&self) -> Vec<InstanceTarget>;
-    /// Whether the source has its initial state (before that, the loop
-    /// neither starts nor stops instance tasks).
-    fn ready(&self) -> bool;
-}
-
-/// Where the loop's results go.
-pub trait StatusSink: Send + Sync + 'static {
-    /// Called once when an instance task starts, with the status found for
-    /// it (what a restarted agent continues from).
-    fn seed(&self, _target: &InstanceTarget) {}
-    /// The latest desired status of an instance.
-    fn publish(&self, key: &InstanceKey, desired: DesiredStatus, now: Timestamp);
-    /// The instance is gone.
-    fn forget(&self, key: &InstanceKey);
-}
+pub use memory::{MemorySink, StaticTargets};
 
 /// Settings of the loop.
 #[derive(Debug, Clone)]
@@ -71,12 +45,9 @@ pub struct LoopConfig {
     pub jitter: f64,
     /// How often the supervisor re-reads the targets (real time).
     pub reconcile_every: Duration,
-    /// Written to `rolloutHealth.agent`.
-    pub agent: String,
-    /// The aggregation's settings.
-    pub aggregate: AggregateConfig,
-    /// The gate's settings.
-    pub gate: GateConfig,
+    /// What every instance's engine is held to (aggregation, gate, the
+    /// agent's name).
+    pub engine: EngineConfig,
 }
 
 impl Default for LoopConfig {
@@ -85,9 +56,7 @@ impl Default for LoopConfig {
             sweep_interval: Duration::from_secs(10),
             jitter: 0.1,
             reconcile_every: Duration::from_secs(1),
-            agent: "kura-agent".to_owned(),
-            aggregate: AggregateConfig::default(),
-            gate: GateConfig::default(),
+            engine: EngineConfig::default(),
         }
     }
 }
@@ -95,6 +64,7 @@ impl Default for LoopConfig {
 /// Everything an instance task shares with the others.
 struct Shared {
     config: LoopConfig,
+    engine: Arc<EngineConfig>,
     poller: Poller,
     view: FleetView,
     sink: Arc<dyn StatusSink>,
@@ -124,6 +94,7 @@ impl AgentLoop {
     ) -> Self {
         AgentLoop {
             shared: Arc::new(Shared {
+                engine: Arc::new(config.engine.clone()),
                 config,
                 poller,
                 view,
@@ -195,9 +166,9 @@ impl AgentLoop {
                 }
             }
         }
-        ::metrics::gauge!(metrics::INSTANCES_TRACKED).set(running.len() as f64);
-        ::metrics::gauge!(metrics::PODS_TRACKED).set(pods as f64);
-        metrics::publish_verdicts(
+        metrics::gauge!(telemetry::INSTANCES_TRACKED).set(running.len() as f64);
+        metrics::gauge!(telemetry::PODS_TRACKED).set(pods as f64);
+        telemetry::publish_verdicts(
             self.shared
                 .view
                 .snapshot()
@@ -213,7 +184,8 @@ async fn instance_task(shared: Arc<Shared>, mut target: watch::Receiver<Instance
     let config = &shared.config;
     let first = target.borrow_and_update().clone();
     let key = first.key();
-    let mut engine = InstanceEngine::restore(first.previous_status.as_ref(), config.aggregate);
+    let mut engine =
+        InstanceEngine::restore(first.previous_status.as_ref(), Arc::clone(&shared.engine));
     let mut resets_seen = engine.health().map_or(0, |h| h.counter_resets);
     // Spread the instances' first sweeps over one interval.
     let spread = config.sweep_interval.mul_f64(rand::random::<f64>());
@@ -227,18 +199,11 @@ async fn instance_task(shared: Arc<Shared>, mut target: watch::Receiver<Instance
         }
         let now = shared.clock.now();
         samples.extend(t.unreachable_samples(now));
-        let (health, gate) = engine.step(
-            &t.info,
-            &t.spec_image,
-            &samples,
-            now,
-            &config.agent,
-            &config.gate,
-        );
-        ::metrics::histogram!(metrics::SWEEP_DURATION_SECONDS)
+        let (health, gate) = engine.step(&t.info, &t.spec_image, &samples, now);
+        metrics::histogram!(telemetry::SWEEP_DURATION_SECONDS)
             .record(started.elapsed().as_secs_f64());
         if health.counter_resets > resets_seen {
-            ::metrics::counter!(metrics::COUNTER_RESETS_TOTAL)
+            metrics::counter!(telemetry::COUNTER_RESETS_TOTAL)
                 .increment(health.counter_resets - resets_seen);
         }
         resets_seen = health.counter_resets;
@@ -260,6 +225,7 @@ async fn instance_task(shared: Arc<Shared>, mut target: watch::Receiver<Instance
                 samples: &samples,
                 health: Some(desired.health.clone()),
                 gate: Some(desired.gate.clone()),
+                notes: t.notes(),
                 at: now,
             },
         );
@@ -270,7 +236,84 @@ async fn instance_task(shared: Arc<Shared>, mut target: watch::Receiver<Instance
 
 /// The jittered sweep interval converted to real time.
 fn real_interval(shared: &Shared, unit: f64) -> Duration {
-    let virtual_interval =
-        crate::config::jittered(shared.config.sweep_interval, shared.config.jitter, unit);
+    let virtual_interval = jittered(shared.config.sweep_interval, shared.config.jitter, unit);
     shared.clock.to_real(virtual_interval)
+}
+
+/// `base` scaled by a factor in `[1 - spread, 1 + spread]`, chosen by
+/// `unit` in `[0, 1]` (a random draw the caller provides, so this stays
+/// pure). Used to jitter the sweep interval so that agents started together
+/// do not poll in lock-step.
+fn jittered(base: Duration, spread: f64, unit: f64) -> Duration {
+    let spread = spread.clamp(0.0, 1.0);
+    let unit = unit.clamp(0.0, 1.0);
+    base.mul_f64(1.0 - spread + 2.0 * spread * unit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{InstanceInfo, SystemClock};
+    use crate::poll::PollConfig;
+
+    /// What discovery noted about a target (an unreadable status field,
+    /// pods beyond the limit) reaches the fleet view with its sweep.
+    #[tokio::test]
+    async fn discovery_notes_reach_the_fleet_view() {
+        let target = InstanceTarget {
+            info: InstanceInfo {
+                namespace: "kura".into(),
+                name: "acme".into(),
+                expected_pods: 3,
+                generation: 1,
+            },
+            spec_image: "img".into(),
+            pods: Vec::new(),
+            pods_dropped: 2,
+            previous_status: None,
+            status_warnings: vec!["status.rolloutGate unreadable: x".into()],
+        };
+        let expected = target.notes();
+        let view = FleetView::new();
+        let agent_loop = AgentLoop::new(
+            LoopConfig {
+                sweep_interval: Duration::from_millis(20),
+                reconcile_every: Duration::from_millis(10),
+                ..LoopConfig::default()
+            },
+            Poller::new(PollConfig::default()),
+            Arc::new(StaticTargets::new(vec![target])),
+            Arc::new(MemorySink::new()),
+            view.clone(),
+            Arc::new(SystemClock),
+        );
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let running = tokio::spawn(agent_loop.run(async {
+            let _ = stopped.await;
+        }));
+        let key = InstanceKey::new("kura", "acme");
+        let notes = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                if let Some(v) = view.instance(&key).filter(|v| v.swept_at.is_some()) {
+                    return v.notes;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("a sweep within 5 s");
+        let _ = stop.send(());
+        let _ = running.await;
+        assert_eq!(notes, expected);
+        assert_eq!(notes.len(), 2, "{notes:?}");
+    }
+
+    #[test]
+    fn jitter_stays_within_spread() {
+        let base = Duration::from_secs(10);
+        assert_eq!(jittered(base, 0.1, 0.0), Duration::from_secs(9));
+        assert_eq!(jittered(base, 0.1, 1.0), Duration::from_secs(11));
+        assert_eq!(jittered(base, 0.1, 0.5), base);
+        assert_eq!(jittered(base, 0.0, 0.9), base);
+    }
 }

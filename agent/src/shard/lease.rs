@@ -17,26 +17,29 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ::kube::api::{Api, DeleteParams, Patch, PatchParams};
-use ::kube::runtime::reflector::{self, Store};
-use ::kube::runtime::{WatchStreamExt, watcher};
-use ::kube::{Client, ResourceExt};
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
 use serde::Serialize;
 
 use super::membership::{LeaseRecord, Membership, OwnLease, Timing, view_is_fresh};
-use crate::debug::html::escape;
-use crate::kube::InstanceKey;
-use crate::kube::status::WriteGate;
-use crate::metrics;
+use crate::model::{InstanceKey, WriteGate};
+use crate::telemetry;
+use crate::view::{MemberSummary, MembersSource, MembersSummary};
 
 /// The label that groups the Leases of one agent deployment.
 pub const GROUP_LABEL: &str = "kura.tuist.dev/agent-group";
 /// The field manager of Lease renewals.
 pub const LEASE_FIELD_MANAGER: &str = "kura-health-agent-lease";
+/// The `change` label of instances this replica gained.
+pub(crate) const GAINED: &str = "gained";
+/// The `change` label of instances this replica lost.
+pub(crate) const LOST: &str = "lost";
 /// Ownership changes kept for the debug endpoint.
 pub const RECENT_CHANGES: usize = 64;
 
@@ -229,7 +232,7 @@ impl Shard {
                     }
                     Ok(_) => {}
                     Err(error) => {
-                        ::metrics::counter!(metrics::WATCH_ERRORS_TOTAL, "resource" => "leases")
+                        metrics::counter!(telemetry::WATCH_ERRORS_TOTAL, "resource" => "leases")
                             .increment(1);
                         tracing::warn!(%error, "lease watch error; retrying with backoff");
                     }
@@ -258,11 +261,6 @@ impl Shard {
         self.state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// The settings.
-    pub fn config(&self) -> &ShardConfig {
-        &self.config
     }
 
     async fn renew_once(&self, api: &Api<Lease>) {
@@ -317,7 +315,7 @@ impl Shard {
         }
         match error {
             None => {
-                ::metrics::counter!(metrics::LEASE_RENEWALS_TOTAL, "result" => "ok").increment(1);
+                metrics::counter!(telemetry::LEASE_RENEWALS_TOTAL, "result" => "ok").increment(1);
                 if s.acquired_at != Some(acquired) {
                     tracing::info!(lease = %self.lease_name, namespace = %self.config.namespace,
                         "lease acquired");
@@ -328,7 +326,7 @@ impl Shard {
                 s.last_error = None;
             }
             Some(e) => {
-                ::metrics::counter!(metrics::LEASE_RENEWALS_TOTAL, "result" => "error")
+                metrics::counter!(telemetry::LEASE_RENEWALS_TOTAL, "result" => "error")
                     .increment(1);
                 s.renewals_failed += 1;
                 let current = s.own.is_current(Timestamp::now());
@@ -427,11 +425,6 @@ impl Shard {
         )
     }
 
-    /// Whether this replica owns `key` at `now`.
-    pub fn owns(&self, key: &InstanceKey, now: Timestamp) -> bool {
-        self.is_ready() && self.membership(now).owns(&key.to_string())
-    }
-
     /// Records the owned set the run loop acts on; counts and logs what was
     /// gained and lost, and sets the membership gauges.
     pub fn record_owned(
@@ -441,16 +434,16 @@ impl Shard {
         now: Timestamp,
     ) {
         let members: Vec<String> = membership.live.iter().map(|m| m.id.clone()).collect();
-        ::metrics::gauge!(metrics::AGENT_MEMBERS).set(members.len() as f64);
-        ::metrics::gauge!(metrics::OWNED_INSTANCES).set(owned.len() as f64);
+        metrics::gauge!(telemetry::AGENT_MEMBERS).set(members.len() as f64);
+        metrics::gauge!(telemetry::OWNED_INSTANCES).set(owned.len() as f64);
         let mut s = self.lock();
         let gained: Vec<InstanceKey> = owned.difference(&s.owned).cloned().collect();
         let lost: Vec<InstanceKey> = s.owned.difference(&owned).cloned().collect();
-        for (keys, change) in [(&gained, "gained"), (&lost, "lost")] {
+        for (keys, change) in [(&gained, GAINED), (&lost, LOST)] {
             if keys.is_empty() {
                 continue;
             }
-            ::metrics::counter!(metrics::OWNERSHIP_CHANGES_TOTAL, "change" => change)
+            metrics::counter!(telemetry::OWNERSHIP_CHANGES_TOTAL, "change" => change)
                 .increment(keys.len() as u64);
             tracing::info!(change, count = keys.len(), instances = ?keys.iter().map(ToString::to_string).collect::<Vec<_>>(),
                 members = ?members, "ownership changed");
@@ -608,44 +601,31 @@ pub struct LeaseView {
     pub current: bool,
 }
 
-impl crate::debug::MembersSource for Shard {
+impl MembersSource for Shard {
     fn members_json(&self, now: Timestamp) -> serde_json::Value {
         serde_json::to_value(self.view(now))
             .unwrap_or_else(|e| serde_json::json!({"error": format!("cannot encode members: {e}")}))
     }
 
-    fn members_html(&self, now: Timestamp) -> String {
-        use std::fmt::Write as _;
+    fn members_summary(&self, now: Timestamp) -> MembersSummary {
         let v = self.view(now);
-        let mut h = String::from("<h2>members</h2>\n");
-        let _ = writeln!(
-            h,
-            "<p>this replica: {} · group {} · own lease {} (until {}) · owns {} instances · {} ownership changes</p>",
-            escape(&v.identity),
-            escape(&v.group),
-            if v.own_lease.current {
-                "current"
-            } else {
-                "NOT current: writes stopped"
-            },
-            v.own_lease
-                .writes_allowed_until
-                .map_or_else(|| "–".to_owned(), |t| t.to_string()),
-            v.owned.len(),
-            v.ownership_changes_total,
-        );
-        h.push_str("<ul>\n");
-        for m in &v.members {
-            let _ = writeln!(
-                h,
-                "<li>{}{}{}</li>",
-                escape(&m.id),
-                if m.me { " (this replica)" } else { "" },
-                if m.settled { "" } else { " (joining)" }
-            );
+        MembersSummary {
+            identity: v.identity,
+            group: v.group,
+            own_lease_current: v.own_lease.current,
+            writes_allowed_until: v.own_lease.writes_allowed_until,
+            owned: v.owned.len(),
+            ownership_changes_total: v.ownership_changes_total,
+            members: v
+                .members
+                .into_iter()
+                .map(|m| MemberSummary {
+                    id: m.id,
+                    me: m.me,
+                    settled: m.settled,
+                })
+                .collect(),
         }
-        h.push_str("</ul>\n<p><a href=\"/debug/members\">members JSON</a></p>\n");
-        h
     }
 }
 

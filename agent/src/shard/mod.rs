@@ -11,7 +11,7 @@
 //!   writes only what it owns: [`OwnedTargets`] filters the run loop's
 //!   targets (the loop stops the tasks of instances it lost and drops their
 //!   pending writes), and [`Shard`] is the status writer's
-//!   [`WriteGate`](crate::kube::status::WriteGate), checked right before
+//!   [`WriteGate`](crate::model::WriteGate), checked right before
 //!   every PATCH: no write without a current own Lease and ownership.
 //! - **Handover**: a new owner's instance task restores from the published
 //!   status (`InstanceEngine::restore`), so counters, baseline and soak
@@ -20,12 +20,12 @@
 //! The pure parts ([`rendezvous`], [`membership`]) take time as an
 //! argument; [`lease`] and [`Shard`] are the IO shell.
 
-pub mod lease;
-pub mod membership;
-pub mod owned;
-pub mod rendezvous;
+pub(crate) mod lease;
+mod membership;
+mod owned;
+mod rendezvous;
 
-pub use lease::{GROUP_LABEL, Shard, ShardConfig, ShardError};
-pub use membership::{LeaseRecord, Membership, OwnLease, Timing};
-pub use owned::OwnedTargets;
+pub use lease::GROUP_LABEL;
+pub(crate) use lease::{Shard, ShardConfig, ShardError};
+pub(crate) use owned::OwnedTargets;
 pub use rendezvous::{Member, owner};

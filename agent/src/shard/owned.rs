@@ -9,9 +9,7 @@ use std::sync::Arc;
 use jiff::Timestamp;
 
 use super::lease::Shard;
-use crate::kube::InstanceKey;
-use crate::kube::discovery::InstanceTarget;
-use crate::runner::TargetSource;
+use crate::model::{InstanceKey, InstanceTarget, TargetSource};
 
 /// A [`TargetSource`] keeping only the instances owned by this replica.
 pub struct OwnedTargets {
@@ -49,11 +47,22 @@ impl TargetSource for OwnedTargets {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kube::status::WriteGate;
-    use crate::runner::sources::StaticTargets;
-    use crate::sample::InstanceInfo;
+    use crate::model::InstanceInfo;
+    use crate::model::WriteGate;
     use crate::shard::ShardConfig;
     use std::time::Duration;
+
+    /// Every target, always ready.
+    struct Fixed(Vec<InstanceTarget>);
+
+    impl TargetSource for Fixed {
+        fn targets(&self) -> Vec<InstanceTarget> {
+            self.0.clone()
+        }
+        fn ready(&self) -> bool {
+            true
+        }
+    }
 
     fn target(name: &str) -> InstanceTarget {
         InstanceTarget {
@@ -76,14 +85,14 @@ mod tests {
         // A client whose requests are never answered: the driver is not even
         // run, so the Lease is never acquired and never listed.
         let (service, _handle) = tower_test::mock::pair::<
-            http::Request<::kube::client::Body>,
-            http::Response<::kube::client::Body>,
+            http::Request<kube::client::Body>,
+            http::Response<kube::client::Body>,
         >();
-        let client = ::kube::Client::new(service, "default");
+        let client = kube::Client::new(service, "default");
         let config = ShardConfig::new("ns", "g", "me", Duration::from_secs(15)).expect("config");
         let (shard, _driver) = Shard::start(client, config);
         let owned = OwnedTargets::new(
-            Arc::new(StaticTargets::new(vec![target("a"), target("b")])),
+            Arc::new(Fixed(vec![target("a"), target("b")])),
             shard.clone(),
         );
         let now = Timestamp::now();

@@ -14,11 +14,11 @@
 
 use clap::{Parser, Subcommand};
 use kura_agent::poll::PollConfig;
-use kura_agent::sim::raise_fd_limit;
 use kura_benches::error::LoadError;
 use kura_benches::proc_stats::{cpu_time_of, mib};
 use kura_benches::runner::{Runner, RunnerConfig, Side, Swept};
 use kura_benches::sim_process::{Generations, SimProcesses, processes_needed, serve};
+use kura_sim::raise_fd_limit;
 use std::net::Ipv4Addr;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};

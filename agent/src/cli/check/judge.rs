@@ -1,0 +1,417 @@
+//! The pure half of `kura-agent check`: the node set is one synthetic
+//! instance; each poll's samples go through the agent's aggregation and the
+//! gate's per-instance judge, and the run's soak, hard stop and timeout
+//! rules turn the result into a verdict. Time is an argument.
+
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+use kura_gate::{GateConfig, VerdictKind, judge_instance};
+use kura_schemas::{AgentVerdict, BaselineCounters, Evidence, RolloutGate, RolloutHealth, Signal};
+use serde::Serialize;
+
+use crate::aggregate::{AggregateConfig, InstanceAggregator};
+use crate::model::{InstanceInfo, PodSample};
+
+/// The name of the synthetic instance, as evidence names the server.
+pub const SERVER: &str = "nodes";
+/// Written to the aggregate's `agent` field.
+pub const AGENT: &str = "kura-agent-check";
+/// The image label of the state at start (the baseline).
+const START_IMAGE: &str = "at-start";
+/// The image label of every later poll.
+const CHECK_IMAGE: &str = "under-check";
+
+/// What a check run is held to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckSettings {
+    /// `expectedPods` of the synthetic instance.
+    pub expected_pods: u32,
+    /// Continuous health needed to pass.
+    pub soak: Duration,
+    /// Time from the first poll after which the run fails.
+    pub timeout: Duration,
+    /// The gate's bands and sample-age limits.
+    pub gate: GateConfig,
+}
+
+/// The verdict and evidence of one poll: one JSON line with `--json`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PollReport {
+    /// Poll number, from 0 (the baseline poll).
+    pub poll: u64,
+    /// When the poll was judged.
+    pub at: Timestamp,
+    /// Seconds since the first poll.
+    pub elapsed_seconds: f64,
+    /// `pass`, `soak` or `hard_stop`.
+    pub verdict: VerdictKind,
+    /// `soaking`, a server signal, `memory_pressure_critical` or
+    /// `wave_deadline_exceeded` (the timeout); null for `pass`.
+    pub signal: Option<Signal>,
+    /// Whether the run ends with this poll.
+    #[serde(rename = "final")]
+    pub is_final: bool,
+    /// Since when the set has been healthy without a break.
+    pub healthy_since: Option<Timestamp>,
+    /// Seconds of soak left while soaking healthy.
+    pub soak_remaining_seconds: Option<u64>,
+    /// Seconds until the timeout (rounded up).
+    pub timeout_remaining_seconds: u64,
+    /// The most recent failing signal of the run, if any poll failed.
+    pub last_failing_signal: Option<Signal>,
+    /// Whether the set was healthy at start; when not, the counter checks
+    /// (outbox, fd timeouts, peer failures) are skipped.
+    pub baseline_eligible: bool,
+    /// The counters captured at start.
+    pub baseline: BaselineCounters,
+    /// The baseline after counter resets lowered it.
+    pub effective_baseline: BaselineCounters,
+    /// Node URLs behind the signal, when the aggregate tells which.
+    pub nodes: Vec<String>,
+    /// Why (the gate's evidence; for the timeout, the deadline entry first,
+    /// then the last failure).
+    pub evidence: Vec<Evidence>,
+    /// This poll's aggregate (`rolloutHealth` of the synthetic instance).
+    pub health: RolloutHealth,
+}
+
+/// One check run's state between polls.
+#[derive(Debug, Clone)]
+pub struct CheckRun {
+    settings: CheckSettings,
+    info: InstanceInfo,
+    aggregator: InstanceAggregator,
+    gate: Option<RolloutGate>,
+    baseline_health: Option<RolloutHealth>,
+    started_at: Option<Timestamp>,
+    polls: u64,
+    last_failure: Option<Evidence>,
+    finished: bool,
+}
+
+impl CheckRun {
+    /// A run that has not polled yet.
+    pub fn new(settings: CheckSettings) -> Self {
+        CheckRun {
+            info: InstanceInfo {
+                namespace: "check".to_owned(),
+                name: SERVER.to_owned(),
+                expected_pods: settings.expected_pods,
+                generation: 0,
+            },
+            settings,
+            aggregator: InstanceAggregator::new(AggregateConfig::default()),
+            gate: None,
+            baseline_health: None,
+            started_at: None,
+            polls: 0,
+            last_failure: None,
+            finished: false,
+        }
+    }
+
+    /// When the run times out (known after the first poll).
+    pub fn deadline(&self) -> Option<Timestamp> {
+        let timeout = SignedDuration::try_from(self.settings.timeout).ok()?;
+        self.started_at?.checked_add(timeout).ok()
+    }
+
+    /// The aggregate of the first poll (the baseline's source).
+    pub fn baseline_health(&self) -> Option<&RolloutHealth> {
+        self.baseline_health.as_ref()
+    }
+
+    /// Whether a final verdict was given.
+    pub fn finished(&self) -> bool {
+        self.finished
+    }
+
+    /// Folds one poll's samples (one per node, answered or not) judged at
+    /// `now`. The first poll captures the baseline and is judged too.
+    pub fn observe(&mut self, samples: &[PodSample], now: Timestamp) -> PollReport {
+        let health = self.aggregator.sweep(&self.info, samples, now, AGENT);
+        let config = &self.settings.gate;
+        let gate = match self.gate.take() {
+            None => {
+                self.started_at = Some(now);
+                self.baseline_health = Some(health.clone());
+                // The per-instance judge captures a baseline when the image
+                // changes: judge the first aggregate under a start label,
+                // then under the check label with itself as the source.
+                let start =
+                    judge_instance(SERVER, None, START_IMAGE, None, Some(&health), now, config);
+                judge_instance(
+                    SERVER,
+                    Some(&start),
+                    CHECK_IMAGE,
+                    Some(&health),
+                    Some(&health),
+                    now,
+                    config,
+                )
+            }
+            Some(previous) => judge_instance(
+                SERVER,
+                Some(&previous),
+                CHECK_IMAGE,
+                None,
+                Some(&health),
+                now,
+                config,
+            ),
+        };
+        let started_at = self.started_at.unwrap_or(now);
+        let elapsed = now.duration_since(started_at);
+        let timeout =
+            SignedDuration::try_from(self.settings.timeout).unwrap_or(SignedDuration::MAX);
+        let soak = SignedDuration::try_from(self.settings.soak).unwrap_or(SignedDuration::MAX);
+        let timed_out = elapsed >= timeout;
+        if gate.verdict != AgentVerdict::Healthy
+            && let Some(first) = gate.evidence.first()
+        {
+            self.last_failure = Some(first.clone());
+        }
+
+        let mut report = PollReport {
+            poll: self.polls,
+            at: now,
+            elapsed_seconds: elapsed.as_secs_f64(),
+            verdict: VerdictKind::Soak,
+            signal: gate.signal,
+            is_final: false,
+            healthy_since: gate.healthy_since,
+            soak_remaining_seconds: None,
+            timeout_remaining_seconds: ceil_secs(timeout - elapsed),
+            last_failing_signal: self.last_failure.as_ref().map(|e| e.signal),
+            baseline_eligible: gate.soak_eligible,
+            baseline: gate.baseline.clone(),
+            effective_baseline: gate.effective_baseline.clone(),
+            nodes: Vec::new(),
+            evidence: gate.evidence.clone(),
+            health,
+        };
+        match gate.verdict {
+            AgentVerdict::HardStop => {
+                report.verdict = VerdictKind::HardStop;
+                report.is_final = true;
+            }
+            AgentVerdict::Healthy => {
+                let since = gate.healthy_since.unwrap_or(now);
+                let healthy_for = now.duration_since(since);
+                if healthy_for >= soak {
+                    report.verdict = VerdictKind::Pass;
+                    report.signal = None;
+                    report.is_final = true;
+                } else if timed_out {
+                    report.soak_remaining_seconds = Some(ceil_secs(soak - healthy_for));
+                    self.time_out(&mut report, elapsed, Signal::Soaking);
+                } else {
+                    report.signal = Some(Signal::Soaking);
+                    report.soak_remaining_seconds = Some(ceil_secs(soak - healthy_for));
+                }
+            }
+            AgentVerdict::Unhealthy => {
+                if timed_out {
+                    let cause = gate.signal.unwrap_or(Signal::SampleMissing);
+                    self.time_out(&mut report, elapsed, cause);
+                }
+            }
+        }
+        let culprit_signal = match report.signal {
+            Some(Signal::WaveDeadlineExceeded) => report.last_failing_signal,
+            other => other,
+        };
+        if let Some(signal) = culprit_signal {
+            report.nodes = culprits(signal, &report.health, self.baseline_health.as_ref());
+        }
+        self.polls += 1;
+        self.finished = report.is_final;
+        self.gate = Some(gate);
+        report
+    }
+
+    /// Turns `report` into the timeout's hard stop: the deadline entry
+    /// first, then what still failed (`cause`).
+    fn time_out(&self, report: &mut PollReport, elapsed: SignedDuration, cause: Signal) {
+        let timeout_secs = self.settings.timeout.as_secs();
+        let mut evidence = vec![Evidence {
+            server: SERVER.to_owned(),
+            signal: Signal::WaveDeadlineExceeded,
+            observed: Some(u64::try_from(elapsed.as_secs()).unwrap_or(0)),
+            band_top: Some(timeout_secs),
+            baseline: None,
+            detail: Some(match cause {
+                Signal::Soaking => format!(
+                    "timed out while soaking: healthy for less than the {}s soak",
+                    self.settings.soak.as_secs()
+                ),
+                other => format!("timed out; still failing: {other}"),
+            }),
+        }];
+        evidence.append(&mut report.evidence);
+        report.evidence = evidence;
+        report.verdict = VerdictKind::HardStop;
+        report.signal = Some(Signal::WaveDeadlineExceeded);
+        report.is_final = true;
+    }
+}
+
+/// The nodes behind a failing signal, as far as the per-pod part of the
+/// aggregate tells (pod names are the node URLs).
+pub fn culprits(
+    signal: Signal,
+    health: &RolloutHealth,
+    baseline: Option<&RolloutHealth>,
+) -> Vec<String> {
+    let at_start = |name: &str| baseline.and_then(|b| b.pods.iter().find(|p| p.name == name));
+    health
+        .pods
+        .iter()
+        .filter(|p| match signal {
+            Signal::PodsUnsampled | Signal::SampleStale => p.error.is_some(),
+            Signal::NotReady => p.ready == Some(false),
+            Signal::NotServing => p.state.as_deref().is_some_and(|s| s != "serving"),
+            Signal::MemoryPressureCritical => p.memory_pressure_state.is_some_and(|m| m >= 2),
+            Signal::SampleInvalid => p.error.is_none() && p.memory_pressure_state.is_none(),
+            Signal::FdTimeoutsRegressed => grew(
+                p.fd_timeout_count,
+                at_start(&p.name).and_then(|b| b.fd_timeout_count),
+            ),
+            Signal::PeerConnectionFailuresRegressed => grew(
+                p.peer_connection_failures,
+                at_start(&p.name).and_then(|b| b.peer_connection_failures),
+            ),
+            Signal::OutboxRegressed => grew(
+                p.outbox_messages,
+                at_start(&p.name).and_then(|b| b.outbox_messages),
+            ),
+            _ => false,
+        })
+        .map(|p| p.name.clone())
+        .collect()
+}
+
+fn grew(now: Option<u64>, at_start: Option<u64>) -> bool {
+    match (now, at_start) {
+        (Some(n), Some(s)) => n > s,
+        (Some(n), None) => n > 0,
+        _ => false,
+    }
+}
+
+/// Whole seconds of a duration, rounded up; 0 when negative.
+fn ceil_secs(d: SignedDuration) -> u64 {
+    if d.is_negative() {
+        return 0;
+    }
+    let whole = u64::try_from(d.as_secs()).unwrap_or(0);
+    if d.subsec_nanos() > 0 {
+        whole.saturating_add(1)
+    } else {
+        whole
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{PodIdentity, SampleResult};
+    use kura_sim::SimNode;
+
+    fn settings(soak: u64, timeout: u64) -> CheckSettings {
+        CheckSettings {
+            expected_pods: 2,
+            soak: Duration::from_secs(soak),
+            timeout: Duration::from_secs(timeout),
+            gate: GateConfig::default(),
+        }
+    }
+
+    fn samples(nodes: &[SimNode], at: Timestamp) -> Vec<PodSample> {
+        nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| PodSample {
+                pod: PodIdentity {
+                    name: format!("http://n{i}/status/rollout"),
+                    uid: format!("http://n{i}/status/rollout"),
+                    ..PodIdentity::default()
+                },
+                received_at: at,
+                result: SampleResult::Report(Box::new(n.report())),
+            })
+            .collect()
+    }
+
+    fn t(secs: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + secs).unwrap()
+    }
+
+    #[test]
+    fn passes_once_healthy_for_the_soak_and_a_failure_restarts_the_clock() {
+        let mut nodes = vec![SimNode::default(), SimNode::default()];
+        let mut run = CheckRun::new(settings(10, 100));
+        let r = run.observe(&samples(&nodes, t(0)), t(0));
+        assert_eq!(
+            (r.verdict, r.signal),
+            (VerdictKind::Soak, Some(Signal::Soaking))
+        );
+        assert_eq!(r.soak_remaining_seconds, Some(10));
+        nodes[1].ready = false;
+        let r = run.observe(&samples(&nodes, t(5)), t(5));
+        assert_eq!(r.signal, Some(Signal::NotReady));
+        assert_eq!(r.nodes, vec!["http://n1/status/rollout".to_owned()]);
+        nodes[1].ready = true;
+        let r = run.observe(&samples(&nodes, t(6)), t(6));
+        assert_eq!(r.soak_remaining_seconds, Some(10), "the clock restarted");
+        let r = run.observe(&samples(&nodes, t(15)), t(15));
+        assert_eq!(r.verdict, VerdictKind::Soak);
+        let r = run.observe(&samples(&nodes, t(16)), t(16));
+        assert_eq!(
+            (r.verdict, r.signal, r.is_final),
+            (VerdictKind::Pass, None, true)
+        );
+        assert_eq!(r.last_failing_signal, Some(Signal::NotReady));
+    }
+
+    #[test]
+    fn times_out_with_the_deadline_first_and_the_cause_second() {
+        let mut nodes = vec![SimNode::default(), SimNode::default()];
+        let mut run = CheckRun::new(settings(10, 20));
+        run.observe(&samples(&nodes, t(0)), t(0));
+        nodes[0].fd_timeout_count += 1;
+        let r = run.observe(&samples(&nodes, t(19)), t(19));
+        assert_eq!(r.signal, Some(Signal::FdTimeoutsRegressed));
+        assert_eq!(r.timeout_remaining_seconds, 1);
+        let r = run.observe(&samples(&nodes, t(20)), t(20));
+        assert_eq!(r.verdict, VerdictKind::HardStop);
+        assert_eq!(r.signal, Some(Signal::WaveDeadlineExceeded));
+        let signals: Vec<Signal> = r.evidence.iter().map(|e| e.signal).collect();
+        assert_eq!(
+            signals,
+            vec![Signal::WaveDeadlineExceeded, Signal::FdTimeoutsRegressed]
+        );
+        assert_eq!(r.evidence[0].observed, Some(20));
+        assert_eq!(r.evidence[1].baseline, Some(0));
+        assert!(run.finished());
+    }
+
+    #[test]
+    fn critical_pressure_is_final_at_once() {
+        let mut nodes = vec![SimNode::default(), SimNode::default()];
+        let mut run = CheckRun::new(settings(10, 100));
+        run.observe(&samples(&nodes, t(0)), t(0));
+        nodes[1].memory_pressure_state = 2;
+        let r = run.observe(&samples(&nodes, t(1)), t(1));
+        assert_eq!(
+            (r.verdict, r.signal, r.is_final),
+            (
+                VerdictKind::HardStop,
+                Some(Signal::MemoryPressureCritical),
+                true
+            )
+        );
+    }
+}

@@ -1,0 +1,85 @@
+//! The IO half of `kura-agent check`: poll every node each interval, judge,
+//! hand each poll's report to the caller, stop at the final verdict.
+
+use std::time::Duration;
+
+use futures::future::join_all;
+use http::Uri;
+use jiff::Timestamp;
+
+use crate::model::{PodIdentity, PodSample, SampleResult};
+use crate::poll::Poller;
+
+use super::judge::{CheckRun, PollReport};
+
+/// One node to poll: its report URL and the identity its counters are kept
+/// under (the URL is its name).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckNode {
+    /// The report URL.
+    pub url: Uri,
+    /// Name (the URL), a constant UID and restart count: a node's restarts
+    /// show through its report's incarnation and its counters dropping.
+    pub identity: PodIdentity,
+}
+
+impl CheckNode {
+    /// A node at `url`.
+    pub fn new(url: Uri) -> Self {
+        let name = url.to_string();
+        CheckNode {
+            identity: PodIdentity {
+                uid: name.clone(),
+                ip: url.host().map(str::to_owned),
+                name,
+                restart_count: 0,
+                image: None,
+            },
+            url,
+        }
+    }
+}
+
+/// Polls every node once, concurrently; one sample per node, in order.
+pub async fn poll_nodes(poller: &Poller, nodes: &[CheckNode]) -> Vec<PodSample> {
+    join_all(nodes.iter().map(|node| async move {
+        let result = match poller.fetch(&node.url).await {
+            Ok(report) => SampleResult::Report(Box::new(report)),
+            Err(e) => SampleResult::Error(e.to_string()),
+        };
+        PodSample {
+            pod: node.identity.clone(),
+            received_at: Timestamp::now(),
+            result,
+        }
+    }))
+    .await
+}
+
+/// Runs `run` to its final verdict: a poll every `interval` (from poll
+/// start to poll start; never later than the timeout), each report handed
+/// to `emit`. Returns the final report.
+pub async fn run_check(
+    poller: &Poller,
+    nodes: &[CheckNode],
+    mut run: CheckRun,
+    interval: Duration,
+    mut emit: impl FnMut(&PollReport),
+) -> PollReport {
+    loop {
+        let started = tokio::time::Instant::now();
+        let samples = poll_nodes(poller, nodes).await;
+        let report = run.observe(&samples, Timestamp::now());
+        emit(&report);
+        if report.is_final {
+            return report;
+        }
+        let mut wait = interval.saturating_sub(started.elapsed());
+        if let Some(deadline) = run.deadline() {
+            let left = Duration::try_from(deadline.duration_since(Timestamp::now()))
+                .unwrap_or(Duration::ZERO);
+            wait = wait.min(left);
+        }
+        tokio::time::sleep(wait).await;
+    }
+}

@@ -1,0 +1,273 @@
+//! `kura-agent run`: the agent in a cluster. Watches `KuraInstance`s and
+//! their pods, polls every pod, aggregates, judges, writes status, serves
+//! the debug endpoint and metrics, and shuts down gracefully on SIGTERM
+//! (in-flight and pending status writes get a bounded time to finish).
+
+mod args;
+
+pub use args::{ConfigError, RunArgs};
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use tokio::task::JoinHandle;
+
+use crate::cluster::{ClusterTargets, Discovery};
+use crate::debug::{DebugServer, DebugState};
+use crate::model::{SystemClock, TargetSource};
+use crate::poll::Poller;
+use crate::runner::AgentLoop;
+use crate::shard::{OwnedTargets, Shard, ShardConfig};
+use crate::view::FleetView;
+use crate::write::{StatusWriter, WriteHandle, WriteQueue, run_writes};
+
+/// How long pending status writes may take after SIGTERM.
+const SHUTDOWN_WRITE_GRACE: Duration = Duration::from_secs(10);
+/// Status writes in flight at once.
+const MAX_WRITES_IN_FLIGHT: usize = 8;
+
+/// Entry point of `kura-agent run`.
+pub fn run(args: RunArgs) -> ExitCode {
+    super::init_logging(args.log_format, "info");
+    let runtime = match super::multi_thread_runtime("run") {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    match runtime.block_on(run_async(args, shutdown_signal())) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "kura-agent run failed");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Why `run` could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Bad configuration.
+    #[error("configuration: {0}")]
+    Config(#[from] ConfigError),
+    /// No Kubernetes client could be built (kubeconfig or in-cluster).
+    #[error("kubernetes client: {0}")]
+    Kube(#[from] kube::Error),
+    /// The metrics recorder could not be installed.
+    #[error("metrics: {0}")]
+    Metrics(String),
+    /// The debug server could not bind.
+    #[error("debug server on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// The agent with a client from the environment (kubeconfig or in-cluster
+/// service account), until `shutdown` resolves.
+async fn run_async(
+    args: RunArgs,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), RunError> {
+    let client = kube::Client::try_default().await?;
+    let metrics = crate::telemetry::prometheus_builder()
+        .and_then(|b| b.install_recorder())
+        .map_err(|e| RunError::Metrics(e.to_string()))?;
+    crate::telemetry::describe();
+    run_with_client(args, client, metrics, shutdown).await
+}
+
+/// The agent with a given client and metrics handle (the end-to-end tests
+/// call this with a client for the test API server).
+pub async fn run_with_client(
+    args: RunArgs,
+    client: kube::Client,
+    metrics: metrics_exporter_prometheus::PrometheusHandle,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), RunError> {
+    let agent = args.resolve_identity()?;
+    let sharding = Sharding::start(client.clone(), args.shard_config(&agent)?);
+    tracing::info!(%agent, namespaces = ?args.namespaces, sharding = sharding.is_on(),
+        "starting kura-agent");
+
+    let (discovery, driver) = Discovery::start(client.clone(), &args.discovery_config());
+    let driver = tokio::spawn(driver);
+
+    let view = FleetView::new();
+    {
+        let discovery = discovery.clone();
+        let sharding = sharding.clone();
+        view.set_sync_probe(Arc::new(move || {
+            let mut pending = discovery.pending_lists();
+            pending.extend(sharding.not_ready_reasons(Timestamp::now()));
+            pending
+        }));
+    }
+    sharding.show_members(&view);
+
+    let handle = WriteHandle::new(WriteQueue::new(args.write_queue_config()));
+    let writes = {
+        let view = view.clone();
+        tokio::spawn(run_writes(
+            handle.clone(),
+            sharding.gate(StatusWriter::new(client.clone())),
+            MAX_WRITES_IN_FLIGHT,
+            move |key, write| view.record_write(key, write),
+        ))
+    };
+
+    let server = DebugServer::bind(
+        args.debug_listen,
+        DebugState {
+            view: view.clone(),
+            metrics,
+            clock: Arc::new(SystemClock),
+        },
+    )
+    .await
+    .map_err(|source| RunError::Bind {
+        addr: args.debug_listen,
+        source,
+    })?;
+    let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(server.serve(async {
+        let _ = server_stopped.await;
+    }));
+
+    let targets = sharding.narrow(Arc::new(ClusterTargets::new(
+        discovery,
+        args.target_config(),
+    )));
+    let agent_loop = AgentLoop::new(
+        args.loop_config(agent),
+        Poller::new(args.poll_config()),
+        targets,
+        Arc::new(handle.clone()),
+        view,
+        Arc::new(SystemClock),
+    );
+    agent_loop.run(shutdown).await;
+
+    tracing::info!(
+        pending = handle.pending(),
+        "shutting down: finishing status writes"
+    );
+    let deadline = tokio::time::Instant::now() + SHUTDOWN_WRITE_GRACE;
+    while handle.pending() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    if handle.pending() > 0 {
+        tracing::warn!(
+            pending = handle.pending(),
+            "status writes left unwritten at shutdown"
+        );
+    }
+    writes.abort();
+    driver.abort();
+    sharding.stop(client).await;
+    let _ = stop_server.send(());
+    let _ = server.await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// The sharding parts of `run`, composed once: this replica's [`Shard`]
+/// (its Lease, the group's membership) and the task renewing it, or
+/// nothing when sharding is off. Every use below is one method: with
+/// sharding off each is the one-replica identity (all targets, every
+/// write, no readiness reason, nothing to release).
+#[derive(Clone)]
+struct Sharding {
+    shard: Option<Arc<Shard>>,
+    driver: Option<Arc<JoinHandle<()>>>,
+}
+
+impl Sharding {
+    /// Starts this replica's Lease when `config` is set.
+    fn start(client: kube::Client, config: Option<ShardConfig>) -> Sharding {
+        let Some(config) = config else {
+            return Sharding {
+                shard: None,
+                driver: None,
+            };
+        };
+        tracing::info!(group = %config.group, lease_namespace = %config.namespace,
+            lease = %config.lease_name(), duration = ?config.lease_duration, "sharding on");
+        let (shard, driver) = Shard::start(client, config);
+        Sharding {
+            shard: Some(shard),
+            driver: Some(Arc::new(tokio::spawn(driver))),
+        }
+    }
+
+    fn is_on(&self) -> bool {
+        self.shard.is_some()
+    }
+
+    /// Why this replica may not act yet (readiness detail).
+    fn not_ready_reasons(&self, now: Timestamp) -> Vec<String> {
+        self.shard
+            .as_ref()
+            .map(|s| s.not_ready_reasons(now))
+            .unwrap_or_default()
+    }
+
+    /// Shows the members section on the debug endpoint.
+    fn show_members(&self, view: &FleetView) {
+        if let Some(shard) = &self.shard {
+            view.set_members(shard.clone());
+        }
+    }
+
+    /// `targets` narrowed to the instances this replica owns.
+    fn narrow(&self, targets: Arc<dyn TargetSource>) -> Arc<dyn TargetSource> {
+        match &self.shard {
+            Some(shard) => Arc::new(OwnedTargets::new(targets, shard.clone())),
+            None => targets,
+        }
+    }
+
+    /// `writer`, asking the shard right before every PATCH.
+    fn gate(&self, writer: StatusWriter) -> StatusWriter {
+        match &self.shard {
+            Some(shard) => writer.with_gate(shard.clone()),
+            None => writer,
+        }
+    }
+
+    /// Stops renewing and releases the Lease (graceful leave).
+    async fn stop(self, client: kube::Client) {
+        if let Some(driver) = &self.driver {
+            driver.abort();
+        }
+        if let Some(shard) = &self.shard {
+            shard.release(client).await;
+        }
+    }
+}

@@ -1,0 +1,634 @@
+//! Per-instance Prometheus series, rendered straight from the
+//! [`FleetView`](crate::view::FleetView) at scrape time.
+//!
+//! Rendering from the view (instead of registering gauges in the `metrics`
+//! recorder) makes removal exact: an instance that leaves the view leaves
+//! `/metrics` on the next scrape, never frozen at its last value. Labels are
+//! `namespace` and `instance` only (plus a fixed-set `verdict`/`signal`, and
+//! `image` for the version distribution): nothing with unbounded
+//! cardinality such as pod names or IPs.
+//!
+//! A value the aggregate does not have (e.g. `outboxMessages` on the newest
+//! nodes, or a baseline before the first image change) is not exported at
+//! all: absent is never 0.
+//!
+//! Because the series carry their own `namespace` and `instance` labels, the
+//! scrape must honour them (`honorLabels: true` on the ServiceMonitor);
+//! otherwise Prometheus renames them to `exported_namespace` and
+//! `exported_instance`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use jiff::Timestamp;
+use kura_schemas::{AgentVerdict, Signal};
+
+use crate::view::InstanceView;
+
+/// One per-instance gauge whose value comes from the instance alone.
+struct Gauge {
+    name: &'static str,
+    help: &'static str,
+    value: fn(&InstanceView, Timestamp) -> Option<f64>,
+}
+
+fn flag(b: bool) -> f64 {
+    f64::from(u8::from(b))
+}
+
+/// The plain per-instance gauges, in render order.
+const GAUGES: [Gauge; 19] = [
+    Gauge {
+        name: "kura_instance_ready",
+        help: "1 when every expected pod was sampled and reports ready.",
+        value: |v, _| v.health.as_ref().map(|h| flag(h.ready)),
+    },
+    Gauge {
+        name: "kura_instance_serving",
+        help: "1 when every expected pod was sampled and is serving.",
+        value: |v, _| v.health.as_ref().map(|h| flag(h.serving)),
+    },
+    Gauge {
+        name: "kura_instance_ring_consistent",
+        help: "1 when every expected pod was sampled and all see the same ring.",
+        value: |v, _| v.health.as_ref().map(|h| flag(h.ring_consistent)),
+    },
+    Gauge {
+        name: "kura_instance_sampled_pods",
+        help: "Pods with a valid report in the last sweep.",
+        value: |v, _| v.health.as_ref().map(|h| f64::from(h.sampled_pods)),
+    },
+    Gauge {
+        name: "kura_instance_expected_pods",
+        help: "spec.replicas of the instance.",
+        value: |v, _| v.health.as_ref().map(|h| f64::from(h.expected_pods)),
+    },
+    Gauge {
+        name: "kura_instance_memory_pressure_state",
+        help: "Highest memory pressure state over the sampled pods (2 = critical).",
+        value: |v, _| {
+            v.health
+                .as_ref()
+                .map(|h| f64::from(h.memory_pressure_state))
+        },
+    },
+    Gauge {
+        name: "kura_instance_bootstrap_inflight_peers",
+        help: "Sum of bootstrap_inflight_peers (gate check 9 fails above 0); absent when no pod reports it.",
+        value: |v, _| {
+            v.health
+                .as_ref()
+                .and_then(|h| h.bootstrap_inflight_peers)
+                .map(|n| n as f64)
+        },
+    },
+    Gauge {
+        name: "kura_instance_backfill_pending",
+        help: "1 while the initial catch-up has not settled: backfillInitialCycle pending or a value this agent does not know (gate check 10); 0 when complete or degraded; absent when no pod reports it.",
+        value: |v, _| {
+            v.health
+                .as_ref()
+                .filter(|h| !h.backfill_initial_cycle.is_empty())
+                .map(|h| {
+                    flag(kura_gate::checks::backfill_pending(
+                        &h.backfill_initial_cycle,
+                    ))
+                })
+        },
+    },
+    Gauge {
+        name: "kura_instance_backfill_degraded",
+        help: "1 when any sampled pod reports a degraded backfill (gate check 11).",
+        value: |v, _| v.health.as_ref().map(|h| flag(h.backfill_degraded)),
+    },
+    Gauge {
+        name: "kura_instance_backfill_budget_exhausted_peers",
+        help: "Sum of backfill_budget_exhausted_peers (gate check 12 fails above 0); absent when no pod reports it.",
+        value: |v, _| {
+            v.health
+                .as_ref()
+                .and_then(|h| h.backfill_budget_exhausted_peers)
+                .map(|n| n as f64)
+        },
+    },
+    Gauge {
+        name: "kura_instance_outbox_messages",
+        help: "Sum of outbox_messages; absent when no pod reports it.",
+        value: |v, _| {
+            v.health
+                .as_ref()
+                .and_then(|h| h.outbox_messages)
+                .map(|n| n as f64)
+        },
+    },
+    Gauge {
+        name: "kura_instance_fd_timeouts",
+        help: "Reset-clamped sum of fd_timeout_count.",
+        value: |v, _| v.health.as_ref().map(|h| h.fd_timeout_count as f64),
+    },
+    Gauge {
+        name: "kura_instance_peer_connection_failures",
+        help: "Reset-clamped sum of peer_connection_failure_count; absent when no pod reports it.",
+        value: |v, _| {
+            v.health
+                .as_ref()
+                .and_then(|h| h.peer_connection_failures)
+                .map(|n| n as f64)
+        },
+    },
+    Gauge {
+        name: "kura_instance_sample_age_seconds",
+        help: "Age of the oldest valid sample of the last aggregate, at scrape time; absent without a valid sample.",
+        value: |v, now| {
+            let at = v.health.as_ref()?.sampled_at?;
+            Some(now.duration_since(at).as_secs_f64())
+        },
+    },
+    Gauge {
+        name: "kura_instance_baseline_outbox_messages",
+        help: "Effective outbox baseline the gate compares against; absent without one.",
+        value: |v, _| {
+            v.gate
+                .as_ref()
+                .and_then(|g| g.effective_baseline.outbox_messages)
+                .map(|n| n as f64)
+        },
+    },
+    Gauge {
+        name: "kura_instance_baseline_fd_timeouts",
+        help: "Effective fd-timeout baseline the gate compares against; absent without one.",
+        value: |v, _| {
+            v.gate
+                .as_ref()
+                .and_then(|g| g.effective_baseline.fd_timeout_count)
+                .map(|n| n as f64)
+        },
+    },
+    Gauge {
+        name: "kura_instance_baseline_peer_connection_failures",
+        help: "Effective peer-failure baseline the gate compares against; absent without one.",
+        value: |v, _| {
+            v.gate
+                .as_ref()
+                .and_then(|g| g.effective_baseline.peer_connection_failures)
+                .map(|n| n as f64)
+        },
+    },
+    Gauge {
+        name: "kura_instance_soak_eligible",
+        help: "1 when the instance was healthy at baseline capture (held to its baseline), 0 when not; absent without a verdict.",
+        value: |v, _| v.gate.as_ref().map(|g| flag(g.soak_eligible)),
+    },
+    Gauge {
+        name: "kura_instance_converged",
+        help: "1 when every tracked pod runs spec.image, 0 when one runs another image; absent when that is unknown.",
+        value: |v, _| converged(v).map(flag),
+    },
+];
+
+/// `kura_instance_gate_verdict{verdict}`.
+pub const GATE_VERDICT: &str = "kura_instance_gate_verdict";
+/// `kura_instance_gate_signal{signal}`.
+pub const GATE_SIGNAL: &str = "kura_instance_gate_signal";
+/// `kura_instances_by_image{image}`.
+pub const INSTANCES_BY_IMAGE: &str = "kura_instances_by_image";
+/// `kura_instances_by_target_image{image}`.
+pub const INSTANCES_BY_TARGET_IMAGE: &str = "kura_instances_by_target_image";
+/// `kura_instances_mixed_images`.
+pub const INSTANCES_MIXED_IMAGES: &str = "kura_instances_mixed_images";
+
+/// The series with a label beyond `namespace`/`instance`, and the
+/// fleet-wide ones, with their help texts.
+const LABELLED: [(&str, &str); 5] = [
+    (
+        GATE_VERDICT,
+        "1 for the instance's current gate verdict (healthy, unhealthy, hard_stop), 0 for the others; absent without a verdict.",
+    ),
+    (
+        GATE_SIGNAL,
+        "1 for the signal holding the instance (fixed set), absent when healthy.",
+    ),
+    (
+        INSTANCES_BY_IMAGE,
+        "Instances whose every tracked pod runs this image (the fleet's observed version distribution).",
+    ),
+    (
+        INSTANCES_BY_TARGET_IMAGE,
+        "Instances by spec.image (the version they are asked to run).",
+    ),
+    (
+        INSTANCES_MIXED_IMAGES,
+        "Instances whose tracked pods run more than one image (mid-rollout).",
+    ),
+];
+
+/// Every series name this module renders, in render order.
+#[cfg(test)]
+fn series_names() -> impl Iterator<Item = &'static str> {
+    GAUGES
+        .iter()
+        .map(|g| g.name)
+        .chain(LABELLED.iter().map(|(n, _)| *n))
+}
+
+/// The verdicts a [`GATE_VERDICT`] series is rendered for, every one of
+/// them per instance.
+pub const VERDICTS: [AgentVerdict; 3] = [
+    AgentVerdict::Healthy,
+    AgentVerdict::Unhealthy,
+    AgentVerdict::HardStop,
+];
+
+/// What the instance's tracked pods run: `Some(image)` when every one runs
+/// the same known image, `Err(())` when they run different known images,
+/// `None` when there is no pod or an image is unknown (and no two known
+/// images differ).
+fn observed_image(v: &InstanceView) -> Option<Result<&str, ()>> {
+    let mut seen: Option<&str> = None;
+    let mut unknown = v.pods.is_empty();
+    for image in v.pods.iter().map(|p| p.image.as_deref()) {
+        match (image, seen) {
+            (None, _) => unknown = true,
+            (Some(i), None) => seen = Some(i),
+            (Some(i), Some(s)) if i != s => return Some(Err(())),
+            (Some(_), Some(_)) => {}
+        }
+    }
+    if unknown { None } else { seen.map(Ok) }
+}
+
+/// Whether every tracked pod runs `spec.image`: false as soon as one
+/// runs another known image, unknown without pods or with a pod of
+/// unknown image.
+fn converged(v: &InstanceView) -> Option<bool> {
+    let spec = v.spec_image.as_deref()?;
+    let images = v.pods.iter().map(|p| p.image.as_deref());
+    if images.clone().flatten().any(|i| i != spec) {
+        Some(false)
+    } else if v.pods.is_empty() || images.clone().any(|i| i.is_none()) {
+        None
+    } else {
+        Some(true)
+    }
+}
+
+fn escape_label(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn header(out: &mut String, name: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} gauge");
+}
+
+fn labelled_header(out: &mut String, name: &str) {
+    if let Some((_, help)) = LABELLED.iter().find(|(n, _)| *n == name) {
+        header(out, name, help);
+    }
+}
+
+/// Renders every per-instance series for `instances` at `now`, in the
+/// Prometheus text format (every family gauge-typed; a family with no
+/// value keeps only its header).
+pub fn render(instances: &[InstanceView], now: Timestamp) -> String {
+    let mut out = String::new();
+    let labels: Vec<String> = instances
+        .iter()
+        .map(|v| {
+            format!(
+                "namespace=\"{}\",instance=\"{}\"",
+                escape_label(&v.namespace),
+                escape_label(&v.name)
+            )
+        })
+        .collect();
+    for gauge in &GAUGES {
+        header(&mut out, gauge.name, gauge.help);
+        for (v, l) in instances.iter().zip(&labels) {
+            if let Some(x) = (gauge.value)(v, now) {
+                let _ = writeln!(out, "{}{{{l}}} {x}", gauge.name);
+            }
+        }
+    }
+    labelled_header(&mut out, GATE_VERDICT);
+    for (v, l) in instances.iter().zip(&labels) {
+        let Some(gate) = &v.gate else { continue };
+        for verdict in VERDICTS {
+            let x = u8::from(gate.verdict == verdict);
+            let _ = writeln!(
+                out,
+                "{GATE_VERDICT}{{{l},verdict=\"{}\"}} {x}",
+                verdict.as_str()
+            );
+        }
+    }
+    labelled_header(&mut out, GATE_SIGNAL);
+    for (v, l) in instances.iter().zip(&labels) {
+        if let Some(signal) = v.gate.as_ref().and_then(|g| g.signal) {
+            debug_assert!(Signal::ALL.contains(&signal));
+            let _ = writeln!(out, "{GATE_SIGNAL}{{{l},signal=\"{signal}\"}} 1");
+        }
+    }
+    let mut by_image: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut by_target: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut mixed = 0u64;
+    for v in instances {
+        match observed_image(v) {
+            Some(Ok(image)) => *by_image.entry(image).or_default() += 1,
+            Some(Err(())) => mixed += 1,
+            None => {}
+        }
+        if let Some(image) = &v.spec_image {
+            *by_target.entry(image.as_str()).or_default() += 1;
+        }
+    }
+    for (name, counts) in [
+        (INSTANCES_BY_IMAGE, by_image),
+        (INSTANCES_BY_TARGET_IMAGE, by_target),
+    ] {
+        labelled_header(&mut out, name);
+        for (image, n) in counts {
+            let _ = writeln!(out, "{name}{{image=\"{}\"}} {n}", escape_label(image));
+        }
+    }
+    labelled_header(&mut out, INSTANCES_MIXED_IMAGES);
+    let _ = writeln!(out, "{INSTANCES_MIXED_IMAGES} {mixed}");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::view::PodView;
+    use kura_schemas::{BaselineCounters, RolloutGate, RolloutHealth};
+
+    fn ts(s: &str) -> Timestamp {
+        s.parse().expect("timestamp")
+    }
+
+    fn pod(name: &str, image: Option<&str>) -> PodView {
+        PodView {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            restart_count: 0,
+            image: image.map(str::to_owned),
+            ip: Some("10.1.2.3".into()),
+            received_at: ts("2026-07-21T10:00:00Z"),
+            error: None,
+            outbox_messages: None,
+            outbox_capacity: None,
+            ring_fullness_percent: None,
+            fence: None,
+            report: None,
+        }
+    }
+
+    fn health() -> RolloutHealth {
+        serde_json::from_value(serde_json::json!({
+            "schemaVersion": 1,
+            "observedAt": "2026-07-21T10:00:10Z",
+            "sampledAt": "2026-07-21T10:00:05Z",
+            "observedGeneration": 3,
+            "expectedPods": 2,
+            "sampledPods": 2,
+            "ready": true,
+            "serving": true,
+            "writerLockOwned": true,
+            "initialDiscoveryCompleted": true,
+            "generationConsistent": true,
+            "ringConsistent": false,
+            "ringMembers": 2,
+            "bootstrapInflightPeers": 1,
+            "backfillInitialCycle": "completed",
+            "backfillingPeers": 0,
+            "backfillDegraded": false,
+            "backfillBudgetExhaustedPeers": null,
+            "outboxMessages": 70,
+            "fdTimeoutCount": 4,
+            "peerConnectionFailures": null,
+            "memoryPressureState": 2,
+            "inflightRequests": 0,
+            "counterResets": 0,
+            "pods": [],
+            "retiredCounters": {"fdTimeoutCount": 0, "peerConnectionFailures": null},
+            "agent": "test"
+        }))
+        .expect("health")
+    }
+
+    fn gate() -> RolloutGate {
+        RolloutGate {
+            target_image: "img:2".into(),
+            baseline_image: Some("img:1".into()),
+            baseline_captured_at: Some(ts("2026-07-21T09:00:00Z")),
+            baseline: BaselineCounters {
+                outbox_messages: Some(60),
+                fd_timeout_count: Some(5),
+                peer_connection_failures: None,
+            },
+            effective_baseline: BaselineCounters {
+                outbox_messages: Some(60),
+                fd_timeout_count: Some(3),
+                peer_connection_failures: None,
+            },
+            soak_eligible: true,
+            verdict: AgentVerdict::HardStop,
+            signal: Some(Signal::MemoryPressureCritical),
+            healthy_since: None,
+            evaluated_at: ts("2026-07-21T10:00:10Z"),
+            evidence: vec![],
+        }
+    }
+
+    fn instance(name: &str, spec: &str, pods: Vec<PodView>) -> InstanceView {
+        InstanceView {
+            namespace: "kura".into(),
+            name: name.into(),
+            spec_image: Some(spec.into()),
+            swept_at: Some(ts("2026-07-21T10:00:10Z")),
+            pods,
+            health: Some(health()),
+            gate: Some(gate()),
+            last_write: None,
+            notes: vec![],
+        }
+    }
+
+    /// The sample lines of `series`, without the name.
+    fn values<'a>(text: &'a str, series: &str) -> Vec<&'a str> {
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.strip_prefix(series))
+            .filter(|rest| rest.starts_with('{') || rest.starts_with(' '))
+            .collect()
+    }
+
+    #[test]
+    fn labels_are_escaped() {
+        assert_eq!(escape_label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+
+    #[test]
+    fn an_empty_view_renders_headers_and_zero_mixed() {
+        let text = render(&[], Timestamp::UNIX_EPOCH);
+        let samples: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(samples, vec!["kura_instances_mixed_images 0"], "{text}");
+        for name in series_names() {
+            assert!(
+                text.contains(&format!("# TYPE {name} gauge\n")),
+                "{name} has no header"
+            );
+        }
+    }
+
+    #[test]
+    fn every_series_name_is_distinct_and_prefixed() {
+        let names: Vec<&str> = series_names().collect();
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), names.len());
+        assert!(names.iter().all(|n| n.starts_with("kura_instance")));
+    }
+
+    #[test]
+    fn one_instance_renders_its_values_and_absent_stays_absent() {
+        let v = instance(
+            "acme",
+            "img:2",
+            vec![pod("acme-0", Some("img:2")), pod("acme-1", Some("img:2"))],
+        );
+        let text = render(&[v], ts("2026-07-21T10:00:35Z"));
+        let l = "{namespace=\"kura\",instance=\"acme\"}";
+        let one = |series: &str| values(&text, series);
+        assert_eq!(one("kura_instance_ready"), vec![format!("{l} 1")]);
+        assert_eq!(one("kura_instance_ring_consistent"), vec![format!("{l} 0")]);
+        assert_eq!(
+            one("kura_instance_memory_pressure_state"),
+            vec![format!("{l} 2")]
+        );
+        assert_eq!(
+            one("kura_instance_bootstrap_inflight_peers"),
+            vec![format!("{l} 1")]
+        );
+        assert_eq!(
+            one("kura_instance_outbox_messages"),
+            vec![format!("{l} 70")]
+        );
+        assert_eq!(one("kura_instance_fd_timeouts"), vec![format!("{l} 4")]);
+        assert_eq!(
+            one("kura_instance_sample_age_seconds"),
+            vec![format!("{l} 30")]
+        );
+        assert_eq!(
+            one("kura_instance_baseline_outbox_messages"),
+            vec![format!("{l} 60")]
+        );
+        // The effective baseline, not the captured one.
+        assert_eq!(
+            one("kura_instance_baseline_fd_timeouts"),
+            vec![format!("{l} 3")]
+        );
+        assert_eq!(one("kura_instance_soak_eligible"), vec![format!("{l} 1")]);
+        assert_eq!(one("kura_instance_converged"), vec![format!("{l} 1")]);
+        // Absent in the aggregate: absent here, never 0.
+        assert!(one("kura_instance_peer_connection_failures").is_empty());
+        assert!(one("kura_instance_baseline_peer_connection_failures").is_empty());
+        assert!(one("kura_instance_backfill_budget_exhausted_peers").is_empty());
+        let mut verdicts = one(GATE_VERDICT);
+        verdicts.sort_unstable();
+        assert_eq!(
+            verdicts,
+            vec![
+                "{namespace=\"kura\",instance=\"acme\",verdict=\"hard_stop\"} 1",
+                "{namespace=\"kura\",instance=\"acme\",verdict=\"healthy\"} 0",
+                "{namespace=\"kura\",instance=\"acme\",verdict=\"unhealthy\"} 0",
+            ]
+        );
+        assert_eq!(
+            one(GATE_SIGNAL),
+            vec!["{namespace=\"kura\",instance=\"acme\",signal=\"memory_pressure_critical\"} 1"]
+        );
+        assert_eq!(one(INSTANCES_BY_IMAGE), vec!["{image=\"img:2\"} 1"]);
+    }
+
+    #[test]
+    fn an_instance_without_aggregate_or_verdict_exports_no_value() {
+        let mut v = instance("new", "img:1", vec![]);
+        v.health = None;
+        v.gate = None;
+        let text = render(&[v], ts("2026-07-21T10:00:35Z"));
+        let samples: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with('#') && l.contains("instance=\"new\""))
+            .collect();
+        assert!(samples.is_empty(), "{samples:?}");
+        assert_eq!(
+            values(&text, INSTANCES_BY_TARGET_IMAGE),
+            vec!["{image=\"img:1\"} 1"]
+        );
+        assert!(values(&text, INSTANCES_BY_IMAGE).is_empty());
+    }
+
+    #[test]
+    fn the_version_distribution_counts_observed_images() {
+        let fleet = [
+            instance("a", "img:2", vec![pod("a-0", Some("img:2"))]),
+            instance("b", "img:2", vec![pod("b-0", Some("img:1"))]),
+            instance(
+                "c",
+                "img:2",
+                vec![pod("c-0", Some("img:2")), pod("c-1", Some("img:1"))],
+            ),
+            instance(
+                "d",
+                "img:2",
+                vec![pod("d-0", Some("img:2")), pod("d-1", None)],
+            ),
+            instance("e", "img:1", vec![pod("e-0", Some("img:1"))]),
+        ];
+        let text = render(&fleet, ts("2026-07-21T10:00:35Z"));
+        assert_eq!(
+            values(&text, INSTANCES_BY_IMAGE),
+            vec!["{image=\"img:1\"} 2", "{image=\"img:2\"} 1"]
+        );
+        assert_eq!(
+            values(&text, INSTANCES_BY_TARGET_IMAGE),
+            vec!["{image=\"img:1\"} 1", "{image=\"img:2\"} 4"]
+        );
+        assert_eq!(values(&text, INSTANCES_MIXED_IMAGES), vec![" 1"]);
+        let converged = values(&text, "kura_instance_converged");
+        assert_eq!(
+            converged,
+            vec![
+                "{namespace=\"kura\",instance=\"a\"} 1",
+                "{namespace=\"kura\",instance=\"b\"} 0",
+                "{namespace=\"kura\",instance=\"c\"} 0",
+                "{namespace=\"kura\",instance=\"e\"} 1",
+            ],
+            "d has a pod of unknown image: unknown, not converged"
+        );
+    }
+
+    #[test]
+    fn a_removed_instance_leaves_no_series() {
+        let a = instance("a", "img:2", vec![pod("a-0", Some("img:2"))]);
+        let b = instance("b", "img:3", vec![pod("b-0", Some("img:3"))]);
+        let now = ts("2026-07-21T10:00:35Z");
+        let before = render(&[a.clone(), b], now);
+        assert!(before.contains("instance=\"b\""));
+        assert!(before.contains("image=\"img:3\""));
+        let after = render(&[a], now);
+        assert!(!after.contains("instance=\"b\""), "{after}");
+        assert!(!after.contains("img:3"), "{after}");
+    }
+}

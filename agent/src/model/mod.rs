@@ -1,0 +1,23 @@
+//! The vocabulary every other module shares, and nothing else: what a poll
+//! produced ([`PodSample`]), which instance a thing belongs to
+//! ([`InstanceKey`]), what one sweep needs ([`InstanceTarget`],
+//! [`PodTarget`]), what the agent wants published ([`DesiredStatus`]) and
+//! what became of writing it ([`LastWrite`]), the ports between the loop
+//! and the adapters ([`TargetSource`], [`StatusSink`], [`WriteGate`]) and
+//! the loop's notion of time ([`Clock`]).
+//!
+//! Plain values and small traits; imports nothing of this crate.
+
+mod clock;
+mod key;
+mod ports;
+mod sample;
+mod status;
+mod target;
+
+pub use clock::{Clock, ScaledClock, SystemClock};
+pub use key::InstanceKey;
+pub use ports::{StatusSink, TargetSource, WriteGate};
+pub use sample::{InstanceInfo, PodIdentity, PodSample, SampleResult};
+pub use status::{DesiredStatus, LastWrite, WriteRecord};
+pub use target::{InstanceTarget, NoAddress, PodTarget};

@@ -1,0 +1,40 @@
+//! The ports between the loop and the adapters, as traits: where targets
+//! come from ([`TargetSource`]: the cluster's watches, a static list, the
+//! shard's narrowing of either), where desired statuses go ([`StatusSink`]:
+//! the write queue, memory), and who may write an instance's status now
+//! ([`WriteGate`]: the shard). The loop and the write path know only these;
+//! adapters implement them.
+
+use jiff::Timestamp;
+
+use super::key::InstanceKey;
+use super::status::DesiredStatus;
+use super::target::InstanceTarget;
+
+/// Where the loop's targets come from.
+pub trait TargetSource: Send + Sync + 'static {
+    /// The current targets (instances with their pods).
+    fn targets(&self) -> Vec<InstanceTarget>;
+    /// Whether the source has its initial state (before that, the loop
+    /// neither starts nor stops instance tasks).
+    fn ready(&self) -> bool;
+}
+
+/// Where the loop's results go.
+pub trait StatusSink: Send + Sync + 'static {
+    /// Called once when an instance task starts, with the status found for
+    /// it (what a restarted agent continues from).
+    fn seed(&self, _target: &InstanceTarget) {}
+    /// The latest desired status of an instance.
+    fn publish(&self, key: &InstanceKey, desired: DesiredStatus, now: Timestamp);
+    /// The instance is gone.
+    fn forget(&self, key: &InstanceKey);
+}
+
+/// Decides, right before each PATCH, whether this replica may write an
+/// instance's status (sharding: its own Lease is current and it owns the
+/// instance). A refusal is the reason.
+pub trait WriteGate: Send + Sync {
+    /// `Ok` to write `key` at `now`.
+    fn check(&self, key: &InstanceKey, now: Timestamp) -> Result<(), String>;
+}

@@ -1,0 +1,157 @@
+//! What one sweep of one instance needs: [`InstanceTarget`] (the
+//! instance, its `spec.image`, its pods and the status it was found with)
+//! and [`PodTarget`] (a pod's identity and where to poll it). Discovery
+//! builds them from the cluster; the demo, `check` and the tests build them
+//! by hand. Nothing here knows where they come from.
+
+use std::fmt;
+use std::net::SocketAddr;
+
+use jiff::Timestamp;
+use kura_schemas::KuraInstanceStatus;
+
+use super::key::InstanceKey;
+use super::sample::{InstanceInfo, PodIdentity, PodSample, SampleResult};
+use super::status::DesiredStatus;
+
+/// Why a pod has no address to poll. Its display is the short reason
+/// recorded as the pod's failed sample.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NoAddress {
+    /// `status.podIP` is not set yet.
+    NoPodIp,
+    /// `status.podIP` is not an IP address.
+    InvalidPodIp(String),
+    /// The Kura container declares no port of that name.
+    NoNamedPort(String),
+}
+
+impl fmt::Display for NoAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NoAddress::NoPodIp => f.write_str("no pod IP"),
+            NoAddress::InvalidPodIp(ip) => write!(f, "invalid pod IP {ip:?}"),
+            NoAddress::NoNamedPort(name) => write!(f, "no container port named {name:?}"),
+        }
+    }
+}
+
+/// One pod of an instance, as discovery sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodTarget {
+    /// Identity from the pod object (never from a report).
+    pub identity: PodIdentity,
+    /// Where to poll it, or why it cannot be polled.
+    pub addr: Result<SocketAddr, NoAddress>,
+}
+
+/// Everything one sweep needs about one instance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InstanceTarget {
+    /// Namespace, name, `spec.replicas`, `metadata.generation`.
+    pub info: InstanceInfo,
+    /// `spec.image`: the image the gate judges.
+    pub spec_image: String,
+    /// The instance's pods, sorted by name.
+    pub pods: Vec<PodTarget>,
+    /// Pods beyond the per-instance limit of discovery, left out (never
+    /// polled; [`InstanceTarget::notes`] says so).
+    pub pods_dropped: usize,
+    /// The status as read from the cluster (what a restarted agent
+    /// continues from); the fields that did not parse are `None`.
+    pub previous_status: Option<KuraInstanceStatus>,
+    /// Why a status field could not be read, one line each.
+    pub status_warnings: Vec<String>,
+}
+
+/// The note on an instance whose pods beyond the per-instance limit are
+/// not polled.
+fn pods_dropped_note(dropped: usize) -> String {
+    format!("{dropped} pod(s) beyond the per-instance limit are not polled")
+}
+
+impl InstanceTarget {
+    /// The instance's key.
+    pub fn key(&self) -> InstanceKey {
+        InstanceKey::of(&self.info)
+    }
+
+    /// The agent-owned status as found in the cluster, with the time it was
+    /// observed (`rolloutHealth.observedAt`): what to seed the write queue
+    /// with, so a restarted agent does not rewrite an unchanged status at
+    /// once. `None` unless both fields were readable.
+    pub fn previous_written(&self) -> Option<(DesiredStatus, Timestamp)> {
+        let status = self.previous_status.as_ref()?;
+        let health = status.rollout_health.clone()?;
+        let gate = status.rollout_gate.clone()?;
+        let at = health.observed_at;
+        Some((DesiredStatus { health, gate }, at))
+    }
+
+    /// What an operator should know about this target that the aggregate
+    /// does not say: unreadable status fields, pods left out. Shown with the
+    /// instance in the fleet view.
+    pub fn notes(&self) -> Vec<String> {
+        let mut notes = self.status_warnings.clone();
+        if self.pods_dropped > 0 {
+            notes.push(pods_dropped_note(self.pods_dropped));
+        }
+        notes
+    }
+
+    /// The pods that have an address: the poller's input.
+    pub fn pollable(&self) -> Vec<(PodIdentity, SocketAddr)> {
+        self.pods
+            .iter()
+            .filter_map(|p| p.addr.as_ref().ok().map(|a| (p.identity.clone(), *a)))
+            .collect()
+    }
+
+    /// A failed sample for every pod without an address, received at `now`:
+    /// such a pod lowers `sampledPods` instead of being skipped silently.
+    pub fn unreachable_samples(&self, now: Timestamp) -> Vec<PodSample> {
+        self.pods
+            .iter()
+            .filter_map(|p| {
+                p.addr.as_ref().err().map(|reason| PodSample {
+                    pod: p.identity.clone(),
+                    received_at: now,
+                    result: SampleResult::Error(reason.to_string()),
+                })
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(warnings: &[&str], dropped: usize) -> InstanceTarget {
+        InstanceTarget {
+            info: InstanceInfo {
+                namespace: "ns".into(),
+                name: "a".into(),
+                expected_pods: 3,
+                generation: 1,
+            },
+            spec_image: "img".into(),
+            pods: Vec::new(),
+            pods_dropped: dropped,
+            previous_status: None,
+            status_warnings: warnings.iter().map(|w| (*w).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn notes_name_unreadable_status_fields_and_dropped_pods() {
+        assert!(target(&[], 0).notes().is_empty());
+        assert_eq!(
+            target(&["status.rolloutGate unreadable: x"], 2).notes(),
+            [
+                "status.rolloutGate unreadable: x".to_owned(),
+                pods_dropped_note(2)
+            ]
+        );
+    }
+}

@@ -1,0 +1,388 @@
+//! Every metric the agent records under `kura_agent_*`: names as constants,
+//! one [`Metric`] entry each in [`METRICS`] (kind, help text, label and
+//! every value it takes), histogram buckets, and the recorder the debug
+//! server renders. A leaf: every layer may record through it, it imports
+//! nothing of the crate. (The per-instance `kura_instance_*` series are
+//! rendered from the fleet view by the debug server.)
+//!
+//! Other modules record through the `metrics` macros with these constants
+//! (`metrics::counter!(telemetry::POLLS_TOTAL, "result" => "ok")`), so a
+//! name is spelled in exactly one place; a test of the crate checks that
+//! every name recorded is in [`METRICS`] exactly once and that every label
+//! value documented here is one the code records.
+
+use kura_schemas::{AgentVerdict, Signal};
+use metrics::{Unit, describe_counter, describe_gauge, describe_histogram, gauge};
+use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder};
+
+/// Polls by `result` ([`POLL_RESULTS`]).
+pub const POLLS_TOTAL: &str = "kura_agent_polls_total";
+/// Retries of a poll after a connection-level failure (counted apart from
+/// the failures themselves).
+pub const POLL_RETRIES_TOTAL: &str = "kura_agent_poll_retries_total";
+/// Poll latency in seconds (histogram, one observation per attempt).
+pub const POLL_DURATION_SECONDS: &str = "kura_agent_poll_duration_seconds";
+/// Duration of one instance's sweep in seconds (histogram).
+pub const SWEEP_DURATION_SECONDS: &str = "kura_agent_sweep_duration_seconds";
+/// Status writes by `result` ([`WRITE_RESULTS`]).
+pub const STATUS_WRITES_TOTAL: &str = "kura_agent_status_writes_total";
+/// Writes whose fields the API server pruned (the CRD is too old).
+pub const STATUS_WRITES_PRUNED_TOTAL: &str = "kura_agent_status_writes_pruned_total";
+/// Instances with a desired status not yet written.
+pub const PENDING_WRITES: &str = "kura_agent_pending_writes";
+/// Instances tracked.
+pub const INSTANCES_TRACKED: &str = "kura_agent_instances_tracked";
+/// Pods tracked.
+pub const PODS_TRACKED: &str = "kura_agent_pods_tracked";
+/// Counter resets absorbed by clamping, over every instance (no label).
+pub const COUNTER_RESETS_TOTAL: &str = "kura_agent_counter_resets_total";
+/// Instances by the signal of their current verdict (`signal` = a
+/// [`Signal`] wire name, or [`NO_SIGNAL`] when healthy).
+pub const INSTANCES_BY_SIGNAL: &str = "kura_agent_instances_by_signal";
+/// Instances by verdict (`verdict` = `healthy`, `unhealthy`, `hard_stop`).
+pub const INSTANCES_BY_VERDICT: &str = "kura_agent_instances_by_verdict";
+/// Watch errors by `resource` ([`WATCH_RESOURCES`]).
+pub const WATCH_ERRORS_TOTAL: &str = "kura_agent_watch_errors_total";
+
+/// Live members of the agent group (sharding on).
+pub const AGENT_MEMBERS: &str = "kura_agent_members";
+/// Instances this replica owns (sharding on).
+pub const OWNED_INSTANCES: &str = "kura_agent_owned_instances";
+/// Instances gained or lost by this replica, by `change`
+/// ([`OWNERSHIP_CHANGES`]).
+pub const OWNERSHIP_CHANGES_TOTAL: &str = "kura_agent_ownership_changes_total";
+/// Renewals of this replica's Lease by `result` ([`RENEWAL_RESULTS`]).
+pub const LEASE_RENEWALS_TOTAL: &str = "kura_agent_lease_renewals_total";
+
+/// The `result` label values of [`POLLS_TOTAL`]: `ok`, or why the poll
+/// failed.
+pub const POLL_RESULTS: [&str; 9] = [
+    "ok",
+    "timeout",
+    "refused",
+    "connect_error",
+    "http_status",
+    "too_large",
+    "body_error",
+    "invalid_report",
+    "identity_mismatch",
+];
+
+/// The `result` label values of [`STATUS_WRITES_TOTAL`] (`fenced`: not sent,
+/// this replica may not write the instance).
+pub const WRITE_RESULTS: [&str; 7] = [
+    "applied",
+    "pruned",
+    "conflict",
+    "not_found",
+    "forbidden",
+    "error",
+    "fenced",
+];
+
+/// The `resource` label values of [`WATCH_ERRORS_TOTAL`] (`leases`: the
+/// sharding group's Lease watch).
+pub const WATCH_RESOURCES: [&str; 3] = ["kurainstances", "pods", "leases"];
+
+/// The `change` label values of [`OWNERSHIP_CHANGES_TOTAL`].
+pub const OWNERSHIP_CHANGES: [&str; 2] = ["gained", "lost"];
+
+/// The `result` label values of [`LEASE_RENEWALS_TOTAL`].
+pub const RENEWAL_RESULTS: [&str; 2] = ["ok", "error"];
+
+/// The `signal` label of a healthy instance in [`INSTANCES_BY_SIGNAL`].
+pub const NO_SIGNAL: &str = "none";
+
+/// Latency buckets (seconds) for poll durations.
+pub const POLL_BUCKETS: [f64; 10] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0];
+/// Buckets (seconds) for sweep durations.
+pub const SWEEP_BUCKETS: [f64; 9] = [0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+
+/// What kind of series a metric is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Only goes up.
+    Counter,
+    /// Goes up and down.
+    Gauge,
+    /// Observations in buckets, in seconds.
+    Histogram,
+}
+
+/// One metric's documentation: its name, kind, help text and, when it has
+/// one, its label and every value that label takes.
+#[derive(Debug, Clone, Copy)]
+pub struct Metric {
+    /// The series name.
+    pub name: &'static str,
+    /// Counter, gauge or histogram.
+    pub kind: Kind,
+    /// The `# HELP` text.
+    pub help: &'static str,
+    /// The label, if the metric has one.
+    pub label: Option<Label>,
+}
+
+/// A metric's label: its name and every value the agent records for it.
+#[derive(Debug, Clone, Copy)]
+pub struct Label {
+    /// The label name.
+    pub name: &'static str,
+    /// Every value it takes.
+    pub values: fn() -> Vec<&'static str>,
+}
+
+const fn plain(name: &'static str, kind: Kind, help: &'static str) -> Metric {
+    Metric {
+        name,
+        kind,
+        help,
+        label: None,
+    }
+}
+
+/// Every `kura_agent_*` metric, once each.
+pub const METRICS: [Metric; 17] = [
+    Metric {
+        name: POLLS_TOTAL,
+        kind: Kind::Counter,
+        help: "Pod polls by result.",
+        label: Some(Label {
+            name: "result",
+            values: || POLL_RESULTS.to_vec(),
+        }),
+    },
+    plain(
+        POLL_RETRIES_TOTAL,
+        Kind::Counter,
+        "Poll retries after a connection-level failure.",
+    ),
+    plain(
+        POLL_DURATION_SECONDS,
+        Kind::Histogram,
+        "Latency of one pod poll attempt.",
+    ),
+    plain(
+        SWEEP_DURATION_SECONDS,
+        Kind::Histogram,
+        "Duration of one instance's sweep: poll, fold, judge.",
+    ),
+    Metric {
+        name: STATUS_WRITES_TOTAL,
+        kind: Kind::Counter,
+        help: "Status writes (server-side apply) by result.",
+        label: Some(Label {
+            name: "result",
+            values: || WRITE_RESULTS.to_vec(),
+        }),
+    },
+    plain(
+        STATUS_WRITES_PRUNED_TOTAL,
+        Kind::Counter,
+        "Status writes whose rolloutHealth/rolloutGate fields did not come back (CRD too old).",
+    ),
+    plain(
+        PENDING_WRITES,
+        Kind::Gauge,
+        "Instances with a status waiting to be written.",
+    ),
+    plain(INSTANCES_TRACKED, Kind::Gauge, "KuraInstances tracked."),
+    plain(PODS_TRACKED, Kind::Gauge, "Pods tracked."),
+    plain(
+        COUNTER_RESETS_TOTAL,
+        Kind::Counter,
+        "Counter resets absorbed by clamping.",
+    ),
+    Metric {
+        name: INSTANCES_BY_SIGNAL,
+        kind: Kind::Gauge,
+        help: "Instances by the signal of their gate verdict.",
+        label: Some(Label {
+            name: "signal",
+            values: || {
+                Signal::ALL
+                    .iter()
+                    .map(|s| s.as_str())
+                    .chain([NO_SIGNAL])
+                    .collect()
+            },
+        }),
+    },
+    Metric {
+        name: INSTANCES_BY_VERDICT,
+        kind: Kind::Gauge,
+        help: "Instances by gate verdict.",
+        label: Some(Label {
+            name: "verdict",
+            values: || VERDICTS.iter().map(|v| v.as_str()).collect(),
+        }),
+    },
+    Metric {
+        name: WATCH_ERRORS_TOTAL,
+        kind: Kind::Counter,
+        help: "Errors of the Kubernetes watches.",
+        label: Some(Label {
+            name: "resource",
+            values: || WATCH_RESOURCES.to_vec(),
+        }),
+    },
+    plain(
+        AGENT_MEMBERS,
+        Kind::Gauge,
+        "Live members of the agent group (replicas with a current Lease).",
+    ),
+    plain(
+        OWNED_INSTANCES,
+        Kind::Gauge,
+        "KuraInstances this replica owns.",
+    ),
+    Metric {
+        name: OWNERSHIP_CHANGES_TOTAL,
+        kind: Kind::Counter,
+        help: "KuraInstances gained or lost by this replica.",
+        label: Some(Label {
+            name: "change",
+            values: || OWNERSHIP_CHANGES.to_vec(),
+        }),
+    },
+    Metric {
+        name: LEASE_RENEWALS_TOTAL,
+        kind: Kind::Counter,
+        help: "Renewals of this replica's Lease by result.",
+        label: Some(Label {
+            name: "result",
+            values: || RENEWAL_RESULTS.to_vec(),
+        }),
+    },
+];
+
+/// The verdicts counted in [`INSTANCES_BY_VERDICT`], in label order.
+const VERDICTS: [AgentVerdict; 3] = [
+    AgentVerdict::Healthy,
+    AgentVerdict::Unhealthy,
+    AgentVerdict::HardStop,
+];
+
+/// Registers the description and unit of every metric in [`METRICS`] with
+/// the installed recorder. Call once after installing it.
+pub fn describe() {
+    for m in METRICS {
+        match m.kind {
+            Kind::Counter => describe_counter!(m.name, Unit::Count, m.help),
+            Kind::Gauge => describe_gauge!(m.name, Unit::Count, m.help),
+            Kind::Histogram => describe_histogram!(m.name, Unit::Seconds, m.help),
+        }
+    }
+}
+
+/// A Prometheus builder with the agent's histogram buckets, without the
+/// exporter's HTTP listener or push gateway: the debug server renders
+/// `/metrics`.
+pub fn prometheus_builder() -> Result<PrometheusBuilder, BuildError> {
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full(POLL_DURATION_SECONDS.to_owned()),
+            &POLL_BUCKETS,
+        )?
+        .set_buckets_for_metric(
+            Matcher::Full(SWEEP_DURATION_SECONDS.to_owned()),
+            &SWEEP_BUCKETS,
+        )
+}
+
+/// Counts per label value.
+pub type LabelCounts = Vec<(&'static str, u64)>;
+
+/// How many instances carry each signal and each verdict, every label value
+/// included (zeros too, so a signal that cleared drops to 0 instead of
+/// keeping its last value). `None` verdicts (no gate yet) are not counted.
+pub fn count_by_signal<'a>(
+    verdicts: impl IntoIterator<Item = Option<(AgentVerdict, Option<Signal>)>> + 'a,
+) -> (LabelCounts, LabelCounts) {
+    let mut by_signal: LabelCounts = Signal::ALL
+        .iter()
+        .map(|s| (s.as_str(), 0))
+        .chain([(NO_SIGNAL, 0)])
+        .collect();
+    let mut by_verdict: LabelCounts = VERDICTS.iter().map(|v| (v.as_str(), 0)).collect();
+    for (verdict, signal) in verdicts.into_iter().flatten() {
+        let label = signal.map_or(NO_SIGNAL, Signal::as_str);
+        if let Some(entry) = by_signal.iter_mut().find(|(l, _)| *l == label) {
+            entry.1 += 1;
+        }
+        if let Some(entry) = by_verdict.iter_mut().find(|(l, _)| *l == verdict.as_str()) {
+            entry.1 += 1;
+        }
+    }
+    (by_signal, by_verdict)
+}
+
+/// Sets [`INSTANCES_BY_SIGNAL`] and [`INSTANCES_BY_VERDICT`] from
+/// [`count_by_signal`].
+pub fn publish_verdicts(
+    verdicts: impl IntoIterator<Item = Option<(AgentVerdict, Option<Signal>)>>,
+) {
+    let (by_signal, by_verdict) = count_by_signal(verdicts);
+    for (signal, n) in by_signal {
+        gauge!(INSTANCES_BY_SIGNAL, "signal" => signal).set(n as f64);
+    }
+    for (verdict, n) in by_verdict {
+        gauge!(INSTANCES_BY_VERDICT, "verdict" => verdict).set(n as f64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_signal_gets_a_gauge_value_even_zero() {
+        let (by_signal, by_verdict) = count_by_signal([
+            Some((AgentVerdict::Unhealthy, Some(Signal::NotReady))),
+            Some((AgentVerdict::Unhealthy, Some(Signal::NotReady))),
+            Some((AgentVerdict::Healthy, None)),
+            None,
+        ]);
+        assert_eq!(by_signal.len(), Signal::ALL.len() + 1);
+        let get = |l: &str| by_signal.iter().find(|(k, _)| *k == l).map(|(_, n)| *n);
+        assert_eq!(get("not_ready"), Some(2));
+        assert_eq!(get(NO_SIGNAL), Some(1));
+        assert_eq!(get("ring_skew"), Some(0));
+        assert_eq!(
+            by_verdict,
+            vec![("healthy", 1), ("unhealthy", 2), ("hard_stop", 0)]
+        );
+    }
+
+    #[test]
+    fn rendered_metrics_use_the_declared_names() {
+        let recorder = prometheus_builder().expect("buckets").build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            describe();
+            metrics::counter!(STATUS_WRITES_TOTAL, "result" => "applied").increment(2);
+            metrics::histogram!(POLL_DURATION_SECONDS).record(0.02);
+            publish_verdicts([Some((
+                AgentVerdict::HardStop,
+                Some(Signal::MemoryPressureCritical),
+            ))]);
+        });
+        let text = handle.render();
+        assert!(
+            text.contains("kura_agent_status_writes_total{result=\"applied\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("kura_agent_poll_duration_seconds_bucket{le=\"0.025\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("kura_agent_instances_by_signal{signal=\"memory_pressure_critical\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("kura_agent_instances_by_signal{signal=\"not_ready\"} 0"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,501 @@
+//! [`FleetView`]: the shared, in-memory picture of every instance the agent
+//! tracks: the last sample of each pod, the aggregate, the gate verdict,
+//! discovery's notes and the last status write with its result. The run
+//! loop records sweeps; `kura-agent run` hands it the write driver's
+//! results; the presentation (debug server, `/metrics`) only reads it.
+
+use crate::model::{InstanceKey, LastWrite, PodSample, SampleResult, WriteRecord};
+use jiff::Timestamp;
+use kura_schemas::{AgentVerdict, NodeReport, RolloutGate, RolloutHealth, Signal};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// The last sample of one pod.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodView {
+    /// Pod name.
+    pub name: String,
+    /// Pod UID.
+    pub uid: String,
+    /// The Kura container's restart count.
+    pub restart_count: u32,
+    /// The Kura container's image.
+    pub image: Option<String>,
+    /// The pod IP polled.
+    pub ip: Option<String>,
+    /// When the sample (or failure) was received.
+    pub received_at: Timestamp,
+    /// Why the sample failed, if it did.
+    pub error: Option<String>,
+    /// The pod's `outbox_messages`, shown beside its capacity.
+    pub outbox_messages: Option<u64>,
+    /// The pod's `outbox_capacity` (some G3 builds): at capacity the node
+    /// sheds client writes.
+    pub outbox_capacity: Option<u64>,
+    /// `backfill_ring_fullness_percent` clamped to 100 (Kura does not clamp
+    /// it).
+    pub ring_fullness_percent: Option<u64>,
+    /// The fence state of a pod that runs fenced serving, so an operator
+    /// sees a pod in `Fencing`; never a gate signal.
+    pub fence: Option<FenceView>,
+    /// The report as received, if the sample was valid.
+    pub report: Option<NodeReport>,
+}
+
+/// `serving_authority` of a pod that runs fenced serving (`enabled` true).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FenceView {
+    /// `observed.phase` (`Preparing`, `Serving`, `Quiescing`, `Revoking`,
+    /// `Fencing`), when reported.
+    pub phase: Option<String>,
+    /// `epoch`, when reported.
+    pub epoch: Option<u64>,
+    /// `valid`, when reported.
+    pub valid: Option<bool>,
+}
+
+impl FenceView {
+    /// The fence state of `report`, when its node runs fenced serving.
+    pub fn of(report: &NodeReport) -> Option<FenceView> {
+        report.fence().map(|a| FenceView {
+            phase: a.observed.as_ref().map(|o| o.phase.clone()),
+            epoch: a.epoch,
+            valid: a.valid,
+        })
+    }
+}
+
+impl PodView {
+    /// The view of one sample.
+    pub fn from_sample(sample: &PodSample) -> Self {
+        let (error, report) = match &sample.result {
+            SampleResult::Report(r) => (None, Some((**r).clone())),
+            SampleResult::Error(e) => (Some(e.clone()), None),
+        };
+        let r = report.as_ref();
+        Self {
+            name: sample.pod.name.clone(),
+            uid: sample.pod.uid.clone(),
+            restart_count: sample.pod.restart_count,
+            image: sample.pod.image.clone(),
+            ip: sample.pod.ip.clone(),
+            received_at: sample.received_at,
+            error,
+            outbox_messages: r.and_then(|r| r.outbox_messages),
+            outbox_capacity: r.and_then(|r| r.outbox_capacity),
+            ring_fullness_percent: r.and_then(NodeReport::ring_fullness_percent),
+            fence: r.and_then(FenceView::of),
+            report,
+        }
+    }
+}
+
+/// Everything known about one instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceView {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// `spec.image`, when known.
+    pub spec_image: Option<String>,
+    /// When the last sweep of this instance finished.
+    pub swept_at: Option<Timestamp>,
+    /// The last sample of every pod, by pod name.
+    pub pods: Vec<PodView>,
+    /// The last aggregate.
+    pub health: Option<RolloutHealth>,
+    /// The last gate verdict.
+    pub gate: Option<RolloutGate>,
+    /// The last status write and its result.
+    pub last_write: Option<LastWrite>,
+    /// What discovery noted about the instance: status fields it could not
+    /// read, pods beyond the per-instance limit.
+    pub notes: Vec<String>,
+}
+
+impl InstanceView {
+    fn empty(key: &InstanceKey) -> Self {
+        Self {
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+            spec_image: None,
+            swept_at: None,
+            pods: Vec::new(),
+            health: None,
+            gate: None,
+            last_write: None,
+            notes: Vec::new(),
+        }
+    }
+
+    /// The verdict and signal, when there is a verdict.
+    pub fn verdict(&self) -> Option<(AgentVerdict, Option<Signal>)> {
+        self.gate.as_ref().map(|g| (g.verdict, g.signal))
+    }
+}
+
+/// One instance in `/debug/instances`: the aggregate and the verdict,
+/// without the per-pod samples.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceSummary {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// `spec.image`.
+    pub spec_image: Option<String>,
+    /// When the last sweep finished.
+    pub swept_at: Option<Timestamp>,
+    /// The last aggregate.
+    pub health: Option<RolloutHealth>,
+    /// The last gate verdict.
+    pub gate: Option<RolloutGate>,
+    /// The last write.
+    pub last_write: Option<LastWrite>,
+}
+
+impl From<&InstanceView> for InstanceSummary {
+    fn from(v: &InstanceView) -> Self {
+        Self {
+            namespace: v.namespace.clone(),
+            name: v.name.clone(),
+            spec_image: v.spec_image.clone(),
+            swept_at: v.swept_at,
+            health: v.health.clone(),
+            gate: v.gate.clone(),
+            last_write: v.last_write.clone(),
+        }
+    }
+}
+
+/// What one sweep of one instance produced, for [`FleetView::record_sweep`].
+#[derive(Debug, Clone)]
+pub struct SweepRecord<'a> {
+    /// `spec.image`.
+    pub spec_image: &'a str,
+    /// The names of the instance's current pods.
+    pub current_pods: &'a [String],
+    /// The sweep's samples.
+    pub samples: &'a [PodSample],
+    /// The aggregate.
+    pub health: Option<RolloutHealth>,
+    /// The verdict.
+    pub gate: Option<RolloutGate>,
+    /// What discovery noted about the instance (replaces earlier notes).
+    pub notes: Vec<String>,
+    /// When the sweep finished.
+    pub at: Timestamp,
+}
+
+/// Whether the agent is ready, and why not.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Readiness {
+    /// True when there is no reason below.
+    pub ready: bool,
+    /// Why not ready, one line each.
+    pub reasons: Vec<String>,
+}
+
+/// Lists the watches still waiting for their initial list.
+pub type SyncProbe = Arc<dyn Fn() -> Vec<String> + Send + Sync>;
+
+/// The sharding section of the debug endpoint (`/debug/members` and the
+/// overview), when sharding is on.
+pub trait MembersSource: Send + Sync {
+    /// The JSON of `/debug/members` at `now`.
+    fn members_json(&self, now: Timestamp) -> serde_json::Value;
+    /// The overview page's sharding section at `now`.
+    fn members_summary(&self, now: Timestamp) -> MembersSummary;
+}
+
+/// What the overview page shows about sharding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MembersSummary {
+    /// This replica's identity.
+    pub identity: String,
+    /// The group.
+    pub group: String,
+    /// Whether this replica's own Lease is current (it may write).
+    pub own_lease_current: bool,
+    /// Writes stop at this time unless the Lease is renewed.
+    pub writes_allowed_until: Option<Timestamp>,
+    /// Instances this replica owns.
+    pub owned: usize,
+    /// Ownership changes since start.
+    pub ownership_changes_total: u64,
+    /// The live members.
+    pub members: Vec<MemberSummary>,
+}
+
+/// One live member on the overview page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberSummary {
+    /// Its identity.
+    pub id: String,
+    /// Whether it is this replica.
+    pub me: bool,
+    /// Whether it may gain instances yet (false while joining).
+    pub settled: bool,
+}
+
+#[derive(Default)]
+struct FleetState {
+    instances: BTreeMap<InstanceKey, InstanceView>,
+    sync_probe: Option<SyncProbe>,
+    members: Option<Arc<dyn MembersSource>>,
+}
+
+/// The shared fleet view. Cheap to clone; all clones see the same state.
+/// Locks are held only to copy in or out, never across an await.
+#[derive(Clone, Default)]
+pub struct FleetView {
+    state: Arc<RwLock<FleetState>>,
+}
+
+impl std::fmt::Debug for FleetView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FleetView")
+            .field("instances", &self.read().instances.len())
+            .finish()
+    }
+}
+
+impl FleetView {
+    /// An empty view that is ready as soon as no write was pruned (set a
+    /// [`SyncProbe`] to gate readiness on the initial lists).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, FleetState> {
+        self.state
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, FleetState> {
+        self.state
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Gates readiness on `probe` returning no pending list.
+    pub fn set_sync_probe(&self, probe: SyncProbe) {
+        self.write().sync_probe = Some(probe);
+    }
+
+    /// Shows the sharding section from `source`.
+    pub fn set_members(&self, source: Arc<dyn MembersSource>) {
+        self.write().members = Some(source);
+    }
+
+    /// The sharding section's source, when sharding is on.
+    pub fn members(&self) -> Option<Arc<dyn MembersSource>> {
+        self.read().members.clone()
+    }
+
+    /// Records one sweep of one instance: the samples (merged by pod name
+    /// into the last sample per pod; pods not in `current_pods` are
+    /// dropped), the aggregate and the verdict.
+    pub fn record_sweep(&self, key: &InstanceKey, sweep: SweepRecord<'_>) {
+        let mut state = self.write();
+        let view = state
+            .instances
+            .entry(key.clone())
+            .or_insert_with(|| InstanceView::empty(key));
+        view.spec_image = Some(sweep.spec_image.to_owned());
+        view.swept_at = Some(sweep.at);
+        for sample in sweep.samples {
+            let pod = PodView::from_sample(sample);
+            match view.pods.iter_mut().find(|p| p.name == pod.name) {
+                Some(slot) => *slot = pod,
+                None => view.pods.push(pod),
+            }
+        }
+        view.pods.retain(|p| sweep.current_pods.contains(&p.name));
+        view.pods.sort_by(|a, b| a.name.cmp(&b.name));
+        view.health = sweep.health;
+        view.gate = sweep.gate;
+        view.notes = sweep.notes;
+    }
+
+    /// Records the result of a status write (creating the instance's entry
+    /// if needed: a pruned write must never go unreported).
+    pub fn record_write(&self, key: &InstanceKey, write: LastWrite) {
+        let mut state = self.write();
+        state
+            .instances
+            .entry(key.clone())
+            .or_insert_with(|| InstanceView::empty(key))
+            .last_write = Some(write);
+    }
+
+    /// Keeps only the instances for which `keep` is true.
+    pub fn retain(&self, keep: impl Fn(&InstanceKey) -> bool) {
+        self.write().instances.retain(|k, _| keep(k));
+    }
+
+    /// Every instance, by namespace and name.
+    pub fn snapshot(&self) -> Vec<InstanceView> {
+        self.read().instances.values().cloned().collect()
+    }
+
+    /// One instance.
+    pub fn instance(&self, key: &InstanceKey) -> Option<InstanceView> {
+        self.read().instances.get(key).cloned()
+    }
+
+    /// Not ready while an initial list is pending, or while the last write
+    /// of any instance was pruned.
+    pub fn readiness(&self) -> Readiness {
+        let (probe, pruned) = {
+            let state = self.read();
+            let pruned: Vec<String> = state
+                .instances
+                .iter()
+                .filter_map(|(k, v)| match v.last_write.as_ref().map(|w| &w.result) {
+                    Some(WriteRecord::Pruned { missing }) => Some(format!(
+                        "status write for {k} was pruned (CRD too old): missing {}",
+                        missing.join(", ")
+                    )),
+                    _ => None,
+                })
+                .collect();
+            (state.sync_probe.clone(), pruned)
+        };
+        let mut reasons: Vec<String> = probe
+            .map(|p| p())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|l| format!("initial list pending: {l}"))
+            .collect();
+        reasons.extend(pruned);
+        Readiness {
+            ready: reasons.is_empty(),
+            reasons,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::PodIdentity;
+
+    fn ts(s: i64) -> Timestamp {
+        Timestamp::from_second(1_780_000_000 + s).expect("ts")
+    }
+
+    fn failed(name: &str, at: i64, why: &str) -> PodSample {
+        PodSample {
+            pod: PodIdentity {
+                name: name.into(),
+                uid: format!("u-{name}"),
+                ..Default::default()
+            },
+            received_at: ts(at),
+            result: SampleResult::Error(why.into()),
+        }
+    }
+
+    #[test]
+    fn sweeps_keep_the_last_sample_per_current_pod() {
+        let v = FleetView::new();
+        let k = InstanceKey::new("ns", "a");
+        let pods = ["a-0".to_owned(), "a-1".to_owned()];
+        let first = [failed("a-0", 0, "timeout"), failed("a-1", 0, "refused")];
+        v.record_sweep(
+            &k,
+            SweepRecord {
+                spec_image: "img",
+                current_pods: &pods,
+                samples: &first,
+                health: None,
+                gate: None,
+                notes: vec!["status.rolloutGate unreadable: x".into()],
+                at: ts(0),
+            },
+        );
+        assert_eq!(
+            v.instance(&k).expect("instance").notes,
+            ["status.rolloutGate unreadable: x"]
+        );
+        let second = [failed("a-0", 10, "HTTP 500")];
+        v.record_sweep(
+            &k,
+            SweepRecord {
+                spec_image: "img",
+                current_pods: &pods[..1],
+                samples: &second,
+                health: None,
+                gate: None,
+                notes: Vec::new(),
+                at: ts(10),
+            },
+        );
+        let view = v.instance(&k).expect("instance");
+        assert!(view.notes.is_empty(), "each sweep replaces the notes");
+        assert_eq!(view.pods.len(), 1);
+        assert_eq!(view.pods[0].error.as_deref(), Some("HTTP 500"));
+        assert_eq!(view.swept_at, Some(ts(10)));
+    }
+
+    #[test]
+    fn readiness_fails_on_pending_lists_and_pruned_writes() {
+        let v = FleetView::new();
+        assert!(v.readiness().ready);
+        let pending = Arc::new(std::sync::Mutex::new(vec!["pods#0".to_owned()]));
+        let p = pending.clone();
+        v.set_sync_probe(Arc::new(move || {
+            p.lock().map(|g| g.clone()).unwrap_or_default()
+        }));
+        let r = v.readiness();
+        assert!(!r.ready);
+        assert_eq!(r.reasons, ["initial list pending: pods#0"]);
+        pending.lock().expect("lock").clear();
+        assert!(v.readiness().ready);
+
+        let k = InstanceKey::new("ns", "a");
+        v.record_sweep(
+            &k,
+            SweepRecord {
+                spec_image: "img",
+                current_pods: &[],
+                samples: &[],
+                health: None,
+                gate: None,
+                notes: Vec::new(),
+                at: ts(0),
+            },
+        );
+        let pruned = LastWrite {
+            at: ts(1),
+            attempt: 0,
+            priority: false,
+            result: WriteRecord::Pruned {
+                missing: vec!["status.rolloutGate".into()],
+            },
+        };
+        v.record_write(&k, pruned.clone());
+        let r = v.readiness();
+        assert!(!r.ready);
+        assert!(
+            r.reasons[0].contains("ns/a") && r.reasons[0].contains("status.rolloutGate"),
+            "{r:?}"
+        );
+        v.record_write(
+            &k,
+            LastWrite {
+                result: WriteRecord::Applied,
+                ..pruned
+            },
+        );
+        assert!(v.readiness().ready, "a later full write clears it");
+    }
+}

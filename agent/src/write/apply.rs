@@ -1,0 +1,443 @@
+//! The status writer: server-side apply of `status.rolloutHealth` and
+//! `status.rolloutGate` on the `status` subresource, under the agent's own
+//! field manager, with detection of pruned fields (an API server whose CRD
+//! is too old silently drops what its schema does not declare).
+//!
+//! The request is `PATCH
+//! /apis/kura.tuist.dev/v1alpha1/namespaces/{ns}/kurainstances/{name}/status?force=true&fieldManager=kura-health-agent`
+//! with content type `application/apply-patch+yaml` and a JSON body holding
+//! `apiVersion`, `kind` and `status.{rolloutHealth,rolloutGate}` only (the
+//! name comes from the URL). The response is read as a dynamic object, so
+//! a partly pruned status is reported as [`WriteOutcome::Pruned`] instead of
+//! failing to deserialize.
+
+use super::queue::JobResult;
+use crate::model::{DesiredStatus, InstanceKey, WriteGate, WriteRecord};
+use crate::telemetry;
+use jiff::Timestamp;
+use kube::Client;
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kura_schemas::KuraInstance;
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// The field manager of every write.
+pub const FIELD_MANAGER: &str = "kura-health-agent";
+
+/// A write the API server accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteOutcome {
+    /// Everything sent came back.
+    Applied,
+    /// Accepted, but these fields did not come back (JSON paths such as
+    /// `status.rolloutGate` or `status.rolloutHealth.pods[0].incarnation`):
+    /// the CRD in the cluster does not declare them.
+    Pruned {
+        /// The missing paths, at most [`MAX_MISSING_PATHS`].
+        missing: Vec<String>,
+    },
+}
+
+/// At most this many missing paths are reported.
+pub const MAX_MISSING_PATHS: usize = 20;
+
+/// A write the API server did not accept.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WriteError {
+    /// 409: another manager owns a field (should not happen with force).
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// 404: the instance is gone.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// 403 (or 401): RBAC does not allow patching `kurainstances/status`.
+    #[error("forbidden: {0}")]
+    Forbidden(String),
+    /// The CRD in the cluster does not declare fields the agent writes.
+    /// Under server-side apply kube-apiserver does not prune them: it
+    /// refuses the whole apply (HTTP 500 "failed to create typed patch
+    /// object ...: .status.rolloutGate: field not declared in schema").
+    /// Reported like pruning: the CRD is too old.
+    #[error("fields not declared by the CRD in the cluster ({}): {message}", missing.join(", "))]
+    NotDeclared {
+        /// The undeclared paths, as far as the message names them (e.g.
+        /// `status.rolloutGate`).
+        missing: Vec<String>,
+        /// The API server's message.
+        message: String,
+    },
+    /// Anything else: transport, timeouts, 5xx, 422 validation, a response
+    /// that is not an object.
+    #[error("{0}")]
+    Other(String),
+    /// Not sent: the [`WriteGate`] refused (this replica's Lease is not
+    /// current, or it no longer owns the instance).
+    #[error("fenced: {0}")]
+    Fenced(String),
+}
+
+impl WriteError {
+    /// The `result` label of [`telemetry::STATUS_WRITES_TOTAL`].
+    pub fn kind(&self) -> &'static str {
+        match self {
+            WriteError::Conflict(_) => "conflict",
+            WriteError::NotFound(_) => "not_found",
+            WriteError::Forbidden(_) => "forbidden",
+            WriteError::NotDeclared { .. } => "pruned",
+            WriteError::Other(_) => "error",
+            WriteError::Fenced(_) => "fenced",
+        }
+    }
+
+    /// What the scheduler should do about it.
+    pub fn job_result(&self) -> JobResult {
+        match self {
+            // Not ours (any more): drop the slot; if it is ours again
+            // later, the next sweep publishes afresh.
+            WriteError::NotFound(_) | WriteError::Fenced(_) => JobResult::Gone,
+            _ => JobResult::Failed,
+        }
+    }
+}
+
+/// What kube-apiserver says when an apply names a field its schema lacks.
+const NOT_DECLARED: &str = "field not declared in schema";
+
+/// The paths an API server message names as not declared: each
+/// `.a.b: field not declared in schema` becomes `a.b`.
+pub fn undeclared_paths(message: &str) -> Vec<String> {
+    let mut out: Vec<String> = message
+        .split(NOT_DECLARED)
+        .filter_map(|before| {
+            let before = before.trim_end().strip_suffix(':')?;
+            let path = before
+                .rsplit(|c: char| c.is_whitespace() || c == ',' || c == ')')
+                .next()?;
+            let path = path.trim_start_matches('.');
+            (!path.is_empty()).then(|| path.to_owned())
+        })
+        .collect();
+    out.truncate(MAX_MISSING_PATHS);
+    out
+}
+
+/// Classifies a kube client error.
+pub fn classify(error: kube::Error) -> WriteError {
+    match error {
+        kube::Error::Api(status) => {
+            let msg = if status.message.is_empty() {
+                status.reason.clone()
+            } else {
+                status.message.clone()
+            };
+            match status.code {
+                409 => WriteError::Conflict(msg),
+                404 => WriteError::NotFound(msg),
+                401 | 403 => WriteError::Forbidden(msg),
+                _ if msg.contains(NOT_DECLARED) => WriteError::NotDeclared {
+                    missing: undeclared_paths(&msg),
+                    message: msg,
+                },
+                code => WriteError::Other(format!("HTTP {code}: {msg}")),
+            }
+        }
+        other => WriteError::Other(other.to_string()),
+    }
+}
+
+/// Removes every `null` object member, recursively (array entries stay).
+///
+/// An absent optional field is sent as absent, never as `null`: the API
+/// server validates a `null` against the field's schema, and for a nullable
+/// enum (`rolloutGate.signal` while healthy) kube-apiserver rejects it with
+/// 422 "Unsupported value: null" although the schema says `nullable: true`.
+/// Under server-side apply, leaving out a field this manager owned removes
+/// it, which is what `null` meant.
+pub fn strip_nulls(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.retain(|_, v| !v.is_null());
+            map.values_mut().for_each(strip_nulls);
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_nulls),
+        _ => {}
+    }
+}
+
+/// The server-side apply body: `apiVersion`, `kind` and the two status
+/// fields the agent owns, nothing else; absent optional fields are left
+/// out ([`strip_nulls`]).
+pub fn apply_body(status: &DesiredStatus) -> Result<Value, WriteError> {
+    let mut health = serde_json::to_value(&status.health)
+        .map_err(|e| WriteError::Other(format!("encode rolloutHealth: {e}")))?;
+    let mut gate = serde_json::to_value(&status.gate)
+        .map_err(|e| WriteError::Other(format!("encode rolloutGate: {e}")))?;
+    strip_nulls(&mut health);
+    strip_nulls(&mut gate);
+    Ok(json!({
+        "apiVersion": "kura.tuist.dev/v1alpha1",
+        "kind": "KuraInstance",
+        "status": {"rolloutHealth": health, "rolloutGate": gate}
+    }))
+}
+
+/// Whether a value carries data: a non-null scalar somewhere inside it.
+/// Nulls, empty objects and empty arrays carry none; the API server may
+/// drop them without that meaning anything was pruned.
+fn has_content(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Object(m) => m.values().any(has_content),
+        Value::Array(a) => a.iter().any(has_content),
+        _ => true,
+    }
+}
+
+/// The paths of everything in `sent` that is not in `returned` (object
+/// keys recursively, array entries by index). Parts of `sent` without data
+/// (nulls, empty objects and arrays) are skipped.
+pub fn missing_fields(sent: &Value, returned: &Value, path: &str, out: &mut Vec<String>) {
+    match sent {
+        Value::Object(map) => {
+            for (k, v) in map {
+                if !has_content(v) {
+                    continue;
+                }
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                match returned.get(k) {
+                    Some(r) if !r.is_null() => missing_fields(v, r, &p, out),
+                    _ => out.push(p),
+                }
+            }
+        }
+        Value::Array(items) => {
+            for (i, v) in items.iter().enumerate() {
+                if !has_content(v) {
+                    continue;
+                }
+                let p = format!("{path}[{i}]");
+                match returned.get(i) {
+                    Some(r) => missing_fields(v, r, &p, out),
+                    None => out.push(p),
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Compares the body sent with the object returned.
+pub fn check_returned(body: &Value, returned: &Value) -> WriteOutcome {
+    let mut missing = Vec::new();
+    if let Some(sent_status) = body.get("status") {
+        let returned_status = returned.get("status").unwrap_or(&Value::Null);
+        missing_fields(sent_status, returned_status, "status", &mut missing);
+    }
+    if missing.is_empty() {
+        WriteOutcome::Applied
+    } else {
+        missing.truncate(MAX_MISSING_PATHS);
+        WriteOutcome::Pruned { missing }
+    }
+}
+
+/// What a write result means for the fleet view and readiness: a write
+/// the CRD refused for undeclared fields counts as pruned.
+pub fn write_record(result: &Result<WriteOutcome, WriteError>) -> WriteRecord {
+    match result {
+        Ok(WriteOutcome::Applied) => WriteRecord::Applied,
+        Ok(WriteOutcome::Pruned { missing }) => WriteRecord::Pruned {
+            missing: missing.clone(),
+        },
+        // Refused for the same reason pruning happens: the CRD is too old.
+        Err(WriteError::NotDeclared { missing, .. }) => WriteRecord::Pruned {
+            missing: missing.clone(),
+        },
+        Err(e) => WriteRecord::Failed {
+            kind: e.kind().to_owned(),
+            message: e.to_string(),
+        },
+    }
+}
+
+/// The `result` label of [`telemetry::STATUS_WRITES_TOTAL`] for a write's
+/// result.
+pub(crate) fn result_label(result: &Result<WriteOutcome, WriteError>) -> &'static str {
+    match result {
+        Ok(WriteOutcome::Applied) => "applied",
+        Ok(WriteOutcome::Pruned { .. }) => "pruned",
+        Err(e) => e.kind(),
+    }
+}
+
+/// Writes statuses. Cheap to clone.
+#[derive(Clone)]
+pub struct StatusWriter {
+    client: Client,
+    resource: ApiResource,
+    params: PatchParams,
+    gate: Option<Arc<dyn WriteGate>>,
+}
+
+impl StatusWriter {
+    /// A writer using `client`, writing whenever asked (one replica).
+    pub fn new(client: Client) -> Self {
+        Self {
+            client,
+            resource: ApiResource::erase::<KuraInstance>(&()),
+            params: PatchParams::apply(FIELD_MANAGER).force(),
+            gate: None,
+        }
+    }
+
+    /// A writer that asks `gate` right before every PATCH and sends
+    /// nothing when it refuses ([`WriteError::Fenced`]).
+    pub fn with_gate(mut self, gate: Arc<dyn WriteGate>) -> Self {
+        self.gate = Some(gate);
+        self
+    }
+
+    /// Applies `status` to the instance `key` and checks what came back.
+    /// Logs and counts the result.
+    pub async fn write(
+        &self,
+        key: &InstanceKey,
+        status: &DesiredStatus,
+    ) -> Result<WriteOutcome, WriteError> {
+        let result = self.write_quiet(key, status).await;
+        metrics::counter!(telemetry::STATUS_WRITES_TOTAL, "result" => result_label(&result))
+            .increment(1);
+        match &result {
+            Ok(WriteOutcome::Applied) => tracing::debug!(instance = %key, "status written"),
+            Err(WriteError::NotDeclared { missing, message }) => {
+                metrics::counter!(telemetry::STATUS_WRITES_PRUNED_TOTAL).increment(1);
+                tracing::error!(
+                    instance = %key,
+                    missing = ?missing,
+                    error = %message,
+                    "status fields are not declared by the KuraInstance CRD in this cluster (too old): the write was refused; apply the CRD shipped with this agent"
+                );
+            }
+            Ok(WriteOutcome::Pruned { missing }) => {
+                metrics::counter!(telemetry::STATUS_WRITES_PRUNED_TOTAL).increment(1);
+                tracing::error!(
+                    instance = %key,
+                    missing = ?missing,
+                    "status fields were pruned by the API server: the KuraInstance CRD in this cluster is too old; apply the CRD shipped with this agent"
+                );
+            }
+            Err(e @ WriteError::Fenced(_)) => {
+                tracing::info!(instance = %key, error = %e, "status write not sent");
+            }
+            Err(e) => tracing::warn!(instance = %key, error = %e, "status write failed"),
+        }
+        result
+    }
+
+    async fn write_quiet(
+        &self,
+        key: &InstanceKey,
+        status: &DesiredStatus,
+    ) -> Result<WriteOutcome, WriteError> {
+        let body = apply_body(status)?;
+        if let Some(gate) = &self.gate {
+            gate.check(key, Timestamp::now())
+                .map_err(WriteError::Fenced)?;
+        }
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), &key.namespace, &self.resource);
+        let returned = api
+            .patch_status(&key.name, &self.params, &Patch::Apply(&body))
+            .await
+            .map_err(classify)?;
+        Ok(check_returned(&body, &returned.data))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_fields_names_every_lost_path() {
+        let sent =
+            json!({"a": {"b": 1, "c": [ {"d": 1}, {"d": 2, "e": "x"} ], "n": null}, "f": true});
+        let back = json!({"a": {"b": 1, "c": [ {"d": 1}, {"d": 2} ]}});
+        let mut out = Vec::new();
+        missing_fields(&sent, &back, "", &mut out);
+        assert_eq!(out, ["a.c[1].e", "f"]);
+    }
+
+    #[test]
+    fn nulls_are_left_out_of_the_apply_body() {
+        let mut v = json!({"a": null, "b": {"c": null, "d": 1}, "e": [null, {"f": null, "g": 2}]});
+        strip_nulls(&mut v);
+        assert_eq!(v, json!({"b": {"d": 1}, "e": [null, {"g": 2}]}));
+    }
+
+    #[test]
+    fn a_response_without_rollout_gate_is_pruned() {
+        let body = json!({"status": {"rolloutHealth": {"ready": true}, "rolloutGate": {"verdict": "healthy"}}});
+        assert_eq!(
+            check_returned(
+                &body,
+                &json!({"status": {"rolloutHealth": {"ready": true}, "phase": "Running"}})
+            ),
+            WriteOutcome::Pruned {
+                missing: vec!["status.rolloutGate".into()]
+            }
+        );
+        assert_eq!(
+            check_returned(
+                &body,
+                &json!({"status": {"rolloutHealth": {"ready": true}, "rolloutGate": {"verdict": "healthy"}}})
+            ),
+            WriteOutcome::Applied
+        );
+        assert_eq!(
+            check_returned(&body, &json!({"spec": {}})),
+            WriteOutcome::Pruned {
+                missing: vec!["status.rolloutGate".into(), "status.rolloutHealth".into()]
+            }
+        );
+    }
+
+    #[test]
+    fn api_errors_are_classified() {
+        let api = |code: u16| {
+            kube::Error::Api(Box::new(kube::core::Status {
+                code,
+                message: "m".into(),
+                ..Default::default()
+            }))
+        };
+        assert_eq!(classify(api(409)), WriteError::Conflict("m".into()));
+        assert_eq!(classify(api(404)).job_result(), JobResult::Gone);
+        assert_eq!(classify(api(403)).kind(), "forbidden");
+        assert_eq!(classify(api(500)), WriteError::Other("HTTP 500: m".into()));
+        let undeclared = kube::Error::Api(Box::new(kube::core::Status {
+            code: 500,
+            message: "failed to create typed patch object (/; kura.tuist.dev/v1alpha1, Kind=KuraInstance): .status.rolloutGate: field not declared in schema".into(),
+            ..Default::default()
+        }));
+        let e = classify(undeclared);
+        assert_eq!(e.kind(), "pruned");
+        assert_eq!(
+            write_record(&Err(e.clone())),
+            WriteRecord::Pruned {
+                missing: vec!["status.rolloutGate".into()]
+            },
+            "the debug view and /readyz treat it as pruning"
+        );
+        assert_eq!(e.job_result(), JobResult::Failed);
+        assert!(
+            matches!(&e, WriteError::NotDeclared { missing, .. } if missing == &["status.rolloutGate"]),
+            "{e:?}"
+        );
+        assert_eq!(classify(api(500)).job_result(), JobResult::Failed);
+    }
+}

@@ -1,0 +1,145 @@
+//! The write loop: [`WriteHandle`] is the run loop's
+//! [`StatusSink`] (push the latest desired status, forget an instance) and
+//! [`run_writes`] drains the [queue](super::queue) through the
+//! [`StatusWriter`], at most so many writes in flight, reporting every
+//! result through a callback (`kura-agent run` hands them to the fleet
+//! view).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use jiff::Timestamp;
+use tokio::sync::Notify;
+
+use super::apply::{StatusWriter, WriteError, WriteOutcome, write_record};
+use super::queue::{JobResult, WriteJob, WriteQueue};
+use crate::model::{DesiredStatus, InstanceKey, InstanceTarget, LastWrite, StatusSink};
+use crate::telemetry;
+
+/// The run loop's handle on the write queue: push desired statuses, forget
+/// instances. Cheap to clone.
+#[derive(Clone)]
+pub struct WriteHandle {
+    queue: Arc<Mutex<WriteQueue>>,
+    notify: Arc<Notify>,
+}
+
+impl WriteHandle {
+    /// A handle on `queue`.
+    pub fn new(queue: WriteQueue) -> Self {
+        Self {
+            queue: Arc::new(Mutex::new(queue)),
+            notify: Arc::new(Notify::new()),
+        }
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut WriteQueue) -> R) -> R {
+        let mut guard = self
+            .queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(&mut guard)
+    }
+
+    /// Records the latest desired status of an instance.
+    pub fn push(&self, key: InstanceKey, desired: DesiredStatus, now: Timestamp) {
+        self.with(|q| q.push(key, desired, now));
+        self.notify.notify_one();
+    }
+
+    /// Seeds the status read back from the cluster at start-up.
+    pub fn seed_written(&self, key: InstanceKey, written: DesiredStatus, written_at: Timestamp) {
+        self.with(|q| q.seed_written(key, written, written_at));
+    }
+
+    /// Forgets an instance.
+    pub fn remove(&self, key: &InstanceKey) {
+        self.with(|q| q.remove(key));
+    }
+
+    /// Instances with writes pending.
+    pub fn pending(&self) -> usize {
+        self.with(|q| q.pending())
+    }
+}
+
+/// Longest sleep of the write loop when nothing is scheduled.
+const IDLE_WAIT: Duration = Duration::from_secs(5);
+/// Shortest sleep of the write loop (no spinning on rounding).
+const MIN_WAIT: Duration = Duration::from_millis(5);
+
+/// Drains the queue forever: up to `max_in_flight` writes at once, each
+/// result recorded in the queue and the metrics, and handed to `report`
+/// with the instance it was for.
+pub async fn run_writes(
+    handle: WriteHandle,
+    writer: StatusWriter,
+    max_in_flight: usize,
+    mut report: impl FnMut(&InstanceKey, LastWrite) + Send,
+) {
+    let mut in_flight = FuturesUnordered::new();
+    loop {
+        let now = Timestamp::now();
+        while in_flight.len() < max_in_flight.max(1) {
+            let Some(job) = handle.with(|q| q.next(now)) else {
+                break;
+            };
+            let writer = writer.clone();
+            in_flight.push(async move {
+                let result = writer.write(&job.key, &job.status).await;
+                (job, result)
+            });
+        }
+        let at_cap = in_flight.len() >= max_in_flight.max(1);
+        let wait = handle
+            .with(|q| q.next_wakeup(now))
+            .map(|at| Duration::try_from(at.duration_since(now)).unwrap_or(Duration::ZERO))
+            .unwrap_or(IDLE_WAIT)
+            .clamp(MIN_WAIT, IDLE_WAIT);
+        metrics::gauge!(telemetry::PENDING_WRITES).set(handle.pending() as f64);
+        tokio::select! {
+            Some((job, result)) = in_flight.next(), if !in_flight.is_empty() => {
+                let write = finish(&handle, &job, &result);
+                report(&job.key, write);
+            }
+            () = handle.notify.notified() => {}
+            () = tokio::time::sleep(wait), if !at_cap => {}
+        }
+    }
+}
+
+/// Records a job's result in the queue; returns it as the report sees it.
+fn finish(
+    handle: &WriteHandle,
+    job: &WriteJob,
+    result: &Result<WriteOutcome, WriteError>,
+) -> LastWrite {
+    let now = Timestamp::now();
+    let job_result = match result {
+        Ok(_) => JobResult::Accepted,
+        Err(e) => e.job_result(),
+    };
+    handle.with(|q| q.complete(job, job_result, now));
+    LastWrite {
+        at: now,
+        attempt: job.attempt,
+        priority: job.priority,
+        result: write_record(result),
+    }
+}
+
+impl StatusSink for WriteHandle {
+    fn seed(&self, target: &InstanceTarget) {
+        if let Some((written, at)) = target.previous_written() {
+            self.seed_written(target.key(), written, at);
+        }
+    }
+    fn publish(&self, key: &InstanceKey, desired: DesiredStatus, now: Timestamp) {
+        self.push(key.clone(), desired, now);
+    }
+    fn forget(&self, key: &InstanceKey) {
+        self.remove(key);
+    }
+}

@@ -1,0 +1,300 @@
+//! "When to write" (contract/rollout-health.md): which desired statuses are
+//! worth a status write before the heartbeat, and which go first under the
+//! shared rate limit. Pure comparisons; the heartbeat and the rate limit
+//! belong to the [queue](super::queue).
+//!
+//! [`ChangePolicy::CONTRACT`] is the agent's policy: material means
+//! [`material_change`] of the aggregate (anything but `observedAt`,
+//! `sampledAt` and the per-pod `sampledAt`) or any change of the verdict
+//! but `evaluatedAt`; priority means [`is_priority_change`] (`ready`,
+//! `serving` or `ringConsistent` flipped, `memoryPressureState` rose) or a
+//! new gate verdict.
+
+use kura_schemas::{PodHealth, RolloutHealth};
+
+use crate::model::DesiredStatus;
+
+/// Decides whether a desired status is worth a write before the heartbeat
+/// (`material`), and whether it should jump the queue (`priority`); each
+/// is asked with the status last written and the one desired now.
+#[derive(Debug, Clone, Copy)]
+pub struct ChangePolicy {
+    /// Whether `desired` differs from `written` in anything but times that
+    /// move every sweep.
+    pub material: fn(written: &DesiredStatus, desired: &DesiredStatus) -> bool,
+    /// Whether the change should be written before others.
+    pub priority: fn(written: &DesiredStatus, desired: &DesiredStatus) -> bool,
+}
+
+impl ChangePolicy {
+    /// The contract's "When to write" (see the module documentation).
+    pub const CONTRACT: ChangePolicy = ChangePolicy {
+        material: material_status_change,
+        priority: priority_status_change,
+    };
+}
+
+impl Default for ChangePolicy {
+    fn default() -> Self {
+        ChangePolicy::CONTRACT
+    }
+}
+
+/// [`material_change`] of the aggregate, or any change of the verdict but
+/// `evaluatedAt`.
+fn material_status_change(written: &DesiredStatus, desired: &DesiredStatus) -> bool {
+    if material_change(&written.health, &desired.health) {
+        return true;
+    }
+    let mut gate = written.gate.clone();
+    gate.evaluated_at = desired.gate.evaluated_at;
+    gate != desired.gate
+}
+
+/// [`is_priority_change`] of the aggregate, or a new verdict.
+fn priority_status_change(written: &DesiredStatus, desired: &DesiredStatus) -> bool {
+    is_priority_change(Some(&written.health), &desired.health)
+        || written.gate.verdict != desired.gate.verdict
+}
+
+/// Whether `next` differs from `prev` in any field other than `observedAt`,
+/// `sampledAt` and the per-pod `sampledAt`: such a change is written at once,
+/// anything else waits for the heartbeat.
+pub fn material_change(prev: &RolloutHealth, next: &RolloutHealth) -> bool {
+    // Destructured so that a field added to the contract cannot be forgotten.
+    let RolloutHealth {
+        schema_version,
+        observed_at: _,
+        sampled_at: _,
+        observed_generation,
+        expected_pods,
+        sampled_pods,
+        ready,
+        serving,
+        writer_lock_owned,
+        initial_discovery_completed,
+        generation_consistent,
+        ring_consistent,
+        ring_members,
+        bootstrap_inflight_peers,
+        backfill_initial_cycle,
+        backfilling_peers,
+        backfill_degraded,
+        backfill_budget_exhausted_peers,
+        outbox_messages,
+        fd_timeout_count,
+        peer_connection_failures,
+        memory_pressure_state,
+        inflight_requests,
+        counter_resets,
+        pods,
+        retired_counters,
+        agent,
+    } = next;
+    *schema_version != prev.schema_version
+        || *observed_generation != prev.observed_generation
+        || *expected_pods != prev.expected_pods
+        || *sampled_pods != prev.sampled_pods
+        || *ready != prev.ready
+        || *serving != prev.serving
+        || *writer_lock_owned != prev.writer_lock_owned
+        || *initial_discovery_completed != prev.initial_discovery_completed
+        || *generation_consistent != prev.generation_consistent
+        || *ring_consistent != prev.ring_consistent
+        || *ring_members != prev.ring_members
+        || *bootstrap_inflight_peers != prev.bootstrap_inflight_peers
+        || *backfill_initial_cycle != prev.backfill_initial_cycle
+        || *backfilling_peers != prev.backfilling_peers
+        || *backfill_degraded != prev.backfill_degraded
+        || *backfill_budget_exhausted_peers != prev.backfill_budget_exhausted_peers
+        || *outbox_messages != prev.outbox_messages
+        || *fd_timeout_count != prev.fd_timeout_count
+        || *peer_connection_failures != prev.peer_connection_failures
+        || *memory_pressure_state != prev.memory_pressure_state
+        || *inflight_requests != prev.inflight_requests
+        || *counter_resets != prev.counter_resets
+        || *retired_counters != prev.retired_counters
+        || *agent != prev.agent
+        || pods.len() != prev.pods.len()
+        || pods
+            .iter()
+            .zip(&prev.pods)
+            .any(|(n, p)| pod_material_change(p, n))
+}
+
+fn pod_material_change(prev: &PodHealth, next: &PodHealth) -> bool {
+    let PodHealth {
+        name,
+        uid,
+        restart_count,
+        image,
+        ip,
+        incarnation,
+        sampled_at: _,
+        error,
+        ready,
+        state,
+        generation,
+        ring_members,
+        ring_fingerprint,
+        memory_pressure_state,
+        outbox_messages,
+        fd_timeout_count,
+        fd_timeout_count_raw,
+        peer_connection_failures,
+        peer_connection_failures_raw,
+    } = next;
+    *name != prev.name
+        || *uid != prev.uid
+        || *restart_count != prev.restart_count
+        || *image != prev.image
+        || *ip != prev.ip
+        || *incarnation != prev.incarnation
+        || *error != prev.error
+        || *ready != prev.ready
+        || *state != prev.state
+        || *generation != prev.generation
+        || *ring_members != prev.ring_members
+        || *ring_fingerprint != prev.ring_fingerprint
+        || *memory_pressure_state != prev.memory_pressure_state
+        || *outbox_messages != prev.outbox_messages
+        || *fd_timeout_count != prev.fd_timeout_count
+        || *fd_timeout_count_raw != prev.fd_timeout_count_raw
+        || *peer_connection_failures != prev.peer_connection_failures
+        || *peer_connection_failures_raw != prev.peer_connection_failures_raw
+}
+
+/// Whether writing `next` should go ahead of other writes: it flips `ready`,
+/// `serving` or `ringConsistent`, or raises `memoryPressureState`, compared
+/// with the last aggregate written (`prev`). With nothing written yet
+/// (`None`) the first aggregate is a priority: consumers have no status at all.
+pub fn is_priority_change(prev: Option<&RolloutHealth>, next: &RolloutHealth) -> bool {
+    match prev {
+        None => true,
+        Some(p) => {
+            p.ready != next.ready
+                || p.serving != next.serving
+                || p.ring_consistent != next.ring_consistent
+                || next.memory_pressure_state > p.memory_pressure_state
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jiff::Timestamp;
+    use kura_schemas::RetiredCounters;
+
+    fn ts(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    fn base() -> RolloutHealth {
+        RolloutHealth {
+            schema_version: 1,
+            observed_at: ts("2026-07-21T10:00:00Z"),
+            sampled_at: Some(ts("2026-07-21T09:59:59Z")),
+            observed_generation: 4,
+            expected_pods: 1,
+            sampled_pods: 1,
+            ready: true,
+            serving: true,
+            writer_lock_owned: true,
+            initial_discovery_completed: true,
+            generation_consistent: true,
+            ring_consistent: true,
+            ring_members: 3,
+            bootstrap_inflight_peers: None,
+            backfill_initial_cycle: "complete".into(),
+            backfilling_peers: Some(0),
+            backfill_degraded: false,
+            backfill_budget_exhausted_peers: Some(0),
+            outbox_messages: None,
+            fd_timeout_count: 2,
+            peer_connection_failures: Some(1),
+            memory_pressure_state: 1,
+            inflight_requests: 3,
+            counter_resets: 0,
+            pods: vec![PodHealth {
+                name: "p-0".into(),
+                uid: "u".into(),
+                sampled_at: Some(ts("2026-07-21T09:59:59Z")),
+                fd_timeout_count: Some(2),
+                fd_timeout_count_raw: Some(2),
+                ..PodHealth::default()
+            }],
+            retired_counters: RetiredCounters::default(),
+            agent: "agent-0".into(),
+        }
+    }
+
+    #[test]
+    fn only_times_changed_is_not_material() {
+        let prev = base();
+        let mut next = base();
+        next.observed_at = ts("2026-07-21T10:00:10Z");
+        next.sampled_at = Some(ts("2026-07-21T10:00:09Z"));
+        next.pods[0].sampled_at = Some(ts("2026-07-21T10:00:09Z"));
+        assert!(!material_change(&prev, &next));
+        assert!(!is_priority_change(Some(&prev), &next));
+    }
+
+    #[test]
+    fn sampled_at_disappearing_is_not_material_but_sampled_pods_is() {
+        let prev = base();
+        let mut next = base();
+        next.sampled_at = None;
+        assert!(!material_change(&prev, &next));
+        next.sampled_pods = 0;
+        assert!(material_change(&prev, &next));
+    }
+
+    #[test]
+    fn any_other_field_is_material() {
+        let prev = base();
+        let mut a = base();
+        a.fd_timeout_count = 3;
+        assert!(material_change(&prev, &a));
+        let mut b = base();
+        b.pods[0].fd_timeout_count_raw = Some(0);
+        assert!(material_change(&prev, &b));
+        let mut c = base();
+        c.pods[0].error = Some("timeout".into());
+        assert!(material_change(&prev, &c));
+        let mut d = base();
+        d.pods.clear();
+        assert!(material_change(&prev, &d));
+        let mut e = base();
+        e.outbox_messages = Some(0);
+        assert!(material_change(&prev, &e));
+        assert!(!material_change(&prev, &base()));
+    }
+
+    #[test]
+    fn priority_flips_and_pressure_rises() {
+        let prev = base();
+        let mut a = base();
+        a.ready = false;
+        assert!(is_priority_change(Some(&prev), &a));
+        let mut b = base();
+        b.serving = false;
+        assert!(is_priority_change(Some(&prev), &b));
+        let mut c = base();
+        c.ring_consistent = false;
+        assert!(is_priority_change(Some(&prev), &c));
+        let mut d = base();
+        d.memory_pressure_state = 2;
+        assert!(is_priority_change(Some(&prev), &d));
+        let mut e = base();
+        e.memory_pressure_state = 0;
+        assert!(
+            !is_priority_change(Some(&prev), &e),
+            "pressure falling is not urgent"
+        );
+        let mut f = base();
+        f.fd_timeout_count = 40;
+        assert!(!is_priority_change(Some(&prev), &f));
+        assert!(is_priority_change(None, &f));
+    }
+}

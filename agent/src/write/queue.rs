@@ -1,0 +1,631 @@
+//! The status write scheduler, pure: which instance's status to write next,
+//! and when. Time is always an argument.
+//!
+//! - One slot per instance holds the **latest desired status**: a newer
+//!   aggregate replaces an unwritten older one, so nothing is lost (the
+//!   newest is always what gets written) and nothing stale is written.
+//! - A slot is due when its desired status differs materially from the
+//!   last written one ([`ChangePolicy::material`]), or when the last
+//!   write is older than the heartbeat, or when nothing was written yet.
+//! - All writes share one token bucket; due slots whose change is a
+//!   priority change ([`ChangePolicy::priority`]) go first, then
+//!   the longest-waiting.
+//! - A failed write is retried with exponential backoff (backon), always
+//!   with the then-latest desired status; a write for an instance that no
+//!   longer exists drops its slot.
+
+use super::policy::ChangePolicy;
+use crate::model::{DesiredStatus, InstanceKey};
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
+use jiff::{SignedDuration, Timestamp};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Scheduler settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WriteQueueConfig {
+    /// Rewrite an unchanged status at least this often.
+    pub heartbeat: Duration,
+    /// Sustained writes per second, across all instances.
+    pub rate_per_second: f64,
+    /// Tokens available at once.
+    pub burst: u32,
+    /// First retry delay.
+    pub min_backoff: Duration,
+    /// Longest retry delay.
+    pub max_backoff: Duration,
+    /// Randomize retry delays (off in tests for determinism).
+    pub jitter: bool,
+}
+
+impl Default for WriteQueueConfig {
+    fn default() -> Self {
+        Self {
+            heartbeat: Duration::from_secs(30),
+            rate_per_second: 50.0,
+            burst: 40,
+            min_backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(60),
+            jitter: true,
+        }
+    }
+}
+
+/// `ts + d`, saturating at the largest timestamp.
+fn add(ts: Timestamp, d: Duration) -> Timestamp {
+    SignedDuration::try_from(d)
+        .ok()
+        .and_then(|d| ts.checked_add(d).ok())
+        .unwrap_or(Timestamp::MAX)
+}
+
+fn elapsed(since: Timestamp, now: Timestamp) -> Duration {
+    Duration::try_from(now.duration_since(since)).unwrap_or(Duration::ZERO)
+}
+
+/// A token bucket over caller-supplied time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenBucket {
+    rate: f64,
+    capacity: f64,
+    tokens: f64,
+    updated: Option<Timestamp>,
+}
+
+impl TokenBucket {
+    /// A full bucket of `burst` tokens refilling at `rate` per second.
+    pub fn new(rate: f64, burst: u32) -> Self {
+        let capacity = f64::from(burst.max(1));
+        Self {
+            rate: if rate.is_finite() && rate > 0.0 {
+                rate
+            } else {
+                1.0
+            },
+            capacity,
+            tokens: capacity,
+            updated: None,
+        }
+    }
+
+    fn refill(&mut self, now: Timestamp) {
+        if let Some(at) = self.updated {
+            self.tokens =
+                (self.tokens + elapsed(at, now).as_secs_f64() * self.rate).min(self.capacity);
+        }
+        if self.updated.is_none_or(|at| now > at) {
+            self.updated = Some(now);
+        }
+    }
+
+    /// Takes one token if there is one.
+    pub fn try_take(&mut self, now: Timestamp) -> bool {
+        self.refill(now);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// When the next token will be available (`now` when one is).
+    pub fn next_token_at(&self, now: Timestamp) -> Timestamp {
+        let mut probe = self.clone();
+        probe.refill(now);
+        if probe.tokens >= 1.0 {
+            now
+        } else {
+            add(
+                now,
+                Duration::from_secs_f64((1.0 - probe.tokens) / probe.rate),
+            )
+        }
+    }
+}
+
+/// One write to perform.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteJob {
+    /// The instance.
+    pub key: InstanceKey,
+    /// What to write.
+    pub status: DesiredStatus,
+    /// Whether it jumped the queue.
+    pub priority: bool,
+    /// 0 for a first attempt, then 1, 2, ... for retries.
+    pub attempt: u32,
+}
+
+/// What became of a [`WriteJob`], as far as scheduling cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobResult {
+    /// The API server accepted it (whether or not it pruned fields: a
+    /// pruned write is not retried, it is reported).
+    Accepted,
+    /// The instance is gone: forget it.
+    Gone,
+    /// A failure worth retrying (conflict, forbidden, transport, 5xx).
+    Failed,
+}
+
+#[derive(Debug)]
+struct Retry {
+    attempt: u32,
+    not_before: Timestamp,
+    backoff: ExponentialBackoff,
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    desired: Option<DesiredStatus>,
+    /// When the oldest unwritten desired status arrived.
+    waiting_since: Option<Timestamp>,
+    written: Option<(DesiredStatus, Timestamp)>,
+    in_flight: bool,
+    retry: Option<Retry>,
+}
+
+/// Why a slot is due, if it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Due {
+    No,
+    /// Due at a later time (heartbeat or retry).
+    At(Timestamp),
+    Now {
+        priority: bool,
+    },
+}
+
+/// The write scheduler. See the module documentation.
+#[derive(Debug)]
+pub struct WriteQueue {
+    config: WriteQueueConfig,
+    policy: ChangePolicy,
+    bucket: TokenBucket,
+    slots: BTreeMap<InstanceKey, Slot>,
+}
+
+impl WriteQueue {
+    /// An empty queue writing by the contract's policy.
+    pub fn new(config: WriteQueueConfig) -> Self {
+        Self {
+            bucket: TokenBucket::new(config.rate_per_second, config.burst),
+            config,
+            policy: ChangePolicy::CONTRACT,
+            slots: BTreeMap::new(),
+        }
+    }
+
+    /// An empty queue writing by `policy` (the tests' other policies).
+    #[cfg(test)]
+    fn with_policy(config: WriteQueueConfig, policy: ChangePolicy) -> Self {
+        Self {
+            policy,
+            ..Self::new(config)
+        }
+    }
+
+    /// Records the latest desired status of an instance, replacing any
+    /// unwritten older one.
+    pub fn push(&mut self, key: InstanceKey, desired: DesiredStatus, now: Timestamp) {
+        let slot = self.slots.entry(key).or_default();
+        slot.desired = Some(desired);
+        slot.waiting_since.get_or_insert(now);
+    }
+
+    /// Seeds what is known to be written already (the status read back at
+    /// start-up), so an unchanged aggregate waits for the heartbeat instead
+    /// of being rewritten at once.
+    pub fn seed_written(
+        &mut self,
+        key: InstanceKey,
+        written: DesiredStatus,
+        written_at: Timestamp,
+    ) {
+        let slot = self.slots.entry(key).or_default();
+        if slot.written.is_none() {
+            slot.written = Some((written, written_at));
+        }
+    }
+
+    /// Forgets an instance (it left discovery).
+    pub fn remove(&mut self, key: &InstanceKey) {
+        self.slots.remove(key);
+    }
+
+    fn due(&self, slot: &Slot, now: Timestamp) -> Due {
+        let Some(desired) = &slot.desired else {
+            return Due::No;
+        };
+        if slot.in_flight {
+            return Due::No;
+        }
+        let (ready_at, priority) = match &slot.written {
+            None => (now, true),
+            Some((written, at)) => {
+                if (self.policy.material)(written, desired) {
+                    (now, (self.policy.priority)(written, desired))
+                } else {
+                    (add(*at, self.config.heartbeat), false)
+                }
+            }
+        };
+        let ready_at = match &slot.retry {
+            Some(r) if r.not_before > ready_at => r.not_before,
+            _ => ready_at,
+        };
+        if ready_at <= now {
+            Due::Now { priority }
+        } else {
+            Due::At(ready_at)
+        }
+    }
+
+    /// The next write to perform at `now`, if one is due and the rate limit
+    /// allows it. The job's slot is marked in flight until [`complete`].
+    ///
+    /// [`complete`]: WriteQueue::complete
+    pub fn next(&mut self, now: Timestamp) -> Option<WriteJob> {
+        let (key, priority) = self
+            .slots
+            .iter()
+            .filter_map(|(k, s)| match self.due(s, now) {
+                Due::Now { priority } => Some((k, priority, s.waiting_since)),
+                _ => None,
+            })
+            .min_by(|a, b| (!a.1, a.2, a.0).cmp(&(!b.1, b.2, b.0)))
+            .map(|(k, p, _)| (k.clone(), p))?;
+        if !self.bucket.try_take(now) {
+            return None;
+        }
+        let slot = self.slots.get_mut(&key)?;
+        let status = slot.desired.clone()?;
+        slot.in_flight = true;
+        Some(WriteJob {
+            attempt: slot.retry.as_ref().map_or(0, |r| r.attempt),
+            key,
+            status,
+            priority,
+        })
+    }
+
+    /// Records the result of a job returned by [`WriteQueue::next`].
+    pub fn complete(&mut self, job: &WriteJob, result: JobResult, now: Timestamp) {
+        if result == JobResult::Gone {
+            self.slots.remove(&job.key);
+            return;
+        }
+        let Some(slot) = self.slots.get_mut(&job.key) else {
+            return;
+        };
+        slot.in_flight = false;
+        match result {
+            JobResult::Accepted => {
+                slot.retry = None;
+                slot.written = Some((job.status.clone(), now));
+                if slot.desired.as_ref() == Some(&job.status) {
+                    slot.desired = None;
+                    slot.waiting_since = None;
+                }
+            }
+            JobResult::Failed => {
+                let config = &self.config;
+                let retry = slot.retry.get_or_insert_with(|| {
+                    let mut b = ExponentialBuilder::new()
+                        .with_min_delay(config.min_backoff)
+                        .with_max_delay(config.max_backoff)
+                        .with_factor(2.0)
+                        .without_max_times();
+                    if config.jitter {
+                        b = b.with_jitter();
+                    }
+                    Retry {
+                        attempt: 0,
+                        not_before: now,
+                        backoff: b.build(),
+                    }
+                });
+                retry.attempt += 1;
+                let delay = retry.backoff.next().unwrap_or(config.max_backoff);
+                retry.not_before = add(now, delay);
+            }
+            JobResult::Gone => {}
+        }
+    }
+
+    /// When [`WriteQueue::next`] may next return a job, if anything is
+    /// waiting: `now` when a job is due and a token is free.
+    pub fn next_wakeup(&self, now: Timestamp) -> Option<Timestamp> {
+        let mut earliest: Option<Timestamp> = None;
+        for slot in self.slots.values() {
+            let at = match self.due(slot, now) {
+                Due::No => continue,
+                Due::At(at) => at,
+                Due::Now { .. } => self.bucket.next_token_at(now),
+            };
+            earliest = Some(earliest.map_or(at, |e| e.min(at)));
+        }
+        earliest
+    }
+
+    /// Instances whose latest desired status differs materially from what
+    /// was last written (or was never written), in flight or not: the
+    /// pending-writes gauge.
+    pub fn pending(&self) -> usize {
+        self.slots
+            .values()
+            .filter(|s| match (&s.desired, &s.written) {
+                (None, _) => false,
+                (Some(_), None) => true,
+                (Some(d), Some((w, _))) => {
+                    s.in_flight || s.retry.is_some() || (self.policy.material)(w, d)
+                }
+            })
+            .count()
+    }
+
+    /// Whether no instance is tracked.
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kura_schemas::{AgentVerdict, RetiredCounters, RolloutGate, RolloutHealth};
+
+    fn ts(s: i64) -> Timestamp {
+        Timestamp::from_second(1_780_000_000 + s).expect("ts")
+    }
+
+    fn status(at: i64, ready: bool, fd: u64) -> DesiredStatus {
+        DesiredStatus {
+            health: RolloutHealth {
+                schema_version: 1,
+                observed_at: ts(at),
+                sampled_at: Some(ts(at)),
+                observed_generation: 1,
+                expected_pods: 1,
+                sampled_pods: 1,
+                ready,
+                serving: true,
+                writer_lock_owned: true,
+                initial_discovery_completed: true,
+                generation_consistent: true,
+                ring_consistent: true,
+                ring_members: 1,
+                bootstrap_inflight_peers: None,
+                backfill_initial_cycle: String::new(),
+                backfilling_peers: None,
+                backfill_degraded: false,
+                backfill_budget_exhausted_peers: None,
+                outbox_messages: None,
+                fd_timeout_count: fd,
+                peer_connection_failures: None,
+                memory_pressure_state: 0,
+                inflight_requests: 0,
+                counter_resets: 0,
+                pods: vec![],
+                retired_counters: RetiredCounters::default(),
+                agent: "a".into(),
+            },
+            gate: RolloutGate {
+                target_image: "img".into(),
+                baseline_image: None,
+                baseline_captured_at: None,
+                baseline: Default::default(),
+                effective_baseline: Default::default(),
+                soak_eligible: false,
+                verdict: AgentVerdict::Healthy,
+                signal: None,
+                healthy_since: None,
+                evaluated_at: ts(at),
+                evidence: vec![],
+            },
+        }
+    }
+
+    fn queue(rate: f64, burst: u32) -> WriteQueue {
+        WriteQueue::new(WriteQueueConfig {
+            heartbeat: Duration::from_secs(30),
+            rate_per_second: rate,
+            burst,
+            min_backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(8),
+            jitter: false,
+        })
+    }
+
+    fn key(n: &str) -> InstanceKey {
+        InstanceKey::new("ns", n)
+    }
+
+    #[test]
+    fn first_status_is_written_then_unchanged_ones_wait_for_the_heartbeat() {
+        let mut q = queue(100.0, 10);
+        q.push(key("a"), status(0, true, 1), ts(0));
+        let job = q.next(ts(0)).expect("first write");
+        assert_eq!(job.attempt, 0);
+        q.complete(&job, JobResult::Accepted, ts(0));
+        // Same content, later sweep time: not material.
+        q.push(key("a"), status(10, true, 1), ts(10));
+        assert_eq!(q.next(ts(10)), None);
+        assert_eq!(q.next_wakeup(ts(10)), Some(ts(30)));
+        let hb = q.next(ts(30)).expect("heartbeat write");
+        assert_eq!(
+            hb.status,
+            status(10, true, 1),
+            "the latest desired status is written"
+        );
+        q.complete(&hb, JobResult::Accepted, ts(30));
+        assert_eq!(
+            q.next(ts(100)),
+            None,
+            "nothing new to write: no stale rewrite"
+        );
+    }
+
+    #[test]
+    fn a_newer_aggregate_replaces_an_unwritten_older_one() {
+        let mut q = queue(100.0, 10);
+        q.push(key("a"), status(0, true, 1), ts(0));
+        q.push(key("a"), status(10, true, 2), ts(10));
+        let job = q.next(ts(10)).expect("write");
+        assert_eq!(job.status, status(10, true, 2));
+        q.complete(&job, JobResult::Accepted, ts(10));
+        assert_eq!(q.next(ts(11)), None);
+    }
+
+    #[test]
+    fn material_change_is_written_before_the_heartbeat() {
+        let mut q = queue(100.0, 10);
+        q.push(key("a"), status(0, true, 1), ts(0));
+        let job = q.next(ts(0)).expect("write");
+        q.complete(&job, JobResult::Accepted, ts(0));
+        q.push(key("a"), status(10, true, 2), ts(10));
+        let job = q.next(ts(10)).expect("material change");
+        assert!(!job.priority, "a counter change is not a priority change");
+        assert_eq!(job.status.health.fd_timeout_count, 2);
+    }
+
+    #[test]
+    fn priority_changes_go_first_under_the_rate_limit() {
+        let mut q = queue(1.0, 2);
+        for n in ["a", "b"] {
+            q.push(key(n), status(0, true, 1), ts(0));
+        }
+        for _ in 0..2 {
+            let j = q.next(ts(0)).expect("initial writes within burst");
+            q.complete(&j, JobResult::Accepted, ts(0));
+        }
+        // a: counter change (material, not priority); b: ready flipped.
+        q.push(key("a"), status(5, true, 9), ts(5));
+        q.push(key("b"), status(6, false, 1), ts(6));
+        assert_eq!(q.pending(), 2);
+        // Bucket: 2 used at t0; at t6 six tokens refilled, capped at 2.
+        let first = q.next(ts(6)).expect("token");
+        assert_eq!(first.key, key("b"));
+        assert!(first.priority);
+        let second = q.next(ts(6)).expect("second token");
+        assert_eq!(second.key, key("a"));
+        assert_eq!(q.next(ts(6)), None, "in flight and no tokens left");
+    }
+
+    #[test]
+    fn the_rate_limit_holds_writes_back_and_says_when() {
+        let mut q = queue(2.0, 1);
+        for n in ["a", "b", "c"] {
+            q.push(key(n), status(0, true, 1), ts(0));
+        }
+        assert!(q.next(ts(0)).is_some());
+        assert_eq!(q.next(ts(0)), None, "burst of 1 spent");
+        let wake = q.next_wakeup(ts(0)).expect("pending writes");
+        assert_eq!(
+            wake,
+            ts(0)
+                .checked_add(SignedDuration::from_millis(500))
+                .expect("ts")
+        );
+        assert!(q.next(wake).is_some());
+    }
+
+    #[test]
+    fn failed_writes_retry_with_backoff_and_the_latest_status() {
+        let mut q = queue(100.0, 10);
+        q.push(key("a"), status(0, true, 1), ts(0));
+        let job = q.next(ts(0)).expect("write");
+        q.complete(&job, JobResult::Failed, ts(0));
+        assert_eq!(q.next(ts(0)), None, "backing off");
+        assert_eq!(q.next_wakeup(ts(0)), Some(ts(1)));
+        // A newer aggregate arrives during the backoff.
+        q.push(key("a"), status(1, true, 5), ts(1));
+        let retry = q.next(ts(1)).expect("retry");
+        assert_eq!(retry.attempt, 1);
+        assert_eq!(retry.status, status(1, true, 5));
+        q.complete(&retry, JobResult::Failed, ts(1));
+        assert_eq!(q.next_wakeup(ts(1)), Some(ts(3)), "second delay doubles");
+        let retry = q.next(ts(3)).expect("retry 2");
+        assert_eq!(retry.attempt, 2);
+        q.complete(&retry, JobResult::Accepted, ts(3));
+        assert_eq!(q.pending(), 0);
+        q.push(key("a"), status(4, false, 5), ts(4));
+        assert_eq!(
+            q.next(ts(4)).map(|j| j.attempt),
+            Some(0),
+            "success resets the backoff"
+        );
+    }
+
+    #[test]
+    fn a_status_pushed_while_in_flight_is_kept() {
+        let mut q = queue(100.0, 10);
+        q.push(key("a"), status(0, true, 1), ts(0));
+        let job = q.next(ts(0)).expect("write");
+        q.push(key("a"), status(1, true, 2), ts(1));
+        q.complete(&job, JobResult::Accepted, ts(1));
+        assert_eq!(q.next(ts(1)).map(|j| j.status), Some(status(1, true, 2)));
+    }
+
+    #[test]
+    fn a_function_policy_can_replace_the_basic_one() {
+        // Only fdTimeoutCount is material; nothing is priority.
+        let policy = ChangePolicy {
+            material: |a, b| a.health.fd_timeout_count != b.health.fd_timeout_count,
+            priority: |_, _| false,
+        };
+        let mut q = WriteQueue::with_policy(
+            WriteQueueConfig {
+                jitter: false,
+                ..WriteQueueConfig::default()
+            },
+            policy,
+        );
+        q.push(key("a"), status(0, true, 1), ts(0));
+        let j = q.next(ts(0)).expect("first");
+        q.complete(&j, JobResult::Accepted, ts(0));
+        q.push(key("a"), status(1, false, 1), ts(1));
+        assert_eq!(
+            q.next(ts(1)),
+            None,
+            "ready flip is not material under this policy"
+        );
+        q.push(key("a"), status(2, false, 2), ts(2));
+        assert!(q.next(ts(2)).is_some());
+    }
+
+    #[test]
+    fn gone_instances_are_forgotten() {
+        let mut q = queue(100.0, 10);
+        q.push(key("a"), status(0, true, 1), ts(0));
+        let job = q.next(ts(0)).expect("write");
+        q.complete(&job, JobResult::Gone, ts(0));
+        assert!(q.is_empty());
+        assert_eq!(q.next_wakeup(ts(0)), None);
+    }
+
+    #[test]
+    fn seeded_status_defers_an_unchanged_first_write_to_the_heartbeat() {
+        let mut q = queue(100.0, 10);
+        q.seed_written(key("a"), status(0, true, 1), ts(0));
+        q.push(key("a"), status(5, true, 1), ts(5));
+        assert_eq!(q.next(ts(5)), None);
+        assert!(q.next(ts(30)).is_some());
+    }
+
+    #[test]
+    fn memory_pressure_rise_and_verdict_change_are_priority() {
+        let p = ChangePolicy::CONTRACT;
+        let a = status(0, true, 1);
+        let mut b = status(10, true, 1);
+        assert!(!(p.material)(&a, &b));
+        b.health.memory_pressure_state = 1;
+        assert!((p.material)(&a, &b) && (p.priority)(&a, &b));
+        assert!(!(p.priority)(&b, &a), "a fall is not priority");
+        let mut c = status(10, true, 1);
+        c.gate.verdict = AgentVerdict::HardStop;
+        assert!((p.priority)(&a, &c));
+    }
+}

@@ -1,0 +1,41 @@
+//! The simulated fleet as the poller sees it: kura-sim knows nothing of
+//! the agent, so the tests turn its pods into poll targets here.
+
+use std::net::SocketAddr;
+
+use kura_agent::model::PodIdentity;
+use kura_sim::{SimPodHandle, Simulator};
+
+/// A simulated pod as discovery would see it: name, UID, restart count,
+/// IP (no image).
+pub trait PodIdentityOf {
+    /// The pod's identity.
+    fn identity(&self) -> PodIdentity;
+}
+
+impl PodIdentityOf for SimPodHandle {
+    fn identity(&self) -> PodIdentity {
+        PodIdentity {
+            name: self.name().to_owned(),
+            uid: self.uid().to_owned(),
+            restart_count: self.restarts(),
+            image: None,
+            ip: Some(self.addr().ip().to_string()),
+        }
+    }
+}
+
+/// Every pod of a simulator as a poll target, in start order.
+pub trait PollTargets {
+    /// Identity and address of every pod.
+    fn targets(&self) -> Vec<(PodIdentity, SocketAddr)>;
+}
+
+impl PollTargets for Simulator {
+    fn targets(&self) -> Vec<(PodIdentity, SocketAddr)> {
+        self.pods()
+            .iter()
+            .map(|p| (p.identity(), p.addr()))
+            .collect()
+    }
+}
