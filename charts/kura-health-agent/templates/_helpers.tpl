@@ -98,7 +98,7 @@ spec:
         - --body-limit={{ .Values.poll.bodyLimitBytes }}
         - --heartbeat={{ .Values.status.heartbeat }}
         - --write-rate={{ .Values.status.writesPerSecond }}
-        - --debug-listen=0.0.0.0:{{ .Values.debug.port }}
+        - --debug-listen=[::]:{{ .Values.debug.port }}
         - --log-format={{ .Values.logFormat }}
         - --sharding={{ .Values.sharding.enabled }}
         {{- if .Values.sharding.enabled }}
