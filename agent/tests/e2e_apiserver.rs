@@ -1370,7 +1370,9 @@ async fn counts_beyond_int64_never_stop_an_instances_status_writes() {
             n.http_inflight_requests = INT64_MAX;
         });
     }
-    fleet.pod("gamma-2").update(|n| n.fd_timeout_count = INT64_MAX + 1);
+    fleet
+        .pod("gamma-2")
+        .update(|n| n.fd_timeout_count = INT64_MAX + 1);
 
     let mut agent = start_agent(run_args(&ns, fleet.port, &[]), admin_config().await);
     let first = wait_status(&client, &ns, "gamma", "health with three pods", T, |s| {
