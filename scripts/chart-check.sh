@@ -1,19 +1,27 @@
 #!/usr/bin/env bash
 # Checks of the Helm chart charts/kura-health-agent, offline except for a real
 # kube-apiserver started on loopback:
-#   1. helm lint (default values and a variant with serviceMonitor and
-#      networkPolicy on, namespaces set); replicaCount 2 and an empty API
-#      server CIDR list must be refused, no scrapers must mean no ingress
-#   2. helm template (with the CRD) for both
-#   3. kubeconform -strict against JSON Schemas generated from that API
+#   1. helm lint (default values and a variant with serviceMonitor,
+#      namespaces, a set-based pod selector and a named port); refused
+#      renderings must fail saying why: replicaCount 2 without sharding, no
+#      or a /0 API server CIDR, kube-system, extraArgs overriding a flag the
+#      policy is derived from, an unreadable pod selector; no scrapers must
+#      mean no ingress
+#   2. for a matrix of namespaces / pod selectors / ports, the NetworkPolicy
+#      and RBAC follow the agent's own arguments (scripts/chart_derived.py)
+#   3. helm template (with the CRD) for the default and the variant
+#   4. kubeconform -strict against JSON Schemas generated from that API
 #      server's own OpenAPI (scripts/k8s-json-schemas.py): every built-in
 #      kind and the KuraInstance CRD; only ServiceMonitor is skipped (no
 #      Prometheus Operator CRD here, so no schema for it)
-#   4. the rendered manifests applied to the API server (kubectl apply
+#   5. the rendered manifests applied to the API server (kubectl apply
 #      --server-side; a Deployment does not run without scheduler and
 #      kubelet: only acceptance is checked), and the stored objects checked
 #      against the chart's promises (least-privilege role, security context,
-#      probes, one replica, NetworkPolicy, PDB)
+#      probes, one replica, NetworkPolicy, PDB); the variant's ServiceAccount
+#      may read pods in its namespaces only (kubectl auth can-i)
+#   6. the CRD stores a count of 2^63-1 (kura_schemas::api_int::API_INT_MAX)
+#      and the API server refuses 2^63 and 2^64-1
 #
 #   scripts/chart-check.sh
 #
@@ -31,44 +39,125 @@ fail() { echo "chart-check: FAIL: $*" >&2; exit 1; }
 part "tools (cached after the first build)"
 eval "$("$root/scripts/build-tools.sh" helm kubeconform kube-apiserver etcd kubectl)"
 helm=$KURA_HELM
+py=python3
+if ! "$py" -c 'import yaml' 2>/dev/null; then
+  py=$root/.cache/venv/bin/python   # scripts/test.sh's venv has PyYAML
+  "$py" -c 'import yaml'
+fi
+# The loopback API server's address: the NetworkPolicy requires one.
+api_cidr=127.0.0.1/32
+api=(--set "networkPolicy.apiServer.cidrs={$api_cidr}")
 
-cat > "$dir/variant-values.yaml" <<'EOF'
+cat > "$dir/variant-values.yaml" <<EOF
 serviceMonitor:
   enabled: true
   labels: {release: prometheus}
 networkPolicy:
   enabled: true
+  apiServer:
+    cidrs: ["$api_cidr"]
 watch:
   namespaces: [kura-a, kura-b]
   instanceSelector: tier=managed
+  podSelector: "app.kubernetes.io/name=kura,tier!=canary,track in (stable, next),!legacy"
+poll:
+  portName: http
 extraArgs: ["--retention=2h"]
 EOF
 
 part "helm lint"
-"$helm" lint --strict "$chart"
+"$helm" lint --strict "$chart" "${api[@]}"
 "$helm" lint --strict "$chart" -f "$dir/variant-values.yaml"
+
+part "refused renderings say why"
+# refused DESCRIPTION EXPECTED-MESSAGE HELM-ARGS...: rendering must fail and
+# say EXPECTED-MESSAGE.
+refused() {
+  local desc=$1 want=$2 out; shift 2
+  if out=$("$helm" template x "$chart" --namespace kura-system "$@" 2>&1); then
+    fail "$desc rendered; the chart must refuse it"
+  fi
+  grep -qF -- "$want" <<<"$out" || fail "$desc: refused without saying \"$want\": $out"
+  echo "chart-check: refused as expected: $desc"
+}
 # Two replicas write one instance only without sharding: refused then;
 # with sharding (the default) the Leases give every instance one writer.
-if out=$("$helm" template x "$chart" --set replicaCount=2 --set sharding.enabled=false 2>&1); then
-  fail "replicaCount=2 without sharding rendered; the chart must refuse two writers"
-fi
-grep -q "replicaCount must be 1 without sharding" <<<"$out" || fail "unexpected refusal of replicaCount=2: $out"
-if out=$("$helm" template x "$chart" --set mode=daemonset --set sharding.enabled=false 2>&1); then
-  fail "a DaemonSet without sharding rendered; the chart must refuse a writer per node"
-fi
-"$helm" template x "$chart" --set replicaCount=3 | grep -q -- '--sharding=true' \
+refused "replicaCount=2 without sharding" "replicaCount must be 1 without sharding" \
+  "${api[@]}" --set replicaCount=2 --set sharding.enabled=false
+refused "a DaemonSet without sharding" "mode daemonset needs sharding.enabled=true" \
+  "${api[@]}" --set mode=daemonset --set sharding.enabled=false
+"$helm" template x "$chart" "${api[@]}" --set replicaCount=3 | grep -q -- '--sharding=true' \
   || fail "replicaCount=3 with sharding must render sharded replicas"
-# An empty NetworkPolicy peer list means "everyone": never rendered.
-if out=$("$helm" template x "$chart" --set networkPolicy.apiServer.cidrs=null 2>&1); then
-  fail "an empty API server CIDR list rendered (egress anywhere)"
+# No broad egress: the API server's address is required, never a /0 (an
+# empty NetworkPolicy peer list would mean "everyone").
+refused "the NetworkPolicy without API server CIDRs (default values)" \
+  "networkPolicy.apiServer.cidrs is required while networkPolicy.enabled is true"
+refused "a null API server CIDR list" "networkPolicy.apiServer.cidrs is required" \
+  --set networkPolicy.apiServer.cidrs=null
+refused "egress to 0.0.0.0/0" "allows egress to every address" \
+  --set 'networkPolicy.apiServer.cidrs={10.0.0.10/32,0.0.0.0/0}'
+refused "egress to ::/0" "allows egress to every address" --set 'networkPolicy.apiServer.cidrs={::/0}'
+refused "an API server address without a prefix" "is not a CIDR" \
+  --set 'networkPolicy.apiServer.cidrs={10.0.0.10}'
+if "$helm" template x "$chart" --set networkPolicy.enabled=false | grep -q '^kind: NetworkPolicy'; then
+  fail "networkPolicy.enabled=false rendered a NetworkPolicy"
 fi
-"$helm" template x "$chart" --set networkPolicy.scrapeFrom=null \
+# Never kube-system: the Lease Role would grant update/delete on the control
+# plane's leader-election Leases.
+if out=$("$helm" template x "$chart" --namespace kube-system "${api[@]}" 2>&1); then
+  fail "a release in kube-system rendered"
+fi
+grep -qF "refusing to install into kube-system" <<<"$out" || fail "kube-system refused without saying why: $out"
+echo "chart-check: refused as expected: a release in kube-system"
+# What the NetworkPolicy and RBAC derive from cannot be overridden behind
+# their back.
+for arg in --port=5000 --port-name=grpc --pod-selector=app=x --namespace=other --debug-listen=0.0.0.0:9000; do
+  refused "extraArgs $arg" "set it through the chart's values" "${api[@]}" --set "extraArgs={$arg}"
+done
+refused "the removed networkPolicy.kuraPodSelector" "were removed" \
+  "${api[@]}" --set networkPolicy.kuraPodSelector.matchLabels.app=kura
+refused "a pod selector with an operator NetworkPolicies lack" 'cannot read "a>5"' \
+  "${api[@]}" --set-string 'watch.podSelector=a>5'
+refused "a pod selector with an empty set" "lists no values" \
+  "${api[@]}" --set-string 'watch.podSelector=a in ()'
+refused "an unbalanced pod selector" "cannot be read" \
+  "${api[@]}" --set-string 'watch.podSelector=a in (x'
+"$helm" template x "$chart" "${api[@]}" --set networkPolicy.scrapeFrom=null \
   | grep -q '^  ingress: \[\]$' || fail "no scrapers must render 'ingress: []' (no ingress)"
+
+part "NetworkPolicy and RBAC follow the agent's arguments (scripts/chart_derived.py)"
+# The policy must allow exactly what the agent polls with the arguments it
+# is given, and the RBAC must match the namespaces it watches.
+derived_case=0
+derived() {
+  derived_case=$((derived_case + 1))
+  "$helm" template x "$chart" --namespace kura-system "$@" > "$dir/derived-$derived_case.yaml"
+  "$py" "$root/scripts/chart_derived.py" "$dir/derived-$derived_case.yaml" "$api_cidr"
+}
+derived "${api[@]}"
+derived "${api[@]}" --set poll.port=4100
+derived "${api[@]}" --set poll.portName=http
+derived "${api[@]}" --set-string watch.podSelector=
+derived "${api[@]}" --set-string 'watch.podSelector=app=kura\,a=1\,a=2\,example.com/role==cache'
+derived "${api[@]}" --set-string 'watch.podSelector=!legacy\,present\,t notin (x\, y)'
+derived "${api[@]}" --set 'watch.namespaces={kura-a}'
+derived "${api[@]}" --set mode=daemonset --set 'watch.namespaces={kura-a,kura-b,kura-c}'
+derived -f "$dir/variant-values.yaml"
+"$helm" template x "$chart" --namespace kura-system \
+  --set 'networkPolicy.apiServer.cidrs={10.0.0.10/32,fd00::10/128}' > "$dir/two-cidrs.yaml"
+"$py" "$root/scripts/chart_derived.py" "$dir/two-cidrs.yaml" 10.0.0.10/32 fd00::10/128
+# The checker itself catches a policy that no longer follows the agent.
+sed 's/- port: 4000$/- port: 4001/' "$dir/derived-1.yaml" > "$dir/drifted.yaml"
+if "$py" "$root/scripts/chart_derived.py" "$dir/drifted.yaml" "$api_cidr" >/dev/null; then
+  fail "chart_derived.py accepted a NetworkPolicy on another port than the agent polls"
+fi
 
 part "helm template"
 "$helm" template kura-health-agent "$chart" --namespace kura-system --include-crds \
-  > "$dir/default.yaml"
-"$helm" template kura-health-agent "$chart" --namespace kura-system --include-crds \
+  "${api[@]}" > "$dir/default.yaml"
+# The variant as a release of its own in a namespace of its own, so that its
+# namespaced RBAC is checked apart from the default's ClusterRole.
+"$helm" template kura-variant "$chart" --namespace kura-variant --include-crds \
   -f "$dir/variant-values.yaml" > "$dir/variant.yaml"
 grep -q '^kind: ServiceMonitor' "$dir/variant.yaml" || fail "the variant has no ServiceMonitor"
 grep -q '^kind: ServiceMonitor' "$dir/default.yaml" && fail "ServiceMonitor rendered although disabled"
@@ -101,8 +190,7 @@ echo "chart-check: kind ServiceMonitor is skipped: no schema (no Prometheus Oper
   "$dir/default.yaml" "$dir/variant.yaml" "$dir/kurainstance.yaml"
 
 part "apply to the API server"
-kubectl create namespace kura-system
-kubectl create namespace kura-a
+for ns in kura-system kura-variant kura-a kura-b kura-c; do kubectl create namespace "$ns"; done
 kubectl apply --server-side --field-manager=chart-check -f "$dir/default.yaml"
 kubectl get -f "$dir/default.yaml" -o name
 kubectl apply --server-side --field-manager=chart-check -f "$dir/variant-applicable.yaml"
@@ -185,4 +273,57 @@ if problems:
     sys.exit(1)
 print(f"chart-check: {len(items)} stored objects keep the chart's promises")
 EOF
+part "RBAC: the variant reads only its namespaces"
+can() { kubectl auth can-i --as="system:serviceaccount:$1" "${@:2}" 2>/dev/null || true; }
+variant_sa=kura-variant:kura-variant-kura-health-agent
+default_sa=kura-system:kura-health-agent
+expect_can() { # yes|no SA VERB RESOURCE [ARGS...]
+  local want=$1 got; shift
+  got=$(can "$@")
+  [ "$got" = "$want" ] || fail "can-i $* answered '$got', want '$want'"
+  echo "chart-check: rbac: can-i $* -> $want"
+}
+for ns in kura-a kura-b; do
+  for verb in get list watch; do
+    expect_can yes "$variant_sa" "$verb" pods -n "$ns"
+    expect_can yes "$variant_sa" "$verb" kurainstances.kura.tuist.dev -n "$ns"
+  done
+  expect_can yes "$variant_sa" patch kurainstances.kura.tuist.dev --subresource=status -n "$ns"
+  expect_can no "$variant_sa" patch kurainstances.kura.tuist.dev -n "$ns"
+  expect_can no "$variant_sa" get secrets -n "$ns"
+done
+expect_can no "$variant_sa" list pods -n kura-c
+expect_can no "$variant_sa" list pods --all-namespaces
+expect_can no "$variant_sa" list kurainstances.kura.tuist.dev --all-namespaces
+expect_can yes "$default_sa" list pods --all-namespaces
+kubectl get clusterrole,clusterrolebinding -l app.kubernetes.io/instance=kura-variant -o name \
+  | grep . && fail "the variant (namespaces set) stored cluster-wide RBAC"
+
+part "the CRD holds counts up to 2^63-1, as kura-schemas assumes"
+# The status of a real KuraInstance: fdTimeoutCount at the ceiling is
+# stored; one above it (and 2^64-1) is refused by the API server, which is
+# why the parser refuses such counts and totals saturate there.
+health() { # FD_TIMEOUT_COUNT
+  printf '{"status":{"rolloutHealth":{"schemaVersion":1,"observedAt":"2026-12-01T10:00:00Z",'
+  printf '"observedGeneration":1,"expectedPods":3,"sampledPods":3,"ready":true,"serving":true,'
+  printf '"writerLockOwned":true,"initialDiscoveryCompleted":true,"generationConsistent":true,'
+  printf '"ringConsistent":true,"ringMembers":3,"bootstrapInflightPeers":null,'
+  printf '"backfillInitialCycle":"","backfillingPeers":null,"backfillDegraded":false,'
+  printf '"backfillBudgetExhaustedPeers":null,"outboxMessages":null,"fdTimeoutCount":%s,' "$1"
+  printf '"peerConnectionFailures":null,"memoryPressureState":0,"inflightRequests":0,'
+  printf '"counterResets":0}}}'
+}
+kubectl patch kurainstance example -n kura-a --subresource=status --type=merge \
+  -p "$(health 9223372036854775807)" >/dev/null
+stored=$(kubectl get kurainstance example -n kura-a -o jsonpath='{.status.rolloutHealth.fdTimeoutCount}')
+[ "$stored" = 9223372036854775807 ] || fail "2^63-1 stored as '$stored'"
+echo "chart-check: the API server stores fdTimeoutCount 9223372036854775807"
+for too_big in 9223372036854775808 18446744073709551615; do
+  if out=$(kubectl patch kurainstance example -n kura-a --subresource=status --type=merge \
+      -p "$(health "$too_big")" 2>&1); then
+    fail "the API server stored fdTimeoutCount $too_big; kura_schemas::api_int::API_INT_MAX is wrong"
+  fi
+  echo "chart-check: the API server refuses fdTimeoutCount $too_big: $(tail -n1 <<<"$out" | cut -c1-160)"
+done
+
 echo "chart-check: all checks passed"

@@ -40,6 +40,7 @@ part "kube-apiserver + etcd up"
 
 part "render the chart"
 "$KURA_HELM" template kura-health-agent "$root/charts/kura-health-agent" \
+  --set 'networkPolicy.apiServer.cidrs={127.0.0.1/32}' \
   --namespace kura-system > "$dir/chart.yaml"
 export KURA_E2E_CHART_MANIFESTS=$dir/chart.yaml
 export KURA_K8S_DIR KUBECONFIG

@@ -64,7 +64,9 @@ KURA_APISERVER_EXTRA_ARGS="--audit-log-path=$dir/audit.log --audit-policy-file=$
 . "$k8s_dir/env"
 
 part "the chart's default rendering applied"
+# The API server listens on loopback (the NetworkPolicy requires its address).
 "$KURA_HELM" template kura-health-agent "$root/charts/kura-health-agent" \
+  --set 'networkPolicy.apiServer.cidrs={127.0.0.1/32}' \
   --namespace kura-system --include-crds > "$dir/chart.yaml"
 kubectl apply --server-side -f "$root/charts/kura-health-agent/crds/" >/dev/null
 kubectl wait --for=condition=Established --timeout=60s crd/kurainstances.kura.tuist.dev >/dev/null

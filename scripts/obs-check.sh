@@ -46,6 +46,7 @@ echo "== dashboard: metric names, labels, datasource, ids, layout; PromQL parses
 echo "== chart: PrometheusRule and dashboard ConfigMap as helm renders them"
 eval "$(scripts/build-tools.sh helm)"
 "$KURA_HELM" template obs "$chart" --namespace kura-system --kube-version 1.33.0 \
+  --set 'networkPolicy.apiServer.cidrs={127.0.0.1/32}' \
   --set prometheusRule.enabled=true --set prometheusRule.heldFor=2h \
   --set prometheusRule.staleAfterSeconds=300 \
   --set prometheusRule.additionalRuleLabels.team=platform \

@@ -1473,3 +1473,64 @@ async fn rollout_flip_latency_at_default_settings() {
         cadence.rollout_interval.mul_f64(1.0 + cadence.jitter) + Duration::from_millis(1_800);
     assert!(max <= bound, "max {max:?} > {bound:?}");
 }
+
+/// Counts the API server cannot store (issue 15): two pods at 2^63-1 make a
+/// total that is stored as 2^63-1 (an unsaturated sum is refused with 422
+/// and every later write of the instance with it), and a pod reporting 2^63
+/// is that pod's invalid report, naming the field, while the instance's
+/// status keeps being written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real API server: scripts/e2e.sh"]
+async fn counts_beyond_int64_never_stop_an_instances_status_writes() {
+    const INT64_MAX: u64 = i64::MAX as u64;
+    let client = admin().await;
+    ensure_crd(&client).await;
+    let ns = create_namespace(&client, "e2e-int64").await;
+    let names = vec!["gamma".to_owned()];
+    let fleet = Fleet::create(
+        &client,
+        &ns,
+        &names,
+        3,
+        "ghcr.io/tuist/kura:1.0.0",
+        Ipv4Addr::new(127, 28, 0, 1),
+    )
+    .await;
+    for pod in ["gamma-0", "gamma-1"] {
+        fleet.pod(pod).update(|n| {
+            n.fd_timeout_count = INT64_MAX;
+            n.http_inflight_requests = INT64_MAX;
+        });
+    }
+    fleet
+        .pod("gamma-2")
+        .update(|n| n.fd_timeout_count = INT64_MAX + 1);
+
+    let mut agent = start_agent(run_args(&ns, fleet.port, &[]), admin_config().await);
+    let first = wait_status(&client, &ns, "gamma", "health with three pods", T, |s| {
+        s["rolloutHealth"]["pods"]
+            .as_array()
+            .is_some_and(|p| p.len() == 3)
+    })
+    .await;
+    let h = &first["rolloutHealth"];
+    assert_eq!(fd_timeouts(&first), Some(INT64_MAX), "{h}");
+    assert_eq!(h["inflightRequests"].as_u64(), Some(INT64_MAX), "{h}");
+    let bad = h["pods"]
+        .as_array()
+        .and_then(|pods| pods.iter().find(|p| p["name"] == "gamma-2"))
+        .expect("gamma-2's entry");
+    let error = bad["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("fd_timeout_count") && error.contains("out of range"),
+        "gamma-2's error names the field: {bad}"
+    );
+    // Later writes land too (the heartbeat is 3 s).
+    let observed = h["observedAt"].clone();
+    wait_status(&client, &ns, "gamma", "a later write", T, |s| {
+        s["rolloutHealth"]["observedAt"] != observed
+    })
+    .await;
+    agent.stop().await;
+    drop(fleet);
+}

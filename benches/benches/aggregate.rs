@@ -2,10 +2,17 @@
 //! 3-pod and a 32-pod instance, counters advancing every sweep (so the
 //! clamping path runs), every 16th sweep with one restarted pod and one
 //! failed sample. Throughput is reported in pod samples per second.
+//!
+//! Scaling (issue 15, "quadratic aggregation"): one sweep of n pods never
+//! seen before, listed in reverse name order, through a fresh aggregator
+//! (`new_pods_reverse`), and `kura-agent aggregate`'s whole path over a
+//! document of one such sweep (`document_reverse`: strict read, parse, run).
+//! The time per pod must stay flat as n grows (it grew linearly: 40,000 pods
+//! took 9.1 s).
 
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use jiff::{SignedDuration, Timestamp};
-use kura_agent::aggregate::{AggregateConfig, InstanceAggregator};
+use kura_agent::aggregate::{AggregateConfig, InstanceAggregator, input};
 use kura_agent::model::{InstanceInfo, PodIdentity, PodSample, SampleResult};
 use kura_schemas::{NodeReport, parse_report};
 use std::hint::black_box;
@@ -84,5 +91,93 @@ fn aggregate(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, aggregate);
+/// One sweep of `pods` pods, names in reverse order.
+fn reverse_sweep(pods: usize, at: Timestamp) -> Vec<PodSample> {
+    let report: NodeReport = match parse_report(G4) {
+        Ok(r) => r,
+        Err(e) => panic!("benchmark report: {e}"),
+    };
+    (0..pods)
+        .rev()
+        .map(|p| PodSample {
+            pod: PodIdentity {
+                name: format!("acme-eu-{p:06}"),
+                uid: format!("uid-{p}"),
+                restart_count: 0,
+                image: None,
+                ip: None,
+            },
+            received_at: at,
+            result: SampleResult::Report(Box::new(report.clone())),
+        })
+        .collect()
+}
+
+/// An aggregate document of one sweep of `pods` pods in reverse order.
+fn reverse_document(pods: usize) -> Vec<u8> {
+    let report = String::from_utf8_lossy(G4).replace('\n', "");
+    let entries: Vec<String> = (0..pods)
+        .rev()
+        .map(|p| {
+            format!(
+                r#"{{"name":"acme-eu-{p:06}","uid":"uid-{p}","restartCount":0,"report":{report}}}"#
+            )
+        })
+        .collect();
+    format!(
+        r#"{{"instance":{{"namespace":"kura","name":"acme-eu","expectedPods":{pods},"generation":3}},
+"sweeps":[{{"at":"2026-07-21T10:00:00Z","pods":[{}]}}]}}"#,
+        entries.join(",")
+    )
+    .into_bytes()
+}
+
+fn scaling(c: &mut Criterion) {
+    let at: Timestamp = "2026-07-21T10:00:00Z"
+        .parse()
+        .unwrap_or(Timestamp::UNIX_EPOCH);
+    let mut group = c.benchmark_group("aggregate_new_pods_reverse");
+    group.sample_size(10);
+    for pods in [1_000usize, 4_000, 16_000] {
+        let instance = InstanceInfo {
+            namespace: "kura".into(),
+            name: "acme-eu".into(),
+            expected_pods: pods as u32,
+            generation: 3,
+        };
+        let samples = reverse_sweep(pods, at);
+        group.throughput(Throughput::Elements(pods as u64));
+        group.bench_with_input(BenchmarkId::new("pods", pods), &samples, |b, samples| {
+            b.iter_batched(
+                || InstanceAggregator::new(AggregateConfig::default()),
+                |mut agg| black_box(agg.sweep(&instance, black_box(samples), at, "kura-agent-0")),
+                BatchSize::LargeInput,
+            )
+        });
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group("aggregate_document_reverse");
+    group.sample_size(10);
+    for pods in [5_000usize, 20_000, 40_000] {
+        let doc = reverse_document(pods);
+        group.throughput(Throughput::Elements(pods as u64));
+        group.bench_with_input(BenchmarkId::new("pods", pods), &doc, |b, doc| {
+            b.iter(|| {
+                let parsed = match input::parse_input(black_box(doc)) {
+                    Ok(d) => d,
+                    Err(e) => panic!("benchmark document: {e}"),
+                };
+                black_box(input::run(
+                    &parsed,
+                    AggregateConfig::default(),
+                    "kura-agent",
+                ))
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, aggregate, scaling);
 criterion_main!(benches);

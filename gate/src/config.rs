@@ -1,5 +1,6 @@
 //! Gate configuration (contract/gate.md, "Defaults") and the band arithmetic.
 
+use kura_schemas::api_int;
 use serde::{Deserialize, Serialize};
 
 /// Every tunable of the gate. [`GateConfig::default`] is the documented
@@ -64,9 +65,10 @@ impl GateConfig {
         percent_band(baseline, self.outbox_band_percent, self.outbox_band_minimum)
     }
 
-    /// Top of the fd-timeout band for `baseline` (inclusive).
+    /// Top of the fd-timeout band for `baseline` (inclusive), saturating at
+    /// 2^63−1 like every band top.
     pub fn fd_timeout_band_top(&self, baseline: u64) -> u64 {
-        baseline.saturating_add(self.fd_timeout_band)
+        api_int::saturating_add(baseline, self.fd_timeout_band)
     }
 
     /// Top of the peer-failure band for `baseline` (inclusive).
@@ -88,11 +90,15 @@ impl GateConfig {
 }
 
 /// `baseline + max(ceil(baseline × percent / 100), minimum)` in exact integer
-/// arithmetic, saturating at `u64::MAX`.
+/// arithmetic, saturating at 2^63−1 ([`api_int::API_INT_MAX`]): a band top
+/// is published as evidence in `status.rolloutGate`, and the API server
+/// stores no larger integer (a larger one would make every status write of
+/// the instance fail).
 pub fn percent_band(baseline: u64, percent: u64, minimum: u64) -> u64 {
     let scaled = u128::from(baseline) * u128::from(percent);
     let headroom = scaled.div_ceil(100).max(u128::from(minimum));
-    u64::try_from(u128::from(baseline) + headroom).unwrap_or(u64::MAX)
+    let top = u128::from(baseline) + headroom;
+    u64::try_from(top).map_or(api_int::API_INT_MAX, api_int::saturate)
 }
 
 #[cfg(test)]
@@ -108,7 +114,26 @@ mod tests {
         assert_eq!(config.peer_failure_band_top(0), 25);
         assert_eq!(config.peer_failure_band_top(300), 330);
         assert_eq!(config.fd_timeout_band_top(90), 90);
-        assert_eq!(config.outbox_band_top(u64::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn band_tops_saturate_at_what_the_api_server_stores() {
+        let max = api_int::API_INT_MAX;
+        let config = GateConfig {
+            fd_timeout_band: 10,
+            ..GateConfig::default()
+        };
+        for base in [max - 5, max, u64::MAX] {
+            assert_eq!(config.outbox_band_top(base), max, "outbox {base}");
+            assert_eq!(config.peer_failure_band_top(base), max, "peers {base}");
+            assert_eq!(config.fd_timeout_band_top(base), max, "fd {base}");
+        }
+        // 10 % of 2^63-1 would have been above it.
+        assert_eq!(
+            percent_band(max / 2, 10, 0),
+            max / 2 + (max / 2).div_ceil(10)
+        );
+        assert_eq!(percent_band(max / 10 * 9, 20, 0), max);
     }
 
     #[test]

@@ -44,7 +44,10 @@ verdict is pass, soak or hard_stop; remainingSeconds is null unless soaking;
 evidence lists the failed checks (server, signal, observed, bandTop, baseline,
 detail): empty for pass and soaking, at most 16 entries.
 Invalid input exits 2 with one line on standard error naming the tick, the
-server and the field at fault.
+server and the field at fault (or the line and column of a key given twice
+in one object: refused anywhere in the document). Counts in health are at
+most 2^63-1, the largest integer the API server stores. One leading UTF-8
+byte-order mark is skipped.
 
 Rules (contract/gate.md): destroyed servers and servers of later waves are out
 of scope; hard stops come first (deployment_failed, server_regressed_to_failed,

@@ -1,11 +1,16 @@
 //! Offline replay (contract/gate.md, "Offline replay"): a JSON document of
 //! ticks in, one verdict line per tick out. Parsing is strict and every
-//! error names the tick, server and field at fault.
+//! error names the tick, server and field at fault, or the line and column
+//! of a key given twice (`kura_schemas::strict_json`: a repeated key is
+//! refused anywhere in the document; one leading UTF-8 byte-order mark is
+//! skipped, as files saved by some editors start with one).
 
 use std::collections::HashSet;
 
 use jiff::Timestamp;
 use kura_schemas::BaselineCounters;
+use kura_schemas::api_int::API_INT_MAX;
+use kura_schemas::strict_json::{self, StrictJsonError};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use thiserror::Error;
@@ -46,6 +51,17 @@ pub enum ReplayError {
         /// Line of the fault, from 1 (0 when the input ended early).
         line: usize,
         /// Column of the fault, from 1.
+        column: usize,
+    },
+    /// A key appears twice in one object: readers disagree on which one
+    /// counts, so the document is refused.
+    #[error("line {line} column {column}: key {key:?} appears more than once in one object")]
+    DuplicateKey {
+        /// The key.
+        key: String,
+        /// 1-based line of the second occurrence.
+        line: usize,
+        /// 1-based column just after it.
         column: usize,
     },
     /// A field is missing, of the wrong type or out of range.
@@ -191,12 +207,22 @@ pub fn parse_baseline_json(text: &str, config: &GateConfig) -> Result<Baseline, 
     parse_baseline(&Ctx::default(), &json_value(text)?, "", config)
 }
 
-/// The JSON value of `text`, or where it stops being JSON.
+/// The JSON value of `text`, or where it stops being JSON, or where a key
+/// repeats (`strict_json`: refused at any depth; one leading byte-order
+/// mark is skipped).
 fn json_value(text: &str) -> Result<Value, ReplayError> {
-    serde_json::from_str(text).map_err(|e| ReplayError::Json {
-        message: e.to_string(),
-        line: e.line(),
-        column: e.column(),
+    strict_json::document_from_str(text).map_err(|e| match e {
+        StrictJsonError::DuplicateKey { key, line, column } => {
+            ReplayError::DuplicateKey { key, line, column }
+        }
+        other => {
+            let (line, column) = other.position().unwrap_or((0, 0));
+            ReplayError::Json {
+                message: other.to_string(),
+                line,
+                column,
+            }
+        }
     })
 }
 
@@ -476,12 +502,9 @@ fn parse_health(
         Some(value) => at.object(value, field)?,
     };
     let p = format!("{field}.");
-    let small = |key: &str, max: u64| -> Result<Option<u64>, ReplayError> {
-        match at.opt_uint(obj, key, &p)? {
-            Some(v) if v > max => Err(at.fail(&format!("{p}{key}"), format!("{v} is above {max}"))),
-            v => Ok(v),
-        }
-    };
+    let small = |key: &str, max: u64| at.opt_uint_max(obj, key, &p, max);
+    // What a stored rolloutHealth can hold: the API server's int64.
+    let count = |key: &str| at.opt_uint_max(obj, key, &p, API_INT_MAX);
     Ok(Some(HealthView {
         sampled_at: at.opt_time(obj, "sampledAt", &p)?,
         expected_pods: small("expectedPods", u64::from(u32::MAX))?
@@ -491,13 +514,13 @@ fn parse_health(
         ready: at.opt_bool(obj, "ready", &p)?,
         serving: at.opt_bool(obj, "serving", &p)?,
         ring_consistent: at.opt_bool(obj, "ringConsistent", &p)?,
-        bootstrap_inflight_peers: at.opt_uint(obj, "bootstrapInflightPeers", &p)?,
+        bootstrap_inflight_peers: count("bootstrapInflightPeers")?,
         backfill_initial_cycle: at.opt_str(obj, "backfillInitialCycle", &p)?,
         backfill_degraded: at.opt_bool(obj, "backfillDegraded", &p)?,
-        backfill_budget_exhausted_peers: at.opt_uint(obj, "backfillBudgetExhaustedPeers", &p)?,
-        outbox_messages: at.opt_uint(obj, "outboxMessages", &p)?,
-        fd_timeout_count: at.opt_uint(obj, "fdTimeoutCount", &p)?,
-        peer_connection_failures: at.opt_uint(obj, "peerConnectionFailures", &p)?,
+        backfill_budget_exhausted_peers: count("backfillBudgetExhaustedPeers")?,
+        outbox_messages: count("outboxMessages")?,
+        fd_timeout_count: count("fdTimeoutCount")?,
+        peer_connection_failures: count("peerConnectionFailures")?,
         memory_pressure_state: small("memoryPressureState", u64::from(u8::MAX))?
             .and_then(|v| u8::try_from(v).ok()),
     }))
@@ -543,12 +566,47 @@ impl Ctx {
     }
 
     fn uint(&self, value: &Value, field: &str) -> Result<u64, ReplayError> {
-        value.as_u64().ok_or_else(|| {
+        self.uint_max(value, field, u64::MAX)
+    }
+
+    /// A non-negative integer up to `max`. An integer beyond it (or beyond
+    /// 64 bits, which JSON readers hold as a float) is "out of range", not a
+    /// wrong type.
+    fn uint_max(&self, value: &Value, field: &str, max: u64) -> Result<u64, ReplayError> {
+        let out_of_range = || {
+            let why = if max == API_INT_MAX {
+                " (2^63-1, the largest integer the API server stores)"
+            } else {
+                ""
+            };
             self.fail(
                 field,
-                format!("expected a non-negative integer, got {}", show(value)),
+                format!(
+                    "{} is out of range: the largest accepted is {max}{why}",
+                    show(value)
+                ),
             )
-        })
+        };
+        match value {
+            Value::Number(n) => match n.as_u64() {
+                Some(v) if v <= max => Ok(v),
+                Some(_) => Err(out_of_range()),
+                None if n
+                    .as_f64()
+                    .is_some_and(|f| f.fract() == 0.0 && f >= u64::MAX as f64) =>
+                {
+                    Err(out_of_range())
+                }
+                None => Err(self.fail(
+                    field,
+                    format!("expected a non-negative integer, got {}", show(value)),
+                )),
+            },
+            _ => Err(self.fail(
+                field,
+                format!("expected a non-negative integer, got {}", show(value)),
+            )),
+        }
     }
 
     fn opt_uint(
@@ -557,13 +615,25 @@ impl Ctx {
         key: &str,
         prefix: &str,
     ) -> Result<Option<u64>, ReplayError> {
+        self.opt_uint_max(obj, key, prefix, u64::MAX)
+    }
+
+    fn opt_uint_max(
+        &self,
+        obj: &Map<String, Value>,
+        key: &str,
+        prefix: &str,
+        max: u64,
+    ) -> Result<Option<u64>, ReplayError> {
         // The field's name is formatted only on the error path: a
         // 1,000-server tick reads some 30,000 fields.
         match obj.get(key) {
             None | Some(Value::Null) => Ok(None),
             Some(value) => match value.as_u64() {
-                Some(n) => Ok(Some(n)),
-                None => self.uint(value, &format!("{prefix}{key}")).map(Some),
+                Some(n) if n <= max => Ok(Some(n)),
+                _ => self
+                    .uint_max(value, &format!("{prefix}{key}"), max)
+                    .map(Some),
             },
         }
     }
@@ -585,8 +655,8 @@ impl Ctx {
         let value = obj
             .get(key)
             .ok_or_else(|| self.fail(&field, "missing".into()))?;
-        let n = self.uint(value, &field)?;
-        u32::try_from(n).map_err(|_| self.fail(&field, format!("{n} is above {}", u32::MAX)))
+        let n = self.uint_max(value, &field, u64::from(u32::MAX))?;
+        u32::try_from(n).map_err(|_| self.fail(&field, format!("{n} is out of range")))
     }
 
     fn opt_bool(

@@ -205,3 +205,69 @@ fn eligibility_needs_a_fresh_complete_healthy_aggregate() {
     busy.memory_pressure_state = Some(1);
     assert!(soak_eligible(Some(&busy), at(0), &config));
 }
+
+mod storable_evidence {
+    use super::*;
+    use kura_schemas::api_int::API_INT_MAX;
+    use proptest::prelude::*;
+
+    fn count() -> impl Strategy<Value = u64> {
+        prop_oneof![
+            0u64..1000,
+            (API_INT_MAX - 1000)..=API_INT_MAX,
+            0u64..=API_INT_MAX
+        ]
+    }
+
+    proptest! {
+        /// Every number the checks publish as evidence fits what the API
+        /// server stores (2^63−1) whenever the aggregate's counts do, for
+        /// any band configuration: a band top above it would make every
+        /// status write of the instance fail.
+        #[test]
+        fn evidence_never_exceeds_what_the_api_server_stores(
+            base in (count(), count(), count()),
+            current in (count(), count(), count()),
+            bands in (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>()),
+        ) {
+            let config = GateConfig {
+                outbox_band_percent: bands.0,
+                outbox_band_minimum: bands.1,
+                fd_timeout_band: bands.2,
+                peer_failure_band_percent: bands.3,
+                peer_failure_band_minimum: bands.4,
+                ..GateConfig::default()
+            };
+            let h = HealthView {
+                sampled_at: Some(at(-10)),
+                expected_pods: Some(1),
+                sampled_pods: Some(1),
+                ready: Some(true),
+                serving: Some(true),
+                ring_consistent: Some(true),
+                bootstrap_inflight_peers: Some(0),
+                backfill_initial_cycle: Some("complete".into()),
+                backfill_degraded: Some(false),
+                backfill_budget_exhausted_peers: Some(0),
+                outbox_messages: Some(current.0),
+                fd_timeout_count: Some(current.1),
+                peer_connection_failures: Some(current.2),
+                memory_pressure_state: Some(0),
+            };
+            let baseline = counters(base.0, base.1, base.2);
+            if let Some(e) = check_server("s", Some(&h), Some(&baseline), at(0), &config) {
+                for n in [e.observed, e.band_top, e.baseline].into_iter().flatten() {
+                    prop_assert!(n <= API_INT_MAX, "{e:?}");
+                }
+            }
+            for (top, b) in [
+                (config.outbox_band_top(base.0), base.0),
+                (config.fd_timeout_band_top(base.1), base.1),
+                (config.peer_failure_band_top(base.2), base.2),
+            ] {
+                prop_assert!(top <= API_INT_MAX, "band top {top} above the ceiling");
+                prop_assert!(top >= b, "band top {top} below its baseline {b}");
+            }
+        }
+    }
+}

@@ -129,6 +129,7 @@ impl std::fmt::Display for Signal {
 /// alone.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::api_int::declare_stored_formats)]
 pub struct Evidence {
     /// The server (instance) the check ran on.
     pub server: String,
@@ -190,6 +191,7 @@ impl AgentVerdict {
 /// Baseline counters (each may be null: a null baseline is never compared).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::api_int::declare_stored_formats)]
 pub struct BaselineCounters {
     /// `outboxMessages` at capture.
     #[serde(default)]

@@ -2,7 +2,10 @@
 //! (contract/rollout-health.md). camelCase on the wire.
 //!
 //! Fields the contract defines as "integer or null" are `Option` and
-//! serialize as `null` when absent: absent is never zero.
+//! serialize as `null` when absent: absent is never zero. Integers are
+//! declared as the API server stores them (`format: int64`, see
+//! [`crate::api_int`]): a count above 2^63−1 cannot be written, so totals
+//! saturate there.
 
 use jiff::Timestamp;
 use schemars::JsonSchema;
@@ -17,6 +20,7 @@ pub const MAX_POD_ENTRIES: usize = 32;
 /// The aggregate of one instance's pod reports for one sweep.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::api_int::declare_stored_formats)]
 pub struct RolloutHealth {
     /// Always 1.
     pub schema_version: u32,
@@ -87,6 +91,7 @@ pub struct RolloutHealth {
 /// per-pod counter state the agent needs to continue after a restart.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::api_int::declare_stored_formats)]
 pub struct PodHealth {
     /// Pod name (the key of the counter state).
     pub name: String,
@@ -149,6 +154,7 @@ pub struct PodHealth {
 /// Clamped counter totals of pods that are gone for good.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::api_int::declare_stored_formats)]
 pub struct RetiredCounters {
     /// Retired fd timeouts.
     #[serde(default)]

@@ -6,13 +6,18 @@
 //! - [`health`]: `status.rolloutHealth`, the per-instance aggregate;
 //! - [`gate_status`]: `status.rolloutGate`, signals and evidence;
 //! - [`instance`]: the `KuraInstance` custom resource;
-//! - [`generated`]: the CRD YAML and JSON Schemas written by `crdgen`.
+//! - [`generated`]: the CRD YAML and JSON Schemas written by `crdgen`;
+//! - [`api_int`]: the int64 ceiling of what the API server stores;
+//! - [`strict_json`]: JSON read with repeated keys refused, for every
+//!   document read from a file.
 
+pub mod api_int;
 pub mod gate_status;
 pub mod generated;
 pub mod health;
 pub mod instance;
 pub mod report;
+pub mod strict_json;
 
 pub use gate_status::{AgentVerdict, BaselineCounters, Evidence, RolloutGate, Signal};
 pub use health::{PodHealth, RetiredCounters, RolloutHealth};

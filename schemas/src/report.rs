@@ -3,12 +3,18 @@
 //!
 //! Unknown keys are ignored. A known key with the wrong type or an impossible
 //! value, or a missing required key, is an error that names the field. Absent
-//! optional keys stay `None`: absent is never zero.
+//! optional keys stay `None`: absent is never zero. A known key given twice is
+//! an error too ([`ReportError::Duplicate`]), and so is a count above 2^63−1,
+//! the largest integer the Kubernetes API server stores ([`crate::api_int`]).
 
+use crate::api_int::{self, API_INT_MAX};
+use crate::strict_json::{self, StrictJsonError, StrictValue};
 use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer as _, Serialize};
 use serde_json::{Map, Value};
 use std::borrow::Cow;
+use std::cell::RefCell;
 
 /// The path a Kura node serves this report on.
 pub const REPORT_PATH: &str = "/status/rollout";
@@ -104,6 +110,7 @@ impl JsonSchema for BackfillCycle {
 /// `valid`, `epoch`, `observed.phase`) is kept for display only: it is never
 /// a gate signal (contract/node-report.md).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, JsonSchema)]
+#[schemars(transform = api_int::declare_stored_range)]
 pub struct ServingAuthority {
     /// `capability`, when a string.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -114,7 +121,7 @@ pub struct ServingAuthority {
     /// `identity`, when an object.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub identity: Option<ServingIdentity>,
-    /// `epoch`, when a non-negative integer.
+    /// `epoch`, when an integer in 0..=2^63−1.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub epoch: Option<u64>,
     /// `valid`, when a bool: whether the node holds a valid grant.
@@ -160,7 +167,10 @@ pub struct ServingIdentity {
 /// It serializes back to the wire form (absent keys left out), which is what
 /// the simulator serves; [`parse_report`] is the only way in.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
-#[schemars(title = "Kura node report (GET /status/rollout)")]
+#[schemars(
+    title = "Kura node report (GET /status/rollout)",
+    transform = api_int::declare_stored_range
+)]
 pub struct NodeReport {
     /// `generation`: process-local peer-set generation.
     pub generation: u64,
@@ -288,9 +298,31 @@ pub enum ReportError {
     /// The body is not JSON (or not UTF-8, or nested too deeply).
     #[error("body is not valid JSON: {0}")]
     Malformed(String),
+    /// The body starts with a UTF-8 byte-order mark (JSON on the wire must
+    /// not have one).
+    #[error("body starts with a UTF-8 byte-order mark")]
+    ByteOrderMark,
     /// The body is JSON but not an object.
     #[error("body is JSON but not an object")]
     NotAnObject,
+    /// A known key appears twice, or a key appears twice inside a known
+    /// key's value: readers disagree on which one counts, so the report is
+    /// invalid.
+    #[error(
+        "field `{field}`{} appears more than once (line {line}, column {column})",
+        key.as_ref().map(|k| format!(": key {k:?}")).unwrap_or_default()
+    )]
+    Duplicate {
+        /// The known key.
+        field: &'static str,
+        /// The key repeated inside its value (cut to 64 characters), when
+        /// it is not `field` itself.
+        key: Option<String>,
+        /// 1-based line of the repetition.
+        line: usize,
+        /// 1-based column just after the repeated key.
+        column: usize,
+    },
     /// A key every generation carries is missing.
     #[error("field `{field}` is missing")]
     Missing {
@@ -321,7 +353,8 @@ impl ReportError {
         match self {
             ReportError::Missing { field }
             | ReportError::WrongType { field, .. }
-            | ReportError::Invalid { field, .. } => Some(field),
+            | ReportError::Invalid { field, .. }
+            | ReportError::Duplicate { field, .. } => Some(field),
             _ => None,
         }
     }
@@ -333,6 +366,12 @@ pub fn parse_report(body: &[u8]) -> Result<NodeReport, ReportError> {
 }
 
 /// Parse a report body, refusing bodies over `limit` bytes before parsing.
+///
+/// One pass: the object is decoded straight into its known keys (numbers and
+/// booleans allocate nothing, unknown keys are skipped unread). A known key
+/// that appears twice, or a key repeated inside a known key's value, makes
+/// the report invalid ([`ReportError::Duplicate`]): readers disagree on which
+/// of two equal keys counts, so neither is taken.
 pub fn parse_report_limited(body: &[u8], limit: usize) -> Result<NodeReport, ReportError> {
     if body.len() > limit {
         return Err(ReportError::TooLarge {
@@ -340,23 +379,41 @@ pub fn parse_report_limited(body: &[u8], limit: usize) -> Result<NodeReport, Rep
             limit,
         });
     }
-    // Fast path: an object decoded straight into its known keys (numbers
-    // and booleans allocate nothing, unknown keys are skipped). Anything it
-    // cannot take (not an object, a duplicate key, ...) goes the general way
-    // below, so both paths give exactly the same results.
     let first = body.iter().find(|b| !b.is_ascii_whitespace());
-    if first == Some(&b'{')
-        && let Ok(raw) = serde_json::from_slice::<KnownKeys>(body)
-    {
-        return validate(&raw);
+    if first != Some(&b'{') {
+        // Not an object: say what it is instead.
+        return match strict_json::from_slice(body) {
+            Ok(_) => Err(ReportError::NotAnObject),
+            Err(StrictJsonError::ByteOrderMark) => Err(ReportError::ByteOrderMark),
+            Err(e) => Err(ReportError::Malformed(e.to_string())),
+        };
     }
-    let value: Value =
-        serde_json::from_slice(body).map_err(|e| ReportError::Malformed(e.to_string()))?;
-    report_from_value(&value)
+    let duplicate = RefCell::new(None);
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let read = de
+        .deserialize_map(KnownKeysVisitor {
+            duplicate: &duplicate,
+            inner: RefCell::new(None),
+        })
+        .and_then(|keys| de.end().map(|()| keys));
+    match read {
+        Ok(keys) => validate(&keys),
+        Err(e) => Err(match duplicate.into_inner() {
+            Some(d) => ReportError::Duplicate {
+                field: d.field,
+                key: d.inner,
+                line: e.line(),
+                column: e.column(),
+            },
+            None => ReportError::Malformed(e.to_string()),
+        }),
+    }
 }
 
 /// Validate an already-decoded JSON value as a report (used for reports
-/// embedded in other documents, e.g. `kura-agent aggregate` input).
+/// embedded in other documents, e.g. `kura-agent aggregate` input). Read
+/// such documents with [`strict_json::from_document`], so that a repeated
+/// key is refused there as it is on the wire.
 pub fn report_from_value(value: &Value) -> Result<NodeReport, ReportError> {
     validate(value.as_object().ok_or(ReportError::NotAnObject)?)
 }
@@ -372,33 +429,148 @@ impl Lookup for Map<String, Value> {
     }
 }
 
-/// Keeps a key that is present, even as `null` (serde's `Option` would
-/// turn `null` into "absent", and null is a wrong type here, not absence).
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-    Value::deserialize(d).map(Some)
+/// A repeated key found while reading a report.
+struct Duplicate {
+    /// The known key at fault.
+    field: &'static str,
+    /// The key repeated inside its value, when it is not the known key
+    /// itself.
+    inner: Option<String>,
 }
 
-/// Generates [`KnownKeys`]: one optional raw value per key of the report.
+/// Generates [`KNOWN_KEYS`] and [`KnownKey`] (the key names, matched without
+/// allocating) from one list.
 macro_rules! known_keys {
     ($($key:ident),* $(,)?) => {
-        /// The report's known keys, each as its raw JSON value when present.
-        #[derive(Deserialize)]
-        struct KnownKeys {
-            $(
-                #[serde(default, deserialize_with = "present")]
-                $key: Option<Value>,
-            )*
+        /// Every key the parser reads, in the order of [`NodeReport`]'s fields.
+        pub const KNOWN_KEYS: &[&str] = &[$(stringify!($key),)*];
+
+        /// A known key of the report object; its discriminant indexes
+        /// [`KNOWN_KEYS`] and [`KnownKeys`].
+        #[allow(non_camel_case_types)]
+        #[derive(Clone, Copy)]
+        enum KnownKey {
+            $($key,)*
         }
 
-        impl Lookup for KnownKeys {
-            fn get(&self, key: &str) -> Option<&Value> {
+        impl KnownKey {
+            /// The known key `key` names, if any.
+            fn of(key: &str) -> Option<KnownKey> {
                 match key {
-                    $(stringify!($key) => self.$key.as_ref(),)*
+                    $(stringify!($key) => Some(KnownKey::$key),)*
                     _ => None,
                 }
             }
         }
     };
+}
+
+/// The report's known keys, each as its raw JSON value when present (even
+/// as `null`: null is a wrong type here, not absence), indexed by
+/// [`KnownKey`].
+struct KnownKeys([Option<Value>; KNOWN_KEYS.len()]);
+
+impl KnownKey {
+    fn name(self) -> &'static str {
+        KNOWN_KEYS[self as usize]
+    }
+}
+
+impl Lookup for KnownKeys {
+    fn get(&self, key: &str) -> Option<&Value> {
+        self.0[KnownKey::of(key)? as usize].as_ref()
+    }
+}
+
+impl<'de> Visitor<'de> for KnownKeysVisitor<'_> {
+    type Value = KnownKeys;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a report object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<KnownKeys, A::Error> {
+        let mut keys = KnownKeys(std::array::from_fn(|_| None));
+        while let Some(key) = map.next_key_seed(KeyName)? {
+            let Some(key) = key else {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            };
+            let slot = &mut keys.0[key as usize];
+            if slot.is_some() {
+                return Err(self.repeated(key.name(), None));
+            }
+            *slot = Some(self.value(key.name(), &mut map)?);
+        }
+        Ok(keys)
+    }
+}
+
+/// Fills [`KnownKeys`], recording the first repeated key in `duplicate`.
+struct KnownKeysVisitor<'a> {
+    duplicate: &'a RefCell<Option<Duplicate>>,
+    /// Where a key repeated inside a known key's value is recorded.
+    inner: RefCell<Option<String>>,
+}
+
+impl KnownKeysVisitor<'_> {
+    /// Records a repeated key and returns the error that stops the read
+    /// (serde_json adds its position).
+    #[cold]
+    #[inline(never)]
+    fn repeated<E: de::Error>(&self, field: &'static str, inner: Option<String>) -> E {
+        let message = match &inner {
+            None => format!("field `{field}` appears more than once"),
+            Some(key) => format!("field `{field}`: key {key:?} appears more than once"),
+        };
+        self.duplicate
+            .borrow_mut()
+            .get_or_insert(Duplicate { field, inner });
+        E::custom(message)
+    }
+
+    /// A known key's value, read strictly (a key repeated inside it is
+    /// recorded against `field`).
+    fn value<'de, A: MapAccess<'de>>(
+        &self,
+        field: &'static str,
+        map: &mut A,
+    ) -> Result<Value, A::Error> {
+        match map.next_value_seed(StrictValue {
+            duplicate: &self.inner,
+        }) {
+            Ok(v) => Ok(v),
+            Err(e) => match self.inner.take() {
+                Some(key) => Err(self.repeated(field, Some(key))),
+                None => Err(e),
+            },
+        }
+    }
+}
+
+/// Reads an object key as a [`KnownKey`] without allocating (an escaped
+/// key is unescaped by serde_json into a scratch buffer, still no
+/// allocation of ours).
+struct KeyName;
+
+impl<'de> DeserializeSeed<'de> for KeyName {
+    type Value = Option<KnownKey>;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Option<KnownKey>, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl Visitor<'_> for KeyName {
+    type Value = Option<KnownKey>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a key")
+    }
+
+    fn visit_str<E: de::Error>(self, key: &str) -> Result<Option<KnownKey>, E> {
+        Ok(KnownKey::of(key))
+    }
 }
 
 known_keys!(
@@ -511,24 +683,44 @@ fn truncate(s: &str) -> &str {
     }
 }
 
+/// A count: an integer in 0..=2^63−1. Larger ones are refused because the
+/// API server stores integers as int64 (see [`api_int`]): one pod's count
+/// there would make every status write of its instance fail.
 fn u64_of(field: &'static str, v: &Value) -> Result<u64, ReportError> {
-    if let Some(n) = v.as_u64() {
-        return Ok(n);
+    match v.as_u64() {
+        Some(u) if api_int::fits(u) => Ok(u),
+        _ => Err(count_error(field, v)),
     }
-    match v {
-        Value::Number(n) if n.is_i64() => Err(ReportError::Invalid {
-            field,
-            reason: format!("negative count {n}"),
-        }),
-        Value::Number(n) => Err(ReportError::Invalid {
-            field,
-            reason: format!("{n} is not an integer in 0..=2^64-1"),
-        }),
-        _ => Err(ReportError::WrongType {
+}
+
+/// Why `v` is not a count (kept out of the hot path).
+#[cold]
+#[inline(never)]
+fn count_error(field: &'static str, v: &Value) -> ReportError {
+    let Value::Number(n) = v else {
+        return ReportError::WrongType {
             field,
             expected: "a non-negative integer",
-        }),
-    }
+        };
+    };
+    let out_of_range = || {
+        format!(
+            "{n} is out of range: above 2^63-1 ({API_INT_MAX}), the largest integer the Kubernetes API server stores"
+        )
+    };
+    let reason = if n.as_u64().is_some() {
+        out_of_range()
+    } else if n.is_i64() {
+        format!("negative count {n}")
+    } else if n
+        .as_f64()
+        .is_some_and(|f| f.fract() == 0.0 && f.abs() >= API_INT_MAX as f64)
+    {
+        out_of_range()
+    } else {
+        format!("{n} is not an integer")
+    };
+    ReportError::Invalid { field, reason }
 }
 
 fn req_u64(obj: &impl Lookup, field: &'static str) -> Result<u64, ReportError> {
@@ -607,7 +799,10 @@ fn serving_authority(v: &Value) -> Option<ServingAuthority> {
         capability: text(obj, "capability"),
         enabled: obj.get("enabled").and_then(Value::as_bool),
         identity,
-        epoch: obj.get("epoch").and_then(Value::as_u64),
+        epoch: obj
+            .get("epoch")
+            .and_then(Value::as_u64)
+            .filter(|e| api_int::fits(*e)),
         valid: obj.get("valid").and_then(Value::as_bool),
         observed,
     })

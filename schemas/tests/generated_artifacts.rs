@@ -47,3 +47,54 @@ fn crd_declares_both_agent_status_fields_and_the_status_subresource() {
         assert!(columns.contains(&c), "printer column {c}");
     }
 }
+
+/// Every integer of the CRD is declared as what the API server stores
+/// (int64, or int32 for the small ones), never as an unsigned format it
+/// does not know; the same for the JSON Schemas.
+#[test]
+fn every_integer_is_declared_as_stored() {
+    fn walk(path: &str, v: &serde_json::Value, seen: &mut Vec<(String, String)>) {
+        match v {
+            serde_json::Value::Object(o) => {
+                let is_integer = match o.get("type") {
+                    Some(serde_json::Value::String(t)) => t == "integer",
+                    Some(serde_json::Value::Array(ts)) => ts.iter().any(|t| t == "integer"),
+                    _ => false,
+                };
+                if is_integer {
+                    let format = o.get("format").and_then(|f| f.as_str()).unwrap_or("");
+                    seen.push((path.to_owned(), format.to_owned()));
+                }
+                for (k, child) in o {
+                    walk(&format!("{path}/{k}"), child, seen);
+                }
+            }
+            serde_json::Value::Array(items) => {
+                for (i, child) in items.iter().enumerate() {
+                    walk(&format!("{path}/{i}"), child, seen);
+                }
+            }
+            _ => {}
+        }
+    }
+    let crd: serde_json::Value =
+        serde_yaml::from_str(&kura_schemas::generated::crd_yaml().unwrap()).unwrap();
+    let mut seen = Vec::new();
+    walk("crd", &crd["spec"]["versions"][0]["schema"], &mut seen);
+    for (rel, content) in kura_schemas::generated::artifacts().unwrap() {
+        if rel.ends_with(".json") {
+            walk(&rel, &serde_json::from_str(&content).unwrap(), &mut seen);
+        }
+    }
+    let bad: Vec<_> = seen
+        .iter()
+        .filter(|(_, f)| f != "int64" && f != "int32")
+        .collect();
+    assert!(bad.is_empty(), "integers not declared int64/int32: {bad:?}");
+    let fd = seen
+        .iter()
+        .find(|(p, _)| p.ends_with("rolloutHealth/properties/fdTimeoutCount"))
+        .expect("rolloutHealth.fdTimeoutCount in the CRD");
+    assert_eq!(fd.1, "int64");
+    assert!(seen.len() >= 60, "integers seen: {}", seen.len());
+}

@@ -20,6 +20,9 @@ struct Case {
     kind: Option<String>,
     #[serde(default)]
     field: Option<String>,
+    /// Words the error message must contain.
+    #[serde(default)]
+    message: Option<String>,
 }
 
 fn dir() -> PathBuf {
@@ -30,7 +33,9 @@ fn kind_of(e: &ReportError) -> &'static str {
     match e {
         ReportError::TooLarge { .. } => "too_large",
         ReportError::Malformed(_) => "malformed",
+        ReportError::ByteOrderMark => "byte_order_mark",
         ReportError::NotAnObject => "not_an_object",
+        ReportError::Duplicate { .. } => "duplicate",
         ReportError::Missing { .. } => "missing",
         ReportError::WrongType { .. } => "wrong_type",
         ReportError::Invalid { .. } => "invalid",
@@ -85,6 +90,13 @@ fn every_fixture_has_its_exact_outcome() {
                     assert!(
                         err.to_string().contains(f),
                         "message names the field: {err}"
+                    );
+                }
+                if let Some(words) = &case.message {
+                    assert!(
+                        err.to_string().contains(words.as_str()),
+                        "{}: message {err:?} must say {words:?}",
+                        case.file
                     );
                 }
                 errors += 1;
@@ -217,30 +229,166 @@ fn serialized_report_parses_back_to_itself() {
     }
 }
 
+/// The wire parser and the document path (a document read by
+/// `strict_json::from_document`, its report validated by
+/// `report_from_value`, as `kura-agent aggregate` does) agree on every
+/// fixture they both read; where the document reader refuses a repeated
+/// key, the wire parser refuses it too, unless the key is one it skips
+/// unread (an unknown top-level key).
 #[test]
-fn fast_and_general_paths_agree_on_every_fixture() {
+fn wire_and_document_paths_agree_on_every_fixture() {
+    use kura_schemas::report::{KNOWN_KEYS, report_from_value};
+    use kura_schemas::strict_json::{StrictJsonError, from_slice};
     let manifest: Manifest =
         serde_json::from_slice(&std::fs::read(dir().join("cases.json")).unwrap()).unwrap();
-    let mut compared = 0;
+    let (mut compared, mut duplicates) = (0, 0);
     for case in &manifest.cases {
         let body = std::fs::read(dir().join(&case.file)).unwrap();
         if body.len() > kura_schemas::report::DEFAULT_BODY_LIMIT {
             continue;
         }
-        let Ok(value) = serde_json::from_slice::<serde_json::Value>(&body) else {
-            continue;
-        };
-        assert_eq!(
-            parse_report(&body),
-            kura_schemas::report::report_from_value(&value),
-            "{}",
-            case.file
-        );
-        compared += 1;
+        let wire = parse_report(&body);
+        match from_slice(&body) {
+            Ok(value) => {
+                assert_eq!(wire, report_from_value(&value), "{}", case.file);
+                compared += 1;
+            }
+            Err(StrictJsonError::DuplicateKey { key, .. }) => {
+                match &wire {
+                    Err(ReportError::Duplicate { .. }) => {}
+                    Ok(_) => assert!(
+                        !KNOWN_KEYS.contains(&key.as_str()),
+                        "{}: a repeated known key {key:?} was accepted",
+                        case.file
+                    ),
+                    other => panic!("{}: {other:?}", case.file),
+                }
+                duplicates += 1;
+            }
+            Err(StrictJsonError::ByteOrderMark) => {
+                assert_eq!(wire, Err(ReportError::ByteOrderMark), "{}", case.file);
+            }
+            Err(StrictJsonError::Syntax { .. }) => {
+                assert!(
+                    matches!(wire, Err(ReportError::Malformed(_))),
+                    "{}: {wire:?}",
+                    case.file
+                );
+            }
+        }
     }
     assert!(compared >= 25, "compared {compared}");
-    // A duplicate key takes the general path (last one wins), as before.
-    let dup = br#"{"generation":1,"generation":2,"ready":true,"state":"serving","ring_members":1,
+    assert!(duplicates >= 4, "repeated-key fixtures: {duplicates}");
+}
+
+/// A minimal valid report with every known key, as a JSON object.
+fn full_report() -> serde_json::Map<String, serde_json::Value> {
+    let mut v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir().join("g3-outbox-capacity.json")).unwrap())
+            .unwrap();
+    let o = v.as_object_mut().unwrap();
+    for k in [
+        "bootstrap_known_peers",
+        "bootstrap_completed_peers",
+        "bootstrap_inflight_peers",
+    ] {
+        o.insert(k.into(), 1.into());
+    }
+    o.insert("serving_authority".into(), serde_json::json!({"epoch": 1}));
+    parse_report(&serde_json::to_vec(&v).unwrap()).expect("the full report parses");
+    v.as_object().unwrap().clone()
+}
+
+/// The report's integer keys, read from its JSON Schema (so a new count
+/// cannot escape this test).
+fn integer_keys() -> Vec<String> {
+    let schema = serde_json::to_value(schemars::schema_for!(kura_schemas::NodeReport)).unwrap();
+    let keys: Vec<String> = schema["properties"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(_, p)| p["format"].as_str().is_some_and(|f| f.starts_with("int")))
+        .map(|(k, _)| k.clone())
+        .collect();
+    assert!(keys.len() >= 15, "integer keys: {keys:?}");
+    keys
+}
+
+#[test]
+fn every_count_above_2_pow_63_minus_1_makes_the_report_invalid_naming_it() {
+    let max = kura_schemas::api_int::API_INT_MAX;
+    for key in integer_keys() {
+        for (literal, ok) in [
+            (max.to_string(), key != "memory_pressure_state"),
+            ((max + 1).to_string(), false),
+            (u64::MAX.to_string(), false),
+            ("18446744073709551616".to_owned(), false),
+            ("1e30".to_owned(), false),
+        ] {
+            let mut report = full_report();
+            report.insert(key.clone(), serde_json::Value::Null);
+            let body = serde_json::to_string(&report)
+                .unwrap()
+                .replace(&format!("\"{key}\":null"), &format!("\"{key}\":{literal}"));
+            match parse_report(body.as_bytes()) {
+                Ok(r) if ok => {
+                    let back = serde_json::to_value(&r).unwrap();
+                    assert_eq!(back[&key], serde_json::json!(max), "{key} = {literal}");
+                }
+                Err(e @ ReportError::Invalid { .. }) if !ok => {
+                    assert_eq!(e.field(), Some(key.as_str()), "{key} = {literal}: {e}");
+                    if key != "memory_pressure_state" {
+                        assert!(e.to_string().contains("out of range"), "{e}");
+                    }
+                }
+                other => panic!("{key} = {literal}: {other:?}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn the_lenient_epoch_above_the_ceiling_is_dropped() {
+    let mut report = full_report();
+    report.insert(
+        "serving_authority".into(),
+        serde_json::json!({"epoch": 9223372036854775808u64, "valid": true}),
+    );
+    let r = parse_report(&serde_json::to_vec(&report).unwrap()).unwrap();
+    let authority = r.serving_authority.unwrap();
+    assert_eq!((authority.epoch, authority.valid), (None, Some(true)));
+}
+
+#[test]
+fn every_known_key_given_twice_makes_the_report_invalid_naming_it() {
+    use kura_schemas::report::KNOWN_KEYS;
+    let report = full_report();
+    for key in KNOWN_KEYS {
+        let value = report[*key].to_string();
+        let body = serde_json::to_string(&report).unwrap().replacen(
+            &format!("\"{key}\":"),
+            &format!("\"{key}\":{value},\"{key}\":"),
+            1,
+        );
+        match parse_report(body.as_bytes()) {
+            Err(e @ ReportError::Duplicate { .. }) => {
+                assert_eq!(e.field(), Some(*key));
+                assert!(e.to_string().contains("line 1, column"), "{e}");
+            }
+            other => panic!("{key} twice: {other:?}"),
+        }
+    }
+    // The same value twice is still refused: the rule does not depend on
+    // which one a reader would take.
+    let dup = br#"{"generation":1,"generation":1,"ready":true,"state":"serving","ring_members":1,
         "writer_lock_owned":true,"memory_pressure_state":0,"fd_timeout_count":0}"#;
-    assert_eq!(parse_report(dup).unwrap().generation, 2);
+    assert!(matches!(
+        parse_report(dup),
+        Err(ReportError::Duplicate {
+            field: "generation",
+            key: None,
+            line: 1,
+            ..
+        })
+    ));
 }

@@ -6,8 +6,11 @@ use super::backfill::BackfillFold;
 use super::tracked::TrackedPod;
 use crate::model::{InstanceInfo, PodSample, SampleResult};
 use jiff::Timestamp;
+use kura_schemas::api_int::{saturating_add, saturating_sum};
 use kura_schemas::health::{MAX_POD_ENTRIES, ROLLOUT_HEALTH_SCHEMA_VERSION};
 use kura_schemas::{NodeReport, RetiredCounters, RolloutHealth};
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 
 /// Most pods whose counter state one instance keeps (about 0.5 KiB each).
 /// Past it, the pods gone longest (then the first names) are folded into
@@ -69,14 +72,17 @@ impl InstanceAggregator {
         agg.retired = previous.retired_counters.clone();
         agg.counter_resets = previous.counter_resets;
         agg.backfill.clone_from(&previous.backfill_initial_cycle);
-        for entry in &previous.pods {
-            let pod = TrackedPod::restore(entry, previous.observed_at);
-            match agg
-                .pods
-                .binary_search_by(|p| p.detail.name.as_str().cmp(&entry.name))
-            {
-                Ok(_) => retire(&mut agg.retired, &pod),
-                Err(i) => agg.pods.insert(i, pod),
+        let mut restored: Vec<TrackedPod> = previous
+            .pods
+            .iter()
+            .map(|entry| TrackedPod::restore(entry, previous.observed_at))
+            .collect();
+        // Stable: of entries with one name, the first listed is kept.
+        restored.sort_by(|a, b| a.detail.name.cmp(&b.detail.name));
+        for pod in restored {
+            match agg.pods.last() {
+                Some(last) if last.detail.name == pod.detail.name => retire(&mut agg.retired, &pod),
+                _ => agg.pods.push(pod),
             }
         }
         agg.enforce_bound();
@@ -124,26 +130,35 @@ impl InstanceAggregator {
             pod.listed = false;
         }
         let mut fold = Fold::default();
+        // Pods seen for the first time are kept aside and merged in by name
+        // once, after the loop: inserting each into the sorted Vec made a
+        // sweep of n new pods O(n^2).
+        let mut fresh: Vec<TrackedPod> = Vec::new();
+        let mut fresh_index: HashMap<&str, usize> = HashMap::new();
         for sample in samples {
-            let index = match self
+            let pod = match self
                 .pods
                 .binary_search_by(|p| p.detail.name.as_str().cmp(&sample.pod.name))
             {
                 Ok(i) if self.pods[i].listed => continue,
-                Ok(i) => i,
-                Err(i) => {
-                    self.pods.insert(i, TrackedPod::new(&sample.pod, now));
-                    i
-                }
+                Ok(i) => &mut self.pods[i],
+                Err(_) => match fresh_index.entry(sample.pod.name.as_str()) {
+                    Entry::Occupied(_) => continue,
+                    Entry::Vacant(slot) => {
+                        slot.insert(fresh.len());
+                        fresh.push(TrackedPod::new(&sample.pod, now));
+                        let last = fresh.len() - 1;
+                        &mut fresh[last]
+                    }
+                },
             };
-            let pod = &mut self.pods[index];
             pod.listed = true;
             pod.last_seen = now;
             match &sample.result {
                 SampleResult::Report(report) => {
                     let first = (pod.fd.is_none(), pod.peer.is_none());
                     if pod.absorb(&sample.pod, report, sample.received_at) {
-                        self.counter_resets = self.counter_resets.saturating_add(1);
+                        self.counter_resets = saturating_add(self.counter_resets, 1);
                     }
                     draw(&mut self.carried, first, pod);
                     fold.add(report, sample.received_at);
@@ -152,6 +167,10 @@ impl InstanceAggregator {
                     pod.fail(&sample.pod, reason, self.config.max_error_bytes)
                 }
             }
+        }
+        if !fresh.is_empty() {
+            fresh.sort_unstable_by(|a, b| a.detail.name.cmp(&b.detail.name));
+            self.pods = merge_by_name(std::mem::take(&mut self.pods), fresh);
         }
         self.retire_gone(now);
         self.enforce_bound();
@@ -295,10 +314,10 @@ fn draw(carried: &mut RetiredCounters, first: (bool, bool), pod: &TrackedPod) {
 /// both are).
 fn combined(a: &RetiredCounters, b: &RetiredCounters) -> RetiredCounters {
     RetiredCounters {
-        fd_timeout_count: a.fd_timeout_count.saturating_add(b.fd_timeout_count),
+        fd_timeout_count: saturating_add(a.fd_timeout_count, b.fd_timeout_count),
         peer_connection_failures: match (a.peer_connection_failures, b.peer_connection_failures) {
             (None, None) => None,
-            (x, y) => Some(x.unwrap_or(0).saturating_add(y.unwrap_or(0))),
+            (x, y) => Some(saturating_add(x.unwrap_or(0), y.unwrap_or(0))),
         },
     }
 }
@@ -306,15 +325,13 @@ fn combined(a: &RetiredCounters, b: &RetiredCounters) -> RetiredCounters {
 /// Add a pod's clamped counters to the retired totals.
 fn retire(retired: &mut RetiredCounters, pod: &TrackedPod) {
     if let Some(c) = pod.fd {
-        retired.fd_timeout_count = retired.fd_timeout_count.saturating_add(c.clamped());
+        retired.fd_timeout_count = saturating_add(retired.fd_timeout_count, c.clamped());
     }
     if let Some(c) = pod.peer {
-        retired.peer_connection_failures = Some(
-            retired
-                .peer_connection_failures
-                .unwrap_or(0)
-                .saturating_add(c.clamped()),
-        );
+        retired.peer_connection_failures = Some(saturating_add(
+            retired.peer_connection_failures.unwrap_or(0),
+            c.clamped(),
+        ));
     }
 }
 
@@ -406,16 +423,33 @@ impl<'a> Fold<'a> {
         );
         sum(&mut self.outbox, r.outbox_messages);
         self.max_pressure = self.max_pressure.max(r.memory_pressure_state);
-        self.inflight = self
-            .inflight
-            .saturating_add(r.http_inflight_requests.unwrap_or(0))
-            .saturating_add(r.grpc_inflight_requests.unwrap_or(0));
+        self.inflight = saturating_sum([
+            self.inflight,
+            r.http_inflight_requests.unwrap_or(0),
+            r.grpc_inflight_requests.unwrap_or(0),
+        ]);
     }
 }
 
 /// Sum of the values present; `None` while none was.
 fn sum(acc: &mut Option<u64>, value: Option<u64>) {
     if let Some(v) = value {
-        *acc = Some(acc.unwrap_or(0).saturating_add(v));
+        *acc = Some(saturating_add(acc.unwrap_or(0), v));
+    }
+}
+
+/// Two lists sorted by pod name with no name in both, merged in order.
+fn merge_by_name(a: Vec<TrackedPod>, b: Vec<TrackedPod>) -> Vec<TrackedPod> {
+    let mut merged = Vec::with_capacity(a.len() + b.len());
+    let mut a = a.into_iter().peekable();
+    let mut b = b.into_iter().peekable();
+    loop {
+        let take_a = match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) => x.detail.name <= y.detail.name,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => return merged,
+        };
+        merged.extend(if take_a { a.next() } else { b.next() });
     }
 }

@@ -1,6 +1,8 @@
 //! Per-pod reset clamping of the per-process counters
 //! (`fd_timeout_count`, `peer_connection_failure_count`).
 
+use kura_schemas::api_int::saturating_add;
+
 /// One counter of one tracked pod: the last raw value and the offset that
 /// absorbed every earlier reset. The clamped value is `offset + last_raw`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -12,9 +14,10 @@ pub(crate) struct Counter {
 }
 
 impl Counter {
-    /// `offset + last_raw`, saturating.
+    /// `offset + last_raw`, saturating at 2^63-1 (what the API server
+    /// stores).
     pub(crate) fn clamped(self) -> u64 {
-        self.offset.saturating_add(self.last_raw)
+        saturating_add(self.offset, self.last_raw)
     }
 
     /// Rebuild a counter from the published clamped and raw values of a pod
@@ -54,7 +57,7 @@ pub(crate) fn observe(counter: &mut Option<Counter>, raw: u64, identity_changed:
         Some(c) => {
             let reset = identity_changed || raw < c.last_raw;
             if reset {
-                c.offset = c.offset.saturating_add(c.last_raw);
+                c.offset = saturating_add(c.offset, c.last_raw);
             }
             c.last_raw = raw;
             reset
@@ -69,7 +72,7 @@ pub(crate) fn close_on_identity_change(counter: &mut Option<Counter>, identity_c
     if let Some(c) = counter
         && identity_changed
     {
-        c.offset = c.offset.saturating_add(c.last_raw);
+        c.offset = saturating_add(c.offset, c.last_raw);
         c.last_raw = 0;
     }
 }
@@ -147,10 +150,16 @@ mod tests {
     }
 
     #[test]
-    fn saturates_instead_of_overflowing() {
+    fn saturates_at_what_the_api_server_stores() {
+        use kura_schemas::api_int::API_INT_MAX;
+        let mut c = None;
+        observe(&mut c, API_INT_MAX, false);
+        assert!(observe(&mut c, 1, false));
+        assert_eq!(c.map(Counter::clamped), Some(API_INT_MAX));
+        // Even from a raw value the parser would have refused.
         let mut c = None;
         observe(&mut c, u64::MAX, false);
         assert!(observe(&mut c, 1, false));
-        assert_eq!(c.map(Counter::clamped), Some(u64::MAX));
+        assert_eq!(c.map(Counter::clamped), Some(API_INT_MAX));
     }
 }

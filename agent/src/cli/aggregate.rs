@@ -4,6 +4,7 @@
 //! with one line on standard error naming the sweep, pod and field.
 
 use crate::aggregate::{AggregateConfig, input};
+use crate::cli::parse::parse_positive_signed;
 use clap::Args;
 use jiff::SignedDuration;
 use std::io::{Read, Write};
@@ -22,8 +23,8 @@ pub struct AggregateArgs {
     #[arg(long, default_value = DEFAULT_AGENT)]
     pub agent: String,
     /// How long a gone pod keeps its counter state before it folds into
-    /// `retiredCounters` (e.g. `1h`, `90m`).
-    #[arg(long, default_value = "1h")]
+    /// `retiredCounters` (e.g. `1h`, `90m`); positive, as `run`'s.
+    #[arg(long, default_value = "1h", value_parser = parse_positive_signed)]
     pub retention: SignedDuration,
 }
 
@@ -70,4 +71,30 @@ fn read(path: &PathBuf) -> std::io::Result<Vec<u8>> {
 fn fail(message: &str) -> ExitCode {
     eprintln!("kura-agent aggregate: {message}");
     ExitCode::from(EXIT_INVALID_INPUT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        args: AggregateArgs,
+    }
+
+    #[test]
+    fn retention_must_be_a_positive_duration_as_for_run() {
+        for bad in ["--retention=-1h", "--retention=0s", "--retention=60"] {
+            let e = Wrapper::try_parse_from(["x", "doc.json", bad])
+                .err()
+                .unwrap_or_else(|| panic!("{bad} was accepted"));
+            assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation, "{bad}");
+        }
+        let ok = Wrapper::try_parse_from(["x", "doc.json", "--retention=90m"]).expect("90m");
+        assert_eq!(ok.args.retention, SignedDuration::from_mins(90));
+        let default = Wrapper::try_parse_from(["x", "doc.json"]).expect("default");
+        assert_eq!(default.args.retention, SignedDuration::from_hours(1));
+    }
 }

@@ -12,9 +12,17 @@
 //!
 //! `HEAD` is answered like `GET` without a body; any other method gets 405,
 //! an unknown path 404.
+//!
+//! Connections: every connection is accepted at once; at most
+//! [`MAX_CONNECTIONS`] stay open, and when all are taken the one that has gone
+//! longest without starting a request is closed for the newcomer
+//! (`connections`), so idle clients cannot keep kubelet's probes waiting.
+//! Request headers must arrive within [`HEADER_READ_TIMEOUT`].
 
+use crate::debug::connections::ConnectionSlots;
 use crate::debug::html;
 use crate::debug::instance_metrics;
+use crate::debug::listen;
 use crate::model::{Clock, InstanceKey};
 use crate::view::{FleetView, InstanceSummary};
 use bytes::Bytes;
@@ -31,15 +39,18 @@ use serde::Serialize;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::oneshot;
 
-/// At most this many connections are served at once.
+/// At most this many connections are open at once; a new one sheds the
+/// least recently active.
 pub const MAX_CONNECTIONS: usize = 64;
-/// A client must send its request headers within this time.
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// A client must send its request headers within this time (also how long
+/// a kept-alive connection may sit idle). Probes and scrapers send theirs
+/// with the connection.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What the server reads.
 #[derive(Clone)]
@@ -171,12 +182,15 @@ pub struct DebugServer {
 }
 
 impl DebugServer {
-    /// Binds `addr` (port 0 picks a free port).
+    /// Binds `addr` (port 0 picks a free port). `[::]` is dual-stack (IPv4
+    /// and IPv6); on a host without IPv6 it falls back to `0.0.0.0` and logs
+    /// a warning.
     pub async fn bind(addr: SocketAddr, state: DebugState) -> std::io::Result<Self> {
-        Ok(Self {
-            listener: TcpListener::bind(addr).await?,
-            state,
-        })
+        let (listener, note) = listen::bind(addr)?;
+        if let Some(note) = note {
+            tracing::warn!(%note, "debug server");
+        }
+        Ok(Self { listener, state })
     }
 
     /// The bound address.
@@ -187,16 +201,9 @@ impl DebugServer {
     /// Serves until `shutdown` completes (connections already accepted
     /// finish on their own).
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
-        let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+        let slots = Arc::new(Mutex::new(ConnectionSlots::new(MAX_CONNECTIONS)));
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
-            let permit = tokio::select! {
-                () = &mut shutdown => return,
-                p = limit.clone().acquire_owned() => match p {
-                    Ok(p) => p,
-                    Err(_) => return,
-                },
-            };
             let (stream, _) = tokio::select! {
                 () = &mut shutdown => return,
                 accepted = self.listener.accept() => match accepted {
@@ -208,9 +215,20 @@ impl DebugServer {
                     }
                 },
             };
+            // Dropping `shed_tx` (the table does, when it sheds this
+            // connection) closes it.
+            let (shed_tx, shed_rx) = oneshot::channel::<()>();
+            let (id, shed) = lock(&slots).admit(shed_tx);
+            if shed.is_some() {
+                tracing::debug!("debug server: all connections taken, the longest idle one closed");
+            }
+            drop(shed);
             let state = self.state.clone();
+            let slots = slots.clone();
             tokio::spawn(async move {
+                let touched = slots.clone();
                 let service = service_fn(move |req: Request<Incoming>| {
+                    lock(&touched).touch(id);
                     let response =
                         respond(req.method(), req.uri().path(), &state, state.clock.now());
                     async move { Ok::<_, Infallible>(response) }
@@ -219,11 +237,20 @@ impl DebugServer {
                     .timer(TokioTimer::new())
                     .header_read_timeout(HEADER_READ_TIMEOUT)
                     .serve_connection(TokioIo::new(stream), service);
-                if let Err(error) = conn.await {
-                    tracing::debug!(%error, "debug connection ended with an error");
+                tokio::select! {
+                    ended = conn => if let Err(error) = ended {
+                        tracing::debug!(%error, "debug connection ended with an error");
+                    },
+                    _ = shed_rx => {}
                 }
-                drop(permit);
+                lock(&slots).release(id);
             });
         }
     }
+}
+
+/// The slot table's lock: a panic elsewhere while it was held leaves the
+/// table consistent (every change is one map operation), so go on.
+fn lock<H>(slots: &Mutex<ConnectionSlots<H>>) -> std::sync::MutexGuard<'_, ConnectionSlots<H>> {
+    slots.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -41,6 +41,7 @@ Refuses every rendering that would make two writers of one KuraInstance:
 several replicas (or a DaemonSet) without sharding.
 */}}
 {{- define "kha.validate" -}}
+{{- include "kha.validateDerived" . }}
 {{- if not (has .Values.mode (list "deployment" "daemonset")) }}
 {{- fail (printf "mode must be deployment or daemonset, not %q" .Values.mode) }}
 {{- end }}
@@ -88,6 +89,9 @@ spec:
         {{- end }}
         - --container-name={{ .Values.watch.containerName }}
         - --port={{ .Values.poll.port }}
+        {{- with .Values.poll.portName }}
+        - --port-name={{ . }}
+        {{- end }}
         {{- if .Values.poll.interval }}
         - --sweep-interval={{ .Values.poll.interval }}
         {{- else }}
@@ -100,7 +104,7 @@ spec:
         - --body-limit={{ .Values.poll.bodyLimitBytes }}
         - --heartbeat={{ .Values.status.heartbeat }}
         - --write-rate={{ .Values.status.writesPerSecond }}
-        - --debug-listen=0.0.0.0:{{ .Values.debug.port }}
+        - --debug-listen=[::]:{{ .Values.debug.port }}
         - --log-format={{ .Values.logFormat }}
         - --sharding={{ .Values.sharding.enabled }}
         {{- if .Values.sharding.enabled }}

@@ -161,6 +161,11 @@ impl FfiError {
                     format!("{} is not valid JSON: {message}", document.name()),
                 )
             },
+            ReplayError::DuplicateKey { line, column, .. } => FfiError {
+                line: Some(line),
+                column: Some(column),
+                ..FfiError::new(document.code(), format!("{}: {error}", document.name()))
+            },
             ReplayError::Field { .. } => {
                 let message = error.to_string();
                 let ReplayError::Field { field, server, .. } = error else {
@@ -234,6 +239,23 @@ mod tests {
         assert_eq!(
             e.message,
             "input is not UTF-8: invalid byte at line 2 column 11 (byte offset 12)"
+        );
+    }
+
+    #[test]
+    fn a_repeated_key_is_refused_with_its_position() {
+        let e = kura_gate::parse_tick_json(
+            "{\"now\": \"2026-07-21T10:00:00Z\",\n \"wave\": 0, \"wave\": 5}",
+            &kura_gate::GateConfig::default(),
+        )
+        .unwrap_err();
+        let e = FfiError::replay(Document::Input, e);
+        assert_eq!(e.code, ErrorCode::InvalidInput);
+        assert_eq!((e.line, e.column), (Some(2), Some(18)));
+        assert!(
+            e.message.contains("key \"wave\" appears more than once"),
+            "{}",
+            e.message
         );
     }
 

@@ -136,8 +136,10 @@ pub struct RunArgs {
     #[arg(long, env = "KURA_AGENT_RETENTION", default_value = "1h", value_parser = parse_positive_signed)]
     pub retention: SignedDuration,
 
-    /// Listen address of the read-only debug and metrics server.
-    #[arg(long, env = "KURA_AGENT_DEBUG_LISTEN", default_value = "0.0.0.0:8080")]
+    /// Listen address of the read-only debug and metrics server. `[::]`
+    /// listens on IPv4 and IPv6 (falls back to `0.0.0.0` on a host without
+    /// IPv6).
+    #[arg(long, env = "KURA_AGENT_DEBUG_LISTEN", default_value = "[::]:8080")]
     pub debug_listen: SocketAddr,
 
     /// Identity written to `status.rolloutHealth.agent` (default: the
@@ -345,7 +347,7 @@ mod tests {
         assert_eq!(a.retention, SignedDuration::from_hours(1));
         assert_eq!(
             a.debug_listen,
-            "0.0.0.0:8080".parse::<SocketAddr>().expect("addr")
+            "[::]:8080".parse::<SocketAddr>().expect("addr")
         );
         assert_eq!(a.log_format, LogFormat::Json);
         assert!(!a.sharding, "one replica, no Leases, unless asked");

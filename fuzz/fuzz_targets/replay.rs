@@ -1,0 +1,28 @@
+//! `kura-gate replay` documents, and so the gate over arbitrary tick
+//! sequences: no panic; every verdict but `pass` names a signal.
+#![no_main]
+
+use kura_gate::wave::VerdictKind;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(input) = kura_gate::parse_replay(text) else {
+        return;
+    };
+    if let Ok(lines) = kura_gate::run_replay(&input) {
+        assert_eq!(lines.len(), input.ticks.len());
+        for line in lines {
+            if line.verdict.verdict != VerdictKind::Pass {
+                assert!(
+                    line.verdict.signal.is_some(),
+                    "tick {}: a {:?} verdict without a signal",
+                    line.tick,
+                    line.verdict.verdict
+                );
+            }
+        }
+    }
+});

@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""Checks that a rendered kura-health-agent chart lets the agent reach what it
+polls, and reads it with the RBAC it needs, from the agent's own arguments.
+
+  chart_derived.py RENDERED.yaml [EXPECTED-API-CIDR...]
+
+Reads the Deployment's (or DaemonSet's) `kura-agent run` arguments
+(--namespace, --pod-selector, --port, --port-name), derives from them, with
+a label-selector parser of its own, the NetworkPolicy egress rule and the
+RBAC the chart must render, and compares:
+
+- NetworkPolicy egress[0]: namespaceSelector = the watched namespaces (all
+  when none), podSelector = the parsed --pod-selector, port = --port-name or
+  --port;
+- egress[1]: exactly the expected API server CIDRs, none of them a /0;
+- RBAC: a ClusterRole + ClusterRoleBinding when no namespace is watched,
+  else a Role + RoleBinding in each watched namespace and no ClusterRole.
+
+Exit 1 with every difference listed.
+"""
+import re
+import sys
+
+import yaml
+
+KEY = r"[A-Za-z0-9](?:[-A-Za-z0-9_./]*[A-Za-z0-9])?"
+VALUE = r"[-A-Za-z0-9_.]*"
+WATCH_RULES = sorted(
+    [("", "pods", v) for v in ("get", "list", "watch")]
+    + [("kura.tuist.dev", "kurainstances", v) for v in ("get", "list", "watch")]
+    + [("kura.tuist.dev", "kurainstances/status", "patch")]
+)
+
+
+def split_requirements(selector):
+    """Splits on commas outside parentheses."""
+    parts, depth, current = [], 0, ""
+    for ch in selector:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    parts.append(current)
+    return [p.strip() for p in parts]
+
+
+def label_selector(selector):
+    """kubectl selector syntax -> a set of normalised requirements."""
+    reqs = set()
+    if not selector.strip():
+        return reqs
+    for r in split_requirements(selector.strip()):
+        if m := re.fullmatch(rf"({KEY})\s*==?\s*({VALUE})", r):
+            reqs.add((m[1], "In", (m[2],)))
+        elif m := re.fullmatch(rf"({KEY})\s*!=\s*({VALUE})", r):
+            reqs.add((m[1], "NotIn", (m[2],)))
+        elif m := re.fullmatch(rf"({KEY})\s+(in|notin)\s*\(([^)]*)\)", r):
+            values = tuple(sorted(v.strip() for v in m[3].split(",") if v.strip()))
+            reqs.add((m[1], "In" if m[2] == "in" else "NotIn", values))
+        elif m := re.fullmatch(rf"!\s*({KEY})", r):
+            reqs.add((m[1], "DoesNotExist", ()))
+        elif re.fullmatch(KEY, r):
+            reqs.add((r, "Exists", ()))
+        else:
+            raise ValueError(f"cannot parse requirement {r!r}")
+    return reqs
+
+
+def from_k8s(sel):
+    """A Kubernetes LabelSelector -> the same normalised requirements."""
+    reqs = set()
+    for k, v in (sel.get("matchLabels") or {}).items():
+        reqs.add((k, "In", (str(v),)))
+    for e in sel.get("matchExpressions") or []:
+        reqs.add((e["key"], e["operator"], tuple(sorted(e.get("values") or []))))
+    return reqs
+
+
+def rules_of(role):
+    return sorted((g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
+                  for r in rule["resources"] for v in rule["verbs"])
+
+
+def main():
+    rendered, cidrs = sys.argv[1], sys.argv[2:]
+    docs = [d for d in yaml.safe_load_all(open(rendered)) if d]
+    problems = []
+
+    def check(cond, what):
+        if not cond:
+            problems.append(what)
+
+    (workload,) = [d for d in docs if d["kind"] in ("Deployment", "DaemonSet")]
+    (container,) = workload["spec"]["template"]["spec"]["containers"]
+    args = container["args"]
+    flag = lambda name: [a.split("=", 1)[1] for a in args if a.startswith(f"--{name}=")]
+    namespaces = flag("namespace")
+    selector = (flag("pod-selector") or [""])[0]
+    port = (flag("port-name") or flag("port"))[0]
+    port = int(port) if port.isdigit() else port
+
+    nps = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    check(len(nps) == 1, f"one NetworkPolicy, got {len(nps)}")
+    if nps:
+        egress = nps[0]["spec"]["egress"]
+        (peer,) = egress[0]["to"]
+        want_ns = ({("kubernetes.io/metadata.name", "In", tuple(sorted(namespaces)))}
+                   if namespaces else set())
+        check(from_k8s(peer["namespaceSelector"]) == want_ns,
+              f"egress namespaces {peer['namespaceSelector']} != watched {namespaces}")
+        check(from_k8s(peer["podSelector"]) == label_selector(selector),
+              f"egress podSelector {peer['podSelector']} != --pod-selector {selector!r}")
+        check([p["port"] for p in egress[0]["ports"]] == [port],
+              f"egress port {egress[0]['ports']} != polled port {port!r}")
+        api = [b["ipBlock"]["cidr"] for b in egress[1]["to"]]
+        check(api == cidrs, f"API server CIDRs {api} != {cidrs}")
+        check(not any(c.endswith("/0") for c in api), f"a /0 in {api}")
+        check(len(egress) == 2, f"two egress rules, got {len(egress)}")
+
+    cluster_roles = [d for d in docs if d["kind"] == "ClusterRole"]
+    cluster_bindings = [d for d in docs if d["kind"] == "ClusterRoleBinding"]
+    watch_roles = [d for d in docs if d["kind"] == "Role"
+                   and d["metadata"]["name"].endswith("-watch")]
+    watch_bindings = [d for d in docs if d["kind"] == "RoleBinding"
+                      and d["metadata"]["name"].endswith("-watch")]
+    if namespaces:
+        check(not cluster_roles and not cluster_bindings,
+              "namespaces watched, yet a ClusterRole/ClusterRoleBinding")
+        check(sorted(r["metadata"]["namespace"] for r in watch_roles) == sorted(namespaces),
+              f"a watch Role per namespace {namespaces}")
+        check(sorted(b["metadata"]["namespace"] for b in watch_bindings) == sorted(namespaces),
+              f"a watch RoleBinding per namespace {namespaces}")
+        for r in watch_roles:
+            check(rules_of(r) == WATCH_RULES, f"Role in {r['metadata']['namespace']}: {rules_of(r)}")
+        for b in watch_bindings:
+            check(b["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                   "name": b["metadata"]["name"]}, f"RoleBinding ref {b['roleRef']}")
+    else:
+        check(len(cluster_roles) == 1 and len(cluster_bindings) == 1,
+              "all namespaces: one ClusterRole and its binding")
+        for r in cluster_roles:
+            check(rules_of(r) == WATCH_RULES, f"ClusterRole: {rules_of(r)}")
+        check(not watch_roles, "all namespaces, yet watch Roles")
+
+    if problems:
+        print(f"chart_derived: {rendered}:", *problems, sep="\n  ")
+        sys.exit(1)
+    print(f"chart_derived: ok: namespaces={namespaces or 'all'} selector={selector!r} port={port!r}")
+
+
+if __name__ == "__main__":
+    main()
