@@ -242,8 +242,7 @@ pub struct RolloutGate {
     /// Why the instance's own gate configuration (the
     /// `kura.tuist.dev/gate-config` annotation) was refused, so that the
     /// cluster's configuration judged this verdict instead; absent when the
-    /// annotation is absent or valid. At most [`MAX_CONFIG_ERROR_BYTES`]
-    /// bytes.
+    /// annotation is absent or valid. At most 512 bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 512))]
     pub config_error: Option<String>,
