@@ -2,8 +2,11 @@
 # Checks of the Helm chart charts/kura-health-agent, offline except for a real
 # kube-apiserver started on loopback:
 #   1. helm lint (default values and a variant with serviceMonitor and
-#      networkPolicy on, namespaces set); replicaCount 2 and an empty API
-#      server CIDR list must be refused, no scrapers must mean no ingress
+#      networkPolicy on, namespaces set, gate thresholds set); replicaCount 2
+#      and an empty API server CIDR list must be refused, no scrapers must
+#      mean no ingress; values.schema.json must refuse unknown values and
+#      gate values the agent refuses (a band percent over 1000, a sample age
+#      of 0, an empty soak list, an unknown gate key, a wrong type)
 #   2. helm template (with the CRD) for both
 #   3. kubeconform -strict against JSON Schemas generated from that API
 #      server's own OpenAPI (scripts/k8s-json-schemas.py): every built-in
@@ -42,6 +45,10 @@ watch:
   namespaces: [kura-a, kura-b]
   instanceSelector: tier=managed
 extraArgs: ["--retention=2h"]
+gate:
+  fdTimeoutBand: 2
+  soakSeconds: [600, 120]
+  maxSampleAgeSeconds: 120
 EOF
 
 part "helm lint"
@@ -64,6 +71,37 @@ if out=$("$helm" template x "$chart" --set networkPolicy.apiServer.cidrs=null 2>
 fi
 "$helm" template x "$chart" --set networkPolicy.scrapeFrom=null \
   | grep -q '^  ingress: \[\]$' || fail "no scrapers must render 'ingress: []' (no ingress)"
+# values.schema.json: what the agent would refuse at start-up is refused at
+# install time, naming the value.
+refused() { # WANT ARGS...: helm lint must fail and say WANT
+  local want=$1; shift
+  if out=$("$helm" lint --strict "$chart" "$@" 2>&1); then
+    fail "values $* passed the schema; they must be refused"
+  fi
+  grep -qF -- "$want" <<<"$out" || fail "values $*: refused without naming $want: $out"
+}
+refused "/gate/outboxBandPercent" --set gate.outboxBandPercent=5000
+refused "/gate/peerFailureBandPercent" --set gate.peerFailureBandPercent=1001
+refused "/gate/maxSampleAgeSeconds" --set gate.maxSampleAgeSeconds=0
+refused "/gate/fdTimeoutBand" --set gate.fdTimeoutBand=-1
+refused "/gate/fdTimeoutBand" --set-string gate.fdTimeoutBand=two
+refused "additional properties 'fdTimeoutBands' not allowed" --set gate.fdTimeoutBands=2
+refused "additional properties 'pol' not allowed" --set pol.port=4000
+refused "/poll/port" --set poll.port=70000
+refused "/poll/interval" --set poll.interval=10
+refused "/logFormat" --set logFormat=xml
+printf 'gate:\n  soakSeconds: []\n' > "$dir/empty-soak.yaml"
+refused "/gate/soakSeconds" -f "$dir/empty-soak.yaml"
+# The gate values reach the agent: a ConfigMap of them, mounted and passed
+# with --gate-config, and a checksum that rolls the pods when they change.
+gate_json=$("$helm" template x "$chart" -f "$dir/variant-values.yaml" --show-only templates/gate-configmap.yaml \
+  | python3 -c 'import json,sys; t=sys.stdin.read(); print(json.loads(t.split("gate.json: ",1)[1].strip()))')
+[ "$gate_json" = '{"fdTimeoutBand":2,"maxSampleAgeSeconds":120,"soakSeconds":[600,120]}' ] \
+  || fail "the gate ConfigMap holds $gate_json"
+sum_default=$("$helm" template x "$chart" | grep 'checksum/gate-config' | sort -u)
+sum_variant=$("$helm" template x "$chart" -f "$dir/variant-values.yaml" | grep 'checksum/gate-config' | sort -u)
+[ -n "$sum_default" ] && [ "$sum_default" != "$sum_variant" ] \
+  || fail "the pod template's checksum/gate-config must change with the gate values"
 
 part "helm template"
 "$helm" template kura-health-agent "$chart" --namespace kura-system --include-crds \
@@ -110,7 +148,7 @@ kubectl get -f "$dir/variant-applicable.yaml" -o name
 kubectl apply --server-side --field-manager=chart-check -f "$dir/kurainstance.yaml"
 
 part "stored objects keep the chart's promises"
-kubectl get -n kura-system deployment,serviceaccount,networkpolicy,poddisruptionbudget,service,role -o json \
+kubectl get -n kura-system deployment,serviceaccount,networkpolicy,poddisruptionbudget,service,role,configmap -o json \
   > "$dir/namespaced.json"
 kubectl get clusterrole,clusterrolebinding -l app.kubernetes.io/name=kura-health-agent -o json \
   > "$dir/cluster.json"
@@ -152,6 +190,14 @@ for d in deps:
     check("cpu" in c.get("resources", {}).get("requests", {}), "cpu request")
     check(pod.get("serviceAccountName") == "kura-health-agent", "runs as the chart's ServiceAccount")
     check("--sharding=true" in c.get("args", []), "sharding on (the chart's default)")
+    check("--gate-config=/etc/kura-health-agent/gate.json" in c.get("args", []),
+          "the agent reads the gate ConfigMap (--gate-config)")
+    mounts = {m["name"]: m for m in c.get("volumeMounts", [])}
+    check(mounts.get("gate-config", {}).get("mountPath") == "/etc/kura-health-agent"
+          and mounts["gate-config"].get("readOnly") is True, "gate config mounted read-only")
+    vols = {v["name"]: v for v in pod.get("volumes", [])}
+    check(vols.get("gate-config", {}).get("configMap", {}).get("name") == "kura-health-agent-gate",
+          "the gate-config volume is the gate ConfigMap")
 
 (lease_role,) = by_kind.get("Role", [None])
 lease_rules = sorted((g, r) for rule in lease_role["rules"] for g in rule["apiGroups"]
@@ -178,6 +224,11 @@ check(len(ingress) == 1 and [p["port"] for p in ingress[0]["ports"]] == [8080]
 egress_ports = sorted(p["port"] for e in np["spec"]["egress"] for p in e["ports"])
 check(egress_ports == [443, 4000, 6443], f"egress: report port and API server, got {egress_ports}")
 check(len(by_kind.get("PodDisruptionBudget", [])) == 1, "a PodDisruptionBudget")
+gate_maps = [c for c in by_kind.get("ConfigMap", []) if c["metadata"]["name"] == "kura-health-agent-gate"]
+# The variant (applied last, same names) sets three gate thresholds.
+check(len(gate_maps) == 1 and json.loads(gate_maps[0]["data"]["gate.json"])
+      == {"fdTimeoutBand": 2, "maxSampleAgeSeconds": 120, "soakSeconds": [600, 120]},
+      "the gate ConfigMap holds the gate values")
 check(len(by_kind.get("ServiceAccount", [])) == 1, "a ServiceAccount")
 
 if problems:
