@@ -81,7 +81,13 @@ pub fn run(args: BaselineArgs) -> ExitCode {
         gate: kura_gate::GateConfig::default(),
     });
     let report = run.observe(&samples, Timestamp::now());
-    let doc = BaselineDocument::from_poll(&samples, &report);
+    let doc = BaselineDocument::from_poll(
+        &samples,
+        report.at,
+        &report.health,
+        &report.baseline,
+        report.baseline_eligible,
+    );
     let text = match serde_json::to_string_pretty(&doc) {
         Ok(text) => text,
         Err(e) => {

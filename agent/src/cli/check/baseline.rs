@@ -43,7 +43,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::{PodSample, SampleResult};
 
-use super::judge::PollReport;
 use super::url::node_report_url;
 
 /// The `kind` of a baseline document.
@@ -167,10 +166,17 @@ pub enum BaselineError {
 }
 
 impl BaselineDocument {
-    /// The document of a baseline poll: the first poll's `samples` (one per
-    /// node, in `--node` order) and the report [`CheckRun`](super::CheckRun)
-    /// judged for it.
-    pub fn from_poll(samples: &[PodSample], report: &PollReport) -> Self {
+    /// The document of a baseline poll judged at `taken_at`: its `samples`
+    /// (one per node, in `--node` order), the aggregate `health` they made,
+    /// and the baseline a check's first poll captures from it (`counters`,
+    /// `soak_eligible`; see [`CheckRun`](super::CheckRun)).
+    pub fn from_poll(
+        samples: &[PodSample],
+        taken_at: Timestamp,
+        health: &RolloutHealth,
+        counters: &BaselineCounters,
+        soak_eligible: bool,
+    ) -> Self {
         let nodes = samples
             .iter()
             .map(|s| match &s.result {
@@ -201,16 +207,16 @@ impl BaselineDocument {
         BaselineDocument {
             kind: BASELINE_KIND.to_owned(),
             schema_version: BASELINE_SCHEMA_VERSION,
-            taken_at: report.at,
+            taken_at,
             agent_version: env!("CARGO_PKG_VERSION").to_owned(),
-            expected_pods: report.health.expected_pods,
+            expected_pods: health.expected_pods,
             nodes,
             aggregate: BaselineAggregate {
-                sampled_pods: report.health.sampled_pods,
-                soak_eligible: report.baseline_eligible,
-                outbox_messages: report.baseline.outbox_messages,
-                fd_timeout_count: report.baseline.fd_timeout_count,
-                peer_connection_failures: report.baseline.peer_connection_failures,
+                sampled_pods: health.sampled_pods,
+                soak_eligible,
+                outbox_messages: counters.outbox_messages,
+                fd_timeout_count: counters.fd_timeout_count,
+                peer_connection_failures: counters.peer_connection_failures,
             },
         }
     }
@@ -346,7 +352,8 @@ impl BaselineDocument {
     /// entry per sampled node (named by its URL, as `check` names it) with
     /// its raw counters and incarnation, so the per-node reset clamping of
     /// the first poll after the upgrade compares with the state before it.
-    pub fn seed(&self) -> RolloutHealth {
+    /// `agent` names the writer, as the check's aggregates do.
+    pub fn seed(&self, agent: &str) -> RolloutHealth {
         let pods: Vec<PodHealth> = self
             .nodes
             .iter()
@@ -405,7 +412,7 @@ impl BaselineDocument {
             counter_resets: 0,
             pods,
             retired_counters: Default::default(),
-            agent: super::judge::AGENT.to_owned(),
+            agent: agent.to_owned(),
         }
     }
 }
@@ -550,7 +557,7 @@ mod tests {
 
     #[test]
     fn the_seed_holds_each_nodes_raw_counters_and_identity() {
-        let seed = doc().seed();
+        let seed = doc().seed("test");
         assert_eq!(seed.fd_timeout_count, 12);
         assert_eq!(seed.peer_connection_failures, Some(4));
         assert_eq!(seed.pods.len(), 2);
@@ -570,7 +577,7 @@ mod tests {
             peer_connection_failures: None,
             ..one_down.nodes[1].clone()
         };
-        let seed = one_down.seed();
+        let seed = one_down.seed("test");
         assert_eq!(seed.pods.len(), 1, "an unsampled node starts fresh");
         assert_eq!(seed.peer_connection_failures, None);
         assert_eq!(

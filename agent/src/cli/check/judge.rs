@@ -139,7 +139,7 @@ impl CheckRun {
     /// The caller checked that the baseline is of the same nodes
     /// ([`BaselineDocument::check_usable`]).
     pub fn from_baseline(settings: CheckSettings, baseline: &BaselineDocument) -> Self {
-        let seed = baseline.seed();
+        let seed = baseline.seed(AGENT);
         let counters = baseline.counters();
         let gate = RolloutGate {
             target_image: CHECK_IMAGE.to_owned(),
@@ -461,7 +461,13 @@ mod tests {
         let mut taking = CheckRun::new(settings(10, 100));
         let baseline_samples = samples(before, t(0));
         let first = taking.observe(&baseline_samples, t(0));
-        let doc = BaselineDocument::from_poll(&baseline_samples, &first);
+        let doc = BaselineDocument::from_poll(
+            &baseline_samples,
+            first.at,
+            &first.health,
+            &first.baseline,
+            first.baseline_eligible,
+        );
         let mut with = CheckRun::from_baseline(settings(10, 100), &doc);
         let mut without = CheckRun::new(settings(10, 100));
         let mut a = Vec::new();
