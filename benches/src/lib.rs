@@ -6,6 +6,7 @@
 pub mod agent_path;
 pub mod ceiling;
 pub mod error;
+pub mod gate_docs;
 pub mod proc_stats;
 pub mod runner;
 pub mod sim_process;
