@@ -9,12 +9,15 @@
 //! - [`demo`]: a rollout on a simulated fleet (`kura-sim`);
 //! - [`aggregate`]: the aggregation over recorded reports;
 //! - [`simulate`]: serve a simulated fleet (`kura-sim`);
-//! - [`gate_file`]: `--gate-config FILE` of `run` and `check`.
+//! - [`gate_file`]: `--gate-config FILE` of `run` and `check`;
+//! - [`fleet_load_side`] (hidden): the agent's side of the `fleet-load`
+//!   harness, so a shipped binary can be measured.
 
 pub mod aggregate;
 pub mod baseline;
 pub mod check;
 pub mod demo;
+pub mod fleet_load_side;
 pub mod gate_file;
 pub mod parse;
 pub mod run;
