@@ -224,15 +224,21 @@ async fn usage_and_input_errors_exit_2() {
 /// node given as `:4100` and `:04100` was counted twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_ports_and_one_node_twice_are_named() {
-    let (code, _, err) = run(["check", "--node", "http://host:99999"]
-        .map(String::from)
-        .to_vec())
-    .await;
-    assert_eq!(code, 2);
-    assert!(
-        err.contains("the port must be a number from 1 to 65535, not \"99999\""),
-        "{err}"
-    );
+    for port in ["99999", "65536"] {
+        let (code, out, err) = run(vec![
+            "check".to_owned(),
+            "--node".to_owned(),
+            format!("http://host:{port}"),
+        ])
+        .await;
+        assert_eq!(code, 2, "{port}: {out}{err}");
+        assert!(
+            err.contains(&format!(
+                "the port must be a number from 1 to 65535, not \"{port}\""
+            )),
+            "{err}"
+        );
+    }
     // A real node answers on 127.x:port; the same node with a zero-padded
     // port is refused before anything is polled.
     let sim = Simulator::healthy("dup", 1).await.unwrap();

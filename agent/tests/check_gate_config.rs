@@ -2,7 +2,8 @@
 //! simulated nodes on loopback: every key of the document changes what
 //! `check` decides (a band widened in the file turns a failure into a
 //! pass; a tighter sample age turns a pass into a failure; the soak and the
-//! deadline come from the file), and an invalid file or value stops `check`
+//! deadline come from the file; the future skew limits a baseline taken by
+//! a clock ahead), and an invalid file or value stops `check`
 //! and `run` at start-up with exit 2 and one line naming the file, the key
 //! and the reason.
 //!
@@ -379,5 +380,58 @@ async fn an_invalid_file_or_value_exits_2_at_start_with_one_line() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("missing.yaml: cannot read:"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `futureSkewSeconds` of the file is how far in the future a `--baseline`
+/// may have been taken (a clock ahead of this one): 30 s ahead is within
+/// the default 60 s and the check runs; with `futureSkewSeconds: 10` the
+/// same document is refused before any poll (exit 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_future_skew_of_the_file_limits_a_baseline_from_the_future() {
+    let dir = scratch("skew");
+    let sim = Simulator::healthy("skewfile", 2).await.unwrap();
+    let baseline = dir.join("b.json");
+    let mut args = vec!["baseline".to_owned(), "--out".to_owned()];
+    args.push(baseline.to_string_lossy().into_owned());
+    args.extend(node_args(&sim));
+    let (code, out, err) = run(args).await;
+    assert_eq!(code, 0, "baseline: {out}{err}");
+    let mut doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(&baseline).unwrap()).unwrap();
+    let ahead = jiff::Timestamp::now()
+        .checked_add(jiff::SignedDuration::from_secs(30))
+        .unwrap();
+    doc["takenAt"] = Value::String(ahead.to_string());
+    let ahead_file = write(&dir, "ahead.json", &doc.to_string());
+    let gate = write(&dir, "gate.yaml", "futureSkewSeconds: 10\n");
+    let check = |file: Option<&str>| {
+        let mut args: Vec<String> = [
+            "check",
+            "--json",
+            "--soak",
+            "1s",
+            "--interval",
+            "200ms",
+            "--timeout",
+            "3s",
+            "--baseline",
+        ]
+        .map(String::from)
+        .to_vec();
+        args.push(ahead_file.clone());
+        if let Some(file) = file {
+            args.extend(["--gate-config".to_owned(), file.to_owned()]);
+        }
+        args.extend(node_args(&sim));
+        args
+    };
+    let ((code, out, err), (code_file, out_file, err_file)) =
+        tokio::join!(run(check(None)), run(check(Some(&gate))));
+    assert_eq!(code, 0, "30 s ahead is within the default 60 s: {out}{err}");
+    assert_eq!(json_lines(&out)[0]["baselineSource"], "file");
+    assert_eq!(code_file, 2, "{out_file}{err_file}");
+    assert!(out_file.is_empty(), "nothing polled: {out_file}");
+    assert!(err_file.contains("in the future"), "{err_file}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
