@@ -2,11 +2,14 @@
 # Checks of the Helm chart charts/kura-health-agent, offline except for a real
 # kube-apiserver started on loopback:
 #   1. helm lint (default values and a variant with serviceMonitor,
-#      namespaces, a set-based pod selector and a named port); refused
-#      renderings must fail saying why: replicaCount 2 without sharding, no
-#      or a /0 API server CIDR, kube-system, extraArgs overriding a flag the
-#      policy is derived from, an unreadable pod selector; no scrapers must
-#      mean no ingress
+#      namespaces, a set-based pod selector, a named port and gate
+#      thresholds); refused renderings must fail saying why: replicaCount 2
+#      without sharding, no or a /0 API server CIDR, kube-system, extraArgs
+#      overriding a flag the policy is derived from, an unreadable pod
+#      selector; no scrapers must mean no ingress; values.schema.json must
+#      refuse unknown values and gate values the agent refuses (a band
+#      percent over 1000, a sample age of 0, an empty soak list, an unknown
+#      gate key, a wrong type)
 #   2. for a matrix of namespaces / pod selectors / ports, the NetworkPolicy
 #      and RBAC follow the agent's own arguments (scripts/chart_derived.py)
 #   3. helm template (with the CRD) for the default and the variant
@@ -63,6 +66,10 @@ watch:
 poll:
   portName: http
 extraArgs: ["--retention=2h"]
+gate:
+  fdTimeoutBand: 2
+  soakSeconds: [600, 120]
+  maxSampleAgeSeconds: 120
 EOF
 
 part "helm lint"
@@ -114,7 +121,9 @@ echo "chart-check: refused as expected: a release in kube-system"
 for arg in --port=5000 --port-name=grpc --pod-selector=app=x --namespace=other --debug-listen=0.0.0.0:9000; do
   refused "extraArgs $arg" "set it through the chart's values" "${api[@]}" --set "extraArgs={$arg}"
 done
-refused "the removed networkPolicy.kuraPodSelector" "were removed" \
+# Removed values (the policy follows watch.podSelector and watch.namespaces
+# now) are refused by values.schema.json, naming them.
+refused "the removed networkPolicy.kuraPodSelector" "additional properties 'kuraPodSelector' not allowed" \
   "${api[@]}" --set networkPolicy.kuraPodSelector.matchLabels.app=kura
 refused "a pod selector with an operator NetworkPolicies lack" 'cannot read "a>5"' \
   "${api[@]}" --set-string 'watch.podSelector=a>5'
@@ -124,6 +133,39 @@ refused "an unbalanced pod selector" "cannot be read" \
   "${api[@]}" --set-string 'watch.podSelector=a in (x'
 "$helm" template x "$chart" "${api[@]}" --set networkPolicy.scrapeFrom=null \
   | grep -q '^  ingress: \[\]$' || fail "no scrapers must render 'ingress: []' (no ingress)"
+# values.schema.json: what the agent would refuse at start-up is refused at
+# install time, naming the value.
+schema_refused() { # WANT ARGS...: helm lint must fail and say WANT
+  local want=$1; shift
+  if out=$("$helm" lint --strict "$chart" "${api[@]}" "$@" 2>&1); then
+    fail "values $* passed the schema; they must be refused"
+  fi
+  grep -qF -- "$want" <<<"$out" || fail "values $*: refused without naming $want: $out"
+}
+schema_refused "/gate/outboxBandPercent" --set gate.outboxBandPercent=5000
+schema_refused "/gate/peerFailureBandPercent" --set gate.peerFailureBandPercent=1001
+schema_refused "/gate/maxSampleAgeSeconds" --set gate.maxSampleAgeSeconds=0
+schema_refused "/gate/fdTimeoutBand" --set gate.fdTimeoutBand=-1
+schema_refused "/gate/fdTimeoutBand" --set-string gate.fdTimeoutBand=two
+schema_refused "additional properties 'fdTimeoutBands' not allowed" --set gate.fdTimeoutBands=2
+schema_refused "additional properties 'pol' not allowed" --set pol.port=4000
+schema_refused "/poll/port" --set poll.port=70000
+schema_refused "/poll/interval" --set poll.interval=10
+schema_refused "/poll/steadyInterval" --set poll.steadyInterval=30
+schema_refused "/poll/portName" --set poll.portName=Not_A_Port
+schema_refused "/logFormat" --set logFormat=xml
+printf 'gate:\n  soakSeconds: []\n' > "$dir/empty-soak.yaml"
+schema_refused "/gate/soakSeconds" -f "$dir/empty-soak.yaml"
+# The gate values reach the agent: a ConfigMap of them, mounted and passed
+# with --gate-config, and a checksum that rolls the pods when they change.
+gate_json=$("$helm" template x "$chart" -f "$dir/variant-values.yaml" --show-only templates/gate-configmap.yaml \
+  | python3 -c 'import json,sys; t=sys.stdin.read(); print(json.loads(t.split("gate.json: ",1)[1].strip()))')
+[ "$gate_json" = '{"fdTimeoutBand":2,"maxSampleAgeSeconds":120,"soakSeconds":[600,120]}' ] \
+  || fail "the gate ConfigMap holds $gate_json"
+sum_default=$("$helm" template x "$chart" "${api[@]}" | grep 'checksum/gate-config' | sort -u)
+sum_variant=$("$helm" template x "$chart" -f "$dir/variant-values.yaml" | grep 'checksum/gate-config' | sort -u)
+[ -n "$sum_default" ] && [ "$sum_default" != "$sum_variant" ] \
+  || fail "the pod template's checksum/gate-config must change with the gate values"
 
 part "NetworkPolicy and RBAC follow the agent's arguments (scripts/chart_derived.py)"
 # The policy must allow exactly what the agent polls with the arguments it
@@ -198,13 +240,16 @@ kubectl get -f "$dir/variant-applicable.yaml" -o name
 kubectl apply --server-side --field-manager=chart-check -f "$dir/kurainstance.yaml"
 
 part "stored objects keep the chart's promises"
-kubectl get -n kura-system deployment,serviceaccount,networkpolicy,poddisruptionbudget,service,role -o json \
+kubectl get -n kura-system deployment,serviceaccount,networkpolicy,poddisruptionbudget,service,role,configmap -o json \
   > "$dir/namespaced.json"
 kubectl get clusterrole,clusterrolebinding -l app.kubernetes.io/name=kura-health-agent -o json \
   > "$dir/cluster.json"
-python3 - "$dir/namespaced.json" "$dir/cluster.json" <<'EOF'
+kubectl get -n kura-variant configmap kura-variant-kura-health-agent-gate -o json \
+  > "$dir/variant-gate.json"
+python3 - "$dir/namespaced.json" "$dir/cluster.json" "$dir/variant-gate.json" <<'EOF'
 import json, sys
 items = json.load(open(sys.argv[1]))["items"] + json.load(open(sys.argv[2]))["items"]
+variant_gate = json.load(open(sys.argv[3]))
 by_kind = {}
 for o in items:
     by_kind.setdefault(o["kind"], []).append(o)
@@ -240,6 +285,14 @@ for d in deps:
     check("cpu" in c.get("resources", {}).get("requests", {}), "cpu request")
     check(pod.get("serviceAccountName") == "kura-health-agent", "runs as the chart's ServiceAccount")
     check("--sharding=true" in c.get("args", []), "sharding on (the chart's default)")
+    check("--gate-config=/etc/kura-health-agent/gate.json" in c.get("args", []),
+          "the agent reads the gate ConfigMap (--gate-config)")
+    mounts = {m["name"]: m for m in c.get("volumeMounts", [])}
+    check(mounts.get("gate-config", {}).get("mountPath") == "/etc/kura-health-agent"
+          and mounts["gate-config"].get("readOnly") is True, "gate config mounted read-only")
+    vols = {v["name"]: v for v in pod.get("volumes", [])}
+    check(vols.get("gate-config", {}).get("configMap", {}).get("name") == "kura-health-agent-gate",
+          "the gate-config volume is the gate ConfigMap")
 
 (lease_role,) = by_kind.get("Role", [None])
 lease_rules = sorted((g, r) for rule in lease_role["rules"] for g in rule["apiGroups"]
@@ -266,6 +319,14 @@ check(len(ingress) == 1 and [p["port"] for p in ingress[0]["ports"]] == [8080]
 egress_ports = sorted(p["port"] for e in np["spec"]["egress"] for p in e["ports"])
 check(egress_ports == [443, 4000, 6443], f"egress: report port and API server, got {egress_ports}")
 check(len(by_kind.get("PodDisruptionBudget", [])) == 1, "a PodDisruptionBudget")
+gate_maps = [c for c in by_kind.get("ConfigMap", []) if c["metadata"]["name"] == "kura-health-agent-gate"]
+# The default release sets no threshold (the agent's defaults apply); the
+# variant (its own release and namespace) sets three.
+check(len(gate_maps) == 1 and json.loads(gate_maps[0]["data"]["gate.json"]) == {},
+      "the default gate ConfigMap is empty (the agent's defaults)")
+check(json.loads(variant_gate["data"]["gate.json"])
+      == {"fdTimeoutBand": 2, "maxSampleAgeSeconds": 120, "soakSeconds": [600, 120]},
+      "the variant's gate ConfigMap holds its gate values")
 check(len(by_kind.get("ServiceAccount", [])) == 1, "a ServiceAccount")
 
 if problems:

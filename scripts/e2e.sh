@@ -2,8 +2,10 @@
 # End-to-end tests of kura-agent against a real kube-apiserver + etcd
 # (agent/tests/e2e_apiserver.rs): CRD, status writes, field ownership, pruning,
 # the chart's RBAC by impersonation, image change and baseline, agent kill and
-# restart, kube-apiserver outage, the status write economy at rest, and the
-# latency of health flips in a rollout at the default settings (issue 19).
+# restart, kube-apiserver outage, the status write economy at rest, the
+# latency of health flips in a rollout at the default settings (issue 19),
+# and the gate configuration (the chart's gate ConfigMap as --gate-config,
+# the per-instance annotation).
 #
 #   scripts/e2e.sh [TEST_FILTER...]   # extra args go to the test binary
 #
@@ -43,6 +45,11 @@ part "render the chart"
   --set 'networkPolicy.apiServer.cidrs={127.0.0.1/32}' \
   --namespace kura-system > "$dir/chart.yaml"
 export KURA_E2E_CHART_MANIFESTS=$dir/chart.yaml
+# The same chart with a gate threshold set: its gate ConfigMap is the file
+# the gate-config test gives the agent (--gate-config), as the chart mounts it.
+"$KURA_HELM" template kura-health-agent "$root/charts/kura-health-agent" \
+  --namespace kura-system --set gate.fdTimeoutBand=2 > "$dir/chart-gate.yaml"
+export KURA_E2E_CHART_GATE_MANIFESTS=$dir/chart-gate.yaml
 export KURA_K8S_DIR KUBECONFIG
 
 part "e2e tests"

@@ -353,6 +353,8 @@ def chart_deployment():
         "sc": ctr.get("securityContext", {}),
         "resources": ctr.get("resources", {}),
         "args": ctr.get("args", []),
+        "volumes": pod.get("volumes", []),
+        "mounts": ctr.get("volumeMounts", []),
         "command": ctr.get("command"),
         "env": ctr.get("env", []),
         "image": ctr["image"],
@@ -637,6 +639,29 @@ def instance_status():
     return kget("kurainstance", INSTANCE, "-n", NAMESPACE).get("status", {})
 
 
+def configmap_volumes(chart):
+    """The chart's ConfigMap volumes (the gate configuration) as the kubelet
+    mounts them: each ConfigMap's keys as files in a directory, mounted
+    read-only at the container's mountPath. Any other kind of volume is
+    refused, so a new one is not silently left out."""
+    volumes = {v["name"]: v for v in chart["volumes"]}
+    out = []
+    for m in chart["mounts"]:
+        vol = volumes.get(m["name"], {})
+        check("configMap" in vol, f"volume {m['name']}: only ConfigMap volumes are mounted here: {vol}")
+        cm = kget("configmap", "-n", chart["namespace"], vol["configMap"]["name"])
+        d = os.path.join(work, f"configmap-{m['name']}")
+        os.makedirs(d, exist_ok=True)
+        os.chmod(d, 0o755)
+        for key, text in cm.get("data", {}).items():
+            path = os.path.join(d, key)
+            with open(path, "w") as f:
+                f.write(text)
+            os.chmod(path, 0o644)
+        out += ["--volume", f"{d}:{m['mountPath']}:ro"]
+    return out
+
+
 def proc_status(pid):
     fields = {}
     with open(f"/proc/{pid}/status") as f:
@@ -679,6 +704,7 @@ def in_cluster():
         "--env", "KUBERNETES_SERVICE_HOST=127.0.0.1",
         "--env", f"KUBERNETES_SERVICE_PORT={proxy.port}",
         "--volume", f"{sa}:{SA_DIR}:ro",
+        *configmap_volumes(chart),
         *container_env(chart),
     ]) + [args.image, *chart["args"]]
     state["agent_cmd"] = cmd

@@ -6,16 +6,26 @@
 //! agent restart or a handover. `kura-agent check` combines the same
 //! aggregation and judge itself, with a synthetic instance and its own
 //! soak and timeout rules (`cli::check::judge`).
+//!
+//! Every engine judges with the cluster's gate configuration
+//! ([`EngineConfig::gate`]) unless its instance carries its own in the
+//! [`GATE_CONFIG_ANNOTATION`]: then that JSON object is merged over the
+//! cluster's for this instance only ([`InstanceEngine::set_gate_annotation`]).
+//! An annotation that does not parse is refused, never half-applied: the
+//! cluster's configuration judges the instance and
+//! `status.rolloutGate.configError` says why (the hook for anything else
+//! that reports on the instance, such as a condition's message).
 
 use std::sync::Arc;
 
 use jiff::Timestamp;
-use kura_gate::GateConfig;
 use kura_gate::instance::judge_instance;
+use kura_gate::{GateConfig, ReplayError, parse_config_over};
+use kura_schemas::gate_status::MAX_CONFIG_ERROR_BYTES;
 use kura_schemas::{KuraInstanceStatus, RolloutGate, RolloutHealth};
 
 use crate::aggregate::{AggregateConfig, InstanceAggregator};
-use crate::model::{InstanceInfo, InstanceKey, PodSample, SampleResult};
+use crate::model::{GATE_CONFIG_ANNOTATION, InstanceInfo, InstanceKey, PodSample, SampleResult};
 
 /// What every instance's engine is held to; shared by all of them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +57,70 @@ pub struct InstanceEngine {
     aggregator: InstanceAggregator,
     last_health: Option<Arc<RolloutHealth>>,
     last_gate: Option<Arc<RolloutGate>>,
+    own_gate: OwnGateConfig,
+}
+
+/// The instance's own gate configuration (its [`GATE_CONFIG_ANNOTATION`]),
+/// kept parsed until the annotation's text changes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct OwnGateConfig {
+    /// The annotation's text, as last seen.
+    text: Option<String>,
+    /// The cluster's configuration with the annotation merged over it, when
+    /// the annotation is valid.
+    merged: Option<GateConfig>,
+    /// Why the annotation was refused (what `rolloutGate.configError` says).
+    error: Option<String>,
+}
+
+/// What became of an instance's gate-config annotation when its text
+/// changed ([`InstanceEngine::set_gate_annotation`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AnnotationChange {
+    /// Valid: merged over the cluster's configuration for this instance.
+    Applied,
+    /// Gone: the cluster's configuration applies again.
+    Removed,
+    /// Refused: the cluster's configuration applies; the reason (as written
+    /// to `status.rolloutGate.configError`).
+    Refused(String),
+}
+
+/// The gate configuration of one instance: `annotation` (a JSON object of
+/// `GateConfig` keys) merged over the cluster's `cluster`, through the
+/// gate's one configuration parser ([`parse_config_over`]). The error names
+/// the key and the reason, in one line.
+pub fn instance_gate_config(cluster: &GateConfig, annotation: &str) -> Result<GateConfig, String> {
+    let value: serde_json::Value =
+        serde_json::from_str(annotation).map_err(|e| format!("not valid JSON: {e}"))?;
+    parse_config_over(cluster, &value).map_err(|e| config_error_text(&e))
+}
+
+/// A configuration document's error in one line: `key K: reason` (an
+/// unknown key lists the known ones), or the document-level reason.
+pub fn config_error_text(error: &ReplayError) -> String {
+    let text = match error {
+        ReplayError::Field { field, reason, .. } if field == "(config)" => reason.clone(),
+        ReplayError::Field { field, reason, .. } if reason == "unknown field" => format!(
+            "key {field}: unknown key (the keys are {})",
+            kura_gate::config::CONFIG_KEYS.join(", ")
+        ),
+        ReplayError::Field { field, reason, .. } => format!("key {field}: {reason}"),
+        other => other.to_string(),
+    };
+    text.replace(['\n', '\r'], " ")
+}
+
+/// `text` cut to at most `max` bytes at a character boundary.
+fn bounded(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_owned()
 }
 
 impl InstanceEngine {
@@ -57,6 +131,7 @@ impl InstanceEngine {
             config,
             last_health: None,
             last_gate: None,
+            own_gate: OwnGateConfig::default(),
         }
     }
 
@@ -73,7 +148,50 @@ impl InstanceEngine {
             config,
             last_health: health.map(Arc::new),
             last_gate: gate.map(Arc::new),
+            own_gate: OwnGateConfig::default(),
         }
+    }
+
+    /// Sets the instance's own gate configuration from the text of its
+    /// [`GATE_CONFIG_ANNOTATION`] (`None`: no annotation). The text is
+    /// parsed only when it changed; the change is returned, `None` when
+    /// there is none. A refused annotation never stops the instance: the
+    /// cluster's configuration judges it and every verdict says why in
+    /// `rolloutGate.configError` until the annotation is fixed or removed.
+    pub fn set_gate_annotation(&mut self, annotation: Option<&str>) -> Option<AnnotationChange> {
+        if self.own_gate.text.as_deref() == annotation {
+            return None;
+        }
+        let Some(text) = annotation else {
+            self.own_gate = OwnGateConfig::default();
+            return Some(AnnotationChange::Removed);
+        };
+        self.own_gate.text = Some(text.to_owned());
+        match instance_gate_config(&self.config.gate, text) {
+            Ok(merged) => {
+                self.own_gate.merged = Some(merged);
+                self.own_gate.error = None;
+                Some(AnnotationChange::Applied)
+            }
+            Err(reason) => {
+                let message = bounded(
+                    &format!(
+                        "annotation {GATE_CONFIG_ANNOTATION} refused, the cluster's gate config applies: {reason}"
+                    ),
+                    MAX_CONFIG_ERROR_BYTES,
+                );
+                self.own_gate.merged = None;
+                self.own_gate.error = Some(message.clone());
+                Some(AnnotationChange::Refused(message))
+            }
+        }
+    }
+
+    /// The configuration this instance is judged by: its own (the
+    /// annotation merged over the cluster's) when valid, else the
+    /// cluster's.
+    pub fn gate_config(&self) -> &GateConfig {
+        self.own_gate.merged.as_ref().unwrap_or(&self.config.gate)
     }
 
     /// The last aggregate produced (or restored).
@@ -119,8 +237,10 @@ impl InstanceEngine {
             baseline_source,
             Some(&health),
             now,
-            &self.config.gate,
+            self.gate_config(),
         );
+        let mut gate = gate;
+        gate.config_error.clone_from(&self.own_gate.error);
         let health = self.last_health.insert(Arc::new(health));
         let gate = self.last_gate.insert(Arc::new(gate));
         (health, gate)
@@ -141,22 +261,31 @@ mod tests {
     use super::*;
     use crate::model::PodIdentity;
     use jiff::SignedDuration;
-    use kura_schemas::parse_report;
+    use kura_schemas::{AgentVerdict, Signal, parse_report};
+    use kura_sim::SimNode;
 
     const V1: &str = "ghcr.io/tuist/kura:1.0.0";
     const V2: &str = "ghcr.io/tuist/kura:1.1.0";
 
-    fn info() -> InstanceInfo {
+    /// Instance `acme` of two pods.
+    fn acme() -> InstanceInfo {
+        InstanceInfo {
+            expected_pods: 2,
+            ..info("acme")
+        }
+    }
+
+    fn info(name: &str) -> InstanceInfo {
         InstanceInfo {
             namespace: "kura".into(),
-            name: "acme".into(),
-            expected_pods: 2,
+            name: name.into(),
+            expected_pods: 1,
             generation: 1,
         }
     }
 
     /// A G1 fixture report with `fd` fd timeouts, from pod `i` on `image`.
-    fn sample(i: usize, image: &str, fd: u64, at: Timestamp) -> PodSample {
+    fn g1_sample(i: usize, image: &str, fd: u64, at: Timestamp) -> PodSample {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../testdata/reports/g1-bootstrap.json"
@@ -186,18 +315,18 @@ mod tests {
     fn the_baseline_is_the_aggregate_closest_to_the_upgrade() {
         let mut engine = InstanceEngine::new(Arc::new(EngineConfig::default()));
         engine.step(
-            &info(),
+            &acme(),
             V1,
-            &[sample(0, V1, 1, at(0)), sample(1, V1, 1, at(0))],
+            &[g1_sample(0, V1, 1, at(0)), g1_sample(1, V1, 1, at(0))],
             at(0),
         );
         // 30 s later the watch shows the upgrade and the loop sweeps at
         // once: the pods still run v1, their counters grew meanwhile. That
         // sweep is the baseline, not the one 30 s old.
         let (_, gate) = engine.step(
-            &info(),
+            &acme(),
             V2,
-            &[sample(0, V1, 4, at(30)), sample(1, V1, 1, at(30))],
+            &[g1_sample(0, V1, 4, at(30)), g1_sample(1, V1, 1, at(30))],
             at(30),
         );
         assert_eq!(gate.baseline_image.as_deref(), Some(V1));
@@ -209,21 +338,194 @@ mod tests {
         // aggregate before the change stays the baseline.
         let mut engine = InstanceEngine::new(Arc::new(EngineConfig::default()));
         engine.step(
-            &info(),
+            &acme(),
             V1,
-            &[sample(0, V1, 1, at(0)), sample(1, V1, 1, at(0))],
+            &[g1_sample(0, V1, 1, at(0)), g1_sample(1, V1, 1, at(0))],
             at(0),
         );
         let (_, gate) = engine.step(
-            &info(),
+            &acme(),
             V2,
-            &[sample(0, V2, 0, at(30)), sample(1, V1, 3, at(30))],
+            &[g1_sample(0, V2, 0, at(30)), g1_sample(1, V1, 3, at(30))],
             at(30),
         );
         assert_eq!(gate.baseline.fd_timeout_count, Some(2));
-        let mut failed = sample(1, V1, 3, at(30));
+        let mut failed = g1_sample(1, V1, 3, at(30));
         failed.result = SampleResult::Error("timeout".into());
-        assert!(!all_on(&[sample(0, V1, 3, at(30)), failed], V1));
+        assert!(!all_on(&[g1_sample(0, V1, 3, at(30)), failed], V1));
         assert!(!all_on(&[], V1));
+    }
+
+    fn sample(node: &SimNode, received_at: Timestamp) -> Vec<PodSample> {
+        vec![PodSample {
+            pod: PodIdentity {
+                name: "p-0".into(),
+                uid: "u-0".into(),
+                ..PodIdentity::default()
+            },
+            received_at,
+            result: SampleResult::Report(Box::new(node.report())),
+        }]
+    }
+
+    fn t(secs: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + secs).unwrap()
+    }
+
+    /// Runs `engine` through a baseline on image 1, an upgrade to image 2
+    /// and fd timeouts growing by 3: the verdict of the last sweep.
+    fn upgrade_with_fd_growth(engine: &mut InstanceEngine, name: &str) -> RolloutGate {
+        let mut node = SimNode::default();
+        engine.step(&info(name), "img:1", &sample(&node, t(0)), t(0));
+        engine.step(&info(name), "img:1", &sample(&node, t(10)), t(10));
+        node.fd_timeout_count += 3;
+        engine.step(&info(name), "img:2", &sample(&node, t(20)), t(20));
+        engine
+            .step(&info(name), "img:2", &sample(&node, t(30)), t(30))
+            .1
+            .as_ref()
+            .clone()
+    }
+
+    fn cluster(fd_timeout_band: u64) -> Arc<EngineConfig> {
+        Arc::new(EngineConfig {
+            gate: GateConfig {
+                fd_timeout_band,
+                ..GateConfig::default()
+            },
+            ..EngineConfig::default()
+        })
+    }
+
+    #[test]
+    fn the_annotation_changes_its_own_instance_only() {
+        let config = cluster(0);
+        let mut plain = InstanceEngine::new(Arc::clone(&config));
+        let mut tuned = InstanceEngine::new(Arc::clone(&config));
+        assert_eq!(
+            tuned.set_gate_annotation(Some(r#"{"fdTimeoutBand": 5}"#)),
+            Some(AnnotationChange::Applied)
+        );
+        assert_eq!(
+            tuned.set_gate_annotation(Some(r#"{"fdTimeoutBand": 5}"#)),
+            None
+        );
+        assert_eq!(plain.set_gate_annotation(None), None);
+        let plain = upgrade_with_fd_growth(&mut plain, "plain");
+        let tuned = upgrade_with_fd_growth(&mut tuned, "tuned");
+        assert_eq!(plain.verdict, AgentVerdict::Unhealthy);
+        assert_eq!(plain.signal, Some(Signal::FdTimeoutsRegressed));
+        assert_eq!(tuned.verdict, AgentVerdict::Healthy, "{tuned:?}");
+        assert_eq!(tuned.config_error, None);
+    }
+
+    #[test]
+    fn the_annotation_merges_over_the_cluster_config() {
+        // The cluster widens the fd band; the annotation only changes the
+        // outbox band, so the cluster's fd band still holds.
+        let mut engine = InstanceEngine::new(cluster(5));
+        engine.set_gate_annotation(Some(r#"{"outboxBandMinimum": 7}"#));
+        assert_eq!(engine.gate_config().fd_timeout_band, 5);
+        assert_eq!(engine.gate_config().outbox_band_minimum, 7);
+        let gate = upgrade_with_fd_growth(&mut engine, "merged");
+        assert_eq!(gate.verdict, AgentVerdict::Healthy);
+    }
+
+    #[test]
+    fn a_refused_annotation_is_reported_and_the_cluster_config_judges() {
+        let mut engine = InstanceEngine::new(cluster(0));
+        let change = engine.set_gate_annotation(Some(r#"{"fdTimeoutBand": "lots"}"#));
+        let Some(AnnotationChange::Refused(reason)) = change else {
+            panic!("{change:?}");
+        };
+        assert!(reason.contains("kura.tuist.dev/gate-config"), "{reason}");
+        assert!(reason.contains("key fdTimeoutBand"), "{reason}");
+        let gate = upgrade_with_fd_growth(&mut engine, "refused");
+        assert_eq!(
+            gate.signal,
+            Some(Signal::FdTimeoutsRegressed),
+            "cluster band 0"
+        );
+        assert_eq!(gate.config_error.as_deref(), Some(reason.as_str()));
+        // Fixed: applied, and the next verdict no longer carries the error.
+        assert_eq!(
+            engine.set_gate_annotation(Some(r#"{"fdTimeoutBand": 3}"#)),
+            Some(AnnotationChange::Applied)
+        );
+        let node = SimNode {
+            fd_timeout_count: 3,
+            ..SimNode::default()
+        };
+        let (_, gate) = engine.step(&info("refused"), "img:2", &sample(&node, t(40)), t(40));
+        assert_eq!(gate.config_error, None);
+        assert_eq!(gate.verdict, AgentVerdict::Healthy);
+        // Removed: the cluster's configuration again.
+        assert_eq!(
+            engine.set_gate_annotation(None),
+            Some(AnnotationChange::Removed)
+        );
+        assert_eq!(engine.gate_config().fd_timeout_band, 0);
+    }
+
+    #[test]
+    fn every_kind_of_bad_annotation_is_refused_with_its_reason() {
+        let base = GateConfig::default();
+        for (text, want) in [
+            ("", "not valid JSON"),
+            ("{fdTimeoutBand: 3}", "not valid JSON"),
+            ("[]", "expected an object"),
+            ("null", "expected an object"),
+            (
+                r#"{"bogus": 1}"#,
+                "key bogus: unknown key (the keys are soakSeconds,",
+            ),
+            (
+                r#"{"soakSeconds": []}"#,
+                "key soakSeconds: must list at least one value",
+            ),
+            (
+                r#"{"maxSampleAgeSeconds": 0}"#,
+                "key maxSampleAgeSeconds: must be at least 1",
+            ),
+            (
+                r#"{"outboxBandPercent": 1001}"#,
+                "key outboxBandPercent: 1001 is above",
+            ),
+        ] {
+            let reason = instance_gate_config(&base, text).expect_err(text);
+            assert!(reason.contains(want), "{text}: {reason}");
+            assert!(!reason.contains('\n'), "{text}: one line: {reason}");
+        }
+        // A huge unknown key cannot bloat the status.
+        let mut engine = InstanceEngine::new(cluster(0));
+        let huge = format!(r#"{{"{}": 1}}"#, "k".repeat(10_000));
+        let Some(AnnotationChange::Refused(reason)) = engine.set_gate_annotation(Some(&huge))
+        else {
+            panic!("refused");
+        };
+        assert!(reason.len() <= MAX_CONFIG_ERROR_BYTES, "{}", reason.len());
+    }
+
+    #[test]
+    fn sample_age_and_future_skew_come_from_the_instance_config() {
+        // A sample received 5 s before the sweep is judged: stale with a
+        // maximum age of 4 s, fresh by default.
+        let node = SimNode::default();
+        let mut strict = InstanceEngine::new(Arc::new(EngineConfig::default()));
+        strict.set_gate_annotation(Some(r#"{"maxSampleAgeSeconds": 4}"#));
+        let mut default = InstanceEngine::new(Arc::new(EngineConfig::default()));
+        let (_, gate) = strict.step(&info("a"), "img", &sample(&node, t(0)), t(5));
+        assert_eq!(gate.signal, Some(Signal::SampleStale));
+        let (_, gate) = default.step(&info("a"), "img", &sample(&node, t(0)), t(5));
+        assert_eq!(gate.verdict, AgentVerdict::Healthy);
+        // A sample 30 s ahead of the judge's clock: invalid with a skew
+        // allowance of 10 s, fine by default (60 s).
+        let mut skewed = InstanceEngine::new(Arc::new(EngineConfig::default()));
+        skewed.set_gate_annotation(Some(r#"{"futureSkewSeconds": 10}"#));
+        let (_, gate) = skewed.step(&info("b"), "img", &sample(&node, t(30)), t(0));
+        assert_eq!(gate.signal, Some(Signal::SampleInvalid));
+        let mut default = InstanceEngine::new(Arc::new(EngineConfig::default()));
+        let (_, gate) = default.step(&info("b"), "img", &sample(&node, t(30)), t(0));
+        assert_eq!(gate.verdict, AgentVerdict::Healthy);
     }
 }

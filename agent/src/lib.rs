@@ -12,7 +12,7 @@
 //! - core, pure: [`aggregate`], [`engine`]; state: [`view`] (the fleet view)
 //! - loop: [`runner`]; adapters: [`cluster`], [`poll`], [`shard`], [`write`]
 //! - presentation, reads the view: [`debug`]
-//! - cli: [`cli`] composes everything (`run`); `check`, `demo`, `aggregate`, `simulate` are tooling
+//! - cli: [`cli`] composes everything (`run`); `check`, `baseline`, `demo`, `aggregate`, `simulate` are tooling
 //!
 //! docs/architecture.md draws the same map with what each module owns.
 

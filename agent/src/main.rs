@@ -22,6 +22,9 @@ enum Command {
     Simulate(cli::simulate::SimulateArgs),
     /// Gate a set of plain node URLs: baseline, soak, pass or hard stop.
     Check(cli::check::CheckArgs),
+    /// Poll a set of plain node URLs once before an upgrade and write the
+    /// baseline `check --baseline` judges against after it.
+    Baseline(cli::baseline::BaselineArgs),
     /// Play a progressive rollout on a simulated fleet through the real
     /// agent pipeline and gate, in about a minute.
     Demo(cli::demo::DemoArgs),
@@ -38,6 +41,7 @@ fn main() -> ExitCode {
         Command::Aggregate(args) => cli::aggregate::run(&args),
         Command::Simulate(args) => cli::simulate::run(args),
         Command::Check(args) => cli::check::run(args),
+        Command::Baseline(args) => cli::baseline::run(args),
         Command::Demo(args) => cli::demo::run(args),
         Command::FleetLoadSide(args) => cli::fleet_load_side::run(&args),
     }

@@ -65,6 +65,12 @@ pub const OWNED_INSTANCES: &str = "kura_agent_owned_instances";
 pub const OWNERSHIP_CHANGES_TOTAL: &str = "kura_agent_ownership_changes_total";
 /// Renewals of this replica's Lease by `result` ([`RENEWAL_RESULTS`]).
 pub const LEASE_RENEWALS_TOTAL: &str = "kura_agent_lease_renewals_total";
+/// Counter: `kura.tuist.dev/gate-config` annotations refused (once per
+/// distinct text per instance).
+pub const GATE_CONFIG_REFUSED_TOTAL: &str = "kura_agent_gate_config_refused_total";
+/// Gauge: instances judged by the cluster's gate config because their own
+/// annotation was refused.
+pub const GATE_CONFIG_REFUSED_INSTANCES: &str = "kura_agent_gate_config_refused_instances";
 
 /// The `result` label values of [`POLLS_TOTAL`]: `ok`, or why the poll
 /// failed.
@@ -164,7 +170,7 @@ const fn plain(name: &'static str, kind: Kind, help: &'static str) -> Metric {
 }
 
 /// Every `kura_agent_*` metric, once each.
-pub const METRICS: [Metric; 20] = [
+pub const METRICS: [Metric; 22] = [
     Metric {
         name: POLLS_TOTAL,
         kind: Kind::Counter,
@@ -294,6 +300,16 @@ pub const METRICS: [Metric; 20] = [
             values: || OWNERSHIP_CHANGES.to_vec(),
         }),
     },
+    plain(
+        GATE_CONFIG_REFUSED_TOTAL,
+        Kind::Counter,
+        "Invalid kura.tuist.dev/gate-config annotations refused (once per distinct value per instance).",
+    ),
+    plain(
+        GATE_CONFIG_REFUSED_INSTANCES,
+        Kind::Gauge,
+        "Instances judged by the cluster's gate config because their own annotation was refused.",
+    ),
     Metric {
         name: LEASE_RENEWALS_TOTAL,
         kind: Kind::Counter,

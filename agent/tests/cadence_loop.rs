@@ -49,6 +49,7 @@ fn target(sim: &Simulator, spec_image: &str, pod_images: &[&str]) -> InstanceTar
         pods_dropped: 0,
         previous_status: None,
         status_warnings: Vec::new(),
+        gate_config: None,
     }
 }
 

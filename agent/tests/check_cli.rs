@@ -191,6 +191,23 @@ async fn usage_and_input_errors_exit_2() {
             "2m",
         ],
         &["--node", "http://127.0.0.1:4000", "--bogus"],
+        // A port out of range is refused, never polled as port 80.
+        &["--node", "http://127.0.0.1:99999"],
+        &["--node", "http://127.0.0.1:65536"],
+        &["--node", "http://127.0.0.1:0"],
+        // One node spelled twice, or under two names, counts once: refused.
+        &[
+            "--node",
+            "http://127.0.0.2:4100",
+            "--node",
+            "http://127.0.0.2:04100",
+        ],
+        &[
+            "--node",
+            "http://localhost:4100",
+            "--node",
+            "http://127.0.0.1:4100/status/rollout",
+        ],
     ];
     for case in cases {
         let mut args = vec!["check".to_owned()];
@@ -200,6 +217,45 @@ async fn usage_and_input_errors_exit_2() {
         assert!(out.is_empty(), "{case:?}: {out}");
         assert!(!err.is_empty(), "{case:?}");
     }
+}
+
+/// The two defects adversarial testing found, with the reasons on
+/// standard error: a port out of range silently polled port 80, and one
+/// node given as `:4100` and `:04100` was counted twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_ports_and_one_node_twice_are_named() {
+    for port in ["99999", "65536"] {
+        let (code, out, err) = run(vec![
+            "check".to_owned(),
+            "--node".to_owned(),
+            format!("http://host:{port}"),
+        ])
+        .await;
+        assert_eq!(code, 2, "{port}: {out}{err}");
+        assert!(
+            err.contains(&format!(
+                "the port must be a number from 1 to 65535, not \"{port}\""
+            )),
+            "{err}"
+        );
+    }
+    // A real node answers on 127.x:port; the same node with a zero-padded
+    // port is refused before anything is polled.
+    let sim = Simulator::healthy("dup", 1).await.unwrap();
+    let addr = sim.pods()[0].addr();
+    let padded = format!("http://{}:0{}", addr.ip(), addr.port());
+    let (code, out, err) = run(vec![
+        "check".to_owned(),
+        "--node".to_owned(),
+        format!("http://{addr}"),
+        "--node".to_owned(),
+        padded,
+    ])
+    .await;
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(out.is_empty());
+    assert!(err.contains("is given twice"), "{err}");
+    assert_eq!(sim.pods()[0].stats().requests(), 0, "nothing was polled");
 }
 
 #[test]

@@ -63,6 +63,7 @@ fn gate() -> RolloutGate {
         healthy_since: None,
         evaluated_at: ts("2026-07-21T10:00:10Z"),
         evidence: vec![],
+        config_error: None,
     }
 }
 

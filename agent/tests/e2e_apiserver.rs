@@ -1534,3 +1534,196 @@ async fn counts_beyond_int64_never_stop_an_instances_status_writes() {
     agent.stop().await;
     drop(fleet);
 }
+
+/// The chart's gate ConfigMap, rendered by scripts/e2e.sh with
+/// `gate.fdTimeoutBand=2` (`KURA_E2E_CHART_GATE_MANIFESTS`): its
+/// `gate.json`, written to a file as the chart mounts it.
+fn chart_gate_file(dir: &std::path::Path) -> PathBuf {
+    let path = std::env::var("KURA_E2E_CHART_GATE_MANIFESTS")
+        .unwrap_or_else(|_| panic!("KURA_E2E_CHART_GATE_MANIFESTS is not set: {NEEDS} it"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {path}: {e}"));
+    let config_map = text
+        .split("\n---")
+        .filter_map(|doc| serde_yaml::from_str::<Value>(doc).ok())
+        .find(|doc| {
+            doc["kind"] == "ConfigMap" && doc["metadata"]["name"] == "kura-health-agent-gate"
+        })
+        .unwrap_or_else(|| panic!("no gate ConfigMap in {path}"));
+    let json = config_map["data"]["gate.json"]
+        .as_str()
+        .expect("gate.json in the ConfigMap");
+    let file = dir.join("gate.json");
+    std::fs::write(&file, json).expect("write gate.json");
+    file
+}
+
+/// Sets (or removes, with `None`) an instance's gate-config annotation.
+async fn annotate_gate_config(client: &Client, ns: &str, name: &str, value: Option<&str>) {
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        ns,
+        &kura_agent::cluster::kura_instance_resource(),
+    );
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {
+            kura_agent::model::GATE_CONFIG_ANNOTATION: value
+        }}})),
+    )
+    .await
+    .expect("annotate the instance");
+}
+
+/// The gate configuration in a cluster: the same upgrade (fd timeouts +2 on
+/// every instance's pod) is judged with the defaults (band 0: unhealthy),
+/// then, after a restart with the chart's gate ConfigMap (band 2), healthy;
+/// an instance whose annotation keeps band 0 stays unhealthy (the
+/// annotation changes that instance only), and an instance with an invalid
+/// annotation is judged by the cluster's config, with the reason in
+/// `status.rolloutGate.configError` and in the metrics, until the
+/// annotation is fixed (the field goes away).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real API server: scripts/e2e.sh"]
+async fn gate_config_file_and_instance_annotation_change_verdicts() {
+    let client = admin().await;
+    ensure_crd(&client).await;
+    let ns = create_namespace(&client, "e2e-gateconfig").await;
+    let v1 = "ghcr.io/tuist/kura:1.0.0";
+    let v2 = "ghcr.io/tuist/kura:1.1.0";
+    let names: Vec<String> = ["plain", "strict", "broken"].map(String::from).to_vec();
+    let fleet = Fleet::create(&client, &ns, &names, 1, v1, Ipv4Addr::new(127, 29, 0, 1)).await;
+    annotate_gate_config(&client, &ns, "strict", Some(r#"{"fdTimeoutBand": 0}"#)).await;
+    annotate_gate_config(&client, &ns, "broken", Some(r#"{"fdTimeoutBand": "lots"}"#)).await;
+    let dir = std::env::temp_dir().join(unique("kura-e2e-gate"));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let gate_file = chart_gate_file(&dir);
+
+    // Phase 1: the defaults (no --gate-config).
+    let mut agent = start_agent(run_args(&ns, fleet.port, &[]), admin_config().await);
+    for name in &names {
+        wait_status(&client, &ns, name, "healthy on v1", T, |s| {
+            s["rolloutGate"]["verdict"] == "healthy"
+        })
+        .await;
+    }
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &kura_agent::cluster::kura_instance_resource(),
+    );
+    for name in &names {
+        api.patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"image": v2}})),
+        )
+        .await
+        .expect("change spec.image");
+    }
+    for name in &names {
+        wait_status(&client, &ns, name, "baseline on v1", T, |s| {
+            s["rolloutGate"]["baselineImage"] == v1 && s["rolloutGate"]["verdict"] == "healthy"
+        })
+        .await;
+    }
+    for name in &names {
+        fleet
+            .pod(&format!("{name}-0"))
+            .update(|n| n.fd_timeout_count += 2);
+    }
+    for name in &names {
+        let s = wait_status(
+            &client,
+            &ns,
+            name,
+            "fd timeouts regressed (band 0)",
+            T,
+            |s| s["rolloutGate"]["signal"] == "fd_timeouts_regressed",
+        )
+        .await;
+        assert_eq!(s["rolloutGate"]["evidence"][0]["bandTop"], 0, "{name}");
+    }
+    let broken = status_of(&client, &ns, "broken").await;
+    let error = broken["rolloutGate"]["configError"]
+        .as_str()
+        .unwrap_or_else(|| panic!("configError on broken: {broken}"));
+    assert!(
+        error.contains("kura.tuist.dev/gate-config")
+            && error.contains("key fdTimeoutBand: expected a non-negative integer"),
+        "{error}"
+    );
+    for name in ["plain", "strict"] {
+        let s = status_of(&client, &ns, name).await;
+        assert!(s["rolloutGate"].get("configError").is_none(), "{name}: {s}");
+    }
+    agent.stop().await;
+
+    // Phase 2: the chart's gate ConfigMap (fdTimeoutBand 2), mounted as a
+    // file, widens the band of every instance but the one whose annotation
+    // keeps it at 0.
+    let refused_before = metric_sum("kura_agent_gate_config_refused_total", "");
+    let mut agent = start_agent(
+        run_args(
+            &ns,
+            fleet.port,
+            &[&format!("--gate-config={}", gate_file.display())],
+        ),
+        admin_config().await,
+    );
+    let plain = wait_status(&client, &ns, "plain", "healthy with band 2", T, |s| {
+        s["rolloutGate"]["verdict"] == "healthy"
+    })
+    .await;
+    assert_eq!(plain["rolloutGate"]["baselineImage"], v1, "same baseline");
+    assert_eq!(plain["rolloutHealth"]["fdTimeoutCount"], 2);
+    let broken = wait_status(
+        &client,
+        &ns,
+        "broken",
+        "healthy by the cluster's band",
+        T,
+        |s| s["rolloutGate"]["verdict"] == "healthy",
+    )
+    .await;
+    assert!(broken["rolloutGate"]["configError"].is_string(), "{broken}");
+    // The strict instance: still band 0, over several sweeps.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let strict = status_of(&client, &ns, "strict").await;
+    assert_eq!(strict["rolloutGate"]["verdict"], "unhealthy", "{strict}");
+    assert_eq!(strict["rolloutGate"]["signal"], "fd_timeouts_regressed");
+    assert_eq!(strict["rolloutGate"]["evidence"][0]["bandTop"], 0);
+    assert!(
+        metric_sum("kura_agent_gate_config_refused_total", "") >= refused_before + 1.0,
+        "the refused annotation is counted"
+    );
+    wait_for("one instance refused in the gauge", T, || async {
+        (metric_sum("kura_agent_gate_config_refused_instances", "") == 1.0).then_some(())
+    })
+    .await;
+
+    // Fixed: the annotation applies (band 1 < 2: unhealthy) and the
+    // configError field leaves the stored status.
+    annotate_gate_config(&client, &ns, "broken", Some(r#"{"fdTimeoutBand": 1}"#)).await;
+    let broken = wait_status(&client, &ns, "broken", "annotation applied", T, |s| {
+        s["rolloutGate"]["signal"] == "fd_timeouts_regressed"
+    })
+    .await;
+    assert!(
+        broken["rolloutGate"].get("configError").is_none(),
+        "{broken}"
+    );
+    assert_eq!(broken["rolloutGate"]["evidence"][0]["bandTop"], 1);
+    // Removed: the cluster's configuration (band 2) again.
+    annotate_gate_config(&client, &ns, "broken", None).await;
+    wait_status(&client, &ns, "broken", "cluster config again", T, |s| {
+        s["rolloutGate"]["verdict"] == "healthy"
+    })
+    .await;
+    wait_for("no instance refused in the gauge", T, || async {
+        (metric_sum("kura_agent_gate_config_refused_instances", "") == 0.0).then_some(())
+    })
+    .await;
+    agent.stop().await;
+    std::fs::remove_dir_all(&dir).expect("cleanup");
+}

@@ -218,6 +218,7 @@ fn target(name: &str, sim: &Simulator, expected_pods: u32) -> InstanceTarget {
         pods_dropped: 0,
         previous_status: None,
         status_warnings: vec![],
+        gate_config: None,
     }
 }
 

@@ -319,6 +319,7 @@ pub fn fleet(
                     ..KuraInstanceStatus::default()
                 }),
                 status_warnings: Vec::new(),
+                gate_config: None,
             }
         })
         .collect();
@@ -344,6 +345,7 @@ fn published_gate(
         healthy_since: Some(healthy_since),
         evaluated_at: now,
         evidence: Vec::new(),
+        config_error: None,
     }
 }
 

@@ -80,14 +80,61 @@ impl GateConfig {
         )
     }
 
-    /// Checks the configuration; the only invalid one is an empty soak list.
+    /// Checks the value rules every configuration is held to, wherever it
+    /// comes from (a replay document, the agent's `--gate-config` file, a
+    /// `KuraInstance` annotation, the C ABI): the soak list is not empty
+    /// ([`GateError::EmptySoakList`](crate::GateError::EmptySoakList)), the
+    /// maximum sample age is at least 1 s (0 would call every sample
+    /// stale) and no band percentage is above [`MAX_BAND_PERCENT`]
+    /// ([`GateError::ConfigValue`](crate::GateError::ConfigValue), naming
+    /// the key). The first broken rule is returned, in key order.
     pub fn validate(&self) -> Result<(), crate::GateError> {
         if self.soak_seconds.is_empty() {
             return Err(crate::GateError::EmptySoakList);
         }
+        let invalid =
+            |key: &'static str, reason: String| crate::GateError::ConfigValue { key, reason };
+        if self.max_sample_age_seconds == 0 {
+            return Err(invalid(
+                "maxSampleAgeSeconds",
+                "must be at least 1 (0 would make every sample stale)".to_owned(),
+            ));
+        }
+        for (key, percent) in [
+            ("outboxBandPercent", self.outbox_band_percent),
+            ("peerFailureBandPercent", self.peer_failure_band_percent),
+        ] {
+            if percent > MAX_BAND_PERCENT {
+                return Err(invalid(
+                    key,
+                    format!(
+                        "{percent} is above the limit of {MAX_BAND_PERCENT} (percent of the baseline)"
+                    ),
+                ));
+            }
+        }
         Ok(())
     }
 }
+
+/// The largest band percentage a configuration may set (ten times the
+/// baseline on top of it): anything wider is no regression check at all
+/// and most likely a typo.
+pub const MAX_BAND_PERCENT: u64 = 1000;
+
+/// Every key of a configuration document, in document order (the
+/// camelCase names of [`GateConfig`]'s fields).
+pub const CONFIG_KEYS: [&str; 9] = [
+    "soakSeconds",
+    "waveDeadlineSeconds",
+    "maxSampleAgeSeconds",
+    "futureSkewSeconds",
+    "outboxBandPercent",
+    "outboxBandMinimum",
+    "fdTimeoutBand",
+    "peerFailureBandPercent",
+    "peerFailureBandMinimum",
+];
 
 /// `baseline + max(ceil(baseline × percent / 100), minimum)` in exact integer
 /// arithmetic, saturating at 2^63−1 ([`api_int::API_INT_MAX`]): a band top
@@ -134,6 +181,67 @@ mod tests {
             max / 2 + (max / 2).div_ceil(10)
         );
         assert_eq!(percent_band(max / 10 * 9, 20, 0), max);
+    }
+
+    #[test]
+    fn validation_names_the_key_and_the_reason() {
+        assert_eq!(GateConfig::default().validate(), Ok(()));
+        let at_limits = GateConfig {
+            max_sample_age_seconds: 1,
+            outbox_band_percent: MAX_BAND_PERCENT,
+            peer_failure_band_percent: MAX_BAND_PERCENT,
+            ..GateConfig::default()
+        };
+        assert_eq!(at_limits.validate(), Ok(()));
+        let key_of = |config: GateConfig| match config.validate() {
+            Err(crate::GateError::ConfigValue { key, .. }) => key,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            key_of(GateConfig {
+                max_sample_age_seconds: 0,
+                ..GateConfig::default()
+            }),
+            "maxSampleAgeSeconds"
+        );
+        assert_eq!(
+            key_of(GateConfig {
+                outbox_band_percent: 1001,
+                ..GateConfig::default()
+            }),
+            "outboxBandPercent"
+        );
+        assert_eq!(
+            key_of(GateConfig {
+                peer_failure_band_percent: u64::MAX,
+                ..GateConfig::default()
+            }),
+            "peerFailureBandPercent"
+        );
+        assert_eq!(
+            GateConfig {
+                soak_seconds: Vec::new(),
+                ..GateConfig::default()
+            }
+            .validate(),
+            Err(crate::GateError::EmptySoakList)
+        );
+    }
+
+    #[test]
+    fn the_key_list_is_the_serialized_form() {
+        let value = serde_json::to_value(GateConfig::default()).unwrap();
+        let keys: Vec<&str> = value
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let mut want = CONFIG_KEYS.to_vec();
+        want.sort_unstable();
+        let mut got = keys.clone();
+        got.sort_unstable();
+        assert_eq!(got, want);
     }
 
     #[test]

@@ -19,4 +19,13 @@ pub enum GateError {
     /// The configuration has no soak value.
     #[error("soakSeconds must list at least one value")]
     EmptySoakList,
+    /// A configuration value outside what the gate accepts
+    /// ([`GateConfig::validate`](crate::GateConfig::validate)).
+    #[error("{key} {reason}")]
+    ConfigValue {
+        /// The configuration key (camelCase, as in a document).
+        key: &'static str,
+        /// What is wrong with its value.
+        reason: String,
+    },
 }

@@ -24,6 +24,9 @@
 //!   another check fails (its signal and evidence), `healthy` otherwise.
 //!   `healthySince` is kept while healthy and cleared otherwise. Nothing
 //!   latches here: latching belongs to the orchestrator's wave judge.
+//! - `configError` is always null in the result: the caller chose `config`
+//!   and says so itself when an instance's own configuration was refused
+//!   (the agent does, for the `kura.tuist.dev/gate-config` annotation).
 
 use jiff::Timestamp;
 use kura_schemas::{AgentVerdict, BaselineCounters, RolloutGate, RolloutHealth, Signal};
@@ -58,6 +61,7 @@ pub fn judge_instance(
             healthy_since: None,
             evaluated_at: now,
             evidence: Vec::new(),
+            config_error: None,
         },
         Some(previous) if previous.target_image != spec_image => {
             let source = baseline_source.map(HealthView::from);
@@ -74,6 +78,7 @@ pub fn judge_instance(
                 healthy_since: None,
                 evaluated_at: now,
                 evidence: Vec::new(),
+                config_error: None,
             }
         }
         Some(previous) => previous.clone(),
@@ -89,6 +94,9 @@ pub fn judge_instance(
     let failure = check_server(instance, view.as_ref(), counters, now, config);
 
     gate.evaluated_at = now;
+    // Whether the instance's own configuration was refused is the caller's
+    // to say (it chose `config`); nothing carries over from `previous`.
+    gate.config_error = None;
     match failure {
         None => {
             gate.verdict = AgentVerdict::Healthy;

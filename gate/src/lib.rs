@@ -15,7 +15,9 @@
 //! - [`wave`]: [`Gate::tick`], the wave judge.
 //! - [`instance`]: [`instance::judge_instance`], the agent's per-instance
 //!   `status.rolloutGate`.
-//! - [`replay`](mod@replay): the `kura-gate replay` document.
+//! - [`replay`](mod@replay): the `kura-gate replay` document, and
+//!   [`parse_config_over`], the one parser of a configuration document
+//!   (replay's `config`, the agent's `--gate-config` file and annotation).
 //!
 //! Decisions where the contract is silent:
 //! - A missing `memoryPressureState` is not a hard stop but `sample_invalid`
@@ -56,8 +58,8 @@ pub use error::GateError;
 pub use health_view::HealthView;
 pub use instance::judge_instance;
 pub use replay::{
-    ReplayError, ReplayInput, ReplayLine, parse_baseline_json, parse_config_json, parse_replay,
-    parse_tick_json, parse_tick_value, replay, run_replay,
+    ReplayError, ReplayInput, ReplayLine, parse_baseline_json, parse_config_json,
+    parse_config_over, parse_replay, parse_tick_json, parse_tick_value, replay, run_replay,
 };
 pub use wave::{
     Deployment, Gate, GateState, ServerInput, ServerStatus, TickInput, Verdict, VerdictKind,

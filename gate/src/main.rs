@@ -29,7 +29,8 @@ kura-gate replay FILE reads one JSON document (FILE, or - for standard input):
                 \"baseline\": {\"capturedAt\": T, \"health\": {...}},
                 \"health\": {...}}]}]}
 config and each key are optional (defaults shown; the last soakSeconds value
-repeats). health and baseline.health are rolloutHealth aggregates (camelCase)
+repeats; soakSeconds lists at least one value, maxSampleAgeSeconds is at
+least 1 and the band percentages are at most 1000; unknown keys are refused). health and baseline.health are rolloutHealth aggregates (camelCase)
 or null; only the fields the checks read matter, a missing one is null and a
 missing required one (ready, serving, sampledPods, fdTimeoutCount, ...) fails
 its check. A null baseline means not soak-eligible; a baseline captured

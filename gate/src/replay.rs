@@ -107,12 +107,8 @@ pub fn replay(text: &str) -> Result<Vec<ReplayLine>, ReplayError> {
 
 /// Runs parsed ticks through a fresh gate.
 pub fn run_replay(input: &ReplayInput) -> Result<Vec<ReplayLine>, ReplayError> {
-    let mut gate = Gate::new(input.config.clone()).map_err(|source| ReplayError::Field {
-        tick: None,
-        server: None,
-        field: "config.soakSeconds".into(),
-        reason: source.to_string(),
-    })?;
+    let mut gate =
+        Gate::new(input.config.clone()).map_err(|source| config_error("config.", source))?;
     input
         .ticks
         .iter()
@@ -125,7 +121,7 @@ pub fn run_replay(input: &ReplayInput) -> Result<Vec<ReplayLine>, ReplayError> {
                     field: match source {
                         GateError::AttemptWentBack { .. } => "attempt",
                         GateError::DuplicateServer(_) => "servers",
-                        GateError::EmptySoakList => "config.soakSeconds",
+                        GateError::EmptySoakList | GateError::ConfigValue { .. } => "config",
                     },
                     source,
                 })
@@ -226,36 +222,62 @@ fn json_value(text: &str) -> Result<Value, ReplayError> {
     })
 }
 
-fn parse_config(obj: &Map<String, Value>) -> Result<GateConfig, ReplayError> {
+/// Parses a gate configuration object given as a JSON value over `base`:
+/// every key is optional and a key left out (or null) keeps `base`'s value,
+/// unknown keys are refused, and the result must pass
+/// [`GateConfig::validate`]. The one parser and validator of the
+/// configuration document, shared by the replay document's `config`, the
+/// agent's `--gate-config` file (read from JSON or YAML into a value) and
+/// the per-instance `kura.tuist.dev/gate-config` annotation (merged over
+/// the cluster's configuration). Errors are [`ReplayError::Field`] whose
+/// `field` is the key as written (`soakSeconds[1]` inside the list).
+pub fn parse_config_over(base: &GateConfig, value: &Value) -> Result<GateConfig, ReplayError> {
     let at = Ctx::default();
-    let keys = [
-        "soakSeconds",
-        "waveDeadlineSeconds",
-        "maxSampleAgeSeconds",
-        "futureSkewSeconds",
-        "outboxBandPercent",
-        "outboxBandMinimum",
-        "fdTimeoutBand",
-        "peerFailureBandPercent",
-        "peerFailureBandMinimum",
-    ];
-    at.only(obj, &keys, "config.")?;
-    let mut config = GateConfig::default();
+    let obj = at.object(value, "(config)")?;
+    parse_config_fields(base.clone(), obj, "")
+}
+
+fn parse_config(obj: &Map<String, Value>) -> Result<GateConfig, ReplayError> {
+    parse_config_fields(GateConfig::default(), obj, "config.")
+}
+
+/// A [`GateError`] of [`GateConfig::validate`] as a located field error.
+fn config_error(prefix: &str, error: GateError) -> ReplayError {
+    let (key, reason) = match error {
+        GateError::EmptySoakList => ("soakSeconds", "must list at least one value".to_owned()),
+        GateError::ConfigValue { key, reason } => (key, reason),
+        other => ("", other.to_string()),
+    };
+    Ctx::default().fail(&format!("{prefix}{key}"), reason)
+}
+
+/// The keys of `obj` over `config`; `prefix` is put before every field
+/// name in errors (`config.` inside a replay document).
+fn parse_config_fields(
+    mut config: GateConfig,
+    obj: &Map<String, Value>,
+    prefix: &str,
+) -> Result<GateConfig, ReplayError> {
+    let at = Ctx::default();
+    at.only(obj, &crate::config::CONFIG_KEYS, prefix)?;
     match obj.get("soakSeconds") {
         None | Some(Value::Null) => {}
         Some(Value::Array(values)) => {
             if values.is_empty() {
-                return Err(at.fail("config.soakSeconds", "must list at least one value".into()));
+                return Err(at.fail(
+                    &format!("{prefix}soakSeconds"),
+                    "must list at least one value".into(),
+                ));
             }
             config.soak_seconds = values
                 .iter()
                 .enumerate()
-                .map(|(i, v)| at.uint(v, &format!("config.soakSeconds[{i}]")))
+                .map(|(i, v)| at.uint(v, &format!("{prefix}soakSeconds[{i}]")))
                 .collect::<Result<_, _>>()?;
         }
         Some(other) => {
             return Err(at.fail(
-                "config.soakSeconds",
+                &format!("{prefix}soakSeconds"),
                 format!("expected an array of seconds, got {}", show(other)),
             ));
         }
@@ -277,10 +299,13 @@ fn parse_config(obj: &Map<String, Value>) -> Result<GateConfig, ReplayError> {
         ),
     ];
     for (key, slot) in fields {
-        if let Some(value) = at.opt_uint(obj, key, "config.")? {
+        if let Some(value) = at.opt_uint(obj, key, prefix)? {
             *slot = value;
         }
     }
+    config
+        .validate()
+        .map_err(|error| config_error(prefix, error))?;
     Ok(config)
 }
 
@@ -730,5 +755,145 @@ fn show(value: &Value) -> String {
         format!("{cut}...")
     } else {
         text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn field_error(result: Result<GateConfig, ReplayError>) -> (String, String) {
+        match result {
+            Err(ReplayError::Field { field, reason, .. }) => (field, reason),
+            other => panic!("expected a field error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_configuration_merges_over_its_base_key_by_key() {
+        let cluster = parse_config_over(
+            &GateConfig::default(),
+            &json!({"fdTimeoutBand": 5, "soakSeconds": [60, 30]}),
+        )
+        .unwrap();
+        assert_eq!(cluster.fd_timeout_band, 5);
+        assert_eq!(cluster.soak_seconds, [60, 30]);
+        assert_eq!(
+            cluster.outbox_band_minimum, 50,
+            "a key left out keeps the base"
+        );
+        let instance = parse_config_over(
+            &cluster,
+            &json!({"outboxBandMinimum": 80, "fdTimeoutBand": null}),
+        )
+        .unwrap();
+        assert_eq!(instance.outbox_band_minimum, 80);
+        assert_eq!(instance.fd_timeout_band, 5, "null keeps the base");
+        assert_eq!(instance.soak_seconds, [60, 30]);
+        assert_eq!(
+            parse_config_over(&cluster, &json!({})).unwrap(),
+            cluster,
+            "an empty object is the base"
+        );
+    }
+
+    #[test]
+    fn every_key_is_read() {
+        let value = json!({
+            "soakSeconds": [1, 2, 3], "waveDeadlineSeconds": 4, "maxSampleAgeSeconds": 5,
+            "futureSkewSeconds": 6, "outboxBandPercent": 7, "outboxBandMinimum": 8,
+            "fdTimeoutBand": 9, "peerFailureBandPercent": 10, "peerFailureBandMinimum": 11
+        });
+        let config = parse_config_over(&GateConfig::default(), &value).unwrap();
+        assert_eq!(
+            config,
+            GateConfig {
+                soak_seconds: vec![1, 2, 3],
+                wave_deadline_seconds: 4,
+                max_sample_age_seconds: 5,
+                future_skew_seconds: 6,
+                outbox_band_percent: 7,
+                outbox_band_minimum: 8,
+                fd_timeout_band: 9,
+                peer_failure_band_percent: 10,
+                peer_failure_band_minimum: 11,
+            }
+        );
+        // The same document through serde reads the same configuration.
+        assert_eq!(serde_json::from_value::<GateConfig>(value).unwrap(), config);
+    }
+
+    #[test]
+    fn invalid_documents_name_the_key_and_the_reason() {
+        let base = GateConfig::default();
+        for (value, key, reason) in [
+            (json!({"bogus": 1}), "bogus", "unknown field"),
+            (
+                json!({"fdTimeoutBand": "3"}),
+                "fdTimeoutBand",
+                "expected a non-negative integer, got \"3\"",
+            ),
+            (
+                json!({"fdTimeoutBand": -1}),
+                "fdTimeoutBand",
+                "expected a non-negative integer, got -1",
+            ),
+            (
+                json!({"fdTimeoutBand": 1.5}),
+                "fdTimeoutBand",
+                "expected a non-negative integer, got 1.5",
+            ),
+            (
+                json!({"soakSeconds": []}),
+                "soakSeconds",
+                "must list at least one value",
+            ),
+            (
+                json!({"soakSeconds": 900}),
+                "soakSeconds",
+                "expected an array of seconds, got 900",
+            ),
+            (
+                json!({"soakSeconds": [900, "x"]}),
+                "soakSeconds[1]",
+                "expected a non-negative integer, got \"x\"",
+            ),
+            (
+                json!({"outboxBandPercent": 1001}),
+                "outboxBandPercent",
+                "1001 is above the limit of 1000 (percent of the baseline)",
+            ),
+            (
+                json!({"peerFailureBandPercent": 5000}),
+                "peerFailureBandPercent",
+                "5000 is above the limit of 1000 (percent of the baseline)",
+            ),
+            (
+                json!({"maxSampleAgeSeconds": 0}),
+                "maxSampleAgeSeconds",
+                "must be at least 1 (0 would make every sample stale)",
+            ),
+        ] {
+            let (field, why) = field_error(parse_config_over(&base, &value));
+            assert_eq!((field.as_str(), why.as_str()), (key, reason), "{value}");
+        }
+        let (field, why) = field_error(parse_config_over(&base, &json!([1])));
+        assert_eq!(field, "(config)");
+        assert!(why.starts_with("expected an object"), "{why}");
+    }
+
+    #[test]
+    fn a_merge_is_validated_as_a_whole() {
+        // The cluster allows a wide band; an instance cannot push it over
+        // the limit, nor empty the soak list.
+        let cluster =
+            parse_config_over(&GateConfig::default(), &json!({"outboxBandPercent": 900})).unwrap();
+        assert!(parse_config_over(&cluster, &json!({"outboxBandPercent": 1000})).is_ok());
+        let (field, _) = field_error(parse_config_over(
+            &cluster,
+            &json!({"outboxBandPercent": 1200}),
+        ));
+        assert_eq!(field, "outboxBandPercent");
     }
 }

@@ -241,4 +241,14 @@ pub struct RolloutGate {
     /// Evidence of the failing checks (empty when healthy).
     #[serde(default)]
     pub evidence: Vec<Evidence>,
+    /// Why the instance's own gate configuration (the
+    /// `kura.tuist.dev/gate-config` annotation) was refused, so that the
+    /// cluster's configuration judged this verdict instead; absent when the
+    /// annotation is absent or valid. At most 512 bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 512))]
+    pub config_error: Option<String>,
 }
+
+/// The longest [`RolloutGate::config_error`] written, in bytes.
+pub const MAX_CONFIG_ERROR_BYTES: usize = 512;

@@ -4,16 +4,21 @@
 //!
 //! - [`run`]: the agent in a cluster (flags in [`run::RunArgs`]);
 //! - [`check`]: the gate for plain node URLs (standalone chart);
+//! - [`baseline`]: one poll of plain node URLs written down before an
+//!   upgrade, for `check --baseline` after it;
 //! - [`demo`]: a rollout on a simulated fleet (`kura-sim`);
 //! - [`aggregate`]: the aggregation over recorded reports;
 //! - [`simulate`]: serve a simulated fleet (`kura-sim`);
+//! - [`gate_file`]: `--gate-config FILE` of `run` and `check`;
 //! - [`fleet_load_side`] (hidden): the agent's side of the `fleet-load`
 //!   harness, so a shipped binary can be measured.
 
 pub mod aggregate;
+pub mod baseline;
 pub mod check;
 pub mod demo;
 pub mod fleet_load_side;
+pub mod gate_file;
 pub mod parse;
 pub mod run;
 pub mod simulate;

@@ -21,7 +21,10 @@
 //! field (say, written under an older CRD and partly pruned) neither hides
 //! the instance nor breaks the watch for every other instance.
 
-use crate::model::{InstanceInfo, InstanceKey, InstanceTarget, NoAddress, PodIdentity, PodTarget};
+use crate::model::{
+    GATE_CONFIG_ANNOTATION, InstanceInfo, InstanceKey, InstanceTarget, NoAddress, PodIdentity,
+    PodTarget,
+};
 use crate::telemetry;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Container, Pod};
@@ -190,6 +193,7 @@ struct ObservedInstance {
     spec: KuraInstanceSpec,
     status: Option<KuraInstanceStatus>,
     warnings: Vec<String>,
+    gate_config: Option<String>,
 }
 
 fn observe_instance(obj: &DynamicObject) -> Result<ObservedInstance, SkippedInstance> {
@@ -232,6 +236,12 @@ fn observe_instance(obj: &DynamicObject) -> Result<ObservedInstance, SkippedInst
         spec,
         status,
         warnings,
+        gate_config: obj
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(GATE_CONFIG_ANNOTATION))
+            .cloned(),
     })
 }
 
@@ -326,6 +336,7 @@ pub fn targets<'a, 'b>(
             pods_dropped,
             previous_status: observed.status,
             status_warnings: observed.warnings,
+            gate_config: observed.gate_config,
         });
     }
     out.instances
@@ -563,7 +574,13 @@ impl Discovery {
             let stream = reflector::reflector(
                 writer,
                 watcher::watcher(instance_api, instance_cfg)
-                    .modify(|o| o.managed_fields_mut().clear())
+                    .modify(|o| {
+                        o.managed_fields_mut().clear();
+                        // The one annotation read; others (e.g. a
+                        // last-applied configuration) are not kept.
+                        o.annotations_mut()
+                            .retain(|k, _| k == GATE_CONFIG_ANNOTATION);
+                    })
                     .default_backoff(),
             )
             .inspect(move |ev| {
@@ -792,6 +809,36 @@ mod tests {
         assert_eq!(failed.len(), 2);
         assert_eq!(failed[0].result, SampleResult::Error("no pod IP".into()));
         assert_eq!(failed[0].received_at, now);
+    }
+
+    #[test]
+    fn the_gate_config_annotation_reaches_its_instance_only_as_written() {
+        let mut tuned = instance("kura", "tuned", 1, json!(null));
+        let text = r#"{"fdTimeoutBand": 3}"#;
+        tuned.metadata.annotations = Some(
+            [
+                (GATE_CONFIG_ANNOTATION.to_owned(), text.to_owned()),
+                ("other".to_owned(), "x".to_owned()),
+            ]
+            .into(),
+        );
+        let mut broken = instance("kura", "broken", 1, json!(null));
+        broken.metadata.annotations =
+            Some([(GATE_CONFIG_ANNOTATION.to_owned(), "{not json".to_owned())].into());
+        let plain = instance("kura", "plain", 1, json!(null));
+        let t = targets(&[tuned, broken, plain], &[], &TargetConfig::default());
+        let by_name = |n: &str| {
+            t.instances
+                .iter()
+                .find(|i| i.info.name == n)
+                .and_then(|i| i.gate_config.clone())
+        };
+        assert_eq!(by_name("tuned").as_deref(), Some(text));
+        // Discovery never judges the text: an invalid one is the engine's
+        // to report, never a reason to skip the instance.
+        assert_eq!(by_name("broken").as_deref(), Some("{not json"));
+        assert_eq!(by_name("plain"), None);
+        assert!(t.skipped.is_empty());
     }
 
     #[test]

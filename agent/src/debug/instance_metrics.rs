@@ -447,6 +447,7 @@ mod tests {
             healthy_since: None,
             evaluated_at: ts("2026-07-21T10:00:10Z"),
             evidence: vec![],
+            config_error: None,
         }
     }
 

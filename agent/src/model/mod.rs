@@ -20,4 +20,4 @@ pub use key::InstanceKey;
 pub use ports::{StatusSink, TargetSource, WriteGate};
 pub use sample::{InstanceInfo, PodIdentity, PodSample, SampleResult};
 pub use status::{DesiredStatus, LastWrite, WriteRecord};
-pub use target::{InstanceTarget, NoAddress, PodTarget};
+pub use target::{GATE_CONFIG_ANNOTATION, InstanceTarget, NoAddress, PodTarget};

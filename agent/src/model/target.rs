@@ -14,6 +14,12 @@ use super::key::InstanceKey;
 use super::sample::{InstanceInfo, PodIdentity, PodSample, SampleResult};
 use super::status::DesiredStatus;
 
+/// The `KuraInstance` annotation holding that instance's own gate
+/// configuration: a JSON object of `GateConfig` keys (camelCase, as in
+/// `--gate-config`), merged over the cluster's configuration for that
+/// instance only.
+pub const GATE_CONFIG_ANNOTATION: &str = "kura.tuist.dev/gate-config";
+
 /// Why a pod has no address to poll. Its display is the short reason
 /// recorded as the pod's failed sample.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,6 +68,9 @@ pub struct InstanceTarget {
     pub previous_status: Option<KuraInstanceStatus>,
     /// Why a status field could not be read, one line each.
     pub status_warnings: Vec<String>,
+    /// The text of the instance's [`GATE_CONFIG_ANNOTATION`], as found
+    /// (parsed and merged by the engine); `None` without the annotation.
+    pub gate_config: Option<String>,
 }
 
 /// The note on an instance whose pods beyond the per-instance limit are
@@ -140,6 +149,7 @@ mod tests {
             pods_dropped: dropped,
             previous_status: None,
             status_warnings: warnings.iter().map(|w| (*w).to_owned()).collect(),
+            gate_config: None,
         }
     }
 

@@ -342,6 +342,7 @@ mod tests {
             healthy_since: since.map(ts),
             evaluated_at: ts(0),
             evidence: Vec::new(),
+            config_error: None,
         }
     }
 

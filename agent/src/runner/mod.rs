@@ -47,7 +47,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::engine::{EngineConfig, InstanceEngine};
+use crate::engine::{AnnotationChange, EngineConfig, InstanceEngine};
 use crate::model::{
     Clock, DesiredStatus, InstanceKey, InstanceTarget, PodSample, StatusSink, TargetSource,
 };
@@ -233,14 +233,13 @@ impl AgentLoop {
         metrics::gauge!(telemetry::INSTANCES_BY_CADENCE, "cadence" => cadence::STEADY)
             .set((running.len() - in_rollout) as f64);
         metrics::gauge!(telemetry::PODS_TRACKED).set(pods as f64);
-        telemetry::publish_verdicts(
-            self.shared
-                .view
-                .snapshot()
-                .iter()
-                .map(|v| v.verdict())
-                .collect::<Vec<_>>(),
-        );
+        let snapshot = self.shared.view.snapshot();
+        let refused = snapshot
+            .iter()
+            .filter(|v| v.gate.as_ref().is_some_and(|g| g.config_error.is_some()))
+            .count();
+        metrics::gauge!(telemetry::GATE_CONFIG_REFUSED_INSTANCES).set(refused as f64);
+        telemetry::publish_verdicts(snapshot.iter().map(|v| v.verdict()).collect::<Vec<_>>());
     }
 }
 
@@ -340,6 +339,9 @@ async fn instance_task(
     drop(first);
     loop {
         let t = target.borrow_and_update().clone();
+        if let Some(change) = engine.set_gate_annotation(t.gate_config.as_deref()) {
+            report_annotation(&key, &change);
+        }
         let started = Instant::now();
         if let Some(previous) = previous {
             metrics::histogram!(telemetry::SWEEP_INTERVAL_SECONDS, "cadence" => label)
@@ -407,6 +409,23 @@ async fn instance_task(
     }
 }
 
+/// Says what became of an instance's gate-config annotation: a refused
+/// one is logged as a warning and counted (once per distinct text), so it
+/// is never silently ignored; `rolloutGate.configError` says it too.
+fn report_annotation(key: &InstanceKey, change: &AnnotationChange) {
+    match change {
+        AnnotationChange::Applied => tracing::info!(namespace = %key.namespace,
+            instance = %key.name, "the instance's gate-config annotation applies"),
+        AnnotationChange::Removed => tracing::info!(namespace = %key.namespace,
+            instance = %key.name, "gate-config annotation removed: the cluster's gate config applies"),
+        AnnotationChange::Refused(reason) => {
+            metrics::counter!(telemetry::GATE_CONFIG_REFUSED_TOTAL).increment(1);
+            tracing::warn!(namespace = %key.namespace, instance = %key.name, %reason,
+                "invalid gate-config annotation");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -429,6 +448,7 @@ mod tests {
             pods_dropped: 2,
             previous_status: None,
             status_warnings: vec!["status.rolloutGate unreadable: x".into()],
+            gate_config: None,
         };
         let expected = target.notes();
         let view = FleetView::new();

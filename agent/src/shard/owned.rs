@@ -81,6 +81,7 @@ mod tests {
             pods_dropped: 0,
             previous_status: None,
             status_warnings: vec![],
+            gate_config: None,
         }
     }
 

@@ -424,6 +424,7 @@ mod tests {
                 healthy_since: None,
                 evaluated_at: ts(at),
                 evidence: vec![],
+                config_error: None,
             },
         )
     }

@@ -125,9 +125,6 @@ earlier hand-written pod selector.
 {{- fail (printf "extraArgs %q: set it through the chart's values (poll.port, poll.portName, watch.podSelector, watch.namespaces, debug.port): the NetworkPolicy and RBAC are derived from them" .) -}}
 {{- end -}}
 {{- end -}}
-{{- if or .Values.networkPolicy.kuraPodSelector .Values.networkPolicy.kuraNamespaceSelector -}}
-{{- fail "networkPolicy.kuraPodSelector and kuraNamespaceSelector were removed: the NetworkPolicy now follows watch.podSelector and watch.namespaces" -}}
-{{- end -}}
 {{- end -}}
 
 {{/*

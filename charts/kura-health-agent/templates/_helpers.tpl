@@ -55,11 +55,19 @@ several replicas (or a DaemonSet) without sharding.
 {{- end }}
 {{- end -}}
 
+{{/* The gate configuration document (JSON) of the gate ConfigMap. */}}
+{{- define "kha.gateConfig" -}}
+{{- .Values.gate | default dict | toJson -}}
+{{- end -}}
+
 {{/* The agent's pod template, shared by the Deployment and the DaemonSet. */}}
 {{- define "kha.podTemplate" -}}
 metadata:
   labels:
     {{- include "kha.selectorLabels" . | nindent 4 }}
+  annotations:
+    # A new gate configuration rolls the agent: it reads the file at start.
+    checksum/gate-config: {{ include "kha.gateConfig" . | sha256sum }}
 spec:
   serviceAccountName: {{ include "kha.serviceAccountName" . }}
   {{- with .Values.imagePullSecrets }}
@@ -107,6 +115,7 @@ spec:
         - --debug-listen=[::]:{{ .Values.debug.port }}
         - --log-format={{ .Values.logFormat }}
         - --sharding={{ .Values.sharding.enabled }}
+        - --gate-config=/etc/kura-health-agent/gate.json
         {{- if .Values.sharding.enabled }}
         - --agent-group={{ include "kha.agentGroup" . }}
         - --lease-duration={{ .Values.sharding.leaseDuration }}
@@ -144,6 +153,14 @@ spec:
         {{- toYaml .Values.resources | nindent 8 }}
       securityContext:
         {{- toYaml .Values.securityContext | nindent 8 }}
+      volumeMounts:
+        - name: gate-config
+          mountPath: /etc/kura-health-agent
+          readOnly: true
+  volumes:
+    - name: gate-config
+      configMap:
+        name: {{ include "kha.fullname" . }}-gate
   {{- with .Values.nodeSelector }}
   nodeSelector:
     {{- toYaml . | nindent 4 }}

@@ -202,6 +202,7 @@ impl FfiError {
             GateError::AttemptWentBack { .. } => (ErrorCode::AttemptWentBack, "attempt"),
             GateError::DuplicateServer(_) => (ErrorCode::InvalidInput, "servers"),
             GateError::EmptySoakList => (ErrorCode::InvalidConfig, "soakSeconds"),
+            GateError::ConfigValue { key, .. } => (ErrorCode::InvalidConfig, *key),
         };
         FfiError {
             field: Some(field.to_owned()),
@@ -257,6 +258,29 @@ mod tests {
             "{}",
             e.message
         );
+    }
+
+    #[test]
+    fn the_gates_value_rules_are_invalid_config_naming_the_key() {
+        for (config, field) in [
+            (
+                r#"{"maxSampleAgeSeconds": 0}"#,
+                "config.maxSampleAgeSeconds",
+            ),
+            (r#"{"outboxBandPercent": 1001}"#, "config.outboxBandPercent"),
+        ] {
+            let Err(e) = crate::api::GateHandle::new(config.as_bytes()) else {
+                panic!("{config} accepted");
+            };
+            assert_eq!(e.code, ErrorCode::InvalidConfig, "{config}");
+            assert_eq!(e.field.as_deref(), Some(field), "{config}");
+        }
+        let e = FfiError::gate(GateError::ConfigValue {
+            key: "peerFailureBandPercent",
+            reason: "5000 is above the limit of 1000".into(),
+        });
+        assert_eq!(e.code, ErrorCode::InvalidConfig);
+        assert_eq!(e.field.as_deref(), Some("peerFailureBandPercent"));
     }
 
     #[test]

@@ -13,6 +13,8 @@ use serde::Serialize;
 use crate::aggregate::{AggregateConfig, InstanceAggregator};
 use crate::model::{InstanceInfo, PodSample};
 
+use super::baseline::BaselineDocument;
+
 /// The name of the synthetic instance, as evidence names the server.
 pub const SERVER: &str = "nodes";
 /// Written to the aggregate's `agent` field.
@@ -64,6 +66,11 @@ pub struct PollReport {
     /// Whether the set was healthy at start; when not, the counter checks
     /// (outbox, fd timeouts, peer failures) are skipped.
     pub baseline_eligible: bool,
+    /// Where the baseline comes from: `first_poll` (taken when the check
+    /// started) or `file` (`--baseline`, taken before the upgrade).
+    pub baseline_source: BaselineSource,
+    /// When the baseline was taken.
+    pub baseline_taken_at: Timestamp,
     /// The counters captured at start.
     pub baseline: BaselineCounters,
     /// The baseline after counter resets lowered it.
@@ -77,6 +84,16 @@ pub struct PollReport {
     pub health: RolloutHealth,
 }
 
+/// Where a check's baseline comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BaselineSource {
+    /// The check's first poll (no `--baseline`).
+    FirstPoll,
+    /// A baseline document (`--baseline FILE`).
+    File,
+}
+
 /// One check run's state between polls.
 #[derive(Debug, Clone)]
 pub struct CheckRun {
@@ -85,6 +102,7 @@ pub struct CheckRun {
     aggregator: InstanceAggregator,
     gate: Option<RolloutGate>,
     baseline_health: Option<RolloutHealth>,
+    baseline_source: BaselineSource,
     started_at: Option<Timestamp>,
     polls: u64,
     last_failure: Option<Evidence>,
@@ -105,11 +123,44 @@ impl CheckRun {
             aggregator: InstanceAggregator::new(AggregateConfig::default()),
             gate: None,
             baseline_health: None,
+            baseline_source: BaselineSource::FirstPoll,
             started_at: None,
             polls: 0,
             last_failure: None,
             finished: false,
         }
+    }
+
+    /// A run judged against `baseline` (taken before the upgrade) instead
+    /// of its first poll: the baseline's counters and soak eligibility are
+    /// the reference, and its per-node raw counters and incarnations seed
+    /// the reset clamping, so a node restarted by the upgrade counts its
+    /// counter from before the upgrade on top of what it counts since.
+    /// The caller checked that the baseline is of the same nodes
+    /// ([`BaselineDocument::check_usable`]).
+    pub fn from_baseline(settings: CheckSettings, baseline: &BaselineDocument) -> Self {
+        let seed = baseline.seed(AGENT);
+        let counters = baseline.counters();
+        let gate = RolloutGate {
+            target_image: CHECK_IMAGE.to_owned(),
+            baseline_image: Some(START_IMAGE.to_owned()),
+            baseline_captured_at: Some(baseline.taken_at),
+            baseline: counters.clone(),
+            effective_baseline: counters,
+            soak_eligible: baseline.aggregate.soak_eligible,
+            verdict: AgentVerdict::Unhealthy,
+            signal: None,
+            healthy_since: None,
+            evaluated_at: baseline.taken_at,
+            evidence: Vec::new(),
+            config_error: None,
+        };
+        let mut run = CheckRun::new(settings);
+        run.aggregator = InstanceAggregator::restore(&seed, AggregateConfig::default());
+        run.gate = Some(gate);
+        run.baseline_health = Some(seed);
+        run.baseline_source = BaselineSource::File;
+        run
     }
 
     /// When the run times out (known after the first poll).
@@ -133,9 +184,11 @@ impl CheckRun {
     pub fn observe(&mut self, samples: &[PodSample], now: Timestamp) -> PollReport {
         let health = self.aggregator.sweep(&self.info, samples, now, AGENT);
         let config = &self.settings.gate;
+        if self.started_at.is_none() {
+            self.started_at = Some(now);
+        }
         let gate = match self.gate.take() {
             None => {
-                self.started_at = Some(now);
                 self.baseline_health = Some(health.clone());
                 // The per-instance judge captures a baseline when the image
                 // changes: judge the first aggregate under a start label,
@@ -186,6 +239,8 @@ impl CheckRun {
             timeout_remaining_seconds: ceil_secs(timeout - elapsed),
             last_failing_signal: self.last_failure.as_ref().map(|e| e.signal),
             baseline_eligible: gate.soak_eligible,
+            baseline_source: self.baseline_source,
+            baseline_taken_at: gate.baseline_captured_at.unwrap_or(started_at),
             baseline: gate.baseline.clone(),
             effective_baseline: gate.effective_baseline.clone(),
             nodes: Vec::new(),
@@ -396,6 +451,116 @@ mod tests {
         assert_eq!(r.evidence[0].observed, Some(20));
         assert_eq!(r.evidence[1].baseline, Some(0));
         assert!(run.finished());
+    }
+
+    /// The two-step flow at the judge: a baseline of `before`, then the
+    /// nodes as `after` (one restarted by the upgrade), judged by a run
+    /// from the baseline and by a run without it; each run's verdicts of
+    /// three polls, 5 s apart, soaking 10 s.
+    fn two_step(before: &[SimNode], after: &[SimNode]) -> (Vec<PollReport>, Vec<PollReport>) {
+        let mut taking = CheckRun::new(settings(10, 100));
+        let baseline_samples = samples(before, t(0));
+        let first = taking.observe(&baseline_samples, t(0));
+        let doc = BaselineDocument::from_poll(
+            &baseline_samples,
+            first.at,
+            &first.health,
+            &first.baseline,
+            first.baseline_eligible,
+        );
+        let mut with = CheckRun::from_baseline(settings(10, 100), &doc);
+        let mut without = CheckRun::new(settings(10, 100));
+        let mut a = Vec::new();
+        let mut b = Vec::new();
+        for i in 0..3 {
+            let at = t(60 + 5 * i);
+            a.push(with.observe(&samples(after, at), at));
+            b.push(without.observe(&samples(after, at), at));
+        }
+        (a, b)
+    }
+
+    #[test]
+    fn a_restart_during_the_upgrade_is_a_reset_never_an_improvement() {
+        let before = vec![
+            SimNode {
+                fd_timeout_count: 10,
+                ..SimNode::default()
+            },
+            SimNode::default(),
+        ];
+        // Node 0 restarts on the new version (counter back to 0, new
+        // incarnation), then times out 15 times before the check starts.
+        let mut after = before.clone();
+        after[0].restart();
+        after[0].fd_timeout_count = 15;
+        let (with, without) = two_step(&before, &after);
+        let r = &with[0];
+        assert_eq!(r.baseline_source, BaselineSource::File);
+        assert_eq!(r.baseline_taken_at, t(0));
+        assert_eq!(r.baseline.fd_timeout_count, Some(10));
+        assert_eq!(r.signal, Some(Signal::FdTimeoutsRegressed), "{r:?}");
+        assert_eq!(
+            r.health.fd_timeout_count, 25,
+            "10 before the restart + 15 since"
+        );
+        assert_eq!(r.evidence[0].observed, Some(25));
+        assert_eq!(r.evidence[0].baseline, Some(10));
+        assert_eq!(r.nodes, vec!["http://n0/status/rollout".to_owned()]);
+        assert!(
+            with.iter()
+                .all(|r| r.signal == Some(Signal::FdTimeoutsRegressed))
+        );
+        // Without the baseline the damage is the baseline: it passes.
+        assert_eq!(without[0].baseline_source, BaselineSource::FirstPoll);
+        assert_eq!(without[0].baseline.fd_timeout_count, Some(15));
+        assert_eq!(without[2].verdict, VerdictKind::Pass, "{:?}", without[2]);
+
+        // The same upgrade with a healthy node: back to 0 and staying there.
+        let mut healthy = before.clone();
+        healthy[0].restart();
+        let (with, _) = two_step(&before, &healthy);
+        assert_eq!(with[0].signal, Some(Signal::Soaking), "{:?}", with[0]);
+        assert_eq!(
+            with[0].health.fd_timeout_count, 10,
+            "a reset, not an improvement"
+        );
+        assert_eq!(with[0].effective_baseline.fd_timeout_count, Some(10));
+        assert_eq!(with[2].verdict, VerdictKind::Pass);
+    }
+
+    #[test]
+    fn a_node_without_incarnation_that_restarted_below_its_old_count_is_still_caught() {
+        let old = |fd| SimNode {
+            report_generation: kura_sim::ReportGeneration::G3,
+            fd_timeout_count: fd,
+            ..SimNode::default()
+        };
+        let before = vec![old(10), old(0)];
+        // Restarted (no incarnation to tell) and grew to 8: below the 10
+        // of before, so a reset, and 10 + 8 is above the baseline.
+        let after = vec![old(8), old(0)];
+        let (with, without) = two_step(&before, &after);
+        assert_eq!(
+            with[0].signal,
+            Some(Signal::FdTimeoutsRegressed),
+            "{:?}",
+            with[0]
+        );
+        assert_eq!(with[0].health.fd_timeout_count, 18);
+        assert_eq!(without[2].verdict, VerdictKind::Pass);
+    }
+
+    #[test]
+    fn a_baseline_that_was_no_reference_compares_no_counters() {
+        let mut before = vec![SimNode::default(), SimNode::default()];
+        before[1].ready = false;
+        let mut after = before.clone();
+        after[1].ready = true;
+        after[0].fd_timeout_count = 4;
+        let (with, _) = two_step(&before, &after);
+        assert!(!with[0].baseline_eligible);
+        assert_eq!(with[0].signal, Some(Signal::Soaking), "{:?}", with[0]);
     }
 
     #[test]

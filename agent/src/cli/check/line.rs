@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use kura_gate::VerdictKind;
 use kura_schemas::Signal;
 
-use super::judge::PollReport;
+use super::judge::{BaselineSource, PollReport};
 use super::words::{count, describe_fields};
 
 fn verdict_word(v: VerdictKind) -> &'static str {
@@ -30,6 +30,13 @@ pub fn readable(report: &PollReport) -> String {
     let sampled = format!("{}/{} nodes sampled", h.sampled_pods, h.expected_pods);
     if report.poll == 0 {
         let b = &report.baseline;
+        if report.baseline_source == BaselineSource::File {
+            let _ = write!(
+                line,
+                " baseline from the file, taken {};",
+                report.baseline_taken_at
+            );
+        }
         let _ = write!(
             line,
             " baseline fdTimeoutCount {}, peerConnectionFailures {}, outboxMessages {} ({});",

@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! kura-agent check --node http://10.0.0.5:4000 --node http://10.0.0.6:4000 \
-//!     [--expected-pods N] [--soak 120s] [--interval 5s] [--timeout 600s] [--json]
+//!     [--expected-pods N] [--soak 120s] [--interval 5s] [--timeout 600s] [--json] \
+//!     [--gate-config FILE] [--baseline FILE [--baseline-max-age 1h]]
 //! ```
 //!
 //! The nodes form one synthetic instance (`expectedPods` defaults to the
@@ -14,8 +15,9 @@
 //! judged by the gate's per-instance judge ([`kura_gate::judge_instance`]),
 //! the same code that writes `status.rolloutGate` in a cluster:
 //!
-//! - The first poll is the baseline (`outboxMessages`, `fdTimeoutCount`,
-//!   `peerConnectionFailures`); start the check just before upgrading.
+//! - The baseline (`outboxMessages`, `fdTimeoutCount`,
+//!   `peerConnectionFailures`) is the first poll, or with `--baseline FILE`
+//!   the one `kura-agent baseline` took before the upgrade (below).
 //! - Every poll runs the fourteen server checks of contract/gate.md. A
 //!   failing check resets the soak clock; critical memory pressure is a hard
 //!   stop at once.
@@ -34,32 +36,61 @@
 //! whole aggregate).
 //!
 //! Durations are written like `8s`, `2m`, `1h` (also `1m30s`, `250ms`).
-
+//!
+//! **Baseline before the upgrade.** A rollout script that upgrades a node
+//! and only then starts the check bakes whatever the upgrade broke into the
+//! baseline. `kura-agent baseline --node … --out FILE` polls once before
+//! the upgrade and writes a [`BaselineDocument`]; `check --baseline FILE`
+//! then judges against it instead of its first poll, and the per-node
+//! counters in it seed the reset clamping: a node restarted by the upgrade
+//! counts as a reset (never an improvement), and growth after it is still
+//! caught. A baseline of another node set, or older than
+//! `--baseline-max-age` (default 1 h), is a usage error.
+//!
+//! **Gate settings.** `--gate-config FILE` (`KURA_AGENT_GATE_CONFIG`;
+//! JSON or YAML, the keys of `kura-gate replay`'s `config`) sets the bands
+//! and sample-age limits; its `soakSeconds` (first value) and
+//! `waveDeadlineSeconds` are the defaults of `--soak` and `--timeout`.
+//!
+//! Node URLs must have a port from 1 to 65535 (when they have one) and
+//! name different nodes: two URLs reaching the same address, port and
+//! path are one node (`:04100` is `:4100`, `localhost` is `127.0.0.1`),
+//! refused before any poll.
 //!
 //! Usage or input errors exit 2; [`run`] is the subcommand's entry point.
 
+mod baseline;
 mod judge;
 mod line;
 mod run;
 mod url;
 pub(crate) mod words;
 
-pub use judge::{CheckRun, CheckSettings, PollReport};
-pub use run::{CheckNode, run_check};
-use url::node_report_urls;
+pub use baseline::{BaselineDocument, BaselineError};
+pub use judge::{BaselineSource, CheckRun, CheckSettings, PollReport};
+pub use run::{CheckNode, poll_nodes, run_check};
+pub use url::{NodeUrlError, node_report_urls, refuse_same_nodes};
 
 use std::io::Write as _;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use kura_gate::{GateConfig, VerdictKind};
+use jiff::{SignedDuration, Timestamp};
+use kura_gate::VerdictKind;
 
 use super::LogFormat;
 
+use crate::cli::gate_file;
 use crate::cli::parse::{parse_duration, parse_positive_duration};
 use crate::poll::{PollConfig, Poller};
 
 use line::readable;
+
+/// `--soak` when neither the flag nor the gate file sets it.
+const DEFAULT_SOAK: Duration = Duration::from_secs(120);
+/// `--timeout` when neither the flag nor the gate file sets it.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Exit code: passed.
 pub const EXIT_PASS: u8 = 0;
@@ -78,32 +109,104 @@ pub struct CheckArgs {
     /// Pods the set must have sampled (default: the number of nodes).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub expected_pods: Option<u32>,
-    /// Continuous health needed to pass, e.g. `120s`, `2m`.
-    #[arg(long, default_value = "120s", value_parser = parse_duration)]
-    pub soak: Duration,
+    /// Continuous health needed to pass, e.g. `120s`, `2m` [default: the
+    /// gate file's first `soakSeconds` when it sets them, else 120s].
+    #[arg(long, value_parser = parse_duration)]
+    pub soak: Option<Duration>,
     /// Time between two polls.
     #[arg(long, default_value = "5s", value_parser = parse_positive_duration)]
     pub interval: Duration,
-    /// Fail when not passed this long after the first poll.
-    #[arg(long, default_value = "600s", value_parser = parse_positive_duration)]
-    pub timeout: Duration,
+    /// Fail when not passed this long after the first poll [default: the
+    /// gate file's `waveDeadlineSeconds` when it sets it, else 600s].
+    #[arg(long, value_parser = parse_positive_duration)]
+    pub timeout: Option<Duration>,
     /// One JSON object of evidence per poll instead of a readable line.
     #[arg(long)]
     pub json: bool,
+    /// The gate's settings: a JSON (`.json`) or YAML file of `GateConfig`
+    /// keys (bands, sample-age limits; `soakSeconds` and
+    /// `waveDeadlineSeconds` give `--soak` and `--timeout` their defaults).
+    #[arg(long, env = "KURA_AGENT_GATE_CONFIG", value_name = "FILE")]
+    pub gate_config: Option<PathBuf>,
+    /// Judge against this baseline (written by `kura-agent baseline` before
+    /// the upgrade) instead of taking one at the first poll.
+    #[arg(long, value_name = "FILE")]
+    pub baseline: Option<PathBuf>,
+    /// A `--baseline` older than this is refused (usage error).
+    #[arg(long, default_value = "1h", value_parser = parse_positive_duration)]
+    pub baseline_max_age: Duration,
+}
+
+/// The soak and timeout of a check: the flags, else the gate file's
+/// `soakSeconds[0]` and `waveDeadlineSeconds` when it sets them, else 120 s
+/// and 600 s.
+fn soak_and_timeout(args: &CheckArgs, gate: Option<&gate_file::GateFile>) -> (Duration, Duration) {
+    let from_file = |key: &str, secs: u64| {
+        gate.filter(|g| g.sets(key))
+            .map(|_| Duration::from_secs(secs))
+    };
+    let config = gate.map(|g| &g.config);
+    let soak = args
+        .soak
+        .or_else(|| from_file("soakSeconds", config.map_or(0, |c| c.soak_for(0))))
+        .unwrap_or(DEFAULT_SOAK);
+    let timeout = args
+        .timeout
+        .or_else(|| {
+            from_file(
+                "waveDeadlineSeconds",
+                config.map_or(0, |c| c.wave_deadline_seconds),
+            )
+        })
+        .unwrap_or(DEFAULT_TIMEOUT);
+    (soak, timeout)
+}
+
+/// The nodes of `check` and `baseline` in normal form, refused (as a
+/// usage error's message) when one is invalid or two are one node.
+pub(crate) fn nodes_of(
+    inputs: &[String],
+    runtime: &tokio::runtime::Runtime,
+) -> Result<Vec<http::Uri>, String> {
+    let urls = node_report_urls(inputs).map_err(|e| e.to_string())?;
+    runtime
+        .block_on(refuse_same_nodes(&urls))
+        .map_err(|e| e.to_string())?;
+    Ok(urls)
+}
+
+/// A current-thread runtime for `check` and `baseline`.
+pub(crate) fn check_runtime(command: &str) -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("kura-agent {command}: cannot start the runtime: {e}");
+            ExitCode::from(EXIT_USAGE)
+        })
 }
 
 /// Entry point of `kura-agent check`; returns exit code 0, 1 or 2.
 pub fn run(args: CheckArgs) -> ExitCode {
     super::init_logging(LogFormat::Text, "warn");
-    let urls = match node_report_urls(&args.nodes) {
+    let runtime = match check_runtime("check") {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    let urls = match nodes_of(&args.nodes, &runtime) {
         Ok(urls) => urls,
+        Err(e) => return usage(&e),
+    };
+    let gate = match args.gate_config.as_deref().map(gate_file::load).transpose() {
+        Ok(gate) => gate,
         Err(e) => return usage(&e.to_string()),
     };
-    if args.soak > args.timeout {
+    let (soak, timeout) = soak_and_timeout(&args, gate.as_ref());
+    if soak > timeout {
         return usage(&format!(
             "--soak ({}s) is longer than --timeout ({}s): the check could never pass",
-            args.soak.as_secs_f64(),
-            args.timeout.as_secs_f64()
+            soak.as_secs_f64(),
+            timeout.as_secs_f64()
         ));
     }
     let expected_pods = match args.expected_pods {
@@ -113,44 +216,51 @@ pub fn run(args: CheckArgs) -> ExitCode {
             Err(_) => return usage("too many nodes"),
         },
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("kura-agent check: cannot start the runtime: {e}");
-            return ExitCode::from(EXIT_USAGE);
-        }
-    };
     let settings = CheckSettings {
         expected_pods,
-        soak: args.soak,
-        timeout: args.timeout,
-        gate: GateConfig::default(),
+        soak,
+        timeout,
+        gate: gate.map(|g| g.config).unwrap_or_default(),
+    };
+    let check_run = match &args.baseline {
+        None => CheckRun::new(settings),
+        Some(path) => {
+            let doc = match BaselineDocument::load(path) {
+                Ok(doc) => doc,
+                Err(e) => return usage(&e.to_string()),
+            };
+            let skew = SignedDuration::from_secs(
+                i64::try_from(settings.gate.future_skew_seconds).unwrap_or(i64::MAX),
+            );
+            let max_age =
+                SignedDuration::try_from(args.baseline_max_age).unwrap_or(SignedDuration::MAX);
+            if let Err(e) = doc.check_usable(
+                &path.display().to_string(),
+                &urls,
+                Timestamp::now(),
+                max_age,
+                skew,
+            ) {
+                return usage(&e.to_string());
+            }
+            CheckRun::from_baseline(settings, &doc)
+        }
     };
     let nodes: Vec<CheckNode> = urls.into_iter().map(CheckNode::new).collect();
     let json = args.json;
     let last = runtime.block_on(async {
         let poller = Poller::new(PollConfig::default());
-        run_check(
-            &poller,
-            &nodes,
-            CheckRun::new(settings),
-            args.interval,
-            |report| {
-                let mut out = std::io::stdout().lock();
-                let line = if json {
-                    serde_json::to_string(report).unwrap_or_else(|e| {
-                        format!("{{\"error\":\"cannot encode the report: {e}\"}}")
-                    })
-                } else {
-                    readable(report)
-                };
-                let _ = writeln!(out, "{line}");
-                let _ = out.flush();
-            },
-        )
+        run_check(&poller, &nodes, check_run, args.interval, |report| {
+            let mut out = std::io::stdout().lock();
+            let line = if json {
+                serde_json::to_string(report)
+                    .unwrap_or_else(|e| format!("{{\"error\":\"cannot encode the report: {e}\"}}"))
+            } else {
+                readable(report)
+            };
+            let _ = writeln!(out, "{line}");
+            let _ = out.flush();
+        })
         .await
     });
     if last.verdict == VerdictKind::Pass {

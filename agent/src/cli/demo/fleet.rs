@@ -163,6 +163,7 @@ pub fn targets(fleet: &[DemoInstance], pods: &[SimPodHandle]) -> Vec<InstanceTar
                 pods_dropped: 0,
                 previous_status: None,
                 status_warnings: Vec::new(),
+                gate_config: None,
             }
         })
         .collect()

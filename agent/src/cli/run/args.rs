@@ -4,6 +4,7 @@
 //! loop and engine, write queue, sharding, identity.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
@@ -12,6 +13,7 @@ use kura_gate::GateConfig;
 
 use crate::aggregate::AggregateConfig;
 use crate::cli::LogFormat;
+use crate::cli::gate_file::{self, GateFileError};
 use crate::cli::parse::{parse_positive_duration, parse_positive_signed, parse_rate};
 use crate::cluster::{DiscoveryConfig, PollPort, TargetConfig};
 use crate::engine::EngineConfig;
@@ -32,6 +34,9 @@ pub enum ConfigError {
     /// The sweep intervals are unusable.
     #[error("sweep cadence: {0}")]
     Cadence(#[from] CadenceError),
+    /// The `--gate-config` file is unusable.
+    #[error("{0}")]
+    GateFile(#[from] GateFileError),
 }
 
 /// Flags of `kura-agent run`. Every flag can also be set by the environment
@@ -175,6 +180,17 @@ pub struct RunArgs {
     /// expire; a departed replica's instances move after at most this long.
     #[arg(long, env = "KURA_AGENT_LEASE_DURATION", default_value = "15s", value_parser = parse_positive_duration)]
     pub lease_duration: Duration,
+
+    /// The gate's settings for every instance: a JSON (`.json`) or YAML
+    /// file of `GateConfig` keys (camelCase, as in `kura-gate replay`'s
+    /// `config`; every key optional, unknown keys refused). Without it the
+    /// documented defaults apply. An instance's own
+    /// `kura.tuist.dev/gate-config` annotation (a JSON object of the same
+    /// keys) is merged over it for that instance only. `soakSeconds` and
+    /// `waveDeadlineSeconds` are the orchestrator's: the agent publishes
+    /// `healthySince` and never judges a wave.
+    #[arg(long, env = "KURA_AGENT_GATE_CONFIG", value_name = "FILE")]
+    pub gate_config: Option<PathBuf>,
 }
 
 impl RunArgs {
@@ -244,9 +260,20 @@ impl RunArgs {
         }
     }
 
+    /// The gate configuration of every instance: `--gate-config`'s file
+    /// over the defaults, or the defaults. Reads the file: call at start-up
+    /// only.
+    pub fn gate_config(&self) -> Result<GateConfig, ConfigError> {
+        match &self.gate_config {
+            Some(path) => Ok(gate_file::load(path)?.config),
+            None => Ok(GateConfig::default()),
+        }
+    }
+
     /// The loop's and every instance engine's settings; `agent` is written
-    /// to `rolloutHealth.agent`. Check them with [`LoopConfig::validate`].
-    pub fn loop_config(&self, agent: String) -> LoopConfig {
+    /// to `rolloutHealth.agent`, `gate` is the cluster's gate configuration
+    /// ([`RunArgs::gate_config`]). Check them with [`LoopConfig::validate`].
+    pub fn loop_config(&self, agent: String, gate: GateConfig) -> LoopConfig {
         LoopConfig {
             cadence: self.cadence(),
             engine: EngineConfig {
@@ -255,7 +282,7 @@ impl RunArgs {
                     retention: self.retention,
                     ..AggregateConfig::default()
                 },
-                gate: GateConfig::default(),
+                gate,
             },
             ..LoopConfig::default()
         }
@@ -341,7 +368,10 @@ mod tests {
         assert_eq!(c.steady_interval, Duration::from_secs(30));
         assert_eq!(c.settle, Duration::from_secs(20 * 60));
         assert_eq!(c.jitter, 0.1);
-        assert_eq!(a.loop_config("me".into()).validate(), Ok(()));
+        assert_eq!(
+            a.loop_config("me".into(), GateConfig::default()).validate(),
+            Ok(())
+        );
         assert_eq!(a.heartbeat, Duration::from_secs(30));
         assert_eq!(a.write_rate, 50.0);
         assert_eq!(a.retention, SignedDuration::from_hours(1));
@@ -455,7 +485,9 @@ mod tests {
         assert_eq!(poll.concurrency, 8);
         assert!(!poll.keep_alive);
         assert_eq!(poll.body_limit, 64 * 1024);
-        let l = w.args.loop_config("agent-0".into());
+        let l = w
+            .args
+            .loop_config("agent-0".into(), w.args.gate_config().expect("no file"));
         assert_eq!(l.cadence, Cadence::fixed(Duration::from_secs(3)));
         assert_eq!(l.engine.agent, "agent-0");
         assert_eq!(l.engine.aggregate.retention, SignedDuration::from_mins(90));
@@ -502,7 +534,7 @@ mod tests {
         let w = Wrapper::try_parse_from(["x", "--steady-interval=3m"]).expect("parse");
         let err = w
             .args
-            .loop_config("a".into())
+            .loop_config("a".into(), GateConfig::default())
             .validate()
             .map_err(ConfigError::from)
             .expect_err("refused");
@@ -514,6 +546,34 @@ mod tests {
         ] {
             assert!(Wrapper::try_parse_from(["x", bad]).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn the_gate_config_file_reaches_every_engine() {
+        let dir = std::env::temp_dir().join(format!("kura-run-args-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let good = dir.join("gate.yaml");
+        std::fs::write(&good, "fdTimeoutBand: 4\npeerFailureBandMinimum: 7\n").expect("write");
+        let w = Wrapper::try_parse_from(["x", &format!("--gate-config={}", good.display())])
+            .expect("parse");
+        let gate = w.args.gate_config().expect("valid");
+        assert_eq!(gate.fd_timeout_band, 4);
+        assert_eq!(gate.peer_failure_band_minimum, 7);
+        let l = w.args.loop_config("a".into(), gate.clone());
+        assert_eq!(l.engine.gate, gate);
+        let bad = dir.join("bad.json");
+        std::fs::write(&bad, r#"{"outboxBandPercent": 2000}"#).expect("write");
+        let w = Wrapper::try_parse_from(["x", "--gate-config", bad.to_str().expect("utf-8")])
+            .expect("parse");
+        let message = w.args.gate_config().expect_err("refused").to_string();
+        assert!(
+            message.starts_with(&format!(
+                "gate config {}: key outboxBandPercent: 2000 is above",
+                bad.display()
+            )),
+            "{message}"
+        );
+        std::fs::remove_dir_all(&dir).expect("cleanup");
     }
 
     #[test]

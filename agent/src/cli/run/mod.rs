@@ -31,6 +31,12 @@ const MAX_WRITES_IN_FLIGHT: usize = 8;
 /// Entry point of `kura-agent run`.
 pub fn run(args: RunArgs) -> ExitCode {
     super::init_logging(args.log_format, "info");
+    // An unusable gate configuration stops the agent before it touches
+    // the cluster: one line naming the file, the key and the reason.
+    if let Err(e) = args.gate_config() {
+        eprintln!("kura-agent run: {e}");
+        return ExitCode::from(2);
+    }
     let runtime = match super::multi_thread_runtime("run") {
         Ok(rt) => rt,
         Err(code) => return code,
@@ -112,13 +118,17 @@ pub async fn run_with_client(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), RunError> {
     let agent = args.resolve_identity()?;
-    let loop_config = args.loop_config(agent.clone());
+    let gate = args.gate_config()?;
+    let loop_config = args.loop_config(agent.clone(), gate);
     loop_config.validate().map_err(ConfigError::from)?;
     let sharding = Sharding::start(client.clone(), args.shard_config(&agent)?);
     tracing::info!(%agent, namespaces = ?args.namespaces, sharding = sharding.is_on(),
         rollout_interval = ?loop_config.cadence.rollout_interval,
         steady_interval = ?loop_config.cadence.steady_interval,
-        settle = ?loop_config.cadence.settle, "starting kura-agent");
+        settle = ?loop_config.cadence.settle,
+        gate_config = ?args.gate_config,
+        gate = %serde_json::to_string(&loop_config.engine.gate).unwrap_or_default(),
+        "starting kura-agent");
 
     let (discovery, driver) = Discovery::start(client.clone(), &args.discovery_config());
     let driver = tokio::spawn(driver);
