@@ -1,31 +1,49 @@
-//! A minimal HTTP/1.1 client for the one request the agent makes: `GET` of
-//! a small body from a known address, with one idle connection per address
+//! The HTTP/1.1 client for the one request the agent makes: `GET` of a
+//! small body from a known address, with one idle connection per address
 //! kept between sweeps.
 //!
-//! Why not hyper's client: every connection hyper keeps alive holds its own
-//! task, a request channel and read and write buffers, about 18 KiB in all;
-//! at 10,000 pods that alone is 176 MiB. Here an idle connection is its
-//! socket and nothing else (a few hundred bytes), and a request's buffer
-//! lives only while the request does. Responses are parsed with `httparse`
-//! (the parser hyper itself uses); bodies may be framed by
-//! `content-length`, by chunked transfer coding, or by the connection's
-//! close. Anything else is refused as [`PollError::Protocol`].
+//! The framing is hyper's (`hyper::client::conn::http1`: response heads,
+//! content-length, chunked coding with trailers, close-delimited bodies,
+//! interim 1xx answers, keep-alive). The pool is ours, because hyper-util's
+//! pooled client keeps a task, a request channel and read and write buffers
+//! for every idle connection, about 18 KiB each (176 MiB at 10,000 pods).
+//! Here an idle connection is its socket and nothing else: per request the
+//! socket is handed to a fresh hyper connection, the request is driven
+//! together with that connection in the caller's task (no task per
+//! request), and once the body is read the socket is taken back with
+//! [`Connection::into_parts`] and returned to the pool when hyper found the
+//! answer reusable and nothing is left unread. Everything a request holds
+//! (hyper's buffers and channels) lives only while the request does.
+//!
+//! Rules kept around hyper, where it is more lenient than the poller wants:
+//! a transfer coding other than exactly `chunked` is refused
+//! ([`PollError::TransferCoding`]; hyper would hand back a body still
+//! gzipped, or read it to the connection's close), and so is a response
+//! carrying both `Transfer-Encoding` and `Content-Length` (a smuggling
+//! shape, [`PollError::Protocol`]).
 
 use crate::poll::PollError;
+use crate::telemetry;
+use bytes::Bytes;
+use http::header::{ACCEPT, CONTENT_LENGTH, HOST, HeaderMap, HeaderValue, TRANSFER_ENCODING};
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Empty, LengthLimitError, Limited};
+use hyper::body::{Body as _, Incoming};
+use hyper::client::conn::http1::{Builder, Connection};
+use hyper_util::rt::TokioIo;
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::pin;
 use std::sync::Mutex;
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// Largest response head (status line and headers) accepted, in bytes.
+/// Largest response head (status line and headers) accepted, in bytes; it
+/// is also hyper's exact read buffer of a request and the limit on a
+/// chunked body's trailers. hyper accepts up to 100 headers within it.
 pub const MAX_HEAD: usize = 16 * 1024;
-/// Most headers accepted in one response.
-const MAX_HEADERS: usize = 48;
-/// A chunk-size line longer than this is refused (hex digits plus
-/// extensions).
-const MAX_CHUNK_LINE: usize = 1024;
 
 /// Where and what to `GET`.
 #[derive(Debug, Clone, Copy)]
@@ -46,9 +64,6 @@ pub struct Limits {
     pub connect_timeout: Duration,
     /// Largest body accepted, in bytes.
     pub body_limit: usize,
-    /// Size of the first read buffer; it grows by doubling when a response
-    /// does not fit.
-    pub read_buffer: usize,
 }
 
 /// The idle connections kept between requests: at most one per address,
@@ -57,7 +72,8 @@ pub struct Limits {
 pub struct Client {
     keep_alive: bool,
     idle_timeout: Duration,
-    user_agent: &'static str,
+    user_agent: HeaderValue,
+    builder: Builder,
     pool: Mutex<Pool>,
 }
 
@@ -73,32 +89,45 @@ struct Idle {
     since: Instant,
 }
 
-/// How a response's body is delimited.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Framing {
-    Length(usize),
-    Chunked,
-    Close,
-}
-
 /// The outcome of one exchange on one connection.
 enum Exchange {
-    /// The connection failed before any byte of a response arrived: on a
-    /// reused connection the pod most likely closed it while idle.
+    /// The connection failed before a response head arrived: on a reused
+    /// connection the pod most likely closed it while idle.
     NoResponse,
     /// A body, and the connection if it may be used again.
-    Done(Vec<u8>, Option<TcpStream>),
+    Done(Bytes, Option<TcpStream>),
     Failed(PollError),
+}
+
+/// Why reading a response stopped.
+enum Failure {
+    NoResponse,
+    Poll(PollError),
+}
+
+impl From<PollError> for Failure {
+    fn from(e: PollError) -> Failure {
+        Failure::Poll(e)
+    }
 }
 
 impl Client {
     /// A client; with `keep_alive` false every request opens and closes
     /// its own connection.
     pub fn new(keep_alive: bool, idle_timeout: Duration, user_agent: &'static str) -> Client {
+        let mut builder = Builder::new();
+        builder
+            // One exact buffer: a report and its head fit in one read, and
+            // it bounds the head (hyper refuses a head that fills it).
+            .read_buf_exact_size(Some(MAX_HEAD))
+            .max_header_size(MAX_HEAD)
+            // RFC 9112 §5.2: a user agent replaces obs-fold with spaces.
+            .allow_obsolete_multiline_headers_in_responses(true);
         Client {
             keep_alive,
             idle_timeout,
-            user_agent,
+            user_agent: HeaderValue::from_static(user_agent),
+            builder,
             pool: Mutex::new(Pool {
                 idle: HashMap::new(),
                 last_sweep: Instant::now(),
@@ -115,30 +144,34 @@ impl Client {
     /// status is [`PollError::HttpStatus`]; nothing is followed. A kept
     /// connection that turns out closed is replaced by a new one at once,
     /// without counting as a retry.
-    pub async fn get(&self, target: Target<'_>, limits: Limits) -> Result<Vec<u8>, PollError> {
-        let request = {
-            // Scoped: a `dyn Display` is not `Sync`, and this future is sent.
-            let host: &dyn std::fmt::Display = match &target.host {
-                Some(host) => host,
-                None => &target.addr,
-            };
-            format!(
-                "GET {} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: {}\r\nAccept: application/json\r\n\r\n",
-                target.path, self.user_agent
-            )
-        };
+    pub async fn get(&self, target: Target<'_>, limits: Limits) -> Result<Bytes, PollError> {
         if let Some(stream) = self.checkout(target.addr) {
-            let done = exchange(stream, request.as_bytes(), limits).await;
+            let done = self.exchange(stream, self.request(&target)?, limits).await;
             if !matches!(done, Exchange::NoResponse) {
                 return self.finish(target.addr, done);
             }
         }
+        let request = self.request(&target)?;
         let stream = connect(target.addr, limits.connect_timeout).await?;
-        let done = exchange(stream, request.as_bytes(), limits).await;
+        let done = self.exchange(stream, request, limits).await;
         self.finish(target.addr, done)
     }
 
-    fn finish(&self, addr: SocketAddr, done: Exchange) -> Result<Vec<u8>, PollError> {
+    fn request(&self, target: &Target<'_>) -> Result<Request<Empty<Bytes>>, PollError> {
+        let host = match target.host {
+            Some(host) => HeaderValue::from_str(host),
+            None => HeaderValue::try_from(target.addr.to_string()),
+        }
+        .map_err(|_| PollError::NoAddress)?;
+        Request::get(target.path)
+            .header(HOST, host)
+            .header(http::header::USER_AGENT, self.user_agent.clone())
+            .header(ACCEPT, HeaderValue::from_static("application/json"))
+            .body(Empty::new())
+            .map_err(|_| PollError::NoAddress)
+    }
+
+    fn finish(&self, addr: SocketAddr, done: Exchange) -> Result<Bytes, PollError> {
         match done {
             Exchange::Done(body, stream) => {
                 if let Some(stream) = stream.filter(|_| self.keep_alive) {
@@ -148,6 +181,49 @@ impl Client {
             }
             Exchange::Failed(e) => Err(e),
             Exchange::NoResponse => Err(PollError::Closed),
+        }
+    }
+
+    /// One request on `stream`: the connection future is polled together
+    /// with the request and its body in this task, then taken apart to get
+    /// the socket back.
+    async fn exchange(
+        &self,
+        stream: TcpStream,
+        request: Request<Empty<Bytes>>,
+        limits: Limits,
+    ) -> Exchange {
+        let Ok((mut sender, conn)) = self
+            .builder
+            .handshake::<_, Empty<Bytes>>(TokioIo::new(stream))
+            .await
+        else {
+            // hyper's HTTP/1 handshake does no IO; this does not happen.
+            return Exchange::NoResponse;
+        };
+        let mut conn = Some(conn);
+        let mut reading = pin!(read(sender.send_request(request), limits.body_limit));
+        let result = std::future::poll_fn(|cx| {
+            if let Some(c) = conn.as_mut()
+                && c.poll_without_shutdown(cx).is_ready()
+            {
+                // Closed (by HTTP or an error): dropping it ends the body
+                // and answers the request, so `reading` cannot wait on it.
+                conn = None;
+            }
+            reading.as_mut().poll(cx)
+        })
+        .await;
+        match result {
+            Ok(body) => {
+                // hyper asks for the next request only on a connection it
+                // keeps: the answer allowed keep-alive, its body ended where
+                // its framing said, and no byte came after it.
+                let reusable = conn.filter(|_| sender.is_ready()).and_then(take_back);
+                Exchange::Done(body, reusable)
+            }
+            Err(Failure::NoResponse) => Exchange::NoResponse,
+            Err(Failure::Poll(e)) => Exchange::Failed(e),
         }
     }
 
@@ -187,6 +263,24 @@ impl Client {
     }
 }
 
+/// The socket of a connection hyper keeps, if nothing was read past the
+/// answer and nothing has arrived since.
+fn take_back(conn: Connection<TokioIo<TcpStream>, Empty<Bytes>>) -> Option<TcpStream> {
+    let parts = conn.into_parts();
+    if !parts.read_buf.is_empty() {
+        return None;
+    }
+    let stream = parts.io.into_inner();
+    // hyper's last read (the check that nothing follows the answer) left
+    // this task's waker with the socket; a no-op waker replaces it, so an
+    // idle socket holds no reference to a finished task. Readable now means
+    // stray bytes or the end of the stream: not reusable.
+    match stream.poll_read_ready(&mut Context::from_waker(Waker::noop())) {
+        Poll::Pending => Some(stream),
+        Poll::Ready(_) => None,
+    }
+}
+
 async fn connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, PollError> {
     let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
         Err(_) => return Err(PollError::ConnectTimeout),
@@ -199,287 +293,113 @@ async fn connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, PollE
         }
         Ok(Ok(s)) => s,
     };
+    metrics::counter!(telemetry::POLL_CONNECTIONS_OPENED_TOTAL).increment(1);
     // Best effort: a request is one small write, Nagle only delays it.
     let _ = stream.set_nodelay(true);
     Ok(stream)
 }
 
-/// Read more bytes into `buf`, growing it by doubling but by no more than
-/// what `max` bytes in all need. Returns how many bytes were read (0 at the
-/// end of the stream).
-async fn fill(stream: &mut TcpStream, buf: &mut Vec<u8>, max: usize) -> std::io::Result<usize> {
-    if buf.len() == buf.capacity() {
-        let grow = buf.capacity().max(1024).min(max.saturating_sub(buf.len()));
-        buf.reserve_exact(grow.max(1));
-    }
-    stream.read_buf(buf).await
-}
-
-async fn exchange(mut stream: TcpStream, request: &[u8], limits: Limits) -> Exchange {
-    if stream.write_all(request).await.is_err() {
-        return Exchange::NoResponse;
-    }
-    let mut buf: Vec<u8> = Vec::with_capacity(limits.read_buffer.max(256));
-    // The head, skipping any 1xx interim responses.
-    let (status, framing, reusable, head_len) = loop {
-        match parse_head(&buf) {
-            Ok(Some(head)) if (100..200).contains(&head.status) && head.status != 101 => {
-                buf.drain(..head.len);
-            }
-            Ok(Some(head)) => break (head.status, head.framing, head.reusable, head.len),
-            Ok(None) if buf.len() >= MAX_HEAD => return Exchange::Failed(PollError::Protocol),
-            Ok(None) => {
-                let nothing_yet = buf.is_empty();
-                match fill(&mut stream, &mut buf, MAX_HEAD).await {
-                    Ok(0) | Err(_) if nothing_yet => return Exchange::NoResponse,
-                    Ok(0) | Err(_) => return Exchange::Failed(PollError::Closed),
-                    Ok(_) => {}
-                }
-            }
-            Err(e) => return Exchange::Failed(e),
-        }
-    };
-    if status != 200 {
-        return Exchange::Failed(PollError::HttpStatus(status));
-    }
-    buf.drain(..head_len);
-    let limit = limits.body_limit;
-    let body = match framing {
-        Framing::Length(n) if n > limit => Err(PollError::TooLarge { limit }),
-        Framing::Length(n) => read_length(&mut stream, buf, n).await,
-        Framing::Chunked => read_chunked(&mut stream, buf, limit).await,
-        Framing::Close => read_to_close(&mut stream, buf, limit).await,
-    };
-    match body {
-        Ok((body, clean)) => {
-            let keep = reusable && clean && framing != Framing::Close;
-            Exchange::Done(body, keep.then_some(stream))
-        }
-        Err(e) => Exchange::Failed(e),
-    }
-}
-
-struct Head {
-    status: u16,
-    framing: Framing,
-    reusable: bool,
-    len: usize,
-}
-
-/// Parse a response head from the start of `buf`: `None` while incomplete.
-fn parse_head(buf: &[u8]) -> Result<Option<Head>, PollError> {
-    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut resp = httparse::Response::new(&mut headers);
-    let len = match resp.parse(buf) {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => return Ok(None),
-        Err(_) => return Err(PollError::Protocol),
-    };
-    let status = resp.code.ok_or(PollError::Protocol)?;
-    let mut length: Option<usize> = None;
-    let mut chunked = false;
-    let mut close = resp.version != Some(1);
-    for h in resp.headers.iter() {
-        let value = std::str::from_utf8(h.value).map_err(|_| PollError::Protocol)?;
-        if h.name.eq_ignore_ascii_case("content-length") {
-            let n: usize = value.trim().parse().map_err(|_| PollError::Protocol)?;
-            if length.is_some_and(|l| l != n) {
-                return Err(PollError::Protocol);
-            }
-            length = Some(n);
-        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-            // Only chunked is understood; it must be the last coding.
-            let last = value.rsplit(',').next().unwrap_or("").trim();
-            if !last.eq_ignore_ascii_case("chunked") {
-                return Err(PollError::Protocol);
-            }
-            chunked = true;
-        } else if h.name.eq_ignore_ascii_case("connection") {
-            close |= value
-                .split(',')
-                .any(|t| t.trim().eq_ignore_ascii_case("close"));
-        }
-    }
-    let framing = match (chunked, length) {
-        // Both is a smuggling shape: refuse it.
-        (true, Some(_)) => return Err(PollError::Protocol),
-        (true, None) => Framing::Chunked,
-        (false, Some(n)) => Framing::Length(n),
-        (false, None) => Framing::Close,
-    };
-    Ok(Some(Head {
-        status,
-        framing,
-        reusable: !close,
-        len,
-    }))
-}
-
-/// A body of exactly `n` bytes. `clean` is false when more bytes than that
-/// came (the connection then cannot be trusted with another exchange).
-async fn read_length(
-    stream: &mut TcpStream,
-    mut buf: Vec<u8>,
-    n: usize,
-) -> Result<(Vec<u8>, bool), PollError> {
-    while buf.len() < n {
-        match fill(stream, &mut buf, n).await {
-            Ok(0) | Err(_) => return Err(PollError::Body),
-            Ok(_) => {}
-        }
-    }
-    let clean = buf.len() == n;
-    buf.truncate(n);
-    Ok((buf, clean))
-}
-
-/// A body up to the end of the stream, at most `limit` bytes.
-async fn read_to_close(
-    stream: &mut TcpStream,
-    mut buf: Vec<u8>,
+/// The response to the request, checked, and its body read up to `limit`
+/// bytes.
+async fn read(
+    response: impl Future<Output = hyper::Result<Response<Incoming>>>,
     limit: usize,
-) -> Result<(Vec<u8>, bool), PollError> {
-    loop {
-        if buf.len() > limit {
-            return Err(PollError::TooLarge { limit });
+) -> Result<Bytes, Failure> {
+    let response = response.await.map_err(|e| {
+        if e.is_parse() {
+            Failure::Poll(PollError::Protocol)
+        } else {
+            // Closed, reset or failed to write before a head arrived.
+            Failure::NoResponse
         }
-        match fill(stream, &mut buf, limit + 1).await {
-            Ok(0) => return Ok((buf, false)),
-            Ok(_) => {}
-            Err(_) => return Err(PollError::Body),
-        }
+    })?;
+    framing(response.headers())?;
+    if response.status() != StatusCode::OK {
+        return Err(PollError::HttpStatus(response.status().as_u16()).into());
+    }
+    let body = response.into_body();
+    // A declared length past the limit is refused before reading any of it.
+    if body.size_hint().lower() > limit as u64 {
+        return Err(PollError::TooLarge { limit }.into());
+    }
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) => Err(body_error(&*e, limit).into()),
     }
 }
 
-/// A chunked body, decoded, at most `limit` bytes. `raw` holds what was
-/// read past the head.
-async fn read_chunked(
-    stream: &mut TcpStream,
-    mut raw: Vec<u8>,
-    limit: usize,
-) -> Result<(Vec<u8>, bool), PollError> {
-    let mut body = Vec::new();
-    let mut decoder = Chunked::default();
-    let mut pos = 0;
-    loop {
-        match decoder.step(&raw[pos..], &mut body, limit)? {
-            Step::Consumed(n) => pos += n,
-            Step::Done(n) => return Ok((body, pos + n == raw.len())),
-            Step::NeedMore => {
-                // Keep only the unparsed tail, then read more.
-                raw.drain(..pos);
-                pos = 0;
-                let max = raw.len() + MAX_CHUNK_LINE + limit.saturating_sub(body.len());
-                match fill(stream, &mut raw, max).await {
-                    Ok(0) | Err(_) => return Err(PollError::Body),
-                    Ok(_) => {}
-                }
+/// The rules on a response's framing that hyper does not enforce: the only
+/// transfer coding read is `chunked`, alone, and not together with a
+/// content length.
+fn framing(headers: &HeaderMap) -> Result<(), PollError> {
+    let mut codings = 0;
+    for value in headers.get_all(TRANSFER_ENCODING) {
+        let list = value.to_str().map_err(|_| PollError::TransferCoding)?;
+        for coding in list.split(',') {
+            codings += 1;
+            if !coding.trim_matches([' ', '\t']).eq_ignore_ascii_case("chunked") {
+                return Err(PollError::TransferCoding);
             }
         }
     }
-}
-
-/// Where the chunked decoder stands.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-enum Chunked {
-    /// Expecting a chunk-size line.
-    #[default]
-    Size,
-    /// Inside a chunk's data, this many bytes left.
-    Data(usize),
-    /// Expecting the CRLF after a chunk's data.
-    DataEnd,
-    /// After the last chunk: trailer lines until an empty one.
-    Trailer,
-}
-
-enum Step {
-    Consumed(usize),
-    Done(usize),
-    NeedMore,
-}
-
-impl Chunked {
-    /// Decode what `input` allows; `Consumed(0)` never comes back.
-    fn step(&mut self, input: &[u8], body: &mut Vec<u8>, limit: usize) -> Result<Step, PollError> {
-        match *self {
-            Chunked::Size => match httparse::parse_chunk_size(input) {
-                Ok(httparse::Status::Complete((used, size))) => {
-                    let size = usize::try_from(size).map_err(|_| PollError::TooLarge { limit })?;
-                    if body.len().saturating_add(size) > limit {
-                        return Err(PollError::TooLarge { limit });
-                    }
-                    *self = if size == 0 {
-                        Chunked::Trailer
-                    } else {
-                        Chunked::Data(size)
-                    };
-                    Ok(Step::Consumed(used))
-                }
-                Ok(httparse::Status::Partial) if input.len() > MAX_CHUNK_LINE => {
-                    Err(PollError::Protocol)
-                }
-                Ok(httparse::Status::Partial) => Ok(Step::NeedMore),
-                Err(_) => Err(PollError::Protocol),
-            },
-            Chunked::Data(left) => {
-                if input.is_empty() {
-                    return Ok(Step::NeedMore);
-                }
-                let take = left.min(input.len());
-                body.extend_from_slice(&input[..take]);
-                *self = if take == left {
-                    Chunked::DataEnd
-                } else {
-                    Chunked::Data(left - take)
-                };
-                Ok(Step::Consumed(take))
-            }
-            Chunked::DataEnd => match input {
-                [b'\r', b'\n', ..] => {
-                    *self = Chunked::Size;
-                    Ok(Step::Consumed(2))
-                }
-                [] | [b'\r'] => Ok(Step::NeedMore),
-                _ => Err(PollError::Protocol),
-            },
-            Chunked::Trailer => match input.iter().position(|&b| b == b'\n') {
-                // The empty line ends the message.
-                Some(1) if input[0] == b'\r' => Ok(Step::Done(2)),
-                Some(0) => Ok(Step::Done(1)),
-                Some(i) => Ok(Step::Consumed(i + 1)),
-                None if input.len() > MAX_HEAD => Err(PollError::Protocol),
-                None => Ok(Step::NeedMore),
-            },
-        }
+    if codings > 1 {
+        // `chunked, chunked` is not a coding a sender may apply (RFC 9112 §6.1).
+        return Err(PollError::TransferCoding);
     }
+    if codings == 1 && headers.contains_key(CONTENT_LENGTH) {
+        return Err(PollError::Protocol);
+    }
+    Ok(())
+}
+
+/// What a failed body read means: past the limit, a broken framing (bad
+/// chunk size line, trailers past their limit) or a connection that broke
+/// off.
+fn body_error(e: &(dyn std::error::Error + 'static), limit: usize) -> PollError {
+    if e.is::<LengthLimitError>() {
+        return PollError::TooLarge { limit };
+    }
+    let mut source = e.source();
+    while let Some(cause) = source {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            return match io.kind() {
+                std::io::ErrorKind::InvalidData | std::io::ErrorKind::InvalidInput => {
+                    PollError::Protocol
+                }
+                _ => PollError::Body,
+            };
+        }
+        source = cause.source();
+    }
+    PollError::Body
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 
     const LIMITS: Limits = Limits {
         connect_timeout: Duration::from_secs(1),
         body_limit: 64,
-        read_buffer: 16,
     };
 
     /// A loopback server that answers each accepted connection's requests
     /// with the given raw responses in turn (one per request read), then
-    /// closes it. Returns its address and a count of accepted connections.
-    async fn server(
-        script: Vec<Vec<&'static [u8]>>,
-    ) -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    /// closes it a moment later (after the client has taken the connection
+    /// back). Returns its address and a count of accepted connections.
+    async fn server(script: Vec<Vec<&'static [u8]>>) -> (SocketAddr, Arc<AtomicUsize>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let accepted = Arc::new(AtomicUsize::new(0));
         let count = accepted.clone();
         tokio::spawn(async move {
             for answers in script {
                 let (mut s, _) = listener.accept().await.unwrap();
-                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                count.fetch_add(1, Ordering::SeqCst);
                 tokio::spawn(async move {
                     for answer in answers {
                         let mut req = Vec::new();
@@ -497,6 +417,7 @@ mod tests {
                             s.flush().await.unwrap();
                         }
                     }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
                 });
             }
         });
@@ -515,15 +436,22 @@ mod tests {
         Client::new(true, Duration::from_secs(60), "test")
     }
 
+    /// One `GET`, bounded here as the poller bounds every attempt.
+    async fn get(c: &Client, addr: &SocketAddr) -> Result<Bytes, PollError> {
+        tokio::time::timeout(Duration::from_secs(5), c.get(target(addr), LIMITS))
+            .await
+            .unwrap_or(Err(PollError::Timeout))
+    }
+
     #[tokio::test]
     async fn content_length_body_and_connection_reused() {
         let ok: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello";
         let (addr, accepted) = server(vec![vec![ok, ok]]).await;
         let c = client();
-        assert_eq!(c.get(target(&addr), LIMITS).await.unwrap(), b"hello");
+        assert_eq!(get(&c, &addr).await.unwrap(), &b"hello"[..]);
         assert_eq!(c.idle_connections(), 1);
-        assert_eq!(c.get(target(&addr), LIMITS).await.unwrap(), b"hello");
-        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(get(&c, &addr).await.unwrap(), &b"hello"[..]);
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test]
@@ -532,9 +460,9 @@ mod tests {
             3;ext=1\r\nabc\r\n4\r\ndefg\r\n0\r\nX-Trailer: 1\r\n\r\n";
         let (addr, _) = server(vec![vec![ok, ok]]).await;
         let c = client();
-        assert_eq!(c.get(target(&addr), LIMITS).await.unwrap(), b"abcdefg");
+        assert_eq!(get(&c, &addr).await.unwrap(), &b"abcdefg"[..]);
         assert_eq!(c.idle_connections(), 1, "a clean chunked end keeps it");
-        assert_eq!(c.get(target(&addr), LIMITS).await.unwrap(), b"abcdefg");
+        assert_eq!(get(&c, &addr).await.unwrap(), &b"abcdefg"[..]);
     }
 
     #[tokio::test]
@@ -542,7 +470,7 @@ mod tests {
         let ok: &[u8] =
             b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
         let (addr, _) = server(vec![vec![ok]]).await;
-        assert_eq!(client().get(target(&addr), LIMITS).await.unwrap(), b"ok");
+        assert_eq!(get(&client(), &addr).await.unwrap(), &b"ok"[..]);
     }
 
     #[tokio::test]
@@ -551,14 +479,11 @@ mod tests {
         let eof: &[u8] = b"HTTP/1.0 200 OK\r\n\r\nuntil the end";
         let (addr, accepted) = server(vec![vec![close], vec![eof]]).await;
         let c = client();
-        assert_eq!(c.get(target(&addr), LIMITS).await.unwrap(), b"ok");
+        assert_eq!(get(&c, &addr).await.unwrap(), &b"ok"[..]);
         assert_eq!(c.idle_connections(), 0);
-        assert_eq!(
-            c.get(target(&addr), LIMITS).await.unwrap(),
-            b"until the end"
-        );
+        assert_eq!(get(&c, &addr).await.unwrap(), &b"until the end"[..]);
         assert_eq!(c.idle_connections(), 0);
-        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2);
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
     }
 
     #[tokio::test]
@@ -566,7 +491,7 @@ mod tests {
         let extra: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokEXTRA";
         let (addr, _) = server(vec![vec![extra]]).await;
         let c = client();
-        assert_eq!(c.get(target(&addr), LIMITS).await.unwrap(), b"ok");
+        assert_eq!(get(&c, &addr).await.unwrap(), &b"ok"[..]);
         assert_eq!(c.idle_connections(), 0);
     }
 
@@ -576,38 +501,56 @@ mod tests {
         // The first connection answers once, then the server closes it.
         let (addr, accepted) = server(vec![vec![ok], vec![ok]]).await;
         let c = client();
-        assert_eq!(c.get(target(&addr), LIMITS).await.unwrap(), b"ok");
+        assert_eq!(get(&c, &addr).await.unwrap(), &b"ok"[..]);
         assert_eq!(c.idle_connections(), 1);
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert_eq!(c.get(target(&addr), LIMITS).await.unwrap(), b"ok");
-        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2);
+        assert_eq!(get(&c, &addr).await.unwrap(), &b"ok"[..]);
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_kept_connection_closed_instead_of_answering_is_replaced_without_error() {
+        let ok: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+        let nothing: &[u8] = b"";
+        // The first connection answers once, reads the second request and
+        // closes without an answer: the request goes again on a new one.
+        let (addr, accepted) = server(vec![vec![ok, nothing], vec![ok]]).await;
+        let c = client();
+        assert_eq!(get(&c, &addr).await.unwrap(), &b"ok"[..]);
+        assert_eq!(c.idle_connections(), 1);
+        assert_eq!(get(&c, &addr).await.unwrap(), &b"ok"[..]);
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
     }
 
     #[tokio::test]
     async fn status_and_limits() {
         let not_found: &[u8] = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n";
         let declared: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 65\r\n\r\n";
-        let chunk: &[u8] = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n41\r\n";
+        // One chunk of 65 bytes: refused once more than 64 have come.
+        let chunk: &[u8] = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n41\r\n\
+            01234567890123456789012345678901234567890123456789012345678901234\r\n";
         let chunks: &[u8] = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\
             20\r\n01234567890123456789012345678901\r\n20\r\n01234567890123456789012345678901\r\n1\r\nx\r\n";
         let eof: &[u8] = b"HTTP/1.1 200 OK\r\n\r\n0123456789012345678901234567890123456789012345678901234567890123456789";
+        // Exactly the limit is accepted.
+        let exact: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 64\r\n\r\n\
+            0123456789012345678901234567890123456789012345678901234567890123";
         let (addr, _) = server(vec![
             vec![not_found],
             vec![declared],
             vec![chunk],
             vec![chunks],
             vec![eof],
+            vec![exact],
         ])
         .await;
         let c = client();
         let too_large = PollError::TooLarge { limit: 64 };
-        assert_eq!(
-            c.get(target(&addr), LIMITS).await,
-            Err(PollError::HttpStatus(404))
-        );
+        assert_eq!(get(&c, &addr).await, Err(PollError::HttpStatus(404)));
         for _ in 0..4 {
-            assert_eq!(c.get(target(&addr), LIMITS).await, Err(too_large.clone()));
+            assert_eq!(get(&c, &addr).await, Err(too_large.clone()));
         }
+        assert_eq!(get(&c, &addr).await.unwrap().len(), 64);
     }
 
     #[tokio::test]
@@ -631,14 +574,13 @@ mod tests {
         ])
         .await;
         let c = client();
-        let get = || c.get(target(&addr), LIMITS);
-        assert_eq!(get().await, Err(PollError::Protocol));
-        assert_eq!(get().await, Err(PollError::Body));
-        assert_eq!(get().await, Err(PollError::Protocol));
-        assert_eq!(get().await, Err(PollError::Protocol));
-        assert_eq!(get().await, Err(PollError::Protocol));
-        assert_eq!(get().await, Err(PollError::Closed));
-        assert_eq!(get().await, Err(PollError::Closed));
+        assert_eq!(get(&c, &addr).await, Err(PollError::Protocol));
+        assert_eq!(get(&c, &addr).await, Err(PollError::Body));
+        assert_eq!(get(&c, &addr).await, Err(PollError::Protocol));
+        assert_eq!(get(&c, &addr).await, Err(PollError::TransferCoding));
+        assert_eq!(get(&c, &addr).await, Err(PollError::Protocol));
+        assert_eq!(get(&c, &addr).await, Err(PollError::Closed));
+        assert_eq!(get(&c, &addr).await, Err(PollError::Closed));
     }
 
     #[tokio::test]
@@ -649,10 +591,7 @@ mod tests {
         }
         let head: &'static [u8] = Box::leak(head.into_boxed_slice());
         let (addr, _) = server(vec![vec![head]]).await;
-        assert_eq!(
-            client().get(target(&addr), LIMITS).await,
-            Err(PollError::Protocol)
-        );
+        assert_eq!(get(&client(), &addr).await, Err(PollError::Protocol));
     }
 
     #[tokio::test]
@@ -660,17 +599,44 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         drop(listener);
-        assert_eq!(
-            client().get(target(&addr), LIMITS).await,
-            Err(PollError::Refused)
-        );
+        assert_eq!(get(&client(), &addr).await, Err(PollError::Refused));
         let ok: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
         let (addr, accepted) = server(vec![vec![ok], vec![ok]]).await;
         let c = Client::new(false, Duration::from_secs(60), "test");
         for _ in 0..2 {
-            assert_eq!(c.get(target(&addr), LIMITS).await.unwrap(), b"ok");
+            assert_eq!(get(&c, &addr).await.unwrap(), &b"ok"[..]);
             assert_eq!(c.idle_connections(), 0);
         }
-        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2);
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn only_chunked_alone_is_a_transfer_coding_read() {
+        let check = |pairs: &[(&str, &str)]| {
+            let mut h = HeaderMap::new();
+            for (k, v) in pairs {
+                h.append(
+                    http::header::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                    HeaderValue::from_str(v).unwrap(),
+                );
+            }
+            framing(&h)
+        };
+        let te = "transfer-encoding";
+        assert_eq!(check(&[]), Ok(()));
+        assert_eq!(check(&[("content-length", "3")]), Ok(()));
+        assert_eq!(check(&[(te, "chunked")]), Ok(()));
+        assert_eq!(check(&[(te, " Chunked\t")]), Ok(()));
+        let refused = Err(PollError::TransferCoding);
+        assert_eq!(check(&[(te, "gzip, chunked")]), refused);
+        assert_eq!(check(&[(te, "gzip"), (te, "chunked")]), refused);
+        assert_eq!(check(&[(te, "chunked, chunked")]), refused);
+        assert_eq!(check(&[(te, "chunked"), (te, "chunked")]), refused);
+        assert_eq!(check(&[(te, "identity")]), refused);
+        assert_eq!(check(&[(te, "")]), refused);
+        assert_eq!(
+            check(&[(te, "chunked"), ("content-length", "3")]),
+            Err(PollError::Protocol)
+        );
     }
 }

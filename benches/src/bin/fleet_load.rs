@@ -149,6 +149,10 @@ fn main() -> ExitCode {
 struct Record {
     cold: Swept,
     sweeps: Vec<Swept>,
+    /// Connections the simulated pods accepted during the cold sweep.
+    cold_connections: u64,
+    /// Connections the simulated pods accepted during the measured sweeps.
+    connections: u64,
 }
 
 impl Record {
@@ -184,7 +188,7 @@ fn run(args: &LoadArgs) -> Result<bool, LoadError> {
         .unwrap_or_else(|| processes_needed(args.pods, limit));
     let exe = std::env::current_exe().map_err(LoadError::Child)?;
     let started = Instant::now();
-    let sims = SimProcesses::spawn(&exe, args.pods, procs, args.generation)?;
+    let mut sims = SimProcesses::spawn(&exe, args.pods, procs, args.generation)?;
     let startup = started.elapsed();
     let sim_pids = sims.pids();
     let config = RunnerConfig {
@@ -196,35 +200,49 @@ fn run(args: &LoadArgs) -> Result<bool, LoadError> {
     let mut agent_runner = Runner::spawn(&exe, Side::Agent, config, sims.targets())?;
     let mut bare_runner = Runner::spawn(&exe, Side::Bare, config, sims.targets())?;
 
+    // The pods count the connections they accept: the sides sweep in
+    // turn, so the count between two readings is one side's.
+    let mut accepted = sims.connections()?;
+    let mut opened = |sims: &mut SimProcesses| -> Result<u64, LoadError> {
+        let now = sims.connections()?;
+        Ok(now.saturating_sub(std::mem::replace(&mut accepted, now)))
+    };
     let mut agent = Record {
         cold: agent_runner.sweep()?,
+        cold_connections: opened(&mut sims)?,
         ..Record::default()
     };
     let mut bare = Record {
         cold: bare_runner.sweep()?,
+        cold_connections: opened(&mut sims)?,
         ..Record::default()
     };
     // Simulator CPU is read from /proc at clock-tick resolution, so it is
     // given per side as a total over its measured sweeps.
     let (mut sim_agent, mut sim_bare) = (Duration::ZERO, Duration::ZERO);
     let mut sim_cpu_known = true;
-    let mut timed = |runner: &mut Runner, total: &mut Duration| -> Result<Swept, LoadError> {
+    let mut timed = |runner: &mut Runner,
+                     record: &mut Record,
+                     total: &mut Duration|
+     -> Result<(), LoadError> {
         let before = sim_cpu(&sim_pids);
         let s = runner.sweep()?;
         match (before, sim_cpu(&sim_pids)) {
             (Some(b), Some(a)) => *total += a.saturating_sub(b),
             _ => sim_cpu_known = false,
         }
-        Ok(s)
+        record.sweeps.push(s);
+        record.connections += opened(&mut sims)?;
+        Ok(())
     };
     for i in 0..args.sweeps {
         // Alternate which side goes first.
         if i % 2 == 0 {
-            agent.sweeps.push(timed(&mut agent_runner, &mut sim_agent)?);
-            bare.sweeps.push(timed(&mut bare_runner, &mut sim_bare)?);
+            timed(&mut agent_runner, &mut agent, &mut sim_agent)?;
+            timed(&mut bare_runner, &mut bare, &mut sim_bare)?;
         } else {
-            bare.sweeps.push(timed(&mut bare_runner, &mut sim_bare)?);
-            agent.sweeps.push(timed(&mut agent_runner, &mut sim_agent)?);
+            timed(&mut bare_runner, &mut bare, &mut sim_bare)?;
+            timed(&mut agent_runner, &mut agent, &mut sim_agent)?;
         }
     }
     let agent_peak = agent_runner.peak_rss()?;
@@ -269,6 +287,9 @@ fn run(args: &LoadArgs) -> Result<bool, LoadError> {
             "n/a".to_owned()
         }
     };
+    let per = |count: u64, of: usize, what: &str| {
+        format!("{count} ({:.2}/{what})", count as f64 / of.max(1) as f64)
+    };
     let rows: Vec<(&str, String, String)> = vec![
         (
             "cold sweep (opens connections)",
@@ -300,6 +321,16 @@ fn run(args: &LoadArgs) -> Result<bool, LoadError> {
             "peak RSS of the side process",
             format!("{:.1} MiB", mib(agent_peak)),
             format!("{:.1} MiB", mib(bare_peak)),
+        ),
+        (
+            "connections opened, cold sweep",
+            per(agent.cold_connections, n, "pod"),
+            per(bare.cold_connections, n, "pod"),
+        ),
+        (
+            "connections opened, measured sweeps",
+            per(agent.connections, n * args.sweeps, "poll"),
+            per(bare.connections, n * args.sweeps, "poll"),
         ),
         (
             "failed samples, all sweeps",
