@@ -13,7 +13,8 @@ use tokio::net::TcpListener;
 
 /// A valid report, the body of every answer below.
 fn report() -> Vec<u8> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/reports/g4-pull-sync.json");
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/reports/g4-pull-sync.json");
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
@@ -80,10 +81,7 @@ fn poller() -> Poller {
 async fn twice(raw: Vec<u8>) -> [Result<(), PollError>; 2] {
     let (uri, _) = serve(raw).await;
     let p = poller();
-    [
-        p.fetch(&uri).await.map(drop),
-        p.fetch(&uri).await.map(drop),
-    ]
+    [p.fetch(&uri).await.map(drop), p.fetch(&uri).await.map(drop)]
 }
 
 #[tokio::test]
@@ -106,10 +104,15 @@ async fn gzip_then_chunked_is_refused_with_its_reason() {
         ("unsupported transfer coding", "body_error")
     );
     // The same coding on two lines is the same list.
-    let mut raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    let mut raw =
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n"
+            .to_vec();
     raw.extend_from_slice(b"3\r\nabc\r\n0\r\n\r\n");
     let (uri, _) = serve(raw).await;
-    assert_eq!(poller().fetch(&uri).await.unwrap_err(), PollError::TransferCoding);
+    assert_eq!(
+        poller().fetch(&uri).await.unwrap_err(),
+        PollError::TransferCoding
+    );
 }
 
 #[tokio::test]
@@ -148,7 +151,11 @@ async fn an_obs_text_header_value_is_accepted_and_the_connection_kept() {
 
 #[tokio::test]
 async fn an_obs_fold_header_is_accepted() {
-    let raw = answer(&[b"X-Folded: first part", b"  continued here", b"Server: kura"]);
+    let raw = answer(&[
+        b"X-Folded: first part",
+        b"  continued here",
+        b"Server: kura",
+    ]);
     assert_eq!(twice(raw).await, [Ok(()), Ok(())]);
 }
 
@@ -199,5 +206,80 @@ async fn endless_interim_answers_end_in_the_timeout() {
     });
     let started = std::time::Instant::now();
     assert_eq!(p.fetch(&uri).await.unwrap_err(), PollError::Timeout);
-    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// A loopback server that answers the first request on each connection
+/// with `head`, then writes `drip` every 20 ms until the client goes.
+async fn dripping(head: &'static [u8], drip: &'static [u8]) -> http::Uri {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let uri = format!("http://{}/status/rollout", listener.local_addr().unwrap())
+        .parse()
+        .unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut req = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => req.extend_from_slice(&buf[..n]),
+                    }
+                }
+                if s.write_all(head).await.is_err() {
+                    return;
+                }
+                // Bounded: 30 s at most, far past any timeout below.
+                for _ in 0..1500 {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    if s.write_all(drip).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    uri
+}
+
+/// One poll with a 300 ms timeout: its result and how long it took.
+async fn timed_poll(uri: &http::Uri) -> (PollError, Duration) {
+    let p = Poller::new(PollConfig {
+        timeout: Duration::from_millis(300),
+        ..PollConfig::default()
+    });
+    let started = std::time::Instant::now();
+    let err = p.fetch(uri).await.unwrap_err();
+    (err, started.elapsed())
+}
+
+#[tokio::test]
+async fn a_slow_head_a_slow_body_and_endless_trailers_end_in_the_timeout() {
+    let cases: [(&str, &'static [u8], &'static [u8]); 3] = [
+        // A head that never ends: a header line every 20 ms.
+        ("slow head", b"HTTP/1.1 200 OK\r\n", b"X-Slow: 1\r\n"),
+        // A declared body a byte at a time.
+        (
+            "slow body",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 60000\r\n\r\n{",
+            b" ",
+        ),
+        // The last chunk, then trailer lines that never end.
+        (
+            "endless trailers",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n",
+            b"X-Trailer: 1\r\n",
+        ),
+    ];
+    for (what, head, drip) in cases {
+        let uri = dripping(head, drip).await;
+        let (err, took) = timed_poll(&uri).await;
+        assert_eq!(err, PollError::Timeout, "{what}");
+        assert!(took < Duration::from_secs(2), "{what}: {took:?}");
+    }
 }

@@ -1,6 +1,6 @@
 //! Polling pods' `GET /status/rollout`: one shared keep-alive client
 //! (hyper's HTTP/1.1 connection API over a pool of idle sockets, see
-//! [`http1`]), a global bound on concurrent requests, a timeout per
+//! [`client`]), a global bound on concurrent requests, a timeout per
 //! attempt, a hard body limit, no redirects, and a short retry of
 //! connection-level failures.
 //!
@@ -11,9 +11,9 @@
 //! `kura_agent_poll_duration_seconds` (one observation per attempt, from
 //! the moment it holds a concurrency permit).
 
+mod client;
 mod config;
 mod error;
-mod http1;
 pub(crate) mod poller;
 
 pub use config::PollConfig;

@@ -1,7 +1,7 @@
 //! The poller: one shared keep-alive client and one global semaphore.
 
 use crate::model::{PodIdentity, PodSample, SampleResult};
-use crate::poll::http1::{Client, Limits, MAX_HEAD, Target};
+use crate::poll::client::{Client, Limits, MAX_HEAD, Target};
 use crate::poll::{PollConfig, PollError};
 use crate::telemetry;
 use backon::{ExponentialBuilder, Retryable};
@@ -196,4 +196,3 @@ pub(crate) fn result_label(result: &Result<NodeReport, PollError>) -> &'static s
 fn count(result: &Result<NodeReport, PollError>) {
     metrics::counter!(telemetry::POLLS_TOTAL, "result" => result_label(result)).increment(1);
 }
-

@@ -337,7 +337,10 @@ fn framing(headers: &HeaderMap) -> Result<(), PollError> {
         let list = value.to_str().map_err(|_| PollError::TransferCoding)?;
         for coding in list.split(',') {
             codings += 1;
-            if !coding.trim_matches([' ', '\t']).eq_ignore_ascii_case("chunked") {
+            if !coding
+                .trim_matches([' ', '\t'])
+                .eq_ignore_ascii_case("chunked")
+            {
                 return Err(PollError::TransferCoding);
             }
         }
