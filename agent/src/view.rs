@@ -107,10 +107,10 @@ pub struct InstanceView {
     pub swept_at: Option<Timestamp>,
     /// The last sample of every pod, by pod name.
     pub pods: Vec<PodView>,
-    /// The last aggregate.
-    pub health: Option<RolloutHealth>,
-    /// The last gate verdict.
-    pub gate: Option<RolloutGate>,
+    /// The last aggregate (shared with the engine and the write queue).
+    pub health: Option<Arc<RolloutHealth>>,
+    /// The last gate verdict (shared with the engine and the write queue).
+    pub gate: Option<Arc<RolloutGate>>,
     /// The last status write and its result.
     pub last_write: Option<LastWrite>,
     /// What discovery noted about the instance: status fields it could not
@@ -153,9 +153,9 @@ pub struct InstanceSummary {
     /// When the last sweep finished.
     pub swept_at: Option<Timestamp>,
     /// The last aggregate.
-    pub health: Option<RolloutHealth>,
+    pub health: Option<Arc<RolloutHealth>>,
     /// The last gate verdict.
-    pub gate: Option<RolloutGate>,
+    pub gate: Option<Arc<RolloutGate>>,
     /// The last write.
     pub last_write: Option<LastWrite>,
 }
@@ -183,10 +183,10 @@ pub struct SweepRecord<'a> {
     pub current_pods: &'a [String],
     /// The sweep's samples.
     pub samples: &'a [PodSample],
-    /// The aggregate.
-    pub health: Option<RolloutHealth>,
-    /// The verdict.
-    pub gate: Option<RolloutGate>,
+    /// The aggregate (the engine's shared value).
+    pub health: Option<Arc<RolloutHealth>>,
+    /// The verdict (the engine's shared value).
+    pub gate: Option<Arc<RolloutGate>>,
     /// What discovery noted about the instance (replaces earlier notes).
     pub notes: Vec<String>,
     /// When the sweep finished.
