@@ -20,6 +20,9 @@ pub const POLLS_TOTAL: &str = "kura_agent_polls_total";
 /// Retries of a poll after a connection-level failure (counted apart from
 /// the failures themselves).
 pub const POLL_RETRIES_TOTAL: &str = "kura_agent_poll_retries_total";
+/// TCP connections the poller opened (with keep-alive, about one per pod
+/// over the agent's life: a kept connection is reused sweep after sweep).
+pub const POLL_CONNECTIONS_OPENED_TOTAL: &str = "kura_agent_poll_connections_opened_total";
 /// Poll latency in seconds (histogram, one observation per attempt).
 pub const POLL_DURATION_SECONDS: &str = "kura_agent_poll_duration_seconds";
 /// Duration of one instance's sweep in seconds (histogram).
@@ -170,7 +173,7 @@ const fn plain(name: &'static str, kind: Kind, help: &'static str) -> Metric {
 }
 
 /// Every `kura_agent_*` metric, once each.
-pub const METRICS: [Metric; 22] = [
+pub const METRICS: [Metric; 23] = [
     Metric {
         name: POLLS_TOTAL,
         kind: Kind::Counter,
@@ -184,6 +187,11 @@ pub const METRICS: [Metric; 22] = [
         POLL_RETRIES_TOTAL,
         Kind::Counter,
         "Poll retries after a connection-level failure.",
+    ),
+    plain(
+        POLL_CONNECTIONS_OPENED_TOTAL,
+        Kind::Counter,
+        "TCP connections opened to pods (kept-alive ones are reused).",
     ),
     plain(
         POLL_DURATION_SECONDS,

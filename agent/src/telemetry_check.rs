@@ -164,6 +164,7 @@ fn every_poll_error() -> Vec<PollError> {
         PollError::TooLarge { limit: 1 },
         PollError::Body,
         PollError::Protocol,
+        PollError::TransferCoding,
         PollError::InvalidReport(invalid),
         PollError::IdentityMismatch,
         PollError::NoAddress,
@@ -179,6 +180,7 @@ fn every_poll_error() -> Vec<PollError> {
             | PollError::TooLarge { .. }
             | PollError::Body
             | PollError::Protocol
+            | PollError::TransferCoding
             | PollError::InvalidReport(_)
             | PollError::IdentityMismatch
             | PollError::NoAddress => {}

@@ -27,8 +27,10 @@ async fn connections_stay_open_only_with_keep_alive() {
     };
     assert!(ok(poller.sweep(&sim.targets()).await));
     let kept = open_fds();
+    assert_eq!(sim.stats().connections(), 50, "one connection per pod");
     assert!(ok(poller.sweep(&sim.targets()).await));
     assert_eq!(open_fds(), kept, "the second sweep reuses the connections");
+    assert_eq!(sim.stats().connections(), 50, "and opens none");
     assert!(
         kept >= idle + 100,
         "{idle} -> {kept}: connections were not kept"

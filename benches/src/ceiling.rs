@@ -8,15 +8,20 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
-use kura_agent::poll::READ_BUFFER;
 use kura_schemas::REPORT_PATH;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 
+/// The read buffer of each of the ceiling's connections, in bytes: fixed
+/// and small, because hyper-util keeps it for as long as the connection is
+/// kept (the poller holds its own buffer only while a request runs). The
+/// same 2 KiB in every fleet-load run so far.
+const READ_BUFFER: usize = 2048;
+
 /// A bare keep-alive client with a bound on requests in flight, and the
-/// same connection settings as the agent's poller (no delay, one idle
-/// connection per pod, the same read buffer).
+/// agent's connection settings where they apply (no delay, one idle
+/// connection per pod).
 #[derive(Debug)]
 pub struct BareClient {
     client: Client<HttpConnector, Empty<Bytes>>,

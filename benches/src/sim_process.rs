@@ -5,16 +5,18 @@
 //! Protocol: the parent runs its own executable with `serve-sim` arguments;
 //! the child starts its pods, prints one line `pod NAME UID IP:PORT` per
 //! pod, then `ready`, and serves until its stdin is closed (the parent
-//! exits or drops the [`SimProcesses`]).
+//! exits or drops the [`SimProcesses`]). Meanwhile, to each line `stats` on
+//! its stdin it answers `stats CONNECTIONS`: the connections its pods have
+//! accepted so far.
 
 use crate::error::LoadError;
 use kura_agent::cli::fleet_load_side::protocol::parse_target;
 use kura_agent::model::PodIdentity;
 use kura_sim::{Addressing, ReportGeneration, SimPodSpec, Simulator, raise_fd_limit};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 pub use kura_agent::cli::fleet_load_side::protocol::FD_SLACK;
 
@@ -85,10 +87,18 @@ pub fn processes_needed(pods: usize, fd_limit: u64, sides: usize) -> usize {
     pods.div_ceil(per).max(1)
 }
 
+/// One simulator child process and its pipes.
+#[derive(Debug)]
+struct SimChild {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+}
+
 /// Running simulator child processes and the pods they serve.
 #[derive(Debug)]
 pub struct SimProcesses {
-    children: Vec<(Child, Option<ChildStdin>)>,
+    children: Vec<SimChild>,
     targets: Vec<(PodIdentity, SocketAddr)>,
 }
 
@@ -124,15 +134,28 @@ impl SimProcesses {
                 .map_err(LoadError::Child)?;
             let stdin = child.stdin.take();
             let stdout = child.stdout.take();
-            out.children.push((child, stdin));
-            let stdout = stdout.ok_or_else(|| LoadError::Protocol("no stdout pipe".to_owned()))?;
-            out.read_targets(BufReader::new(stdout), n)?;
+            let Some(stdout) = stdout else {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(LoadError::Protocol("no stdout pipe".to_owned()));
+            };
+            out.children.push(SimChild {
+                child,
+                stdin,
+                stdout: BufReader::new(stdout),
+            });
+            out.read_targets(n)?;
             offset += n;
         }
         Ok(out)
     }
 
-    fn read_targets(&mut self, mut r: impl BufRead, n: usize) -> Result<(), LoadError> {
+    /// Read the `pod` lines and `ready` of the last child started.
+    fn read_targets(&mut self, n: usize) -> Result<(), LoadError> {
+        let Some(SimChild { stdout: r, .. }) = self.children.last_mut() else {
+            return Ok(());
+        };
+        let targets = &mut self.targets;
         let mut line = String::new();
         let mut got = 0;
         loop {
@@ -146,7 +169,7 @@ impl SimProcesses {
             match fields.as_slice() {
                 ["ready"] if got == n => return Ok(()),
                 ["pod", name, uid, addr] => {
-                    self.targets.push(parse_target(name, uid, addr)?);
+                    targets.push(parse_target(name, uid, addr)?);
                     got += 1;
                 }
                 _ => return Err(LoadError::Protocol(format!("unexpected line {line:?}"))),
@@ -161,16 +184,39 @@ impl SimProcesses {
 
     /// The children's process ids.
     pub fn pids(&self) -> Vec<u32> {
-        self.children.iter().map(|(c, _)| c.id()).collect()
+        self.children.iter().map(|c| c.child.id()).collect()
+    }
+
+    /// Connections the simulated pods have accepted so far, over every
+    /// child process.
+    pub fn connections(&mut self) -> Result<u64, LoadError> {
+        let mut total = 0;
+        for c in &mut self.children {
+            let stdin = c
+                .stdin
+                .as_mut()
+                .ok_or_else(|| LoadError::Protocol("simulator stdin closed".to_owned()))?;
+            writeln!(stdin, "stats").map_err(LoadError::Child)?;
+            stdin.flush().map_err(LoadError::Child)?;
+            let mut line = String::new();
+            c.stdout.read_line(&mut line).map_err(LoadError::Child)?;
+            total += match line.split_whitespace().collect::<Vec<_>>().as_slice() {
+                ["stats", n] => n
+                    .parse::<u64>()
+                    .map_err(|_| LoadError::Protocol(format!("bad stats answer {line:?}")))?,
+                _ => return Err(LoadError::Protocol(format!("bad stats answer {line:?}"))),
+            };
+        }
+        Ok(total)
     }
 }
 
 impl Drop for SimProcesses {
     fn drop(&mut self) {
-        for (child, stdin) in &mut self.children {
+        for c in &mut self.children {
             // Closing stdin tells the child to stop.
-            drop(stdin.take());
-            let _ = child.wait();
+            drop(c.stdin.take());
+            let _ = c.child.wait();
         }
     }
 }
@@ -215,13 +261,24 @@ pub fn serve(
             writeln!(out, "ready").map_err(LoadError::Child)?;
             out.flush().map_err(LoadError::Child)?;
         }
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
         std::thread::spawn(move || {
-            // Read until the parent closes our stdin (or exits).
-            let _ = std::io::stdin().lock().read_to_end(&mut Vec::new());
-            let _ = tx.send(());
+            // Read until the parent closes our stdin (or exits); dropping
+            // `tx` then ends the loop below.
+            for line in std::io::stdin().lock().lines() {
+                let Ok(line) = line else { return };
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
         });
-        let _ = rx.await;
+        while let Some(line) = rx.recv().await {
+            if line.trim() == "stats" {
+                let mut out = std::io::stdout().lock();
+                writeln!(out, "stats {}", sim.stats().connections()).map_err(LoadError::Child)?;
+                out.flush().map_err(LoadError::Child)?;
+            }
+        }
         drop(sim);
         Ok(())
     })

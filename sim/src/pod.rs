@@ -21,6 +21,7 @@ use tokio::task::JoinHandle;
 #[derive(Debug, Default)]
 pub struct SimStats {
     requests: AtomicU64,
+    connections: AtomicU64,
     in_flight: AtomicUsize,
     max_in_flight: AtomicUsize,
 }
@@ -29,6 +30,12 @@ impl SimStats {
     /// Requests received so far.
     pub fn requests(&self) -> u64 {
         self.requests.load(Ordering::Relaxed)
+    }
+
+    /// Connections accepted so far (with keep-alive, a client that reuses
+    /// its connections opens about one per pod).
+    pub fn connections(&self) -> u64 {
+        self.connections.load(Ordering::Relaxed)
     }
 
     /// Requests being handled now (from request head received until the
@@ -43,11 +50,17 @@ impl SimStats {
         self.max_in_flight.load(Ordering::Relaxed)
     }
 
-    /// Zero the request count and the in-flight high-water mark.
+    /// Zero the request and connection counts and the in-flight
+    /// high-water mark.
     pub fn reset(&self) {
         self.requests.store(0, Ordering::Relaxed);
+        self.connections.store(0, Ordering::Relaxed);
         self.max_in_flight
             .store(self.in_flight.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+
+    fn accepted(&self) {
+        self.connections.fetch_add(1, Ordering::Relaxed);
     }
 
     fn enter(self: &Arc<Self>) -> InFlight {
@@ -303,6 +316,8 @@ impl SimPodHandle {
                         continue;
                     }
                 };
+                shared.stats.accepted();
+                shared.fleet.stats.accepted();
                 let _ = stream.set_nodelay(true);
                 let conn_shared = Arc::clone(&shared);
                 let mut closed = shared.epoch.subscribe();

@@ -36,6 +36,10 @@ pub enum PollError {
     /// The answer was not valid HTTP.
     #[error("invalid http response")]
     Protocol,
+    /// The body came in a transfer coding other than `chunked` alone (such
+    /// as `gzip, chunked`): it is not read.
+    #[error("unsupported transfer coding")]
+    TransferCoding,
     /// The body is not a valid report (the parser's message names the field).
     #[error("{0}")]
     InvalidReport(ReportError),
@@ -58,7 +62,7 @@ impl PollError {
             PollError::Connect | PollError::Closed | PollError::NoAddress => "connect_error",
             PollError::HttpStatus(_) => "http_status",
             PollError::TooLarge { .. } => "too_large",
-            PollError::Body | PollError::Protocol => "body_error",
+            PollError::Body | PollError::Protocol | PollError::TransferCoding => "body_error",
             PollError::InvalidReport(_) => "invalid_report",
             PollError::IdentityMismatch => "identity_mismatch",
         }

@@ -1,17 +1,19 @@
-//! Polling pods' `GET /status/rollout`: one shared keep-alive client (a
-//! lean HTTP/1.1 client of our own, see [`http1`]), a
-//! global bound on concurrent requests, a timeout per attempt, a hard body
-//! limit, no redirects, and a short retry of connection-level failures.
+//! Polling pods' `GET /status/rollout`: one shared keep-alive client
+//! (hyper's HTTP/1.1 connection API over a pool of idle sockets, see
+//! [`client`]), a global bound on concurrent requests, a timeout per
+//! attempt, a hard body limit, no redirects, and a short retry of
+//! connection-level failures.
 //!
 //! Metrics (through the `metrics` facade; names in [`crate::telemetry`]):
 //! `kura_agent_polls_total{result}` (`ok` or a [`PollError::reason`]),
 //! `kura_agent_poll_retries_total` (retries, counted apart from failures),
+//! `kura_agent_poll_connections_opened_total` (TCP connections opened),
 //! `kura_agent_poll_duration_seconds` (one observation per attempt, from
 //! the moment it holds a concurrency permit).
 
+mod client;
 mod config;
 mod error;
-mod http1;
 pub(crate) mod poller;
 
 pub use config::PollConfig;

@@ -1,7 +1,7 @@
 //! The poller: one shared keep-alive client and one global semaphore.
 
 use crate::model::{PodIdentity, PodSample, SampleResult};
-use crate::poll::http1::{Client, Limits, Target};
+use crate::poll::client::{Client, Limits, MAX_HEAD, Target};
 use crate::poll::{PollConfig, PollError};
 use crate::telemetry;
 use backon::{ExponentialBuilder, Retryable};
@@ -15,11 +15,11 @@ use tokio::sync::Semaphore;
 
 const USER_AGENT: &str = concat!("kura-agent/", env!("CARGO_PKG_VERSION"));
 
-/// Size of a request's first read buffer, in bytes: a report and its
-/// headers fit in one read; a larger answer grows it by doubling (up to the
-/// body limit). The buffer lives only while its request does; an idle
-/// kept-alive connection holds no buffer.
-pub const READ_BUFFER: usize = 2048;
+/// hyper's exact read buffer of a request, in bytes, and the largest
+/// response head accepted: a report and its head fit in one read. The
+/// buffer lives only while its request does; an idle kept-alive connection
+/// holds no buffer.
+pub const READ_BUFFER: usize = MAX_HEAD;
 
 /// A kept-alive connection unused for this long is closed (swept lazily).
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
@@ -154,7 +154,11 @@ impl Poller {
             .await
             .map_err(|_| PollError::Connect)?;
         let started = Instant::now();
-        let result = tokio::time::timeout(self.inner.config.timeout, self.request(target))
+        // Boxed once it runs: a sweep holds every pod's poll future while
+        // most wait for a permit, so the request's state (hyper's
+        // connection, about 2 KiB) is allocated only for those in flight.
+        let request = Box::pin(self.request(target));
+        let result = tokio::time::timeout(self.inner.config.timeout, request)
             .await
             .unwrap_or(Err(PollError::Timeout));
         metrics::histogram!(telemetry::POLL_DURATION_SECONDS)
@@ -170,7 +174,6 @@ impl Poller {
             // retried).
             connect_timeout: cfg.timeout / 2,
             body_limit: cfg.body_limit,
-            read_buffer: READ_BUFFER,
         };
         let body = self.inner.client.get(target, limits).await?;
         parse_report_limited(&body, cfg.body_limit).map_err(PollError::InvalidReport)

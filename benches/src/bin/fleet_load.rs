@@ -243,6 +243,10 @@ struct Record {
     /// The simulators' CPU time during this side's measured sweeps.
     sim_cpu: Duration,
     peak_rss: u64,
+    /// Connections the simulated pods accepted during the cold sweep.
+    cold_connections: u64,
+    /// Connections the simulated pods accepted during the measured sweeps.
+    connections: u64,
 }
 
 impl Record {
@@ -298,7 +302,7 @@ fn run(args: &LoadArgs) -> Result<bool, LoadError> {
         .unwrap_or_else(|| processes_needed(args.pods, limit, sides.len()));
     let exe = std::env::current_exe().map_err(LoadError::Child)?;
     let started = Instant::now();
-    let sims = SimProcesses::spawn(&exe, args.pods, procs, sides.len(), args.generation)?;
+    let mut sims = SimProcesses::spawn(&exe, args.pods, procs, sides.len(), args.generation)?;
     let startup = started.elapsed();
     let sim_pids = sims.pids();
     let config = RunnerConfig {
@@ -316,9 +320,17 @@ fn run(args: &LoadArgs) -> Result<bool, LoadError> {
             record: Record::default(),
         });
     }
+    // The pods count the connections they accept: the sides sweep in
+    // turn, so the count between two readings is one side's.
+    let mut accepted = sims.connections()?;
+    let mut opened = |sims: &mut SimProcesses| -> Result<u64, LoadError> {
+        let now = sims.connections()?;
+        Ok(now.saturating_sub(std::mem::replace(&mut accepted, now)))
+    };
     for m in &mut measured {
         if let Some(r) = m.runner.as_mut() {
             m.record.cold = r.sweep()?;
+            m.record.cold_connections = opened(&mut sims)?;
         }
     }
     // Simulator CPU is read from /proc at clock-tick resolution, so it is
@@ -339,6 +351,7 @@ fn run(args: &LoadArgs) -> Result<bool, LoadError> {
                 _ => sim_cpu_known = false,
             }
             m.record.sweeps.push(s);
+            m.record.connections += opened(&mut sims)?;
         }
     }
     for m in &mut measured {
@@ -397,6 +410,9 @@ fn run(args: &LoadArgs) -> Result<bool, LoadError> {
             "n/a".to_owned()
         }
     };
+    let per = |count: u64, of: usize, what: &str| {
+        format!("{count} ({:.2}/{what})", count as f64 / of.max(1) as f64)
+    };
     type Cell<'a> = Box<dyn Fn(&Measured) -> String + 'a>;
     let rows: Vec<(&str, Cell)> = vec![
         (
@@ -423,6 +439,14 @@ fn run(args: &LoadArgs) -> Result<bool, LoadError> {
         (
             "peak RSS of the side process",
             Box::new(|m| format!("{:.1} MiB", mib(m.record.peak_rss))),
+        ),
+        (
+            "connections opened, cold sweep",
+            Box::new(|m| per(m.record.cold_connections, n, "pod")),
+        ),
+        (
+            "connections opened, measured sweeps",
+            Box::new(|m| per(m.record.connections, n * args.sweeps, "poll")),
         ),
         (
             "failed samples, all sweeps",
