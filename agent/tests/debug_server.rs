@@ -109,6 +109,7 @@ async fn start() -> Fixture {
             health: Some(health(false)),
             gate: Some(gate()),
             notes: vec!["1 pod(s) beyond the per-instance limit are not polled".into()],
+            limits: None,
             at: ts("2026-07-21T10:00:10Z"),
         },
     );
@@ -123,6 +124,7 @@ async fn start() -> Fixture {
             health: None,
             gate: None,
             notes: Vec::new(),
+            limits: None,
             at: ts("2026-07-21T10:00:10Z"),
         },
     );
@@ -381,6 +383,7 @@ async fn pod_rows_show_outbox_capacity_fullness_and_fence_state() {
             health: None,
             gate: None,
             notes: Vec::new(),
+            limits: None,
             at: ts("2026-07-21T10:00:10Z"),
         },
     );
@@ -406,4 +409,12 @@ async fn pod_rows_show_outbox_capacity_fullness_and_fence_state() {
     );
     assert_eq!(pods[3]["ringFullnessPercent"], 100, "clamped where shown");
     assert_eq!(pods[3]["outboxCapacity"], 64);
+
+    // The instance page shows the same beside each pod.
+    let page = request(f.addr, "GET", "/instances/kura/shapes").await;
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("35 / 10000"), "outbox beside its capacity");
+    assert!(page.body.contains("Fencing · epoch 7 · valid yes"), "fence state");
+    assert!(page.body.contains("<td class=\"num\">100 %</td>"), "fullness clamped");
+    assert!(page.body.contains("not fenced"));
 }

@@ -183,6 +183,7 @@ async fn step(shared: Arc<Shared>, mut inst: Instance) -> (Instance, Step) {
             health: Some(desired.health.clone()),
             gate: Some(desired.gate.clone()),
             notes: Vec::new(),
+            limits: inst.engine.limits(),
             at: now,
         },
     );

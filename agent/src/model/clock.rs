@@ -33,35 +33,24 @@ impl Clock for SystemClock {
 }
 
 /// A clock that runs `scale` times faster than real time from a start
-/// point.
-#[derive(Debug, Clone)]
+/// point; the scale can change while it runs ([`ScaledClock::set_scale`]:
+/// the demo slows to real time once its story is over), time running on
+/// without a jump.
+#[derive(Debug)]
 pub struct ScaledClock {
+    anchor: std::sync::RwLock<Anchor>,
+}
+
+/// Where the clock's current scale took over: real and virtual time then.
+#[derive(Debug, Clone, Copy)]
+struct Anchor {
     real_start: Timestamp,
     mono_start: Instant,
     virtual_start: Timestamp,
     scale: f64,
 }
 
-impl ScaledClock {
-    /// Starts now at `virtual_start`, running `scale` (≥ 1) times faster.
-    pub fn new(virtual_start: Timestamp, scale: f64) -> Self {
-        ScaledClock {
-            real_start: Timestamp::now(),
-            mono_start: Instant::now(),
-            virtual_start,
-            scale: if scale.is_finite() && scale >= 1.0 {
-                scale
-            } else {
-                1.0
-            },
-        }
-    }
-
-    /// The speed-up factor.
-    pub fn scale(&self) -> f64 {
-        self.scale
-    }
-
+impl Anchor {
     fn scaled(&self, real: SignedDuration) -> Timestamp {
         let nanos = real.as_nanos() as f64 * self.scale;
         let d = SignedDuration::from_nanos(nanos.clamp(i64::MIN as f64, i64::MAX as f64) as i64);
@@ -69,19 +58,74 @@ impl ScaledClock {
             .checked_add(d)
             .unwrap_or(self.virtual_start)
     }
-}
 
-impl Clock for ScaledClock {
     fn now(&self) -> Timestamp {
         let elapsed =
             SignedDuration::try_from(self.mono_start.elapsed()).unwrap_or(SignedDuration::MAX);
         self.scaled(elapsed)
     }
+}
+
+fn valid_scale(scale: f64) -> f64 {
+    if scale.is_finite() && scale >= 1.0 {
+        scale
+    } else {
+        1.0
+    }
+}
+
+impl ScaledClock {
+    /// Starts now at `virtual_start`, running `scale` (≥ 1) times faster.
+    pub fn new(virtual_start: Timestamp, scale: f64) -> Self {
+        ScaledClock {
+            anchor: std::sync::RwLock::new(Anchor {
+                real_start: Timestamp::now(),
+                mono_start: Instant::now(),
+                virtual_start,
+                scale: valid_scale(scale),
+            }),
+        }
+    }
+
+    fn anchor(&self) -> Anchor {
+        *self
+            .anchor
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The speed-up factor.
+    pub fn scale(&self) -> f64 {
+        self.anchor().scale
+    }
+
+    /// From now on, runs `scale` (≥ 1) times faster than real time,
+    /// continuing from the current time.
+    pub fn set_scale(&self, scale: f64) {
+        let mut anchor = self
+            .anchor
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = anchor.now();
+        *anchor = Anchor {
+            real_start: Timestamp::now(),
+            mono_start: Instant::now(),
+            virtual_start: now,
+            scale: valid_scale(scale),
+        };
+    }
+}
+
+impl Clock for ScaledClock {
+    fn now(&self) -> Timestamp {
+        self.anchor().now()
+    }
     fn map_real(&self, real: Timestamp) -> Timestamp {
-        self.scaled(real.duration_since(self.real_start))
+        let anchor = self.anchor();
+        anchor.scaled(real.duration_since(anchor.real_start))
     }
     fn to_real(&self, d: Duration) -> Duration {
-        d.div_f64(self.scale)
+        d.div_f64(self.anchor().scale)
     }
 }
 
@@ -94,9 +138,30 @@ mod tests {
         let start: Timestamp = "2026-07-21T10:00:00Z".parse().unwrap();
         let c = ScaledClock::new(start, 60.0);
         assert_eq!(c.to_real(Duration::from_secs(60)), Duration::from_secs(1));
-        let later = c.real_start + SignedDuration::from_secs(2);
+        let later = c.anchor().real_start + SignedDuration::from_secs(2);
         assert_eq!(c.map_real(later), start + SignedDuration::from_secs(120));
         assert!(c.now() >= start);
         assert_eq!(ScaledClock::new(start, f64::NAN).scale(), 1.0);
+    }
+
+    #[test]
+    fn a_scaled_clock_slows_down_without_a_jump() {
+        let start: Timestamp = "2026-07-21T10:00:00Z".parse().unwrap();
+        let c = ScaledClock::new(start, 1000.0);
+        std::thread::sleep(Duration::from_millis(20));
+        let before = c.now();
+        assert!(before >= start + SignedDuration::from_secs(20));
+        c.set_scale(1.0);
+        let after = c.now();
+        assert!(after >= before, "time never goes back");
+        assert!(
+            after < before + SignedDuration::from_secs(1),
+            "no jump: {before} -> {after}"
+        );
+        assert_eq!(c.scale(), 1.0);
+        assert_eq!(c.to_real(Duration::from_secs(3)), Duration::from_secs(3));
+        let real = c.anchor().real_start + SignedDuration::from_secs(2);
+        let mapped = c.map_real(real);
+        assert_eq!(mapped, c.anchor().virtual_start + SignedDuration::from_secs(2));
     }
 }

@@ -226,6 +226,7 @@ async fn instance_task(shared: Arc<Shared>, mut target: watch::Receiver<Instance
                 health: Some(desired.health.clone()),
                 gate: Some(desired.gate.clone()),
                 notes: t.notes(),
+                limits: engine.limits(),
                 at: now,
             },
         );
