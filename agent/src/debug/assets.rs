@@ -1,5 +1,5 @@
 //! The pages' only style sheet and script, inlined into every page under
-//! the response's CSP nonce (no external asset: the pages work offline,
+//! their SHA-256 hashes in the CSP (no external asset: the pages work offline,
 //! inside a cluster).
 //!
 //! The script is an enhancement only. Without it the fleet table is the

@@ -428,8 +428,8 @@ pub struct Fleet<'a> {
     pub now: Timestamp,
 }
 
-/// Renders the fleet page for `query` with the response's `nonce`.
-pub fn render(fleet: &Fleet<'_>, query: &FleetQuery, nonce: &str) -> String {
+/// Renders the fleet page for `query`.
+pub fn render(fleet: &Fleet<'_>, query: &FleetQuery) -> String {
     let now = fleet.now;
     let owner = html::owner(fleet.members);
     let mut rows: Vec<Row> = fleet
@@ -593,7 +593,6 @@ pub fn render(fleet: &Fleet<'_>, query: &FleetQuery, nonce: &str) -> String {
     html::shell(
         &Page {
             title: "kura-agent · fleet",
-            nonce,
             refresh: Some(query.refresh),
             toggle_href: &toggle_href,
             now,

@@ -1,6 +1,6 @@
 //! What every HTML page shares: escaping, URL pieces, time and age
 //! formatting, and the page shell with its Content-Security-Policy (inline
-//! style and script allowed only by a per-response nonce, nothing else
+//! style and script allowed only by their SHA-256 hashes, nothing else
 //! loaded from anywhere).
 
 use jiff::{Timestamp, tz::TimeZone};
@@ -141,21 +141,52 @@ pub fn age(seconds: u64) -> String {
     }
 }
 
-/// A fresh nonce for one response's inline style and script: 128 random
-/// bits in hex (a valid CSP nonce value).
-pub fn nonce() -> String {
-    format!("{:032x}", rand::random::<u128>())
+/// The CSP source for inline content `text`: `'sha256-…'` (base64 of its
+/// SHA-256).
+fn csp_hash(text: &str) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
+    format!("'sha256-{}'", base64(digest.as_ref()))
 }
 
-/// The Content-Security-Policy of a page served with `nonce`: nothing may
-/// load from anywhere but the inline style and script carrying the nonce,
-/// the page's own refresh requests and its own forms and links.
-pub fn content_security_policy(nonce: &str) -> String {
-    format!(
-        "default-src 'none'; style-src 'nonce-{nonce}'; script-src 'nonce-{nonce}'; \
-         connect-src 'self'; img-src 'self'; form-action 'self'; base-uri 'none'; \
-         frame-ancestors 'none'"
-    )
+/// Standard base64 with padding (RFC 4648 §4), as CSP hash sources use.
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for (i, shift) in [18, 12, 6, 0].into_iter().enumerate() {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[((n >> shift) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// The Content-Security-Policy of every page: nothing may load from
+/// anywhere; inline style and script only when they hash to the pages'
+/// one style sheet and one script ([`assets`]); the script may fetch the
+/// page it is on (auto-refresh); forms and links stay on the agent.
+/// Hashes rather than a nonce: the assets are constants, and a refreshed
+/// page parsed by the script carries the same style, which a nonce of
+/// another response would flag as a violation.
+pub fn content_security_policy() -> &'static str {
+    static POLICY: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "default-src 'none'; style-src {}; script-src {}; connect-src 'self'; \
+             form-action 'self'; base-uri 'none'; frame-ancestors 'none'",
+            csp_hash(assets::STYLE),
+            csp_hash(assets::SCRIPT)
+        )
+    });
+    &POLICY
 }
 
 /// Who owns (judges and writes) the instances this replica shows.
@@ -170,8 +201,6 @@ pub fn owner(members: Option<&MembersSummary>) -> String {
 pub struct Page<'a> {
     /// The document title.
     pub title: &'a str,
-    /// The nonce of this response.
-    pub nonce: &'a str,
     /// Auto-refresh on (`Some(true)`), paused by `?refresh=off`
     /// (`Some(false)`), or not offered (`None`).
     pub refresh: Option<bool>,
@@ -186,8 +215,8 @@ pub struct Page<'a> {
     pub members: Option<&'a MembersSummary>,
 }
 
-/// Wraps `body` in the document: head with the nonce'd style, the header
-/// bar (readiness, owner, refresh control), and the nonce'd script.
+/// Wraps `body` in the document: head with the style, the header bar
+/// (readiness, owner, refresh control), and the script.
 pub fn shell(page: &Page<'_>, body: &str) -> String {
     let mut html = String::with_capacity(body.len() + 8192);
     let _ = write!(
@@ -195,10 +224,8 @@ pub fn shell(page: &Page<'_>, body: &str) -> String {
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
 <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
 <meta name=\"referrer\" content=\"no-referrer\">\
-<title>{}</title><link rel=\"icon\" href=\"data:,\">\
-<style nonce=\"{}\">{}</style>",
+<title>{}</title><style>{}</style>",
         escape(page.title),
-        escape(page.nonce),
         assets::STYLE
     );
     if page.refresh == Some(true) {
@@ -250,8 +277,7 @@ pub fn shell(page: &Page<'_>, body: &str) -> String {
     html.push_str(body);
     let _ = write!(
         html,
-        "</main>\n<script nonce=\"{}\">{}</script>\n</body></html>\n",
-        escape(page.nonce),
+        "</main>\n<script>{}</script>\n</body></html>\n",
         assets::SCRIPT
     );
     html
@@ -306,13 +332,32 @@ mod tests {
     }
 
     #[test]
-    fn the_policy_allows_nothing_but_the_nonce() {
-        let n = nonce();
-        assert_eq!(n.len(), 32);
-        assert_ne!(n, nonce());
-        let csp = content_security_policy(&n);
+    fn base64_matches_rfc_4648() {
+        for (raw, encoded) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(base64(raw.as_bytes()), encoded);
+        }
+    }
+
+    #[test]
+    fn the_policy_allows_nothing_but_the_hashed_assets() {
+        // SHA-256 of "abc" (FIPS 180-2 example), base64.
+        assert_eq!(
+            csp_hash("abc"),
+            "'sha256-ungWv48Bz+pBQUDeXa4iI7ADYaOWF3qctBD/YfIAFa0='"
+        );
+        let csp = content_security_policy();
         assert!(csp.starts_with("default-src 'none';"));
-        assert!(csp.contains(&format!("script-src 'nonce-{n}'")));
+        assert!(csp.contains(&format!("style-src {};", csp_hash(assets::STYLE))));
+        assert!(csp.contains(&format!("script-src {};", csp_hash(assets::SCRIPT))));
         assert!(!csp.contains("unsafe"));
+        assert!(!csp.contains("img-src"), "no image from anywhere");
     }
 }

@@ -350,8 +350,8 @@ fn pods_table(v: &InstanceView, now: Timestamp) -> String {
     out
 }
 
-/// Renders the instance page with the response's `nonce`.
-pub fn render(page: &Instance<'_>, nonce: &str) -> String {
+/// Renders the instance page.
+pub fn render(page: &Instance<'_>) -> String {
     let v = page.view;
     let now = page.now;
     let owner = html::owner(page.members);
@@ -407,7 +407,6 @@ pub fn render(page: &Instance<'_>, nonce: &str) -> String {
     html::shell(
         &Page {
             title: &title,
-            nonce,
             refresh: Some(page.refresh),
             toggle_href: &toggle_href,
             now,
@@ -419,7 +418,7 @@ pub fn render(page: &Instance<'_>, nonce: &str) -> String {
 }
 
 /// The page for an instance the agent does not know.
-pub fn not_found(namespace: &str, name: &str, readiness: &Readiness, now: Timestamp, nonce: &str) -> String {
+pub fn not_found(namespace: &str, name: &str, readiness: &Readiness, now: Timestamp) -> String {
     let body = format!(
         "<p><a href=\"/\">← fleet</a></p><h1>{}/{}</h1><p class=\"empty\">This agent does not track that instance \
 (it may not exist, may belong to another replica, or may not have been swept yet).</p>",
@@ -429,7 +428,6 @@ pub fn not_found(namespace: &str, name: &str, readiness: &Readiness, now: Timest
     html::shell(
         &Page {
             title: "kura-agent · no such instance",
-            nonce,
             refresh: None,
             toggle_href: "/",
             now,

@@ -14,8 +14,8 @@
 //!
 //! `HEAD` is answered like `GET` without a body; any other method gets 405,
 //! an unknown path 404. HTML pages carry a strict Content-Security-Policy
-//! (nothing loads from anywhere; inline style and script only by the
-//! response's nonce).
+//! (nothing loads from anywhere; inline style and script only by their
+//! hashes).
 
 use crate::debug::fleet_page::{self, Fleet, FleetQuery};
 use crate::debug::html;
@@ -76,11 +76,11 @@ fn text(
     r
 }
 
-/// An HTML page with its Content-Security-Policy for `nonce`.
-fn page(status: StatusCode, nonce: &str, body: String) -> Response<Full<Bytes>> {
+/// An HTML page with its Content-Security-Policy.
+fn page(status: StatusCode, body: String) -> Response<Full<Bytes>> {
     let mut r = text(status, "text/html; charset=utf-8", body);
     let headers = r.headers_mut();
-    if let Ok(csp) = http::HeaderValue::from_str(&html::content_security_policy(nonce)) {
+    if let Ok(csp) = http::HeaderValue::from_str(html::content_security_policy()) {
         headers.insert(CONTENT_SECURITY_POLICY, csp);
     }
     headers.insert(
@@ -103,8 +103,8 @@ fn json<T: Serialize>(status: StatusCode, value: &T) -> Response<Full<Bytes>> {
 }
 
 /// Answers one request for `target` (a path, optionally with a query
-/// string). Pure apart from reading `state` (and drawing a CSP nonce for
-/// HTML pages); `now` is used for sample ages.
+/// string). Pure apart from reading `state`; `now` is used for sample
+/// ages.
 pub fn respond(
     method: &Method,
     target: &str,
@@ -136,9 +136,8 @@ pub fn respond(
                 members: members.as_ref(),
                 now,
             };
-            let nonce = html::nonce();
-            let body = fleet_page::render(&fleet, &FleetQuery::parse(query), &nonce);
-            page(StatusCode::OK, &nonce, body)
+            let body = fleet_page::render(&fleet, &FleetQuery::parse(query));
+            page(StatusCode::OK, body)
         }
         ["instances", namespace, name] => {
             let (namespace, name) = (
@@ -147,7 +146,6 @@ pub fn respond(
             );
             let key = InstanceKey::new(namespace.as_str(), name.as_str());
             let readiness = state.view.readiness();
-            let nonce = html::nonce();
             match state.view.instance(&key) {
                 Some(view) => {
                     let history = state.view.history(&key, now);
@@ -155,23 +153,19 @@ pub fn respond(
                     let refresh = !html::query_pairs(query)
                         .iter()
                         .any(|(k, v)| k == "refresh" && v == "off");
-                    let body = instance_page::render(
-                        &Instance {
-                            view: &view,
-                            history: history.as_ref(),
-                            readiness: &readiness,
-                            members: members.as_ref(),
-                            now,
-                            refresh,
-                        },
-                        &nonce,
-                    );
-                    page(StatusCode::OK, &nonce, body)
+                    let body = instance_page::render(&Instance {
+                        view: &view,
+                        history: history.as_ref(),
+                        readiness: &readiness,
+                        members: members.as_ref(),
+                        now,
+                        refresh,
+                    });
+                    page(StatusCode::OK, body)
                 }
                 None => page(
                     StatusCode::NOT_FOUND,
-                    &nonce,
-                    instance_page::not_found(&namespace, &name, &readiness, now, &nonce),
+                    instance_page::not_found(&namespace, &name, &readiness, now),
                 ),
             }
         }

@@ -41,10 +41,10 @@ pub struct ScaledClock {
     anchor: std::sync::RwLock<Anchor>,
 }
 
-/// Where the clock's current scale took over: real and virtual time then.
+/// Where the clock's current scale took over: the monotonic instant and
+/// the clock's time then.
 #[derive(Debug, Clone, Copy)]
 struct Anchor {
-    real_start: Timestamp,
     mono_start: Instant,
     virtual_start: Timestamp,
     scale: f64,
@@ -79,7 +79,6 @@ impl ScaledClock {
     pub fn new(virtual_start: Timestamp, scale: f64) -> Self {
         ScaledClock {
             anchor: std::sync::RwLock::new(Anchor {
-                real_start: Timestamp::now(),
                 mono_start: Instant::now(),
                 virtual_start,
                 scale: valid_scale(scale),
@@ -108,7 +107,6 @@ impl ScaledClock {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let now = anchor.now();
         *anchor = Anchor {
-            real_start: Timestamp::now(),
             mono_start: Instant::now(),
             virtual_start: now,
             scale: valid_scale(scale),
@@ -120,9 +118,16 @@ impl Clock for ScaledClock {
     fn now(&self) -> Timestamp {
         self.anchor().now()
     }
+    /// `real` is placed by how long ago it was on the system clock, scaled
+    /// back from this clock's now: only a short wall-clock difference is
+    /// used, so a system clock slewed or stepped since the start (a VM
+    /// resumed, NTP) cannot put mapped times ahead of [`Clock::now`].
     fn map_real(&self, real: Timestamp) -> Timestamp {
         let anchor = self.anchor();
-        anchor.scaled(real.duration_since(anchor.real_start))
+        let ago = Timestamp::now().duration_since(real).as_nanos() as f64 * anchor.scale;
+        let ago = SignedDuration::from_nanos(ago.clamp(i64::MIN as f64, i64::MAX as f64) as i64);
+        let now = anchor.now();
+        now.checked_sub(ago).unwrap_or(now)
     }
     fn to_real(&self, d: Duration) -> Duration {
         d.div_f64(self.anchor().scale)
@@ -138,8 +143,11 @@ mod tests {
         let start: Timestamp = "2026-07-21T10:00:00Z".parse().unwrap();
         let c = ScaledClock::new(start, 60.0);
         assert_eq!(c.to_real(Duration::from_secs(60)), Duration::from_secs(1));
-        let later = c.anchor().real_start + SignedDuration::from_secs(2);
-        assert_eq!(c.map_real(later), start + SignedDuration::from_secs(120));
+        let minute_ago = c.map_real(Timestamp::now() - SignedDuration::from_secs(1));
+        let now = c.now();
+        assert!(minute_ago <= now - SignedDuration::from_secs(60), "{minute_ago} {now}");
+        assert!(minute_ago > now - SignedDuration::from_secs(70), "{minute_ago} {now}");
+        assert!(c.map_real(Timestamp::now()) <= c.now(), "never ahead of now");
         assert!(c.now() >= start);
         assert_eq!(ScaledClock::new(start, f64::NAN).scale(), 1.0);
     }
@@ -160,8 +168,9 @@ mod tests {
         );
         assert_eq!(c.scale(), 1.0);
         assert_eq!(c.to_real(Duration::from_secs(3)), Duration::from_secs(3));
-        let real = c.anchor().real_start + SignedDuration::from_secs(2);
-        let mapped = c.map_real(real);
-        assert_eq!(mapped, c.anchor().virtual_start + SignedDuration::from_secs(2));
+        let mapped = c.map_real(Timestamp::now() - SignedDuration::from_secs(2));
+        let now = c.now();
+        assert!(mapped <= now - SignedDuration::from_secs(2), "{mapped} {now}");
+        assert!(mapped > now - SignedDuration::from_secs(3), "{mapped} {now}");
     }
 }
