@@ -13,7 +13,10 @@
 # protocol, that the pages request nothing outside the agent and log
 # nothing to the console (no error, no CSP violation), that auto-refresh
 # runs and pauses, and that filter and sort act in place. Screenshots and
-# the dumped DOMs go to ${KURA_BROWSER_OUT:-target/browser-check}.
+# the dumped DOMs go to ${KURA_BROWSER_OUT:-target/browser-check} (in the
+# CI clone). Time-bounded: the install 10 min, the fixture 2 min to get
+# ready, the browser checks 5 min; warm it takes about 45 s (20 s of it the
+# fixture's simulated 20 minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -24,8 +27,8 @@ say() { echo "[browser +$(($(date +%s) - t0))s] $*"; }
 
 if ! command -v chromium >/dev/null; then
   say "installing chromium (Debian package)"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  timeout 300 apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -qq chromium >/dev/null
 fi
 chromium --version 2>/dev/null | grep -v '^\s*$' | head -1
 
@@ -54,5 +57,5 @@ done
 say "fleet ready at $url"
 
 say "chromium: DOM, console, network, screenshots"
-python3 "$root/scripts/browser_check.py" "$url" "$out"
+timeout 300 python3 "$root/scripts/browser_check.py" "$url" "$out"
 say "done; screenshots in $out (fleet.png, instance.png)"

@@ -63,7 +63,7 @@ tbody tr.row-no_sample th{box-shadow:inset 5px 0 var(--no_sample)}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
 code,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12.5px}
 .img{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12px;white-space:nowrap}
-.evidence{max-width:34em}
+.evidence{min-width:16em;max-width:34em}
 .sentence{font-size:17px;line-height:1.5;margin:0 0 16px;padding:12px 16px;background:var(--card);border:1px solid var(--line);border-left:7px solid var(--c);border-radius:8px}
 .facts{display:grid;grid-template-columns:max-content 1fr max-content 1fr;gap:4px 18px;margin:0;padding:12px 16px;background:var(--card);border:1px solid var(--line);border-radius:8px}
 .facts dt{color:var(--muted)}.facts dd{margin:0}
@@ -86,6 +86,7 @@ svg .band{fill:none;stroke:var(--hard_stop);stroke-width:1.6;stroke-dasharray:6 
 svg text.band-label{fill:var(--hard_stop);font-weight:600}
 svg .st-healthy{fill:var(--healthy)}svg .st-unhealthy{fill:var(--unhealthy)}svg .st-hard_stop{fill:var(--hard_stop)}svg .st-no_sample{fill:var(--no_sample)}svg .st-none{fill:#e6e9ee}
 .strip{margin-top:12px}
+.strip svg{max-width:720px}
 ol.runs{display:flex;flex-wrap:wrap;gap:6px 16px;list-style:none;margin:6px 0 0;padding:0;font-size:12.5px}
 ol.runs li::before{content:"";display:inline-block;width:10px;height:10px;margin-right:5px;border-radius:2px;background:var(--c,#e6e9ee);vertical-align:-1px}
 .notes li{margin:2px 0}

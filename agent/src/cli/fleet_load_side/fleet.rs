@@ -15,7 +15,7 @@ use crate::model::{
 };
 use crate::poll::Poller;
 use crate::runner::MemorySink;
-use crate::view::{FleetView, SweepRecord};
+use crate::view::{FleetView, HistoryFootprint, SweepRecord};
 use jiff::Timestamp;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -130,6 +130,11 @@ impl AgentFleet {
     /// How many instances the fleet has.
     pub fn instances(&self) -> usize {
         self.instances.len()
+    }
+
+    /// What the fleet view's per-instance histories occupy.
+    pub fn history_footprint(&self) -> HistoryFootprint {
+        self.shared.view.history_footprint()
     }
 
     /// One sweep: every instance's task polls, folds, judges and publishes.
