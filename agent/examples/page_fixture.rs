@@ -35,7 +35,9 @@ use kura_agent::model::{Clock, InstanceInfo, InstanceTarget, PodIdentity, PodTar
 use kura_agent::poll::{PollConfig, Poller};
 use kura_agent::runner::{AgentLoop, LoopConfig, MemorySink, StaticTargets};
 use kura_agent::view::FleetView;
-use kura_sim::{Addressing, Behaviour, ReportGeneration, SimNode, SimPodHandle, SimPodSpec, Simulator};
+use kura_sim::{
+    Addressing, Behaviour, ReportGeneration, SimNode, SimPodHandle, SimPodSpec, Simulator,
+};
 
 const OLD: &str = "ghcr.io/tuist/kura:0.41.2";
 const NEW: &str = "ghcr.io/tuist/kura:0.42.0";
@@ -52,13 +54,55 @@ struct Fixture {
 }
 
 const FLEET: [Fixture; 7] = [
-    Fixture { namespace: "kura", name: "acme-eu-west", replicas: 2, generation: ReportGeneration::G4, upgrade: true },
-    Fixture { namespace: "kura", name: "acme-us-east", replicas: 1, generation: ReportGeneration::G4, upgrade: false },
-    Fixture { namespace: "kura", name: "globex-eu-west", replicas: 3, generation: ReportGeneration::G4, upgrade: true },
-    Fixture { namespace: "kura", name: "umbrella-us-east", replicas: 2, generation: ReportGeneration::G4, upgrade: true },
-    Fixture { namespace: "kura", name: HOSTILE, replicas: 1, generation: ReportGeneration::G4, upgrade: false },
-    Fixture { namespace: "payments", name: "initech-eu-west", replicas: 2, generation: ReportGeneration::G3, upgrade: true },
-    Fixture { namespace: "payments", name: "initech-us-east", replicas: 1, generation: ReportGeneration::G3, upgrade: true },
+    Fixture {
+        namespace: "kura",
+        name: "acme-eu-west",
+        replicas: 2,
+        generation: ReportGeneration::G4,
+        upgrade: true,
+    },
+    Fixture {
+        namespace: "kura",
+        name: "acme-us-east",
+        replicas: 1,
+        generation: ReportGeneration::G4,
+        upgrade: false,
+    },
+    Fixture {
+        namespace: "kura",
+        name: "globex-eu-west",
+        replicas: 3,
+        generation: ReportGeneration::G4,
+        upgrade: true,
+    },
+    Fixture {
+        namespace: "kura",
+        name: "umbrella-us-east",
+        replicas: 2,
+        generation: ReportGeneration::G4,
+        upgrade: true,
+    },
+    Fixture {
+        namespace: "kura",
+        name: HOSTILE,
+        replicas: 1,
+        generation: ReportGeneration::G4,
+        upgrade: false,
+    },
+    Fixture {
+        namespace: "payments",
+        name: "initech-eu-west",
+        replicas: 2,
+        generation: ReportGeneration::G3,
+        upgrade: true,
+    },
+    Fixture {
+        namespace: "payments",
+        name: "initech-us-east",
+        replicas: 1,
+        generation: ReportGeneration::G3,
+        upgrade: true,
+    },
 ];
 
 fn pod_name(f: &Fixture, i: usize) -> String {
@@ -100,9 +144,12 @@ fn args() -> Result<Args, String> {
         let value = it.next().ok_or(format!("{flag} needs a value"))?;
         match flag.as_str() {
             "--listen" => a.listen = value.parse().map_err(|e| format!("--listen: {e}"))?,
-            "--time-scale" => a.time_scale = value.parse().map_err(|e| format!("--time-scale: {e}"))?,
+            "--time-scale" => {
+                a.time_scale = value.parse().map_err(|e| format!("--time-scale: {e}"))?
+            }
             "--serve-for" => {
-                a.serve_for = Duration::from_secs(value.parse().map_err(|e| format!("--serve-for: {e}"))?)
+                a.serve_for =
+                    Duration::from_secs(value.parse().map_err(|e| format!("--serve-for: {e}"))?)
             }
             other => return Err(format!("unknown flag {other}")),
         }
@@ -171,11 +218,17 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                     generation: 1,
                 },
                 spec_image: OLD.to_owned(),
-                pods: pods_of(&sim, f).into_iter().map(|p| pod_target(p, OLD)).collect(),
+                pods: pods_of(&sim, f)
+                    .into_iter()
+                    .map(|p| pod_target(p, OLD))
+                    .collect(),
                 pods_dropped: 0,
                 previous_status: None,
                 status_warnings: if f.name == "initech-us-east" {
-                    vec!["pod initech-us-east-1 is pending: no pod IP yet (a discovery note)".to_owned()]
+                    vec![
+                        "pod initech-us-east-1 is pending: no pod IP yet (a discovery note)"
+                            .to_owned(),
+                    ]
                 } else {
                     Vec::new()
                 },
@@ -247,7 +300,11 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                 let target = pod_target(pod, NEW);
                 targets.update(|ts| {
                     for t in ts.iter_mut().filter(|t| t.info.name == f.name) {
-                        for p in t.pods.iter_mut().filter(|p| p.identity.name == target.identity.name) {
+                        for p in t
+                            .pods
+                            .iter_mut()
+                            .filter(|p| p.identity.name == target.identity.name)
+                        {
                             *p = target.clone();
                         }
                     }

@@ -555,11 +555,18 @@ mod tests {
         }
         let h = v.history(&k, ts(2000)).expect("history");
         assert_eq!(h.points.len(), HISTORY_BUCKETS);
-        assert!(h.points.iter().any(|p| p.standing == Some(Standing::NoSample)));
+        assert!(
+            h.points
+                .iter()
+                .any(|p| p.standing == Some(Standing::NoSample))
+        );
         assert_eq!(v.since_all()[&k].standing, Standing::NoSample);
         let footprint = v.history_footprint();
         assert_eq!(footprint.instances, 1);
-        assert!(footprint.bytes > 1000 && footprint.bytes < 1500, "{footprint:?}");
+        assert!(
+            footprint.bytes > 1000 && footprint.bytes < 1500,
+            "{footprint:?}"
+        );
         v.retain(|_| false);
         assert!(v.history(&k, ts(2000)).is_none());
         assert_eq!(v.history_footprint().instances, 0);

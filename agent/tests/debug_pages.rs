@@ -230,7 +230,12 @@ async fn the_fleet_page_lists_hard_stops_first_with_words_and_evidence() {
     let (addr, _view, _stop) = start().await;
     let r = get(addr, "/").await;
     assert_eq!(r.status, 200);
-    assert!(r.headers.contains("content-security-policy: default-src 'none';"), "{}", r.headers);
+    assert!(
+        r.headers
+            .contains("content-security-policy: default-src 'none';"),
+        "{}",
+        r.headers
+    );
     // Inline style and script only by hash: one of each, each the page's.
     let style = csp_sources(&r.headers, "style-src");
     let script = csp_sources(&r.headers, "script-src");
@@ -241,7 +246,10 @@ async fn the_fleet_page_lists_hard_stops_first_with_words_and_evidence() {
     assert!(csp_sources(&r.headers, "img-src").is_empty(), "no images");
     assert!(r.body.contains("<style>") && r.body.contains("<script>"));
     assert_eq!(r.body.matches("<script").count(), 1, "one inline script");
-    assert!(!r.body.contains(" style=\""), "no style attributes (the CSP forbids them)");
+    assert!(
+        !r.body.contains(" style=\""),
+        "no style attributes (the CSP forbids them)"
+    );
     assert!(!r.body.contains("http://") && !r.body.contains("https://"));
 
     let order: Vec<&str> = rows(&r.body)
@@ -257,18 +265,37 @@ async fn the_fleet_page_lists_hard_stops_first_with_words_and_evidence() {
     let first = rows(&r.body)[0];
     assert!(first.contains(">hard stop</span>"), "{first}");
     assert!(first.contains("memory_pressure_critical"), "{first}");
-    assert!(first.contains("memory pressure 2 (critical), limit 1"), "{first}");
-    assert!(first.contains("href=\"/instances/kura/stopped\""), "{first}");
+    assert!(
+        first.contains("memory pressure 2 (critical), limit 1"),
+        "{first}"
+    );
+    assert!(
+        first.contains("href=\"/instances/kura/stopped\""),
+        "{first}"
+    );
     let drift = rows(&r.body)[1];
     assert!(drift.contains(">unhealthy</span>") && drift.contains("fd_timeouts_regressed"));
-    assert!(drift.contains("fd timeouts 41, band top 15, baseline 15"), "{drift}");
-    assert!(drift.contains(OLD) && drift.contains(NEW), "target and baseline image");
+    assert!(
+        drift.contains("fd timeouts 41, band top 15, baseline 15"),
+        "{drift}"
+    );
+    assert!(
+        drift.contains(OLD) && drift.contains(NEW),
+        "target and baseline image"
+    );
     assert!(rows(&r.body)[2].contains(">no sample</span>"));
     assert!(rows(&r.body)[3].contains(">healthy</span>"));
     // Counts on top, with their words.
-    for (n, word) in [(1, "hard stop"), (1, "unhealthy"), (1, "no sample"), (1, "healthy")] {
+    for (n, word) in [
+        (1, "hard stop"),
+        (1, "unhealthy"),
+        (1, "no sample"),
+        (1, "healthy"),
+    ] {
         assert!(
-            r.body.contains(&format!("<span class=\"n\">{n}</span><span class=\"w\">{word}</span>")),
+            r.body.contains(&format!(
+                "<span class=\"n\">{n}</span><span class=\"w\">{word}</span>"
+            )),
             "{word}"
         );
     }
@@ -283,13 +310,21 @@ async fn filters_and_sorting_work_without_script() {
     let r = get(addr, "/?verdict=unhealthy").await;
     let visible: Vec<&str> = rows(&r.body)
         .into_iter()
-        .filter(|row| !row.split('>').next().unwrap_or_default().contains(" hidden"))
+        .filter(|row| {
+            !row.split('>')
+                .next()
+                .unwrap_or_default()
+                .contains(" hidden")
+        })
         .collect();
     assert_eq!(visible.len(), 1);
     assert!(visible[0].contains("kura/drift"));
     assert!(r.body.contains("showing 1 of 4"));
     let r = get(addr, "/?q=PRESSURE").await;
-    assert!(r.body.contains("showing 1 of 4"), "text filter is case-insensitive");
+    assert!(
+        r.body.contains("showing 1 of 4"),
+        "text filter is case-insensitive"
+    );
     let r = get(addr, "/?sort=instance&dir=asc").await;
     let first = rows(&r.body)[0];
     assert!(first.contains("kura/calm"), "{first}");
@@ -307,7 +342,10 @@ async fn the_instance_page_tells_the_story() {
     let (addr, _view, _stop) = start().await;
     let r = get(addr, "/instances/kura/drift").await;
     assert_eq!(r.status, 200, "{}", r.body);
-    assert!(r.headers.contains("content-security-policy: default-src 'none';"));
+    assert!(
+        r.headers
+            .contains("content-security-policy: default-src 'none';")
+    );
     let sentence = r
         .body
         .split("id=\"sentence\" data-live>")
@@ -315,15 +353,24 @@ async fn the_instance_page_tells_the_story() {
         .and_then(|s| s.split("</p>").next())
         .expect("sentence");
     // unhealthy since <time>: fd timeouts 41, band top 15, baseline 15 captured <time> on OLD
-    assert!(sentence.starts_with("<strong>unhealthy</strong> since <time"), "{sentence}");
+    assert!(
+        sentence.starts_with("<strong>unhealthy</strong> since <time"),
+        "{sentence}"
+    );
     assert!(
         sentence.contains(": fd timeouts 41, band top 15, baseline 15 captured <time"),
         "{sentence}"
     );
-    assert!(sentence.ends_with(&format!("on <span class=\"img\">{OLD}</span>")), "{sentence}");
+    assert!(
+        sentence.ends_with(&format!("on <span class=\"img\">{OLD}</span>")),
+        "{sentence}"
+    );
     // The drift began at 15 min + one sweep: the first fd timeout above the band.
     let since = ts(900).strftime("%H:%M:%S").to_string();
-    assert!(sentence.contains(&format!(">{since}</time>")), "{since} in {sentence}");
+    assert!(
+        sentence.contains(&format!(">{since}</time>")),
+        "{since} in {sentence}"
+    );
 
     // Every gated signal, one row each; only the verdict's fails.
     let signals = r
@@ -334,8 +381,13 @@ async fn the_instance_page_tells_the_story() {
         .expect("signals table");
     assert_eq!(signals.matches("<tr").count(), 14, "header + 13 checks");
     assert_eq!(signals.matches("result fail").count(), 1);
-    assert!(signals.contains("<tr class=\"failing\"><td>14</td><th scope=\"row\"><code>fd_timeouts_regressed</code>"));
-    assert!(signals.contains(">15</td><td class=\"num\">≤ 15</td><td class=\"num\">41</td>"), "{signals}");
+    assert!(signals.contains(
+        "<tr class=\"failing\"><td>14</td><th scope=\"row\"><code>fd_timeouts_regressed</code>"
+    ));
+    assert!(
+        signals.contains(">15</td><td class=\"num\">≤ 15</td><td class=\"num\">41</td>"),
+        "{signals}"
+    );
 
     // The chart: three panels with points and a band line, the strip, and
     // the strip's runs in words.
@@ -345,13 +397,22 @@ async fn the_instance_page_tells_the_story() {
         .nth(1)
         .expect("history");
     assert_eq!(history.matches("<figure class=\"chart\"").count(), 3);
-    assert!(history.matches("<polyline class=\"band\"").count() >= 2, "fd and peer bands");
+    assert!(
+        history.matches("<polyline class=\"band\"").count() >= 2,
+        "fd and peer bands"
+    );
     // 40 minutes of sweeps fill 80 of the 120 buckets, for fd timeouts and
     // peer failures (G4 nodes report no outbox).
     let points = history.matches("<circle class=\"pt\"").count();
     assert!((160..=162).contains(&points), "{points} points");
-    assert!(history.contains("not reported in the last hour"), "the outbox panel says so");
-    assert_eq!(history.matches("<rect class=\"st-").count(), HISTORY_BUCKETS);
+    assert!(
+        history.contains("not reported in the last hour"),
+        "the outbox panel says so"
+    );
+    assert_eq!(
+        history.matches("<rect class=\"st-").count(),
+        HISTORY_BUCKETS
+    );
     assert!(history.contains("<rect class=\"st-unhealthy\""));
     assert!(history.contains("<li class=\"unhealthy\">unhealthy "));
     assert!(history.contains("band top 15"));
@@ -364,7 +425,12 @@ async fn the_instance_page_tells_the_story() {
 
     let m = get(addr, "/instances/kura/drift/metrics").await;
     assert_eq!(m.status, 200);
-    assert!(m.body.contains("kura_instance_fd_timeouts{namespace=\"kura\",instance=\"drift\"} 41"), "{}", m.body);
+    assert!(
+        m.body
+            .contains("kura_instance_fd_timeouts{namespace=\"kura\",instance=\"drift\"} 41"),
+        "{}",
+        m.body
+    );
     assert!(!m.body.contains("instance=\"calm\""), "only this instance");
 }
 
@@ -372,19 +438,32 @@ async fn the_instance_page_tells_the_story() {
 async fn hard_stops_healthy_and_silent_instances_read_right() {
     let (addr, _view, _stop) = start().await;
     let r = get(addr, "/instances/kura/stopped").await;
-    assert!(r.body.contains("<strong>hard stop</strong> since"), "{}", r.body);
+    assert!(
+        r.body.contains("<strong>hard stop</strong> since"),
+        "{}",
+        r.body
+    );
     assert!(r.body.contains("memory pressure 2 (critical), limit 1"));
     assert!(r.body.contains("<li class=\"hard_stop\">hard stop "));
     let r = get(addr, "/instances/kura/calm").await;
     assert!(
-        r.body.contains(&format!(": every gated signal passes on <span class=\"img\">{NEW}</span>; baseline captured")),
+        r.body.contains(&format!(
+            ": every gated signal passes on <span class=\"img\">{NEW}</span>; baseline captured"
+        )),
         "{}",
         r.body
     );
     let r = get(addr, "/instances/kura/silent").await;
-    assert!(r.body.contains("<strong>no sample</strong> since"), "{}", r.body);
+    assert!(
+        r.body.contains("<strong>no sample</strong> since"),
+        "{}",
+        r.body
+    );
     assert!(r.body.contains("HTTP 500"), "the pod's last error");
-    assert!(r.body.contains("beyond the per-instance limit"), "discovery notes");
+    assert!(
+        r.body.contains("beyond the per-instance limit"),
+        "discovery notes"
+    );
     let r = get(addr, "/instances/kura/nope").await;
     assert_eq!(r.status, 404);
     assert!(r.headers.contains("content-type: text/html"));
@@ -392,5 +471,9 @@ async fn hard_stops_healthy_and_silent_instances_read_right() {
     let r = get(addr, "/instances/kura/%3Cscript%3E").await;
     assert_eq!(r.status, 404);
     assert!(r.body.contains("kura/&lt;script&gt;"));
-    assert_eq!(r.body.matches("<script").count(), 1, "only the page's own script");
+    assert_eq!(
+        r.body.matches("<script").count(),
+        1,
+        "only the page's own script"
+    );
 }

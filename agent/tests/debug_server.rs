@@ -416,8 +416,17 @@ async fn pod_rows_show_outbox_capacity_fullness_and_fence_state() {
     // The instance page shows the same beside each pod.
     let page = request(f.addr, "GET", "/instances/kura/shapes").await;
     assert_eq!(page.status, 200);
-    assert!(page.body.contains("35 / 10000"), "outbox beside its capacity");
-    assert!(page.body.contains("Fencing · epoch 7 · valid yes"), "fence state");
-    assert!(page.body.contains("<td class=\"num\">100 %</td>"), "fullness clamped");
+    assert!(
+        page.body.contains("35 / 10000"),
+        "outbox beside its capacity"
+    );
+    assert!(
+        page.body.contains("Fencing · epoch 7 · valid yes"),
+        "fence state"
+    );
+    assert!(
+        page.body.contains("<td class=\"num\">100 %</td>"),
+        "fullness clamped"
+    );
     assert!(page.body.contains("not fenced"));
 }

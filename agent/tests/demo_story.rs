@@ -101,7 +101,8 @@ async fn the_demo_passes_the_canary_and_stops_the_regression_with_evidence() {
     let lines: Vec<&str> = text.lines().collect();
     assert!(lines.len() < 120, "{} lines", lines.len());
     assert!(
-        lines[0].contains("open the fleet page at") && lines[0].contains(&format!("http://{addr}/")),
+        lines[0].contains("open the fleet page at")
+            && lines[0].contains(&format!("http://{addr}/")),
         "the page's address comes first: {}",
         lines[0]
     );
@@ -167,7 +168,14 @@ fn the_binary_exits_0_when_the_story_plays_as_designed() {
 fn keep_serving_keeps_the_page_up_after_the_story_until_ctrl_c() {
     use std::io::{BufRead, BufReader};
     let mut child = Command::new(env!("CARGO_BIN_EXE_kura-agent"))
-        .args(["demo", "--time-scale", "200", "--listen", "127.0.0.1:0", "--keep-serving"])
+        .args([
+            "demo",
+            "--time-scale",
+            "200",
+            "--listen",
+            "127.0.0.1:0",
+            "--keep-serving",
+        ])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();

@@ -1068,8 +1068,14 @@ async fn image_change_baseline_verdict_and_restart_continuity() {
         .unwrap_or_else(|| panic!("no row for {ns}/zeta in {fleet_page}"));
     assert!(row.contains(">unhealthy</span>"), "{row}");
     assert!(row.contains("fd_timeouts_regressed"), "{row}");
-    assert!(row.contains("fd timeouts 7, band top 5, baseline 5"), "{row}");
-    assert!(row.contains(v1) && row.contains(v2), "baseline and target image: {row}");
+    assert!(
+        row.contains("fd timeouts 7, band top 5, baseline 5"),
+        "{row}"
+    );
+    assert!(
+        row.contains(v1) && row.contains(v2),
+        "baseline and target image: {row}"
+    );
     let (status, page) = http_get(debug, &format!("/instances/{ns}/zeta"))
         .await
         .expect("the instance page");
@@ -1080,7 +1086,10 @@ async fn image_change_baseline_verdict_and_restart_continuity() {
         "{page}"
     );
     assert!(page.contains(&format!("on <span class=\"img\">{v1}</span>")));
-    assert!(page.contains("<polyline class=\"band\""), "the chart's band line");
+    assert!(
+        page.contains("<polyline class=\"band\""),
+        "the chart's band line"
+    );
     assert!(page.contains("<circle class=\"pt\""), "the chart's points");
     assert!(page.contains("<th scope=\"row\">zeta-0</th>"), "the pods");
 

@@ -82,11 +82,17 @@ fn nice_top(max: u64) -> u64 {
 }
 
 /// The band tops in force over the window, as `(from, to, top)` spans.
-fn band_spans(h: &HistoryView, band: fn(&BandTops) -> Option<u64>) -> Vec<(Timestamp, Timestamp, u64)> {
+fn band_spans(
+    h: &HistoryView,
+    band: fn(&BandTops) -> Option<u64>,
+) -> Vec<(Timestamp, Timestamp, u64)> {
     let mut spans = Vec::new();
     for (i, change) in h.bands.iter().enumerate() {
         let from = change.from.max(h.start);
-        let to = h.bands.get(i + 1).map_or(h.end, |next| next.from.min(h.end));
+        let to = h
+            .bands
+            .get(i + 1)
+            .map_or(h.end, |next| next.from.min(h.end));
         if let Some(top) = band(&change.tops)
             && from < to
         {
@@ -158,7 +164,12 @@ pub fn panel(h: &HistoryView, c: &Counter, now: Timestamp) -> String {
             if k > 0 {
                 points.push(' ');
             }
-            let _ = write!(points, "{:.1},{yy:.1} {:.1},{yy:.1}", x_at(*from, h), x_at(*to, h));
+            let _ = write!(
+                points,
+                "{:.1},{yy:.1} {:.1},{yy:.1}",
+                x_at(*from, h),
+                x_at(*to, h)
+            );
         }
         let _ = write!(
             svg,
@@ -178,7 +189,11 @@ pub fn panel(h: &HistoryView, c: &Counter, now: Timestamp) -> String {
     let mut lines = String::new();
     let flush = |run: &mut Vec<String>, lines: &mut String| {
         if run.len() > 1 {
-            let _ = write!(lines, "<polyline class=\"series\" points=\"{}\"/>", run.join(" "));
+            let _ = write!(
+                lines,
+                "<polyline class=\"series\" points=\"{}\"/>",
+                run.join(" ")
+            );
         }
         run.clear();
     };

@@ -251,7 +251,9 @@ fn row(v: &InstanceView, since: Option<&Since>, owner: &str, now: Timestamp) -> 
     });
     // verdict
     let since_html = match (standing, g.and_then(|g| g.healthy_since), since) {
-        (Standing::Healthy, Some(at), _) => format!("<span class=\"since\">since {}</span>", clock(at, now)),
+        (Standing::Healthy, Some(at), _) => {
+            format!("<span class=\"since\">since {}</span>", clock(at, now))
+        }
         (_, _, Some(s)) if s.standing == standing => {
             format!("<span class=\"since\">since {}</span>", clock(s.at, now))
         }
@@ -305,7 +307,9 @@ fn row(v: &InstanceView, since: Option<&Since>, owner: &str, now: Timestamp) -> 
     });
     // pressure
     cells.push(Cell {
-        key: h.map_or(Key::Missing, |h| Key::Num(i64::from(h.memory_pressure_state))),
+        key: h.map_or(Key::Missing, |h| {
+            Key::Num(i64::from(h.memory_pressure_state))
+        }),
         html: h.map_or_else(
             || "–".to_owned(),
             |h| match h.memory_pressure_state {
@@ -319,15 +323,22 @@ fn row(v: &InstanceView, since: Option<&Since>, owner: &str, now: Timestamp) -> 
     // sample age
     let sample = sample_age(h, now);
     cells.push(Cell {
-        key: sample.map_or(Key::Missing, |s| Key::Num(i64::try_from(s).unwrap_or(i64::MAX))),
+        key: sample.map_or(Key::Missing, |s| {
+            Key::Num(i64::try_from(s).unwrap_or(i64::MAX))
+        }),
         html: sample.map_or_else(|| "no sample".to_owned(), age),
         class: "num",
     });
     // target image
-    let target = g.map(|g| g.target_image.as_str()).or(v.spec_image.as_deref());
+    let target = g
+        .map(|g| g.target_image.as_str())
+        .or(v.spec_image.as_deref());
     cells.push(Cell {
         key: text_key(target),
-        html: target.map_or_else(|| "–".to_owned(), |t| format!("<span class=\"img\">{}</span>", escape(t))),
+        html: target.map_or_else(
+            || "–".to_owned(),
+            |t| format!("<span class=\"img\">{}</span>", escape(t)),
+        ),
         class: "",
     });
     // baseline image
@@ -475,7 +486,9 @@ pub fn render(fleet: &Fleet<'_>, query: &FleetQuery) -> String {
     body.push_str("</ul>\n");
 
     // Filters: a plain GET form.
-    body.push_str("<form class=\"filters\" id=\"filters\" method=\"get\" action=\"/\" role=\"search\">");
+    body.push_str(
+        "<form class=\"filters\" id=\"filters\" method=\"get\" action=\"/\" role=\"search\">",
+    );
     body.push_str("<label>namespace<select name=\"ns\"><option value=\"\">all</option>");
     for ns in &namespaces {
         let _ = write!(
@@ -489,13 +502,19 @@ pub fn render(fleet: &Fleet<'_>, query: &FleetQuery) -> String {
             }
         );
     }
-    body.push_str("</select></label><label>verdict<select name=\"verdict\"><option value=\"\">all</option>");
+    body.push_str(
+        "</select></label><label>verdict<select name=\"verdict\"><option value=\"\">all</option>",
+    );
     for s in Standing::WORST_FIRST {
         let _ = write!(
             body,
             "<option value=\"{}\"{}>{}</option>",
             s.token(),
-            if query.standing == Some(s) { " selected" } else { "" },
+            if query.standing == Some(s) {
+                " selected"
+            } else {
+                ""
+            },
             s.word()
         );
     }
@@ -516,12 +535,19 @@ pub fn render(fleet: &Fleet<'_>, query: &FleetQuery) -> String {
 
     let needle = query.text.to_lowercase();
     let visible = |r: &Row| {
-        query.namespace.as_deref().is_none_or(|ns| ns == r.namespace)
+        query
+            .namespace
+            .as_deref()
+            .is_none_or(|ns| ns == r.namespace)
             && query.standing.is_none_or(|s| s == r.standing)
             && (needle.is_empty() || r.text.contains(&needle))
     };
     let shown = rows.iter().filter(|r| visible(r)).count();
-    let _ = writeln!(body, "<div id=\"shown\">showing {shown} of {}</div>", rows.len());
+    let _ = writeln!(
+        body,
+        "<div id=\"shown\">showing {shown} of {}</div>",
+        rows.len()
+    );
 
     body.push_str("<div class=\"scroll\"><table id=\"fleet\"><caption>Instances, hard stops and unhealthy first. Verdicts are words; colour only repeats them.</caption><thead><tr>");
     for (label, column, numeric) in HEADERS {
@@ -645,7 +671,8 @@ mod tests {
         assert_eq!(q, FleetQuery::default());
         assert_eq!(q.sort, Column::Verdict);
         assert!(q.descending);
-        let q = FleetQuery::parse("ns=kura&verdict=hard_stop&q=fd+time&sort=age&dir=asc&refresh=off");
+        let q =
+            FleetQuery::parse("ns=kura&verdict=hard_stop&q=fd+time&sort=age&dir=asc&refresh=off");
         assert_eq!(q.namespace.as_deref(), Some("kura"));
         assert_eq!(q.standing, Some(Standing::HardStop));
         assert_eq!(q.text, "fd time");
@@ -659,7 +686,11 @@ mod tests {
             None,
             "unknown values keep the defaults"
         );
-        assert_eq!(FleetQuery::parse("sort=age").descending, true, "age: oldest first");
+        assert_eq!(
+            FleetQuery::parse("sort=age").descending,
+            true,
+            "age: oldest first"
+        );
     }
 
     #[test]

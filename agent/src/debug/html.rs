@@ -50,16 +50,14 @@ pub fn decode_component(text: &str, plus_is_space: bool) -> String {
         let b = bytes[i];
         let hex = |c: u8| char::from(c).to_digit(16);
         match b {
-            b'%' if i + 2 < bytes.len() => {
-                match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                    (Some(h), Some(l)) => {
-                        out.push(u8::try_from(h * 16 + l).unwrap_or(b'?'));
-                        i += 3;
-                        continue;
-                    }
-                    _ => out.push(b),
+            b'%' if i + 2 < bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push(u8::try_from(h * 16 + l).unwrap_or(b'?'));
+                    i += 3;
+                    continue;
                 }
-            }
+                _ => out.push(b),
+            },
             b'+' if plus_is_space => out.push(b' '),
             _ => out.push(b),
         }

@@ -37,7 +37,8 @@ pub struct Instance<'a> {
 /// 66, band top 8, baseline 8 captured 10:21:50 on ghcr.io/tuist/kura:0.41.2".
 pub fn sentence(v: &InstanceView, history: Option<&HistoryView>, now: Timestamp) -> String {
     let Some(g) = v.gate.as_ref() else {
-        return "<strong>no verdict yet</strong>: the agent has not judged this instance.".to_owned();
+        return "<strong>no verdict yet</strong>: the agent has not judged this instance."
+            .to_owned();
     };
     let standing = Standing::of(Some(g));
     let since = match standing {
@@ -103,7 +104,9 @@ fn facts(v: &InstanceView, owner: &str, now: Timestamp) -> String {
             "target image",
             g.map(|g| g.target_image.as_str())
                 .or(v.spec_image.as_deref())
-                .map_or_else(dash, |t| format!("<span class=\"img\">{}</span>", escape(t))),
+                .map_or_else(dash, |t| {
+                    format!("<span class=\"img\">{}</span>", escape(t))
+                }),
         ),
         (
             "baseline",
@@ -119,7 +122,9 @@ fn facts(v: &InstanceView, owner: &str, now: Timestamp) -> String {
                             ", NOT soak-eligible (counters not compared)"
                         }
                     ),
-                    _ => "none yet: taken when spec.image changes while the agent watches".to_owned(),
+                    _ => {
+                        "none yet: taken when spec.image changes while the agent watches".to_owned()
+                    }
                 },
                 None => dash(),
             },
@@ -131,13 +136,19 @@ fn facts(v: &InstanceView, owner: &str, now: Timestamp) -> String {
         (
             "sample age",
             match h.and_then(|h| h.sampled_at) {
-                Some(at) => format!("{} (sampled {})", age(seconds_between(at, now)), clock(at, now)),
+                Some(at) => format!(
+                    "{} (sampled {})",
+                    age(seconds_between(at, now)),
+                    clock(at, now)
+                ),
                 None => "no sample".to_owned(),
             },
         ),
         (
             "pods sampled",
-            h.map_or_else(dash, |h| format!("{} of {}", h.sampled_pods, h.expected_pods)),
+            h.map_or_else(dash, |h| {
+                format!("{} of {}", h.sampled_pods, h.expected_pods)
+            }),
         ),
         (
             "ready / serving",
@@ -215,7 +226,11 @@ fn signals_table(v: &InstanceView, history: Option<&HistoryView>) -> String {
             out,
             "<tr{}><td>{}</td><th scope=\"row\"><code>{}</code></th><td>{}</td><td class=\"num\">{}</td>\
 <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"result {class}\">{}</td></tr>",
-            if class == "fail" { " class=\"failing\"" } else { "" },
+            if class == "fail" {
+                " class=\"failing\""
+            } else {
+                ""
+            },
             r.check,
             r.signal,
             r.what,
@@ -279,9 +294,7 @@ fn pods_table(v: &InstanceView, now: Timestamp) -> String {
         let r = p.report.as_ref();
         let dash = || "–".to_owned();
         let num = |v: Option<u64>| v.map_or_else(dash, |v| v.to_string());
-        let ready = r
-            .map(|r| r.ready)
-            .or_else(|| ph.and_then(|ph| ph.ready));
+        let ready = r.map(|r| r.ready).or_else(|| ph.and_then(|ph| ph.ready));
         let state = r
             .map(|r| r.state.as_str().to_owned())
             .or_else(|| ph.and_then(|ph| ph.state.clone()));
@@ -297,7 +310,9 @@ fn pods_table(v: &InstanceView, now: Timestamp) -> String {
         };
         let fd = format!(
             "{} → {}",
-            num(r.map(|r| r.fd_timeout_count).or(ph.and_then(|ph| ph.fd_timeout_count_raw))),
+            num(r
+                .map(|r| r.fd_timeout_count)
+                .or(ph.and_then(|ph| ph.fd_timeout_count_raw))),
             num(ph.and_then(|ph| ph.fd_timeout_count))
         );
         let peers = format!(
@@ -340,9 +355,10 @@ fn pods_table(v: &InstanceView, now: Timestamp) -> String {
             p.ring_fullness_percent
                 .map_or_else(dash, |f| format!("{f} %")),
             p.restart_count,
-            p.error
-                .as_deref()
-                .map_or_else(|| "–".to_owned(), |e| format!("<span class=\"fail\">{}</span>", escape(e))),
+            p.error.as_deref().map_or_else(
+                || "–".to_owned(),
+                |e| format!("<span class=\"fail\">{}</span>", escape(e))
+            ),
             age(seconds_between(p.received_at, now)),
         );
     }

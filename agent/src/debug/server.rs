@@ -87,7 +87,10 @@ fn page(status: StatusCode, body: String) -> Response<Full<Bytes>> {
         X_CONTENT_TYPE_OPTIONS,
         http::HeaderValue::from_static("nosniff"),
     );
-    headers.insert(REFERRER_POLICY, http::HeaderValue::from_static("no-referrer"));
+    headers.insert(
+        REFERRER_POLICY,
+        http::HeaderValue::from_static("no-referrer"),
+    );
     r
 }
 

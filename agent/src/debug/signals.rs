@@ -54,10 +54,7 @@ pub fn evidence_line(e: &Evidence) -> String {
         ),
         Signal::SampleMissing => "no aggregate yet: no sweep has produced one".to_owned(),
         Signal::SampleStale => match e.observed {
-            Some(age) => format!(
-                "sample age {age} s, limit {} s",
-                or_dash(e.band_top)
-            ),
+            Some(age) => format!("sample age {age} s, limit {} s", or_dash(e.band_top)),
             None => format!("no pod answered ({})", detail()),
         },
         Signal::SampleInvalid => match e.observed {
@@ -71,10 +68,9 @@ pub fn evidence_line(e: &Evidence) -> String {
             (Some(s), Some(x)) => format!("{s} of {x} pods sampled"),
             _ => detail(),
         },
-        Signal::BootstrapInFlight => format!(
-            "{} peers still bootstrapping, limit 0",
-            or_dash(e.observed)
-        ),
+        Signal::BootstrapInFlight => {
+            format!("{} peers still bootstrapping, limit 0", or_dash(e.observed))
+        }
         Signal::BackfillBudgetExhausted => format!(
             "{} peers out of backfill budget, limit 0",
             or_dash(e.observed)
@@ -539,7 +535,10 @@ mod tests {
             &config,
         );
         let rows = check_rows(Some(&health()), Some(&g), Some(&gate_limits(&config, &g)));
-        assert!(rows.iter().any(|r| r.outcome == Outcome::NotCompared("not soak-eligible at baseline")));
+        assert!(
+            rows.iter()
+                .any(|r| r.outcome == Outcome::NotCompared("not soak-eligible at baseline"))
+        );
         assert!(check_rows(None, Some(&g), None).is_empty());
     }
 

@@ -145,9 +145,18 @@ mod tests {
         assert_eq!(c.to_real(Duration::from_secs(60)), Duration::from_secs(1));
         let minute_ago = c.map_real(Timestamp::now() - SignedDuration::from_secs(1));
         let now = c.now();
-        assert!(minute_ago <= now - SignedDuration::from_secs(60), "{minute_ago} {now}");
-        assert!(minute_ago > now - SignedDuration::from_secs(70), "{minute_ago} {now}");
-        assert!(c.map_real(Timestamp::now()) <= c.now(), "never ahead of now");
+        assert!(
+            minute_ago <= now - SignedDuration::from_secs(60),
+            "{minute_ago} {now}"
+        );
+        assert!(
+            minute_ago > now - SignedDuration::from_secs(70),
+            "{minute_ago} {now}"
+        );
+        assert!(
+            c.map_real(Timestamp::now()) <= c.now(),
+            "never ahead of now"
+        );
         assert!(c.now() >= start);
         assert_eq!(ScaledClock::new(start, f64::NAN).scale(), 1.0);
     }
@@ -170,7 +179,13 @@ mod tests {
         assert_eq!(c.to_real(Duration::from_secs(3)), Duration::from_secs(3));
         let mapped = c.map_real(Timestamp::now() - SignedDuration::from_secs(2));
         let now = c.now();
-        assert!(mapped <= now - SignedDuration::from_secs(2), "{mapped} {now}");
-        assert!(mapped > now - SignedDuration::from_secs(3), "{mapped} {now}");
+        assert!(
+            mapped <= now - SignedDuration::from_secs(2),
+            "{mapped} {now}"
+        );
+        assert!(
+            mapped > now - SignedDuration::from_secs(3),
+            "{mapped} {now}"
+        );
     }
 }

@@ -36,7 +36,9 @@ const WIDE_ABSENT: u32 = u32::MAX;
 
 /// A value stored in a series: counts beyond `u32` saturate.
 fn compact(value: u64) -> u32 {
-    u32::try_from(value).unwrap_or(WIDE_ABSENT - 1).min(WIDE_ABSENT - 1)
+    u32::try_from(value)
+        .unwrap_or(WIDE_ABSENT - 1)
+        .min(WIDE_ABSENT - 1)
 }
 
 /// One counter over the buckets.
@@ -328,7 +330,13 @@ impl History {
             .map(|slot| {
                 let recorded = slot <= self.newest && slot > self.newest - N as i64;
                 let i = index_of(slot);
-                let read = |s: &Series| if recorded { s.get(i).map(u64::from) } else { None };
+                let read = |s: &Series| {
+                    if recorded {
+                        s.get(i).map(u64::from)
+                    } else {
+                        None
+                    }
+                };
                 HistoryPoint {
                     start: slot_start(slot),
                     standing: if recorded {
@@ -471,7 +479,11 @@ mod tests {
         assert_eq!(last.fd_timeouts, Some(9));
         assert_eq!(last.peer_failures, None, "absent is never 0");
         assert_eq!(last.outbox, Some(10));
-        assert!(v.points[..HISTORY_BUCKETS - 1].iter().all(|p| p.standing.is_none()));
+        assert!(
+            v.points[..HISTORY_BUCKETS - 1]
+                .iter()
+                .all(|p| p.standing.is_none())
+        );
         assert_eq!(v.since.standing, Standing::Unhealthy);
         assert_eq!(v.since.at, at(20));
         assert!(!v.since.first_sweep);
@@ -516,7 +528,10 @@ mod tests {
         assert_eq!(h.view(at(95)), before);
         // A late sweep inside the window merges into its bucket.
         h.record(&input(40, Standing::HardStop, 3));
-        assert_eq!(h.view(at(95)).points[n - 3].standing, Some(Standing::HardStop));
+        assert_eq!(
+            h.view(at(95)).points[n - 3].standing,
+            Some(Standing::HardStop)
+        );
         assert_eq!(
             h.view(at(95)).since.standing,
             Standing::Unhealthy,
