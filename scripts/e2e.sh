@@ -2,7 +2,8 @@
 # End-to-end tests of kura-agent against a real kube-apiserver + etcd
 # (agent/tests/e2e_apiserver.rs): CRD, status writes, field ownership, pruning,
 # the chart's RBAC by impersonation, image change and baseline, agent kill and
-# restart, kube-apiserver outage, and the status write economy.
+# restart, kube-apiserver outage, the status write economy at rest, and the
+# latency of health flips in a rollout at the default settings (issue 19).
 #
 #   scripts/e2e.sh [TEST_FILTER...]   # extra args go to the test binary
 #
@@ -13,7 +14,8 @@
 # Knobs: KURA_E2E_ECONOMY_INSTANCES (default 100; 1000 for the full figure)
 # and KURA_E2E_ECONOMY_SCALE (default 10: 5 simulated minutes in 30 s; use 1
 # with 1000 instances: this machine cannot write 333 statuses/s in a debug
-# build), KURA_E2E_KEEP=1 keeps the harness directory (logs) afterwards; it
+# build), KURA_E2E_FLIPS (default 12, at least 10: flips timed at the default
+# settings), KURA_E2E_KEEP=1 keeps the harness directory (logs) afterwards; it
 # is always kept on failure.
 # Full figure (2026-12-02, 2 loaded cores, debug build):
 #   KURA_E2E_ECONOMY_INSTANCES=1000 KURA_E2E_ECONOMY_SCALE=1 scripts/e2e.sh economy

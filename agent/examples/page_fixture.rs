@@ -33,7 +33,7 @@ use kura_agent::debug::{DebugServer, DebugState};
 use kura_agent::engine::EngineConfig;
 use kura_agent::model::{Clock, InstanceInfo, InstanceTarget, PodIdentity, PodTarget, ScaledClock};
 use kura_agent::poll::{PollConfig, Poller};
-use kura_agent::runner::{AgentLoop, LoopConfig, MemorySink, StaticTargets};
+use kura_agent::runner::{AgentLoop, Cadence, LoopConfig, MemorySink, StaticTargets};
 use kura_agent::view::FleetView;
 use kura_sim::{
     Addressing, Behaviour, ReportGeneration, SimNode, SimPodHandle, SimPodSpec, Simulator,
@@ -253,7 +253,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let serving = tokio::spawn(server.serve(std::future::pending::<()>()));
     let agent = AgentLoop::new(
         LoopConfig {
-            sweep_interval: Duration::from_secs(10),
+            cadence: Cadence::fixed(Duration::from_secs(10)),
             reconcile_every: Duration::from_millis(50),
             engine: EngineConfig {
                 agent: "kura-agent-fixture".to_owned(),

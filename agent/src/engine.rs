@@ -15,7 +15,7 @@ use kura_gate::instance::judge_instance;
 use kura_schemas::{KuraInstanceStatus, RolloutGate, RolloutHealth};
 
 use crate::aggregate::{AggregateConfig, InstanceAggregator};
-use crate::model::{GateLimits, InstanceInfo, InstanceKey, PodSample};
+use crate::model::{GateLimits, InstanceInfo, InstanceKey, PodSample, SampleResult};
 
 /// What every instance's engine is held to; shared by all of them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,13 +38,15 @@ impl Default for EngineConfig {
     }
 }
 
-/// Per-instance state between sweeps.
+/// Per-instance state between sweeps. The last aggregate and verdict are
+/// shared, immutable values: the run loop hands the same `Arc`s to the
+/// fleet view and the status sink, so each exists once in memory.
 #[derive(Debug, Clone)]
 pub struct InstanceEngine {
     config: Arc<EngineConfig>,
     aggregator: InstanceAggregator,
-    last_health: Option<RolloutHealth>,
-    last_gate: Option<RolloutGate>,
+    last_health: Option<Arc<RolloutHealth>>,
+    last_gate: Option<Arc<RolloutGate>>,
 }
 
 impl InstanceEngine {
@@ -69,19 +71,19 @@ impl InstanceEngine {
                 None => InstanceAggregator::new(config.aggregate),
             },
             config,
-            last_health: health,
-            last_gate: gate,
+            last_health: health.map(Arc::new),
+            last_gate: gate.map(Arc::new),
         }
     }
 
     /// The last aggregate produced (or restored).
     pub fn health(&self) -> Option<&RolloutHealth> {
-        self.last_health.as_ref()
+        self.last_health.as_deref()
     }
 
     /// The last verdict produced (or restored).
     pub fn gate(&self) -> Option<&RolloutGate> {
-        self.last_gate.as_ref()
+        self.last_gate.as_deref()
     }
 
     /// The limits the last verdict compared against (`None` before the
@@ -93,29 +95,42 @@ impl InstanceEngine {
     }
 
     /// Fold one sweep and judge it. When `spec_image` differs from the image
-    /// the last verdict judged, the aggregate before this sweep (taken on the
-    /// old image) becomes the baseline.
+    /// the last verdict judged, the last aggregate taken on the old image
+    /// becomes the baseline: this sweep's own, when every pod in it answered
+    /// and still runs the old image (the loop sweeps at once when the watch
+    /// shows the change, so that is the aggregate closest to the upgrade),
+    /// else the aggregate before this sweep. Returns the new aggregate and
+    /// verdict as shared values (clone the `Arc`s to keep them).
     pub fn step(
         &mut self,
         info: &InstanceInfo,
         spec_image: &str,
         samples: &[PodSample],
         now: Timestamp,
-    ) -> (&RolloutHealth, &RolloutGate) {
+    ) -> (&Arc<RolloutHealth>, &Arc<RolloutGate>) {
         let health = self
             .aggregator
             .sweep(info, samples, now, &self.config.agent);
+        let fresh_baseline = self
+            .last_gate
+            .as_deref()
+            .is_some_and(|g| g.target_image != spec_image && all_on(samples, &g.target_image));
+        let baseline_source = if fresh_baseline {
+            Some(&health)
+        } else {
+            self.last_health.as_deref()
+        };
         let gate = judge_instance(
             &InstanceKey::of(info).to_string(),
-            self.last_gate.as_ref(),
+            self.last_gate.as_deref(),
             spec_image,
-            self.last_health.as_ref(),
+            baseline_source,
             Some(&health),
             now,
             &self.config.gate,
         );
-        let health = self.last_health.insert(health);
-        let gate = self.last_gate.insert(gate);
+        let health = self.last_health.insert(Arc::new(health));
+        let gate = self.last_gate.insert(Arc::new(gate));
         (health, gate)
     }
 }
@@ -135,6 +150,15 @@ pub fn gate_limits(config: &GateConfig, gate: &RolloutGate) -> GateLimits {
             .map(|b| config.peer_failure_band_top(b)),
         counters_compared: gate.soak_eligible,
     }
+}
+
+/// Whether `samples` is not empty and every one is a report from a pod
+/// that runs `image` (by its pod spec).
+fn all_on(samples: &[PodSample], image: &str) -> bool {
+    !samples.is_empty()
+        && samples.iter().all(|s| {
+            s.pod.image.as_deref() == Some(image) && matches!(s.result, SampleResult::Report(_))
+        })
 }
 
 #[cfg(test)]
@@ -177,5 +201,93 @@ mod tests {
         assert_eq!(l.outbox_band_top, Some(1100), "1000 + 10 %");
         assert_eq!(l.peer_failure_band_top, None, "a null baseline has no band");
         assert!(l.counters_compared);
+    }
+
+    use crate::model::PodIdentity;
+    use jiff::SignedDuration;
+    use kura_schemas::parse_report;
+
+    const V1: &str = "ghcr.io/tuist/kura:1.0.0";
+    const V2: &str = "ghcr.io/tuist/kura:1.1.0";
+
+    fn info() -> InstanceInfo {
+        InstanceInfo {
+            namespace: "kura".into(),
+            name: "acme".into(),
+            expected_pods: 2,
+            generation: 1,
+        }
+    }
+
+    /// A G1 fixture report with `fd` fd timeouts, from pod `i` on `image`.
+    fn sample(i: usize, image: &str, fd: u64, at: Timestamp) -> PodSample {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../testdata/reports/g1-bootstrap.json"
+        );
+        let mut v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(path).expect("fixture")).expect("json");
+        v["fd_timeout_count"] = serde_json::json!(fd);
+        let report = parse_report(&serde_json::to_vec(&v).expect("bytes")).expect("report");
+        PodSample {
+            pod: PodIdentity {
+                name: format!("acme-{i}"),
+                uid: format!("u-{i}"),
+                restart_count: 0,
+                image: Some(image.to_owned()),
+                ip: None,
+            },
+            received_at: at,
+            result: SampleResult::Report(Box::new(report)),
+        }
+    }
+
+    fn at(s: i64) -> Timestamp {
+        Timestamp::from_second(1_780_000_000).expect("ts") + SignedDuration::from_secs(s)
+    }
+
+    #[test]
+    fn the_baseline_is_the_aggregate_closest_to_the_upgrade() {
+        let mut engine = InstanceEngine::new(Arc::new(EngineConfig::default()));
+        engine.step(
+            &info(),
+            V1,
+            &[sample(0, V1, 1, at(0)), sample(1, V1, 1, at(0))],
+            at(0),
+        );
+        // 30 s later the watch shows the upgrade and the loop sweeps at
+        // once: the pods still run v1, their counters grew meanwhile. That
+        // sweep is the baseline, not the one 30 s old.
+        let (_, gate) = engine.step(
+            &info(),
+            V2,
+            &[sample(0, V1, 4, at(30)), sample(1, V1, 1, at(30))],
+            at(30),
+        );
+        assert_eq!(gate.baseline_image.as_deref(), Some(V1));
+        assert_eq!(gate.baseline.fd_timeout_count, Some(5));
+        assert_eq!(gate.baseline_captured_at, Some(at(30)));
+        assert!(gate.soak_eligible);
+
+        // A pod already on the new image (or one that did not answer): the
+        // aggregate before the change stays the baseline.
+        let mut engine = InstanceEngine::new(Arc::new(EngineConfig::default()));
+        engine.step(
+            &info(),
+            V1,
+            &[sample(0, V1, 1, at(0)), sample(1, V1, 1, at(0))],
+            at(0),
+        );
+        let (_, gate) = engine.step(
+            &info(),
+            V2,
+            &[sample(0, V2, 0, at(30)), sample(1, V1, 3, at(30))],
+            at(30),
+        );
+        assert_eq!(gate.baseline.fd_timeout_count, Some(2));
+        let mut failed = sample(1, V1, 3, at(30));
+        failed.result = SampleResult::Error("timeout".into());
+        assert!(!all_on(&[sample(0, V1, 3, at(30)), failed], V1));
+        assert!(!all_on(&[], V1));
     }
 }

@@ -24,6 +24,18 @@ pub const POLL_RETRIES_TOTAL: &str = "kura_agent_poll_retries_total";
 pub const POLL_DURATION_SECONDS: &str = "kura_agent_poll_duration_seconds";
 /// Duration of one instance's sweep in seconds (histogram).
 pub const SWEEP_DURATION_SECONDS: &str = "kura_agent_sweep_duration_seconds";
+/// Time between the starts of two consecutive sweeps of one instance, in
+/// seconds (histogram), by `cadence` ([`CADENCES`]: the interval that was
+/// due, or `image_change` when a `spec.image` change cut it short): the
+/// interval the agent achieves.
+pub const SWEEP_INTERVAL_SECONDS: &str = "kura_agent_sweep_interval_seconds";
+/// Sweeps that took longer than their interval, by `cadence`
+/// ([`CADENCES`]): the next sweep of that instance started late, at once
+/// (the agent is not keeping up with the cadence).
+pub const SWEEP_OVERRUNS_TOTAL: &str = "kura_agent_sweep_overruns_total";
+/// Instances by the cadence they are swept at now (`cadence` = `rollout`
+/// or `steady`).
+pub const INSTANCES_BY_CADENCE: &str = "kura_agent_instances_by_cadence";
 /// Status writes by `result` ([`WRITE_RESULTS`]).
 pub const STATUS_WRITES_TOTAL: &str = "kura_agent_status_writes_total";
 /// Writes whose fields the API server pruned (the CRD is too old).
@@ -80,6 +92,11 @@ pub const WRITE_RESULTS: [&str; 7] = [
     "fenced",
 ];
 
+/// The `cadence` label values of [`SWEEP_INTERVAL_SECONDS`] and
+/// [`SWEEP_OVERRUNS_TOTAL`] (the runner's `cadence` module names them);
+/// [`INSTANCES_BY_CADENCE`] takes the first two.
+pub const CADENCES: [&str; 3] = ["rollout", "steady", "image_change"];
+
 /// The `resource` label values of [`WATCH_ERRORS_TOTAL`] (`leases`: the
 /// sharding group's Lease watch).
 pub const WATCH_RESOURCES: [&str; 3] = ["kurainstances", "pods", "leases"];
@@ -97,6 +114,11 @@ pub const NO_SIGNAL: &str = "none";
 pub const POLL_BUCKETS: [f64; 10] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0];
 /// Buckets (seconds) for sweep durations.
 pub const SWEEP_BUCKETS: [f64; 9] = [0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+/// Buckets (seconds) for the achieved sweep interval: around the default
+/// 2 s rollout and 30 s steady intervals (±10 % jitter), and well past them.
+pub const INTERVAL_BUCKETS: [f64; 14] = [
+    0.5, 1.0, 1.8, 2.2, 2.5, 3.0, 5.0, 10.0, 27.0, 33.0, 40.0, 60.0, 120.0, 180.0,
+];
 
 /// What kind of series a metric is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,7 +164,7 @@ const fn plain(name: &'static str, kind: Kind, help: &'static str) -> Metric {
 }
 
 /// Every `kura_agent_*` metric, once each.
-pub const METRICS: [Metric; 17] = [
+pub const METRICS: [Metric; 20] = [
     Metric {
         name: POLLS_TOTAL,
         kind: Kind::Counter,
@@ -167,6 +189,33 @@ pub const METRICS: [Metric; 17] = [
         Kind::Histogram,
         "Duration of one instance's sweep: poll, fold, judge.",
     ),
+    Metric {
+        name: SWEEP_INTERVAL_SECONDS,
+        kind: Kind::Histogram,
+        help: "Time between the starts of two sweeps of one instance, by the cadence that was due.",
+        label: Some(Label {
+            name: "cadence",
+            values: || CADENCES.to_vec(),
+        }),
+    },
+    Metric {
+        name: SWEEP_OVERRUNS_TOTAL,
+        kind: Kind::Counter,
+        help: "Sweeps that took longer than their interval (the next started late).",
+        label: Some(Label {
+            name: "cadence",
+            values: || CADENCES[..2].to_vec(),
+        }),
+    },
+    Metric {
+        name: INSTANCES_BY_CADENCE,
+        kind: Kind::Gauge,
+        help: "KuraInstances by the cadence they are swept at (rollout or steady).",
+        label: Some(Label {
+            name: "cadence",
+            values: || CADENCES[..2].to_vec(),
+        }),
+    },
     Metric {
         name: STATUS_WRITES_TOTAL,
         kind: Kind::Counter,
@@ -287,6 +336,10 @@ pub fn prometheus_builder() -> Result<PrometheusBuilder, BuildError> {
         .set_buckets_for_metric(
             Matcher::Full(SWEEP_DURATION_SECONDS.to_owned()),
             &SWEEP_BUCKETS,
+        )?
+        .set_buckets_for_metric(
+            Matcher::Full(SWEEP_INTERVAL_SECONDS.to_owned()),
+            &INTERVAL_BUCKETS,
         )
 }
 

@@ -246,6 +246,28 @@ fn computed_values(metric: &str, expr: &str) -> Option<Vec<&'static str>> {
         (telemetry::OWNERSHIP_CHANGES_TOTAL, "change") => {
             vec![crate::shard::lease::GAINED, crate::shard::lease::LOST]
         }
+        (telemetry::SWEEP_INTERVAL_SECONDS, "label") => {
+            use crate::runner::cadence::{IMAGE_CHANGE, Phase, Why};
+            // `label` is a phase's label or the image-change one.
+            vec![
+                Phase::Rollout(Why::NoVerdict).label(),
+                Phase::Steady.label(),
+                IMAGE_CHANGE,
+            ]
+        }
+        (telemetry::SWEEP_OVERRUNS_TOTAL, "phase.label()") => {
+            use crate::runner::cadence::{Phase, Why};
+            vec![
+                Phase::Rollout(Why::NoVerdict).label(),
+                Phase::Steady.label(),
+            ]
+        }
+        (telemetry::INSTANCES_BY_CADENCE, "cadence::ROLLOUT") => {
+            vec![crate::runner::cadence::ROLLOUT]
+        }
+        (telemetry::INSTANCES_BY_CADENCE, "cadence::STEADY") => {
+            vec![crate::runner::cadence::STEADY]
+        }
         (telemetry::INSTANCES_BY_SIGNAL, "signal") => telemetry::count_by_signal([])
             .0
             .into_iter()

@@ -122,10 +122,10 @@ pub struct InstanceView {
     pub swept_at: Option<Timestamp>,
     /// The last sample of every pod, by pod name.
     pub pods: Vec<PodView>,
-    /// The last aggregate.
-    pub health: Option<RolloutHealth>,
-    /// The last gate verdict.
-    pub gate: Option<RolloutGate>,
+    /// The last aggregate (shared with the engine and the write queue).
+    pub health: Option<Arc<RolloutHealth>>,
+    /// The last gate verdict (shared with the engine and the write queue).
+    pub gate: Option<Arc<RolloutGate>>,
     /// The last status write and its result.
     pub last_write: Option<LastWrite>,
     /// What discovery noted about the instance: status fields it could not
@@ -150,7 +150,7 @@ impl InstanceView {
 
     /// The verdict and signal, when there is a verdict.
     pub fn verdict(&self) -> Option<(AgentVerdict, Option<Signal>)> {
-        self.gate.as_ref().map(|g| (g.verdict, g.signal))
+        self.gate.as_deref().map(|g| (g.verdict, g.signal))
     }
 }
 
@@ -168,9 +168,9 @@ pub struct InstanceSummary {
     /// When the last sweep finished.
     pub swept_at: Option<Timestamp>,
     /// The last aggregate.
-    pub health: Option<RolloutHealth>,
+    pub health: Option<Arc<RolloutHealth>>,
     /// The last gate verdict.
-    pub gate: Option<RolloutGate>,
+    pub gate: Option<Arc<RolloutGate>>,
     /// The last write.
     pub last_write: Option<LastWrite>,
 }
@@ -198,10 +198,10 @@ pub struct SweepRecord<'a> {
     pub current_pods: &'a [String],
     /// The sweep's samples.
     pub samples: &'a [PodSample],
-    /// The aggregate.
-    pub health: Option<RolloutHealth>,
-    /// The verdict.
-    pub gate: Option<RolloutGate>,
+    /// The aggregate (the engine's shared value).
+    pub health: Option<Arc<RolloutHealth>>,
+    /// The verdict (the engine's shared value).
+    pub gate: Option<Arc<RolloutGate>>,
     /// What discovery noted about the instance (replaces earlier notes).
     pub notes: Vec<String>,
     /// The limits the verdict compared against (the engine's
@@ -336,13 +336,13 @@ impl FleetView {
     pub fn record_sweep(&self, key: &InstanceKey, sweep: SweepRecord<'_>) {
         let point = HistoryInput {
             at: sweep.at,
-            standing: Standing::of(sweep.gate.as_ref()),
-            fd_timeouts: sweep.health.as_ref().map(|h| h.fd_timeout_count),
+            standing: Standing::of(sweep.gate.as_deref()),
+            fd_timeouts: sweep.health.as_deref().map(|h| h.fd_timeout_count),
             peer_failures: sweep
                 .health
                 .as_ref()
                 .and_then(|h| h.peer_connection_failures),
-            outbox: sweep.health.as_ref().and_then(|h| h.outbox_messages),
+            outbox: sweep.health.as_deref().and_then(|h| h.outbox_messages),
             limits: sweep.limits,
         };
         let mut state = self.write();

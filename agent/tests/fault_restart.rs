@@ -73,7 +73,7 @@ impl Run {
     ) -> (RolloutHealth, RolloutGate) {
         let samples = self.poller.sweep(&self.sim.targets()).await;
         let (h, g) = engine.step(&self.info, image, &samples, Timestamp::now());
-        let (h, g) = (h.clone(), g.clone());
+        let (h, g) = ((**h).clone(), (**g).clone());
         if let Some(prev) = self.history.last() {
             assert_not_backwards(prev, &h, self.history.len());
         }

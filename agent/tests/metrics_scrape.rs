@@ -20,7 +20,7 @@ use kura_agent::model::{InstanceTarget, PodTarget};
 use kura_agent::poll::{PollConfig, Poller};
 use kura_agent::runner::MemorySink;
 use kura_agent::runner::StaticTargets;
-use kura_agent::runner::{AgentLoop, LoopConfig};
+use kura_agent::runner::{AgentLoop, Cadence, LoopConfig};
 use kura_agent::view::FleetView;
 use kura_sim::{Addressing, SimPodSpec, Simulator};
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -265,7 +265,7 @@ async fn scrape_has_every_instance_and_drops_a_removed_one() {
     }));
     let agent_loop = AgentLoop::new(
         LoopConfig {
-            sweep_interval: Duration::from_millis(200),
+            cadence: Cadence::fixed(Duration::from_millis(200)),
             reconcile_every: Duration::from_millis(50),
             ..LoopConfig::default()
         },

@@ -17,8 +17,8 @@ fn ts(s: &str) -> Timestamp {
 }
 
 fn desired() -> DesiredStatus {
-    DesiredStatus {
-        health: RolloutHealth {
+    DesiredStatus::new(
+        RolloutHealth {
             schema_version: 1,
             observed_at: ts("2026-07-21T10:00:10Z"),
             sampled_at: Some(ts("2026-07-21T10:00:09Z")),
@@ -59,7 +59,7 @@ fn desired() -> DesiredStatus {
             retired_counters: RetiredCounters::default(),
             agent: "kura-health-agent-0".into(),
         },
-        gate: RolloutGate {
+        RolloutGate {
             target_image: "ghcr.io/tuist/kura:0.6.0".into(),
             baseline_image: Some("ghcr.io/tuist/kura:0.5.2".into()),
             baseline_captured_at: Some(ts("2026-07-21T09:59:00Z")),
@@ -72,7 +72,7 @@ fn desired() -> DesiredStatus {
             evaluated_at: ts("2026-07-21T10:00:10Z"),
             evidence: vec![],
         },
-    }
+    )
 }
 
 struct Captured {
@@ -192,7 +192,7 @@ async fn the_request_is_a_forced_server_side_apply_of_two_status_fields() {
     );
     let back: kura_schemas::RolloutHealth =
         serde_json::from_value(status["rolloutHealth"].clone()).expect("reads back");
-    assert_eq!(back, d.health, "leaving nulls out loses nothing");
+    assert_eq!(back, *d.health, "leaving nulls out loses nothing");
 }
 
 #[tokio::test]
@@ -346,13 +346,13 @@ async fn the_write_loop_records_pruning_retries_and_recovery() {
 
     // 2. A material change fails with 500, then is retried.
     let mut changed = desired();
-    changed.health.fd_timeout_count = 8;
+    std::sync::Arc::make_mut(&mut changed.health).fd_timeout_count = 8;
     writes.push(key.clone(), changed.clone(), Timestamp::now());
     let (_, send) = next_body(&mut handle).await;
     send.send_response(reply(500, &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "boom", "code": 500})));
     // A newer aggregate arrives during the backoff: the retry carries it.
     let mut newest = changed.clone();
-    newest.health.fd_timeout_count = 9;
+    std::sync::Arc::make_mut(&mut newest.health).fd_timeout_count = 9;
     writes.push(key.clone(), newest, Timestamp::now());
     let (body, send) = next_body(&mut handle).await;
     assert_eq!(body["status"]["rolloutHealth"]["fdTimeoutCount"], 9);

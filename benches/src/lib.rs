@@ -1,7 +1,7 @@
 //! Benchmarks over the Kura crates (criterion benches live in
 //! `benches/benches/`) and the pieces of the `fleet-load` harness: simulated
-//! pods in child processes, the bare loopback ceiling and the measuring
-//! child processes. The agent's side of the harness (its per-sweep path,
+//! pods in child processes, the bare loopback ceiling, the agent's run
+//! loop over time (`loop_side`) and the measuring child processes. The agent's side of the harness (its per-sweep path,
 //! the child protocol and process statistics) lives in
 //! `kura_agent::cli::fleet_load_side`, so a shipped `kura-agent` binary can be
 //! measured the same way.
@@ -12,5 +12,6 @@ pub use kura_agent::cli::fleet_load_side::proc_stats;
 pub mod ceiling;
 pub mod error;
 pub mod gate_docs;
+pub mod loop_side;
 pub mod runner;
 pub mod sim_process;

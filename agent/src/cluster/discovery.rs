@@ -33,13 +33,14 @@ use kura_schemas::health::MAX_POD_ENTRIES;
 use kura_schemas::{
     KuraInstance, KuraInstanceSpec, KuraInstanceStatus, RolloutGate, RolloutHealth,
 };
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use tokio::sync::watch;
 
 /// Default Kura container name.
 pub const DEFAULT_CONTAINER: &str = "kura";
@@ -351,6 +352,82 @@ pub struct Discovery {
     pods: Vec<Store<Pod>>,
     /// Every watch's readiness, in start order.
     watches: Vec<Arc<WatchState>>,
+    /// Bumped whenever an instance watch shows a `spec.image` change.
+    image_changes: Arc<watch::Sender<u64>>,
+}
+
+/// The `spec.image` of every instance one instance watch has shown, to
+/// tell an upgrade apart from any other change of the object (status
+/// writes, labels). Holds one entry per instance of its scope: a deleted
+/// instance is dropped, and so is one a re-list no longer shows.
+#[derive(Debug, Default)]
+struct SpecImages {
+    seen: HashMap<InstanceKey, String>,
+    /// The instances shown since a re-list began.
+    relist: Option<HashSet<InstanceKey>>,
+}
+
+impl SpecImages {
+    /// Records one event of the instance watch; true when it shows an
+    /// instance whose `spec.image` differs from the one shown before (an
+    /// instance seen for the first time is no change).
+    fn observe(&mut self, event: &watcher::Event<DynamicObject>) -> bool {
+        match event {
+            watcher::Event::Init => {
+                self.relist = Some(HashSet::new());
+                false
+            }
+            watcher::Event::InitApply(obj) => {
+                if let (Some(relist), Some(key)) = (self.relist.as_mut(), key_of(obj)) {
+                    relist.insert(key);
+                }
+                self.record(obj)
+            }
+            watcher::Event::Apply(obj) => self.record(obj),
+            watcher::Event::Delete(obj) => {
+                if let Some(key) = key_of(obj) {
+                    self.seen.remove(&key);
+                }
+                false
+            }
+            watcher::Event::InitDone => {
+                if let Some(relist) = self.relist.take() {
+                    self.seen.retain(|k, _| relist.contains(k));
+                }
+                false
+            }
+        }
+    }
+
+    fn record(&mut self, obj: &DynamicObject) -> bool {
+        let (Some(key), Some(image)) = (key_of(obj), spec_image_of(obj)) else {
+            return false;
+        };
+        match self.seen.get_mut(&key) {
+            Some(old) if old == image => false,
+            Some(old) => {
+                image.clone_into(old);
+                true
+            }
+            None => {
+                self.seen.insert(key, image.to_owned());
+                false
+            }
+        }
+    }
+}
+
+/// The key of a watched instance, when it has a name and a namespace.
+fn key_of(obj: &DynamicObject) -> Option<InstanceKey> {
+    Some(InstanceKey::new(
+        obj.metadata.namespace.clone()?,
+        obj.metadata.name.clone()?,
+    ))
+}
+
+/// `spec.image` of a watched instance, when it is a string.
+fn spec_image_of(obj: &DynamicObject) -> Option<&str> {
+    obj.data.get("spec")?.get("image")?.as_str()
 }
 
 /// One watch's readiness, shared between its driver and [`Discovery`]:
@@ -452,6 +529,7 @@ impl Discovery {
             config.namespaces.iter().map(|n| Some(n.as_str())).collect()
         };
         let mut watches = Vec::new();
+        let image_changes = Arc::new(watch::Sender::new(0u64));
         let mut drivers: Vec<DiscoveryDriver> = Vec::new();
         let mut instance_stores = Vec::new();
         let mut pod_stores = Vec::new();
@@ -477,12 +555,24 @@ impl Discovery {
             instance_stores.push(writer.as_reader());
             let state = Arc::new(WatchState::new(INSTANCES, i));
             watches.push(Arc::clone(&state));
+            // The reflector has applied an event to the store before the
+            // stream yields it, so whoever hears of the change reads the
+            // new object.
+            let mut images = SpecImages::default();
+            let signal = Arc::clone(&image_changes);
             let stream = reflector::reflector(
                 writer,
                 watcher::watcher(instance_api, instance_cfg)
                     .modify(|o| o.managed_fields_mut().clear())
                     .default_backoff(),
-            );
+            )
+            .inspect(move |ev| {
+                if let Ok(ev) = ev
+                    && images.observe(ev)
+                {
+                    signal.send_modify(|n| *n = n.wrapping_add(1));
+                }
+            });
             drivers.push(driven(stream, state));
 
             let (reader, writer) = reflector::store::<Pod>();
@@ -508,6 +598,7 @@ impl Discovery {
                 instances: instance_stores,
                 pods: pod_stores,
                 watches,
+                image_changes,
             },
             driver,
         )
@@ -528,6 +619,12 @@ impl Discovery {
             .filter(|w| !w.is_synced())
             .map(|w| w.describe())
             .collect()
+    }
+
+    /// A signal that changes whenever a watch shows an instance whose
+    /// `spec.image` changed.
+    pub fn image_changes(&self) -> watch::Receiver<u64> {
+        self.image_changes.subscribe()
     }
 
     /// The current targets, from the stores' contents.
@@ -862,6 +959,45 @@ mod tests {
             "10.0.0.1:4000".parse().expect("addr")
         );
         driver.abort();
+    }
+
+    #[test]
+    fn spec_image_changes_are_told_apart_from_other_changes() {
+        let with_image = |name: &str, image: &str| {
+            let mut o = instance("kura", name, 1, json!(null));
+            o.data["spec"]["image"] = json!(image);
+            o
+        };
+        let mut images = SpecImages::default();
+        use watcher::Event;
+        // First sight (initial list or a new instance): no change.
+        assert!(!images.observe(&Event::Init));
+        assert!(!images.observe(&Event::InitApply(with_image("a", "v1"))));
+        assert!(!images.observe(&Event::InitDone));
+        assert!(!images.observe(&Event::Apply(with_image("b", "v1"))));
+        // A status write or a label: the same image, no change.
+        let mut relabelled = with_image("a", "v1");
+        relabelled.data["status"] = json!({"phase": "Running"});
+        assert!(!images.observe(&Event::Apply(relabelled)));
+        // An upgrade, then the same object again.
+        assert!(images.observe(&Event::Apply(with_image("a", "v2"))));
+        assert!(!images.observe(&Event::Apply(with_image("a", "v2"))));
+        // A re-list shows a change made while the watch was away, and
+        // forgets an instance deleted meanwhile.
+        assert!(!images.observe(&Event::Init));
+        assert!(images.observe(&Event::InitApply(with_image("a", "v3"))));
+        assert!(!images.observe(&Event::InitDone));
+        assert_eq!(images.seen.len(), 1, "b is gone: {:?}", images.seen);
+        assert!(
+            !images.observe(&Event::Apply(with_image("b", "v9"))),
+            "b is new again"
+        );
+        assert!(!images.observe(&Event::Delete(with_image("b", "v9"))));
+        assert!(!images.observe(&Event::Apply(with_image("b", "v1"))));
+        // No image (an invalid spec): neither recorded nor a change.
+        let mut broken = with_image("c", "v1");
+        broken.data["spec"] = json!({"replicas": 1});
+        assert!(!images.observe(&Event::Apply(broken)));
     }
 
     #[test]

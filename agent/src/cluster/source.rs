@@ -30,4 +30,7 @@ impl TargetSource for ClusterTargets {
     fn ready(&self) -> bool {
         self.discovery.is_ready()
     }
+    fn image_changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.discovery.image_changes())
+    }
 }

@@ -234,8 +234,8 @@ fn text_key(v: Option<&str>) -> Key {
 }
 
 fn row(v: &InstanceView, since: Option<&Since>, owner: &str, now: Timestamp) -> Row {
-    let h = v.health.as_ref();
-    let g = v.gate.as_ref();
+    let h = v.health.as_deref();
+    let g = v.gate.as_deref();
     let standing = Standing::of(g);
     let id = format!("{}/{}", v.namespace, v.name);
     let mut cells = Vec::with_capacity(Column::ALL.len() + 1);

@@ -370,6 +370,7 @@ mod tests {
     use super::*;
     use crate::view::PodView;
     use kura_schemas::{BaselineCounters, RolloutGate, RolloutHealth};
+    use std::sync::Arc;
 
     fn ts(s: &str) -> Timestamp {
         s.parse().expect("timestamp")
@@ -456,8 +457,8 @@ mod tests {
             spec_image: Some(spec.into()),
             swept_at: Some(ts("2026-07-21T10:00:10Z")),
             pods,
-            health: Some(health()),
-            gate: Some(gate()),
+            health: Some(Arc::new(health())),
+            gate: Some(Arc::new(gate())),
             last_write: None,
             notes: vec![],
         }

@@ -36,7 +36,7 @@ pub struct Instance<'a> {
 /// The verdict as a sentence, e.g. "unhealthy since 10:42:03: fd timeouts
 /// 66, band top 8, baseline 8 captured 10:21:50 on ghcr.io/tuist/kura:0.41.2".
 pub fn sentence(v: &InstanceView, history: Option<&HistoryView>, now: Timestamp) -> String {
-    let Some(g) = v.gate.as_ref() else {
+    let Some(g) = v.gate.as_deref() else {
         return "<strong>no verdict yet</strong>: the agent has not judged this instance."
             .to_owned();
     };
@@ -96,8 +96,8 @@ pub fn sentence(v: &InstanceView, history: Option<&HistoryView>, now: Timestamp)
 }
 
 fn facts(v: &InstanceView, owner: &str, now: Timestamp) -> String {
-    let h = v.health.as_ref();
-    let g = v.gate.as_ref();
+    let h = v.health.as_deref();
+    let g = v.gate.as_deref();
     let dash = || "–".to_owned();
     let mut items: Vec<(&str, String)> = vec![
         (
@@ -201,8 +201,8 @@ fn facts(v: &InstanceView, owner: &str, now: Timestamp) -> String {
 
 fn signals_table(v: &InstanceView, history: Option<&HistoryView>) -> String {
     let rows = check_rows(
-        v.health.as_ref(),
-        v.gate.as_ref(),
+        v.health.as_deref(),
+        v.gate.as_deref(),
         history.and_then(|h| h.limits.as_ref()),
     );
     let mut out = String::from("<div class=\"scroll\" id=\"signals\" data-live>");
@@ -250,7 +250,7 @@ fn history_section(v: &InstanceView, history: Option<&HistoryView>, now: Timesta
         out.push_str("<p class=\"empty\">No sweep yet.</p></div>");
         return out;
     };
-    let sample = match v.health.as_ref().and_then(|h| h.sampled_at) {
+    let sample = match v.health.as_deref().and_then(|h| h.sampled_at) {
         Some(at) => format!("sample age {}", age(seconds_between(at, now))),
         None => "no sample".to_owned(),
     };
@@ -288,7 +288,11 @@ fn pods_table(v: &InstanceView, now: Timestamp) -> String {
 <th scope=\"col\" class=\"num\">outbox / capacity</th><th scope=\"col\" class=\"num\">ring fullness</th><th scope=\"col\">fence</th>\
 <th scope=\"col\" class=\"num\">restarts</th><th scope=\"col\">last error</th><th scope=\"col\" class=\"num\">sampled</th></tr></thead><tbody>",
     );
-    let health_pods = v.health.as_ref().map(|h| h.pods.as_slice()).unwrap_or(&[]);
+    let health_pods = v
+        .health
+        .as_deref()
+        .map(|h| h.pods.as_slice())
+        .unwrap_or(&[]);
     for p in &v.pods {
         let ph = health_pods.iter().find(|x| x.name == p.name);
         let r = p.report.as_ref();
@@ -371,7 +375,7 @@ pub fn render(page: &Instance<'_>) -> String {
     let v = page.view;
     let now = page.now;
     let owner = html::owner(page.members);
-    let standing = Standing::of(v.gate.as_ref());
+    let standing = Standing::of(v.gate.as_deref());
     let id = format!("{}/{}", v.namespace, v.name);
     let href = instance_href(&v.namespace, &v.name);
     let mut body = String::new();

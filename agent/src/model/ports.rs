@@ -6,6 +6,7 @@
 //! adapters implement them.
 
 use jiff::Timestamp;
+use tokio::sync::watch;
 
 use super::key::InstanceKey;
 use super::status::DesiredStatus;
@@ -18,6 +19,15 @@ pub trait TargetSource: Send + Sync + 'static {
     /// Whether the source has its initial state (before that, the loop
     /// neither starts nor stops instance tasks).
     fn ready(&self) -> bool;
+    /// A signal that changes whenever an instance's `spec.image` changed
+    /// (the value counts the changes; only its changing matters): the loop
+    /// then re-reads the targets at once, instead of at its next periodic
+    /// reconcile, and the instance is swept at once, so the gate's baseline
+    /// is taken as close to the upgrade as possible. `None`: the source
+    /// has no such signal (changes are seen at the next reconcile).
+    fn image_changes(&self) -> Option<watch::Receiver<u64>> {
+        None
+    }
 }
 
 /// Where the loop's results go.

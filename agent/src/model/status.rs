@@ -1,18 +1,32 @@
 //! The status the agent publishes per instance ([`DesiredStatus`]) and what
 //! became of writing it ([`LastWrite`]).
 
+use std::sync::Arc;
+
 use jiff::Timestamp;
 use kura_schemas::{RolloutGate, RolloutHealth};
 use serde::Serialize;
 
 /// What the agent wants `status.rolloutHealth` and `status.rolloutGate` of
-/// one instance to be.
+/// one instance to be. Both are shared, immutable values: the engine, the
+/// fleet view and the write queue hold the same `Arc`s, so cloning a
+/// desired status copies two pointers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DesiredStatus {
     /// The aggregate.
-    pub health: RolloutHealth,
+    pub health: Arc<RolloutHealth>,
     /// The gate verdict.
-    pub gate: RolloutGate,
+    pub gate: Arc<RolloutGate>,
+}
+
+impl DesiredStatus {
+    /// A desired status from owned values.
+    pub fn new(health: RolloutHealth, gate: RolloutGate) -> Self {
+        DesiredStatus {
+            health: Arc::new(health),
+            gate: Arc::new(gate),
+        }
+    }
 }
 
 /// What became of a status write, as the write driver reports it and the

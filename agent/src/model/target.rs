@@ -85,7 +85,7 @@ impl InstanceTarget {
         let health = status.rollout_health.clone()?;
         let gate = status.rollout_gate.clone()?;
         let at = health.observed_at;
-        Some((DesiredStatus { health, gate }, at))
+        Some((DesiredStatus::new(health, gate), at))
     }
 
     /// What an operator should know about this target that the aggregate

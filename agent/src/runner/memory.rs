@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
 use jiff::Timestamp;
+use tokio::sync::watch;
 
 use crate::model::{DesiredStatus, InstanceKey, InstanceTarget, StatusSink, TargetSource};
 
@@ -63,9 +64,16 @@ impl StatusSink for MemorySink {
 
 /// A fixed (but replaceable) list of targets: the demo, the benches and the
 /// loopback tests. Cheap to clone; clones share the list.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct StaticTargets {
     targets: Arc<RwLock<Vec<InstanceTarget>>>,
+    images: Arc<watch::Sender<u64>>,
+}
+
+impl Default for StaticTargets {
+    fn default() -> Self {
+        StaticTargets::new(Vec::new())
+    }
 }
 
 impl StaticTargets {
@@ -73,16 +81,30 @@ impl StaticTargets {
     pub fn new(targets: Vec<InstanceTarget>) -> Self {
         StaticTargets {
             targets: Arc::new(RwLock::new(targets)),
+            images: Arc::new(watch::Sender::new(0)),
         }
     }
 
-    /// Changes the targets in place (e.g. a new `spec_image`).
+    /// Changes the targets in place (e.g. a new `spec_image`). When an
+    /// instance's `spec_image` changed, the loop hears of it at once
+    /// ([`TargetSource::image_changes`]).
     pub fn update(&self, f: impl FnOnce(&mut Vec<InstanceTarget>)) {
         let mut guard = self
             .targets
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let before: BTreeMap<_, _> = guard
+            .iter()
+            .map(|t| (t.key(), t.spec_image.clone()))
+            .collect();
         f(&mut guard);
+        let changed = guard
+            .iter()
+            .any(|t| before.get(&t.key()).is_some_and(|old| *old != t.spec_image));
+        drop(guard);
+        if changed {
+            self.images.send_modify(|n| *n = n.wrapping_add(1));
+        }
     }
 }
 
@@ -95,5 +117,8 @@ impl TargetSource for StaticTargets {
     }
     fn ready(&self) -> bool {
         true
+    }
+    fn image_changes(&self) -> Option<watch::Receiver<u64>> {
+        Some(self.images.subscribe())
     }
 }

@@ -1,8 +1,12 @@
 //! The agent's main loop, independent of where targets come from and where
-//! statuses go: one task per instance sweeps its pods every interval
-//! (jittered), folds the samples and judges them ([`InstanceEngine`]),
-//! hands the result to a [`StatusSink`] and records it in the
-//! [`FleetView`]. A supervisor keeps one task per current target.
+//! statuses go: one task per instance sweeps its pods at the cadence its
+//! phase calls for ([`cadence`]: every 2 s in a rollout, every 30 s at
+//! rest, by default; jittered), folds the samples and judges them
+//! ([`InstanceEngine`]), hands the result to a [`StatusSink`] and records
+//! it in the [`FleetView`]. A supervisor keeps one task per current
+//! target, and re-reads the targets at once when the source signals a
+//! `spec.image` change ([`TargetSource::image_changes`]); the instance
+//! whose image changed is then swept at once.
 //!
 //! - In a cluster, targets come from the watches
 //!   (`cluster::ClusterTargets`, narrowed by the shard when sharding is on)
@@ -15,16 +19,33 @@
 //! A slow or hung pod only delays its own instance's task: sweeps of
 //! different instances never wait for each other, and every poll is bounded
 //! by the poller's timeout.
+//!
+//! When the agent cannot keep up (more polls due per second than the
+//! poller's global concurrency bound lets through), polls wait for a permit
+//! in arrival order, so every instance slows down alike. Each instance has
+//! at most one sweep in progress and sweeps of one instance never overlap:
+//! a sweep that overran its interval is followed by the next at once, and
+//! missed sweeps are not made up ([`cadence::next_start`]), so what waits
+//! is bounded by the pods tracked, never by time. The achieved interval is
+//! `kura_agent_sweep_interval_seconds` by `cadence`, and every sweep that
+//! overran counts in `kura_agent_sweep_overruns_total`. Samples then age:
+//! past the gate's maximum sample age a verdict turns `sample_stale`
+//! (unhealthy), never healthy.
 
+pub mod cadence;
 mod memory;
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use jiff::Timestamp;
+use kura_schemas::RolloutGate;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use crate::engine::{EngineConfig, InstanceEngine};
 use crate::model::{
@@ -34,15 +55,19 @@ use crate::poll::Poller;
 use crate::telemetry;
 use crate::view::{FleetView, SweepRecord};
 
+pub use cadence::{Cadence, CadenceError, Phase, Why};
 pub use memory::{MemorySink, StaticTargets};
+
+/// Shortest time between two reconciles woken by `spec.image` changes, so
+/// a burst of changes (an expedited rollout) costs a few re-reads of the
+/// targets, not one per change.
+const IMAGE_CHANGE_GAP: Duration = Duration::from_millis(50);
 
 /// Settings of the loop.
 #[derive(Debug, Clone)]
 pub struct LoopConfig {
-    /// Time between two sweeps of one instance, in the clock's time.
-    pub sweep_interval: Duration,
-    /// Relative jitter of each sleep (0.1 = ±10 %).
-    pub jitter: f64,
+    /// How often instances are swept, in the clock's time.
+    pub cadence: Cadence,
     /// How often the supervisor re-reads the targets (real time).
     pub reconcile_every: Duration,
     /// What every instance's engine is held to (aggregation, gate, the
@@ -53,11 +78,19 @@ pub struct LoopConfig {
 impl Default for LoopConfig {
     fn default() -> Self {
         LoopConfig {
-            sweep_interval: Duration::from_secs(10),
-            jitter: 0.1,
+            cadence: Cadence::default(),
             reconcile_every: Duration::from_secs(1),
             engine: EngineConfig::default(),
         }
+    }
+}
+
+impl LoopConfig {
+    /// Checks the cadence against the gate's maximum sample age
+    /// ([`Cadence::validate`]): call at start-up.
+    pub fn validate(&self) -> Result<(), CadenceError> {
+        self.cadence
+            .validate(Duration::from_secs(self.engine.gate.max_sample_age_seconds))
     }
 }
 
@@ -73,6 +106,8 @@ struct Shared {
 
 struct Running {
     target: watch::Sender<InstanceTarget>,
+    /// Whether the task's instance is in a rollout now (for the gauge).
+    in_rollout: Arc<AtomicBool>,
     task: JoinHandle<()>,
 }
 
@@ -111,11 +146,21 @@ impl AgentLoop {
         let mut running: BTreeMap<InstanceKey, Running> = BTreeMap::new();
         let mut tick = tokio::time::interval(self.shared.config.reconcile_every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut images = self.source.image_changes();
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 () = &mut shutdown => break,
                 _ = tick.tick() => self.reconcile(&mut running),
+                changed = image_change(&mut images) => {
+                    if changed {
+                        self.reconcile(&mut running);
+                        tokio::time::sleep(IMAGE_CHANGE_GAP).await;
+                    } else {
+                        // The source dropped its signal: periodic reconciles only.
+                        images = None;
+                    }
+                }
             }
         }
         for (_, r) in std::mem::take(&mut running) {
@@ -161,12 +206,32 @@ impl AgentLoop {
                 _ => {
                     self.shared.sink.seed(&target);
                     let (tx, rx) = watch::channel(target);
-                    let task = tokio::spawn(instance_task(self.shared.clone(), rx));
-                    running.insert(key, Running { target: tx, task });
+                    let in_rollout = Arc::new(AtomicBool::new(true));
+                    let task = tokio::spawn(instance_task(
+                        self.shared.clone(),
+                        rx,
+                        Arc::clone(&in_rollout),
+                    ));
+                    running.insert(
+                        key,
+                        Running {
+                            target: tx,
+                            in_rollout,
+                            task,
+                        },
+                    );
                 }
             }
         }
+        let in_rollout = running
+            .values()
+            .filter(|r| r.in_rollout.load(Ordering::Relaxed))
+            .count();
         metrics::gauge!(telemetry::INSTANCES_TRACKED).set(running.len() as f64);
+        metrics::gauge!(telemetry::INSTANCES_BY_CADENCE, "cadence" => cadence::ROLLOUT)
+            .set(in_rollout as f64);
+        metrics::gauge!(telemetry::INSTANCES_BY_CADENCE, "cadence" => cadence::STEADY)
+            .set((running.len() - in_rollout) as f64);
         metrics::gauge!(telemetry::PODS_TRACKED).set(pods as f64);
         telemetry::publish_verdicts(
             self.shared
@@ -179,20 +244,108 @@ impl AgentLoop {
     }
 }
 
-/// One instance's loop: sweep, fold, judge, publish, sleep.
-async fn instance_task(shared: Arc<Shared>, mut target: watch::Receiver<InstanceTarget>) {
-    let config = &shared.config;
+/// Resolves with `true` when `images` signals a change, with `false` when
+/// its sender is gone; never when there is no signal.
+async fn image_change(images: &mut Option<watch::Receiver<u64>>) -> bool {
+    match images {
+        Some(rx) => rx.changed().await.is_ok(),
+        None => std::future::pending().await,
+    }
+}
+
+/// The phase of `target` given its last verdict, at `now`.
+fn phase_of(
+    target: &InstanceTarget,
+    gate: Option<&RolloutGate>,
+    now: Timestamp,
+    cadence: &Cadence,
+) -> Phase {
+    cadence::phase(
+        &target.spec_image,
+        target.pods.iter().map(|p| p.identity.image.as_deref()),
+        gate,
+        now,
+        cadence.settle,
+    )
+}
+
+/// Why an instance task's wait ended.
+enum Wake {
+    /// The next sweep is due; the phase that set its time.
+    Due(Phase),
+    /// `spec.image` changed: sweep at once.
+    ImageChanged,
+    /// The supervisor dropped the instance.
+    Gone,
+}
+
+/// Waits until the time `due` gives for the current target, recomputed
+/// whenever the target changes (a pod rolling to a new image shortens a
+/// steady wait); ends at once when `spec.image` is no longer `swept_image`.
+async fn wait_next(
+    target: &mut watch::Receiver<InstanceTarget>,
+    swept_image: &str,
+    mut due: impl FnMut(&InstanceTarget) -> (Instant, Phase),
+) -> Wake {
+    loop {
+        let (at, phase) = {
+            let t = target.borrow_and_update();
+            if t.spec_image != swept_image {
+                return Wake::ImageChanged;
+            }
+            due(&t)
+        };
+        tokio::select! {
+            () = tokio::time::sleep_until(at) => return Wake::Due(phase),
+            changed = target.changed() => {
+                if changed.is_err() {
+                    return Wake::Gone;
+                }
+            }
+        }
+    }
+}
+
+/// One instance's loop: wait, sweep, fold, judge, publish.
+async fn instance_task(
+    shared: Arc<Shared>,
+    mut target: watch::Receiver<InstanceTarget>,
+    in_rollout: Arc<AtomicBool>,
+) {
+    let cadence = shared.config.cadence;
     let first = target.borrow_and_update().clone();
     let key = first.key();
     let mut engine =
         InstanceEngine::restore(first.previous_status.as_ref(), Arc::clone(&shared.engine));
     let mut resets_seen = engine.health().map_or(0, |h| h.counter_resets);
-    // Spread the instances' first sweeps over one interval.
-    let spread = config.sweep_interval.mul_f64(rand::random::<f64>());
-    tokio::time::sleep(shared.clock.to_real(spread)).await;
+    // Spread the instances' first sweeps over one interval of the phase
+    // each is found in (restored from its published verdict).
+    let spawned = Instant::now();
+    let spread = rand::random::<f64>();
+    let wake = wait_next(&mut target, &first.spec_image, |t| {
+        let phase = phase_of(t, engine.gate(), shared.clock.now(), &cadence);
+        in_rollout.store(phase.in_rollout(), Ordering::Relaxed);
+        let wait = shared
+            .clock
+            .to_real(cadence.interval(phase).mul_f64(spread));
+        (spawned + wait, phase)
+    })
+    .await;
+    let mut previous: Option<Instant> = None;
+    let mut label = match wake {
+        Wake::Due(phase) => phase.label(),
+        Wake::ImageChanged => cadence::IMAGE_CHANGE,
+        Wake::Gone => return,
+    };
+    drop(first);
     loop {
         let t = target.borrow_and_update().clone();
-        let started = std::time::Instant::now();
+        let started = Instant::now();
+        if let Some(previous) = previous {
+            metrics::histogram!(telemetry::SWEEP_INTERVAL_SECONDS, "cadence" => label)
+                .record(started.duration_since(previous).as_secs_f64());
+        }
+        previous = Some(started);
         let mut samples: Vec<PodSample> = shared.poller.sweep(&t.pollable()).await;
         for s in &mut samples {
             s.received_at = shared.clock.map_real(s.received_at);
@@ -200,17 +353,17 @@ async fn instance_task(shared: Arc<Shared>, mut target: watch::Receiver<Instance
         let now = shared.clock.now();
         samples.extend(t.unreachable_samples(now));
         let (health, gate) = engine.step(&t.info, &t.spec_image, &samples, now);
+        let desired = DesiredStatus {
+            health: Arc::clone(health),
+            gate: Arc::clone(gate),
+        };
         metrics::histogram!(telemetry::SWEEP_DURATION_SECONDS)
             .record(started.elapsed().as_secs_f64());
-        if health.counter_resets > resets_seen {
+        if desired.health.counter_resets > resets_seen {
             metrics::counter!(telemetry::COUNTER_RESETS_TOTAL)
-                .increment(health.counter_resets - resets_seen);
+                .increment(desired.health.counter_resets - resets_seen);
         }
-        resets_seen = health.counter_resets;
-        let desired = DesiredStatus {
-            health: health.clone(),
-            gate: gate.clone(),
-        };
+        resets_seen = desired.health.counter_resets;
         if target.has_changed().is_err() {
             // The supervisor dropped this instance while the sweep ran:
             // publish nothing for it.
@@ -223,32 +376,36 @@ async fn instance_task(shared: Arc<Shared>, mut target: watch::Receiver<Instance
                 spec_image: &t.spec_image,
                 current_pods: &pod_names,
                 samples: &samples,
-                health: Some(desired.health.clone()),
-                gate: Some(desired.gate.clone()),
+                health: Some(Arc::clone(&desired.health)),
+                gate: Some(Arc::clone(&desired.gate)),
                 notes: t.notes(),
                 limits: engine.limits(),
                 at: now,
             },
         );
         shared.sink.publish(&key, desired, now);
-        tokio::time::sleep(real_interval(&shared, rand::random::<f64>())).await;
+        drop(samples);
+        let ended = Instant::now();
+        let unit = rand::random::<f64>();
+        let mut overran_counted = false;
+        let wake = wait_next(&mut target, &t.spec_image, |t| {
+            let phase = phase_of(t, engine.gate(), shared.clock.now(), &cadence);
+            in_rollout.store(phase.in_rollout(), Ordering::Relaxed);
+            let interval = shared.clock.to_real(cadence.jittered_interval(phase, unit));
+            if !overran_counted && cadence::overran(started, ended, interval) {
+                overran_counted = true;
+                metrics::counter!(telemetry::SWEEP_OVERRUNS_TOTAL, "cadence" => phase.label())
+                    .increment(1);
+            }
+            (cadence::next_start(started, ended, interval), phase)
+        })
+        .await;
+        label = match wake {
+            Wake::Due(phase) => phase.label(),
+            Wake::ImageChanged => cadence::IMAGE_CHANGE,
+            Wake::Gone => return,
+        };
     }
-}
-
-/// The jittered sweep interval converted to real time.
-fn real_interval(shared: &Shared, unit: f64) -> Duration {
-    let virtual_interval = jittered(shared.config.sweep_interval, shared.config.jitter, unit);
-    shared.clock.to_real(virtual_interval)
-}
-
-/// `base` scaled by a factor in `[1 - spread, 1 + spread]`, chosen by
-/// `unit` in `[0, 1]` (a random draw the caller provides, so this stays
-/// pure). Used to jitter the sweep interval so that agents started together
-/// do not poll in lock-step.
-fn jittered(base: Duration, spread: f64, unit: f64) -> Duration {
-    let spread = spread.clamp(0.0, 1.0);
-    let unit = unit.clamp(0.0, 1.0);
-    base.mul_f64(1.0 - spread + 2.0 * spread * unit)
 }
 
 #[cfg(test)]
@@ -278,7 +435,7 @@ mod tests {
         let view = FleetView::new();
         let agent_loop = AgentLoop::new(
             LoopConfig {
-                sweep_interval: Duration::from_millis(20),
+                cadence: Cadence::fixed(Duration::from_millis(20)),
                 reconcile_every: Duration::from_millis(10),
                 ..LoopConfig::default()
             },
@@ -307,14 +464,5 @@ mod tests {
         let _ = running.await;
         assert_eq!(notes, expected);
         assert_eq!(notes.len(), 2, "{notes:?}");
-    }
-
-    #[test]
-    fn jitter_stays_within_spread() {
-        let base = Duration::from_secs(10);
-        assert_eq!(jittered(base, 0.1, 0.0), Duration::from_secs(9));
-        assert_eq!(jittered(base, 0.1, 1.0), Duration::from_secs(11));
-        assert_eq!(jittered(base, 0.1, 0.5), base);
-        assert_eq!(jittered(base, 0.0, 0.9), base);
     }
 }

@@ -42,6 +42,10 @@ impl TargetSource for OwnedTargets {
     fn ready(&self) -> bool {
         self.inner.ready() && self.shard.is_ready()
     }
+
+    fn image_changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.inner.image_changes()
+    }
 }
 
 #[cfg(test)]

@@ -46,9 +46,12 @@ fn material_status_change(written: &DesiredStatus, desired: &DesiredStatus) -> b
     if material_change(&written.health, &desired.health) {
         return true;
     }
-    let mut gate = written.gate.clone();
+    if written.gate.evaluated_at == desired.gate.evaluated_at {
+        return written.gate != desired.gate;
+    }
+    let mut gate = (*written.gate).clone();
     gate.evaluated_at = desired.gate.evaluated_at;
-    gate != desired.gate
+    gate != *desired.gate
 }
 
 /// [`is_priority_change`] of the aggregate, or a new verdict.

@@ -382,8 +382,8 @@ mod tests {
     }
 
     fn status(at: i64, ready: bool, fd: u64) -> DesiredStatus {
-        DesiredStatus {
-            health: RolloutHealth {
+        DesiredStatus::new(
+            RolloutHealth {
                 schema_version: 1,
                 observed_at: ts(at),
                 sampled_at: Some(ts(at)),
@@ -412,7 +412,7 @@ mod tests {
                 retired_counters: RetiredCounters::default(),
                 agent: "a".into(),
             },
-            gate: RolloutGate {
+            RolloutGate {
                 target_image: "img".into(),
                 baseline_image: None,
                 baseline_captured_at: None,
@@ -425,7 +425,7 @@ mod tests {
                 evaluated_at: ts(at),
                 evidence: vec![],
             },
-        }
+        )
     }
 
     fn queue(rate: f64, burst: u32) -> WriteQueue {
@@ -621,11 +621,11 @@ mod tests {
         let a = status(0, true, 1);
         let mut b = status(10, true, 1);
         assert!(!(p.material)(&a, &b));
-        b.health.memory_pressure_state = 1;
+        std::sync::Arc::make_mut(&mut b.health).memory_pressure_state = 1;
         assert!((p.material)(&a, &b) && (p.priority)(&a, &b));
         assert!(!(p.priority)(&b, &a), "a fall is not priority");
         let mut c = status(10, true, 1);
-        c.gate.verdict = AgentVerdict::HardStop;
+        std::sync::Arc::make_mut(&mut c.gate).verdict = AgentVerdict::HardStop;
         assert!((p.priority)(&a, &c));
     }
 }

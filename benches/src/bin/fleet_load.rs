@@ -4,6 +4,12 @@
 //!
 //! `cargo run --release -p kura-benches --bin fleet-load -- --pods 10000`
 //!
+//! With `--loop-seconds N` it runs the agent's real run loop instead (its
+//! rollout-aware cadence decides when each instance is swept) for N
+//! seconds after a warm-up, with `--rollout-fraction` of the instances in a
+//! rollout, and reports polls per second, the achieved intervals, CPU and
+//! memory (`kura_benches::loop_side`).
+//!
 //! `--agent-bin NAME=PATH` adds a side: the same agent path run by another
 //! `kura-agent` binary (its hidden `fleet-load-side` subcommand), e.g. the
 //! one taken out of the container image, measured in the same run and
@@ -20,7 +26,9 @@
 use clap::{Parser, Subcommand};
 use kura_agent::cli::fleet_load_side::protocol::Swept;
 use kura_agent::poll::PollConfig;
+use kura_agent::runner::Cadence;
 use kura_benches::error::LoadError;
+use kura_benches::loop_side::{LoopOutcome, LoopRunConfig, LoopRunner, serve_loop};
 use kura_benches::proc_stats::{cpu_time_of, mib};
 use kura_benches::runner::{Runner, RunnerConfig, Side};
 use kura_benches::sim_process::{Generations, SimProcesses, processes_needed, serve};
@@ -86,6 +94,27 @@ struct LoadArgs {
     /// Exit with status 2 when a goal is missed.
     #[arg(long)]
     check: bool,
+    /// Run the agent's real run loop (rollout-aware cadence) for this many
+    /// seconds after a warm-up, instead of the burst sweeps against the
+    /// ceiling.
+    #[arg(long)]
+    loop_seconds: Option<u64>,
+    /// With `--loop-seconds`: the share of instances in a rollout (0 to 1).
+    #[arg(long, default_value_t = 0.05)]
+    rollout_fraction: f64,
+    /// With `--loop-seconds`: the loop's rollout interval.
+    #[arg(long, value_parser = kura_agent::cli::parse::parse_positive_duration,
+          default_value = "2s")]
+    rollout_interval: Duration,
+    /// With `--loop-seconds`: the loop's steady interval.
+    #[arg(long, value_parser = kura_agent::cli::parse::parse_positive_duration,
+          default_value = "30s")]
+    steady_interval: Duration,
+    /// With `--loop-seconds`: one interval for every instance (as
+    /// `kura-agent run --sweep-interval`; `10s` is the agent before the
+    /// rollout-aware cadence).
+    #[arg(long, value_parser = kura_agent::cli::parse::parse_positive_duration)]
+    interval: Option<Duration>,
     /// Also measure another `kura-agent` binary's agent path (its hidden
     /// `fleet-load-side` subcommand), e.g. `image=/tmp/kura-agent` taken out
     /// of the container image; repeatable.
@@ -124,6 +153,26 @@ enum Mode {
         #[arg(long)]
         no_keep_alive: bool,
     },
+    /// Run the agent's run loop for a parent `fleet-load` (internal).
+    #[command(hide = true)]
+    RunLoop {
+        #[arg(long)]
+        concurrency: usize,
+        #[arg(long)]
+        pods_per_instance: usize,
+        #[arg(long)]
+        workers: Option<usize>,
+        #[arg(long)]
+        rollout_fraction: f64,
+        #[arg(long)]
+        rollout_ms: u64,
+        #[arg(long)]
+        steady_ms: u64,
+        #[arg(long)]
+        settle_ms: u64,
+        #[arg(long)]
+        window_ms: u64,
+    },
 }
 
 fn main() -> ExitCode {
@@ -152,6 +201,30 @@ fn main() -> ExitCode {
             },
         )
         .map(|()| true),
+        Some(Mode::RunLoop {
+            concurrency,
+            pods_per_instance,
+            workers,
+            rollout_fraction,
+            rollout_ms,
+            steady_ms,
+            settle_ms,
+            window_ms,
+        }) => serve_loop(LoopRunConfig {
+            concurrency,
+            pods_per_instance,
+            workers,
+            rollout_fraction,
+            cadence: Cadence {
+                rollout_interval: Duration::from_millis(rollout_ms),
+                steady_interval: Duration::from_millis(steady_ms),
+                settle: Duration::from_millis(settle_ms),
+                ..Cadence::default()
+            },
+            window: Duration::from_millis(window_ms),
+        })
+        .map(|()| true),
+        None if cli.load.loop_seconds.is_some() => run_loop(&cli.load),
         None => run(&cli.load),
     };
     match result {
@@ -448,6 +521,156 @@ fn run(args: &LoadArgs) -> Result<bool, LoadError> {
         "every sample a report".to_owned(),
         measured.iter().all(|m| m.record.failed() == 0),
     ));
+    println!();
+    for (goal, met) in &goals {
+        println!("{:<50} {}", goal, if *met { "met" } else { "MISSED" });
+    }
+    Ok(!args.check || goals.iter().all(|(_, met)| *met))
+}
+
+/// Goal: at rest, at most this share of the polls per second of the
+/// agent before the rollout-aware cadence (every pod every 10 s).
+const GOAL_POLL_SHARE: f64 = 1.0 / 3.0;
+/// The agent's interval before the rollout-aware cadence.
+const BEFORE_INTERVAL: Duration = Duration::from_secs(10);
+
+/// `--loop-seconds`: the run loop over the simulated pods.
+fn run_loop(args: &LoadArgs) -> Result<bool, LoadError> {
+    let limit = raise_fd_limit(1 << 20).map_err(LoadError::Child)?;
+    // Only the loop's connections: listener + one kept connection per pod.
+    let procs = args
+        .sim_procs
+        .unwrap_or_else(|| processes_needed(args.pods, limit, 1));
+    let exe = std::env::current_exe().map_err(LoadError::Child)?;
+    let sims = SimProcesses::spawn(&exe, args.pods, procs, 1, args.generation)?;
+    let sim_pids = sims.pids();
+    let cadence = match args.interval {
+        Some(i) => Cadence::fixed(i),
+        None => Cadence {
+            rollout_interval: args.rollout_interval,
+            steady_interval: args.steady_interval,
+            ..Cadence::default()
+        },
+    };
+    let config = LoopRunConfig {
+        concurrency: args.concurrency,
+        pods_per_instance: args.pods_per_instance,
+        workers: args.workers,
+        rollout_fraction: args.rollout_fraction,
+        cadence,
+        window: Duration::from_secs(args.loop_seconds.unwrap_or(60).max(1)),
+    };
+    let sim_before = sim_cpu(&sim_pids);
+    let mut runner = LoopRunner::spawn(&exe, &config, sims.targets())?;
+    let o: LoopOutcome = runner.outcome()?;
+    let sim_after = sim_cpu(&sim_pids);
+    let peak = runner.peak_rss()?;
+    drop(runner);
+    drop(sims);
+
+    let n = args.pods;
+    let before = n as f64 / BEFORE_INTERVAL.as_secs_f64();
+    let pps = o.polls_per_second();
+    let window = o.window.as_secs_f64().max(1e-9);
+    let secs = |d: Duration| format!("{:.3} s", d.as_secs_f64());
+    println!(
+        "fleet-load, run loop: {n} pods in {} instances of up to {} pods, {} in a rollout ({:.1} %), {} at rest; concurrency {}",
+        o.instances.0 + o.instances.1,
+        args.pods_per_instance,
+        o.instances.0,
+        args.rollout_fraction * 100.0,
+        o.instances.1,
+        args.concurrency,
+    );
+    println!(
+        "cadence: rollout {:?}, steady {:?} (±{:.0} % jitter); counted {:.1} s after a {:.1} s warm-up",
+        cadence.rollout_interval,
+        cadence.steady_interval,
+        cadence.jitter * 100.0,
+        window,
+        config.warmup().as_secs_f64(),
+    );
+    println!();
+    let rows: Vec<(String, String)> = vec![
+        ("pod polls per second, all".into(), format!("{pps:.0}")),
+        (
+            "  by instances in a rollout".into(),
+            format!("{:.0}", o.polls.0 as f64 / window),
+        ),
+        (
+            "  by instances at rest".into(),
+            format!("{:.0}", o.polls.1 as f64 / window),
+        ),
+        (
+            format!("before (every pod every {BEFORE_INTERVAL:?})"),
+            format!("{before:.0}"),
+        ),
+        (
+            "  fewer polls than before, all".into(),
+            format!("{:.2}x", before / pps.max(1e-9)),
+        ),
+        (
+            "  fewer polls than before, pods at rest".into(),
+            format!(
+                "{:.2}x",
+                (before * o.polls_share_at_rest()) / (o.polls.1 as f64 / window).max(1e-9)
+            ),
+        ),
+        (
+            "interval in a rollout: median / p99 / max".into(),
+            format!(
+                "{} / {} / {} ({} intervals)",
+                secs(o.rollout.p50),
+                secs(o.rollout.p99),
+                secs(o.rollout.max),
+                o.rollout.count
+            ),
+        ),
+        (
+            "interval at rest: median / p99 / max".into(),
+            format!(
+                "{} / {} / {} ({} intervals)",
+                secs(o.steady.p50),
+                secs(o.steady.p99),
+                secs(o.steady.max),
+                o.steady.count
+            ),
+        ),
+        (
+            "sweeps that overran their interval".into(),
+            o.overruns.to_string(),
+        ),
+        ("failed polls".into(), o.failed_polls.to_string()),
+        (
+            "agent CPU, share of one core".into(),
+            format!("{:.1} %", o.cpu_share() * 100.0),
+        ),
+        (
+            "simulators' CPU (whole run), share of one core".into(),
+            match (sim_before, sim_after) {
+                (Some(b), Some(a)) => format!(
+                    "{:.1} %",
+                    a.saturating_sub(b).as_secs_f64() / (window + config.warmup().as_secs_f64())
+                        * 100.0
+                ),
+                _ => "n/a".into(),
+            },
+        ),
+        ("agent peak RSS".into(), format!("{:.1} MiB", mib(peak))),
+    ];
+    for (label, value) in &rows {
+        println!("{label:<48} {value:>32}");
+    }
+    let goals = [
+        (
+            format!(
+                "polls per second <= 1/3 of before ({:.0})",
+                before * GOAL_POLL_SHARE
+            ),
+            pps <= before * GOAL_POLL_SHARE,
+        ),
+        ("every poll a report".to_owned(), o.failed_polls == 0),
+    ];
     println!();
     for (goal, met) in &goals {
         println!("{:<50} {}", goal, if *met { "met" } else { "MISSED" });

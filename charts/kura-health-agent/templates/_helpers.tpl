@@ -88,7 +88,13 @@ spec:
         {{- end }}
         - --container-name={{ .Values.watch.containerName }}
         - --port={{ .Values.poll.port }}
+        {{- if .Values.poll.interval }}
         - --sweep-interval={{ .Values.poll.interval }}
+        {{- else }}
+        - --rollout-interval={{ .Values.poll.rolloutInterval }}
+        - --steady-interval={{ .Values.poll.steadyInterval }}
+        {{- end }}
+        - --settle={{ .Values.poll.settle }}
         - --poll-timeout={{ .Values.poll.timeout }}
         - --poll-concurrency={{ .Values.poll.concurrency }}
         - --body-limit={{ .Values.poll.bodyLimitBytes }}

@@ -63,7 +63,7 @@ use crate::debug::{DebugServer, DebugState};
 use crate::engine::EngineConfig;
 use crate::model::ScaledClock;
 use crate::poll::{PollConfig, Poller};
-use crate::runner::{AgentLoop, LoopConfig, MemorySink, StaticTargets};
+use crate::runner::{AgentLoop, Cadence, LoopConfig, MemorySink, StaticTargets};
 use crate::view::FleetView;
 use kura_sim::{Addressing, SimError, Simulator};
 
@@ -113,7 +113,8 @@ pub struct DemoConfig {
     pub fleet: Vec<DemoInstance>,
     /// The gate: documented soaks and limits, a shorter wave deadline.
     pub gate: GateConfig,
-    /// The agent's sweep interval (simulated time).
+    /// The agent's sweep interval (simulated time), in a rollout or not:
+    /// the story's timeline is paced by it.
     pub sweep_interval: Duration,
     /// The orchestrator's tick (simulated time).
     pub tick: Duration,
@@ -187,14 +188,13 @@ impl Demo {
         let mut tasks = vec![tokio::spawn(server.serve(std::future::pending::<()>()))];
 
         let loop_config = LoopConfig {
-            sweep_interval: config.sweep_interval,
+            cadence: Cadence::fixed(config.sweep_interval),
             reconcile_every: Duration::from_millis(50),
             engine: EngineConfig {
                 agent: "kura-agent-demo".to_owned(),
                 gate: config.gate.clone(),
                 ..EngineConfig::default()
             },
-            ..LoopConfig::default()
         };
         let agent = AgentLoop::new(
             loop_config,

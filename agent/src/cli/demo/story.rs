@@ -347,7 +347,7 @@ impl Demo {
         )?;
         let all = self.sink.all();
         for s in servers.iter_mut().filter(|s| s.spec.wave == wave) {
-            let view = all.get(&s.key).map(|d| HealthView::from(&d.health));
+            let view = all.get(&s.key).map(|d| HealthView::from(&*d.health));
             let baseline = Baseline::capture(view.as_ref(), now, &self.config.gate);
             tl.at(
                 now,
@@ -504,7 +504,7 @@ impl Demo {
 
             let mut inputs = Vec::new();
             for s in servers.iter_mut().filter(|s| s.spec.wave <= wave) {
-                let health = all.get(&s.key).map(|d| &d.health);
+                let health = all.get(&s.key).map(|d| &*d.health);
                 let is_converged = s.deployment == Some(Deployment::Succeeded)
                     && converged(health, s.spec.replicas);
                 if is_converged

@@ -176,8 +176,8 @@ async fn step(shared: Arc<Shared>, mut inst: Instance) -> (Instance, Step) {
     let (health, gate) = inst.engine.step(&inst.info, IMAGE, &samples, now);
     let fold = thread_cpu_time().saturating_sub(folding);
     let desired = DesiredStatus {
-        health: health.clone(),
-        gate: gate.clone(),
+        health: Arc::clone(health),
+        gate: Arc::clone(gate),
     };
     shared.view.record_sweep(
         &inst.key,
@@ -185,8 +185,8 @@ async fn step(shared: Arc<Shared>, mut inst: Instance) -> (Instance, Step) {
             spec_image: IMAGE,
             current_pods: &inst.pod_names,
             samples: &samples,
-            health: Some(desired.health.clone()),
-            gate: Some(desired.gate.clone()),
+            health: Some(Arc::clone(&desired.health)),
+            gate: Some(Arc::clone(&desired.gate)),
             notes: Vec::new(),
             limits: inst.engine.limits(),
             at: now,

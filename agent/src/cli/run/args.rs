@@ -16,7 +16,7 @@ use crate::cli::parse::{parse_positive_duration, parse_positive_signed, parse_ra
 use crate::cluster::{DiscoveryConfig, PollPort, TargetConfig};
 use crate::engine::EngineConfig;
 use crate::poll::PollConfig;
-use crate::runner::LoopConfig;
+use crate::runner::{Cadence, CadenceError, LoopConfig};
 use crate::shard::{ShardConfig, ShardError};
 use crate::write::WriteQueueConfig;
 
@@ -29,6 +29,9 @@ pub enum ConfigError {
     /// The sharding settings are unusable.
     #[error("sharding: {0}")]
     Shard(#[from] ShardError),
+    /// The sweep intervals are unusable.
+    #[error("sweep cadence: {0}")]
+    Cadence(#[from] CadenceError),
 }
 
 /// Flags of `kura-agent run`. Every flag can also be set by the environment
@@ -87,9 +90,33 @@ pub struct RunArgs {
           value_parser = clap::value_parser!(u32).range(1..))]
     pub body_limit: u32,
 
-    /// Time between sweeps (each sleep is jittered by ±10 %).
-    #[arg(long, env = "KURA_AGENT_SWEEP_INTERVAL", default_value = "10s", value_parser = parse_positive_duration)]
-    pub sweep_interval: Duration,
+    /// Time between two sweeps of an instance in a rollout: from the moment
+    /// its `spec.image` differs from its baseline's image or its pods run
+    /// more than one image, until its verdict has been healthy for
+    /// `--settle`; and while its verdict is unhealthy or a hard stop (or it
+    /// has none yet). Jittered by ±10 %.
+    #[arg(long, env = "KURA_AGENT_ROLLOUT_INTERVAL", default_value = "2s",
+          value_parser = parse_positive_duration, conflicts_with = "sweep_interval")]
+    pub rollout_interval: Duration,
+
+    /// Time between two sweeps of an instance at rest (not in a rollout).
+    /// Jittered by ±10 %; must stay below the maximum sample age (180 s)
+    /// with its jitter, so at most 163 s.
+    #[arg(long, env = "KURA_AGENT_STEADY_INTERVAL", default_value = "30s",
+          value_parser = parse_positive_duration, conflicts_with = "sweep_interval")]
+    pub steady_interval: Duration,
+
+    /// How long an upgraded instance's verdict must have been healthy
+    /// before it is swept at the steady interval again.
+    #[arg(long, env = "KURA_AGENT_SETTLE", default_value = "20m", value_parser = parse_positive_duration)]
+    pub settle: Duration,
+
+    /// One interval for every instance, in a rollout or not: sets both
+    /// `--rollout-interval` and `--steady-interval` (and cannot be combined
+    /// with either). `--interval` is the same flag.
+    #[arg(long, alias = "interval", env = "KURA_AGENT_SWEEP_INTERVAL",
+          value_parser = parse_positive_duration)]
+    pub sweep_interval: Option<Duration>,
 
     /// Rewrite an unchanged status at least this often.
     #[arg(long, env = "KURA_AGENT_HEARTBEAT", default_value = "30s", value_parser = parse_positive_duration)]
@@ -200,11 +227,26 @@ impl RunArgs {
         }
     }
 
+    /// How often instances are swept: `--sweep-interval` for both phases
+    /// when set, else `--rollout-interval` and `--steady-interval`.
+    pub fn cadence(&self) -> Cadence {
+        let (rollout_interval, steady_interval) = match self.sweep_interval {
+            Some(both) => (both, both),
+            None => (self.rollout_interval, self.steady_interval),
+        };
+        Cadence {
+            rollout_interval,
+            steady_interval,
+            settle: self.settle,
+            ..Cadence::default()
+        }
+    }
+
     /// The loop's and every instance engine's settings; `agent` is written
-    /// to `rolloutHealth.agent`.
+    /// to `rolloutHealth.agent`. Check them with [`LoopConfig::validate`].
     pub fn loop_config(&self, agent: String) -> LoopConfig {
         LoopConfig {
-            sweep_interval: self.sweep_interval,
+            cadence: self.cadence(),
             engine: EngineConfig {
                 agent,
                 aggregate: AggregateConfig {
@@ -291,7 +333,13 @@ mod tests {
         assert_eq!(a.poll_concurrency, 64);
         assert_eq!(a.poll_timeout, Duration::from_secs(2));
         assert_eq!(a.body_limit, 65536);
-        assert_eq!(a.sweep_interval, Duration::from_secs(10));
+        assert_eq!(a.sweep_interval, None);
+        let c = a.cadence();
+        assert_eq!(c.rollout_interval, Duration::from_secs(2));
+        assert_eq!(c.steady_interval, Duration::from_secs(30));
+        assert_eq!(c.settle, Duration::from_secs(20 * 60));
+        assert_eq!(c.jitter, 0.1);
+        assert_eq!(a.loop_config("me".into()).validate(), Ok(()));
         assert_eq!(a.heartbeat, Duration::from_secs(30));
         assert_eq!(a.write_rate, 50.0);
         assert_eq!(a.retention, SignedDuration::from_hours(1));
@@ -406,13 +454,62 @@ mod tests {
         assert!(!poll.keep_alive);
         assert_eq!(poll.body_limit, 64 * 1024);
         let l = w.args.loop_config("agent-0".into());
-        assert_eq!(l.sweep_interval, Duration::from_secs(3));
+        assert_eq!(l.cadence, Cadence::fixed(Duration::from_secs(3)));
         assert_eq!(l.engine.agent, "agent-0");
         assert_eq!(l.engine.aggregate.retention, SignedDuration::from_mins(90));
         assert_eq!(l.engine.gate, GateConfig::default());
         // A retention that is no positive duration is refused at start,
         // never replaced by a default.
         for bad in ["--retention=0s", "--retention=-1h", "--retention=60"] {
+            assert!(Wrapper::try_parse_from(["x", bad]).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn cadence_flags() {
+        let w = Wrapper::try_parse_from([
+            "x",
+            "--rollout-interval=1s",
+            "--steady-interval=1m",
+            "--settle=5m",
+        ])
+        .expect("parse");
+        let c = w.args.cadence();
+        assert_eq!(c.rollout_interval, Duration::from_secs(1));
+        assert_eq!(c.steady_interval, Duration::from_secs(60));
+        assert_eq!(c.settle, Duration::from_secs(300));
+        // --interval is --sweep-interval: both phases.
+        for flag in ["--interval=5s", "--sweep-interval=5s"] {
+            let w = Wrapper::try_parse_from(["x", flag]).expect("parse");
+            assert_eq!(w.args.cadence().rollout_interval, Duration::from_secs(5));
+            assert_eq!(w.args.cadence().steady_interval, Duration::from_secs(5));
+        }
+        // ... and never together with either of the two.
+        for other in ["--rollout-interval=1s", "--steady-interval=1m"] {
+            let err = Wrapper::try_parse_from(["x", "--interval=5s", other])
+                .err()
+                .expect("refused");
+            assert_eq!(
+                err.kind(),
+                clap::error::ErrorKind::ArgumentConflict,
+                "{err}"
+            );
+        }
+        // A steady interval that lets samples go stale at rest is refused
+        // at start-up, with the reason.
+        let w = Wrapper::try_parse_from(["x", "--steady-interval=3m"]).expect("parse");
+        let err = w
+            .args
+            .loop_config("a".into())
+            .validate()
+            .map_err(ConfigError::from)
+            .expect_err("refused");
+        assert!(err.to_string().contains("maximum sample age"), "{err}");
+        for bad in [
+            "--settle=0s",
+            "--rollout-interval=0s",
+            "--steady-interval=30",
+        ] {
             assert!(Wrapper::try_parse_from(["x", bad]).is_err(), "{bad}");
         }
     }

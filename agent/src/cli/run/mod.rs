@@ -112,9 +112,13 @@ pub async fn run_with_client(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), RunError> {
     let agent = args.resolve_identity()?;
+    let loop_config = args.loop_config(agent.clone());
+    loop_config.validate().map_err(ConfigError::from)?;
     let sharding = Sharding::start(client.clone(), args.shard_config(&agent)?);
     tracing::info!(%agent, namespaces = ?args.namespaces, sharding = sharding.is_on(),
-        "starting kura-agent");
+        rollout_interval = ?loop_config.cadence.rollout_interval,
+        steady_interval = ?loop_config.cadence.steady_interval,
+        settle = ?loop_config.cadence.settle, "starting kura-agent");
 
     let (discovery, driver) = Discovery::start(client.clone(), &args.discovery_config());
     let driver = tokio::spawn(driver);
@@ -165,7 +169,7 @@ pub async fn run_with_client(
         args.target_config(),
     )));
     let agent_loop = AgentLoop::new(
-        args.loop_config(agent),
+        loop_config,
         Poller::new(args.poll_config()),
         targets,
         Arc::new(handle.clone()),
