@@ -25,7 +25,9 @@ use kura_schemas::gate_status::MAX_CONFIG_ERROR_BYTES;
 use kura_schemas::{KuraInstanceStatus, RolloutGate, RolloutHealth};
 
 use crate::aggregate::{AggregateConfig, InstanceAggregator};
-use crate::model::{GATE_CONFIG_ANNOTATION, InstanceInfo, InstanceKey, PodSample, SampleResult};
+use crate::model::{
+    GATE_CONFIG_ANNOTATION, GateLimits, InstanceInfo, InstanceKey, PodSample, SampleResult,
+};
 
 /// What every instance's engine is held to; shared by all of them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -204,6 +206,14 @@ impl InstanceEngine {
         self.last_gate.as_deref()
     }
 
+    /// The limits the last verdict compared against (`None` before the
+    /// first verdict), for the fleet view.
+    pub fn limits(&self) -> Option<GateLimits> {
+        self.last_gate
+            .as_ref()
+            .map(|gate| gate_limits(self.gate_config(), gate))
+    }
+
     /// Fold one sweep and judge it. When `spec_image` differs from the image
     /// the last verdict judged, the last aggregate taken on the old image
     /// becomes the baseline: this sweep's own, when every pod in it answered
@@ -247,6 +257,23 @@ impl InstanceEngine {
     }
 }
 
+/// The limits `gate` was judged against under `config`: the sample-age
+/// limits and each counter's band top from the effective baseline (the
+/// same arithmetic as the counter checks; a null baseline has no band).
+pub fn gate_limits(config: &GateConfig, gate: &RolloutGate) -> GateLimits {
+    let base = &gate.effective_baseline;
+    GateLimits {
+        max_sample_age_seconds: config.max_sample_age_seconds,
+        future_skew_seconds: config.future_skew_seconds,
+        outbox_band_top: base.outbox_messages.map(|b| config.outbox_band_top(b)),
+        fd_timeout_band_top: base.fd_timeout_count.map(|b| config.fd_timeout_band_top(b)),
+        peer_failure_band_top: base
+            .peer_connection_failures
+            .map(|b| config.peer_failure_band_top(b)),
+        counters_compared: gate.soak_eligible,
+    }
+}
+
 /// Whether `samples` is not empty and every one is a report from a pod
 /// that runs `image` (by its pod spec).
 fn all_on(samples: &[PodSample], image: &str) -> bool {
@@ -259,9 +286,49 @@ fn all_on(samples: &[PodSample], image: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kura_schemas::{AgentVerdict, BaselineCounters};
+
+    #[test]
+    fn limits_follow_the_effective_baseline_and_the_config() {
+        let config = GateConfig {
+            fd_timeout_band: 2,
+            max_sample_age_seconds: 90,
+            ..GateConfig::default()
+        };
+        let gate = RolloutGate {
+            target_image: "img:2".into(),
+            baseline_image: Some("img:1".into()),
+            baseline_captured_at: None,
+            baseline: BaselineCounters {
+                outbox_messages: Some(1000),
+                fd_timeout_count: Some(9),
+                peer_connection_failures: None,
+            },
+            effective_baseline: BaselineCounters {
+                outbox_messages: Some(1000),
+                fd_timeout_count: Some(8),
+                peer_connection_failures: None,
+            },
+            soak_eligible: true,
+            verdict: AgentVerdict::Healthy,
+            signal: None,
+            healthy_since: None,
+            evaluated_at: Timestamp::UNIX_EPOCH,
+            evidence: Vec::new(),
+            config_error: None,
+        };
+        let l = gate_limits(&config, &gate);
+        assert_eq!(l.max_sample_age_seconds, 90);
+        assert_eq!(l.future_skew_seconds, 60);
+        assert_eq!(l.fd_timeout_band_top, Some(10), "effective 8 + band 2");
+        assert_eq!(l.outbox_band_top, Some(1100), "1000 + 10 %");
+        assert_eq!(l.peer_failure_band_top, None, "a null baseline has no band");
+        assert!(l.counters_compared);
+    }
+
     use crate::model::PodIdentity;
     use jiff::SignedDuration;
-    use kura_schemas::{AgentVerdict, Signal, parse_report};
+    use kura_schemas::{Signal, parse_report};
     use kura_sim::SimNode;
 
     const V1: &str = "ghcr.io/tuist/kura:1.0.0";

@@ -3,8 +3,23 @@
 //! discovery's notes and the last status write with its result. The run
 //! loop records sweeps; `kura-agent run` hands it the write driver's
 //! results; the presentation (debug server, `/metrics`) only reads it.
+//!
+//! Beside the last sweep, each instance has a bounded history of the last
+//! hour ([`history`]: fixed buckets whatever the sweep interval) and since
+//! when it stands as it does ([`Standing`], [`Since`]), for the fleet and
+//! instance pages.
 
-use crate::model::{InstanceKey, LastWrite, PodSample, SampleResult, WriteRecord};
+mod history;
+mod standing;
+
+pub use history::{
+    BUCKET_SECONDS, BandChange, BandTops, HISTORY_BUCKETS, HistoryPoint, HistoryView,
+    MAX_BAND_MARKS, Since,
+};
+pub use standing::Standing;
+
+use crate::model::{GateLimits, InstanceKey, LastWrite, PodSample, SampleResult, WriteRecord};
+use history::{History, HistoryInput};
 use jiff::Timestamp;
 use kura_schemas::{AgentVerdict, NodeReport, RolloutGate, RolloutHealth, Signal};
 use serde::Serialize;
@@ -135,7 +150,7 @@ impl InstanceView {
 
     /// The verdict and signal, when there is a verdict.
     pub fn verdict(&self) -> Option<(AgentVerdict, Option<Signal>)> {
-        self.gate.as_ref().map(|g| (g.verdict, g.signal))
+        self.gate.as_deref().map(|g| (g.verdict, g.signal))
     }
 }
 
@@ -189,6 +204,9 @@ pub struct SweepRecord<'a> {
     pub gate: Option<Arc<RolloutGate>>,
     /// What discovery noted about the instance (replaces earlier notes).
     pub notes: Vec<String>,
+    /// The limits the verdict compared against (the engine's
+    /// `InstanceEngine::limits`), for the pages' bands.
+    pub limits: Option<GateLimits>,
     /// When the sweep finished.
     pub at: Timestamp,
 }
@@ -244,9 +262,21 @@ pub struct MemberSummary {
     pub settled: bool,
 }
 
+/// What the per-instance histories occupy, from
+/// [`FleetView::history_footprint`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HistoryFootprint {
+    /// Instances with a history.
+    pub instances: usize,
+    /// Bytes: the histories, their band marks and their keys (map nodes
+    /// not counted).
+    pub bytes: usize,
+}
+
 #[derive(Default)]
 struct FleetState {
     instances: BTreeMap<InstanceKey, InstanceView>,
+    histories: BTreeMap<InstanceKey, Box<History>>,
     sync_probe: Option<SyncProbe>,
     members: Option<Arc<dyn MembersSource>>,
 }
@@ -304,7 +334,26 @@ impl FleetView {
     /// into the last sample per pod; pods not in `current_pods` are
     /// dropped), the aggregate and the verdict.
     pub fn record_sweep(&self, key: &InstanceKey, sweep: SweepRecord<'_>) {
+        let point = HistoryInput {
+            at: sweep.at,
+            standing: Standing::of(sweep.gate.as_deref()),
+            fd_timeouts: sweep.health.as_deref().map(|h| h.fd_timeout_count),
+            peer_failures: sweep
+                .health
+                .as_ref()
+                .and_then(|h| h.peer_connection_failures),
+            outbox: sweep.health.as_deref().and_then(|h| h.outbox_messages),
+            limits: sweep.limits,
+        };
         let mut state = self.write();
+        match state.histories.get_mut(key) {
+            Some(history) => history.record(&point),
+            None => {
+                state
+                    .histories
+                    .insert(key.clone(), Box::new(History::new(&point)));
+            }
+        }
         let view = state
             .instances
             .entry(key.clone())
@@ -338,7 +387,43 @@ impl FleetView {
 
     /// Keeps only the instances for which `keep` is true.
     pub fn retain(&self, keep: impl Fn(&InstanceKey) -> bool) {
-        self.write().instances.retain(|k, _| keep(k));
+        let mut state = self.write();
+        state.instances.retain(|k, _| keep(k));
+        state.histories.retain(|k, _| keep(k));
+    }
+
+    /// The last hour of `key` up to `now`, once it has been swept.
+    pub fn history(&self, key: &InstanceKey, now: Timestamp) -> Option<HistoryView> {
+        self.read().histories.get(key).map(|h| h.view(now))
+    }
+
+    /// Since when every swept instance stands as it does.
+    pub fn since_all(&self) -> BTreeMap<InstanceKey, Since> {
+        self.read()
+            .histories
+            .iter()
+            .map(|(k, h)| (k.clone(), h.since()))
+            .collect()
+    }
+
+    /// What the histories occupy (the load harness reports it).
+    pub fn history_footprint(&self) -> HistoryFootprint {
+        let state = self.read();
+        let bytes = state
+            .histories
+            .iter()
+            .map(|(k, h)| {
+                std::mem::size_of::<InstanceKey>()
+                    + k.namespace.capacity()
+                    + k.name.capacity()
+                    + std::mem::size_of::<Box<History>>()
+                    + h.heap_bytes()
+            })
+            .sum();
+        HistoryFootprint {
+            instances: state.histories.len(),
+            bytes,
+        }
     }
 
     /// Every instance, by namespace and name.
@@ -419,6 +504,7 @@ mod tests {
                 health: None,
                 gate: None,
                 notes: vec!["status.rolloutGate unreadable: x".into()],
+                limits: None,
                 at: ts(0),
             },
         );
@@ -436,6 +522,7 @@ mod tests {
                 health: None,
                 gate: None,
                 notes: Vec::new(),
+                limits: None,
                 at: ts(10),
             },
         );
@@ -444,6 +531,45 @@ mod tests {
         assert_eq!(view.pods.len(), 1);
         assert_eq!(view.pods[0].error.as_deref(), Some("HTTP 500"));
         assert_eq!(view.swept_at, Some(ts(10)));
+    }
+
+    #[test]
+    fn sweeps_feed_a_bounded_history_that_leaves_with_the_instance() {
+        let v = FleetView::new();
+        let k = InstanceKey::new("ns", "a");
+        assert!(v.history(&k, ts(0)).is_none());
+        for s in 0..400 {
+            v.record_sweep(
+                &k,
+                SweepRecord {
+                    spec_image: "img",
+                    current_pods: &[],
+                    samples: &[],
+                    health: None,
+                    gate: None,
+                    notes: Vec::new(),
+                    limits: None,
+                    at: ts(s * 5),
+                },
+            );
+        }
+        let h = v.history(&k, ts(2000)).expect("history");
+        assert_eq!(h.points.len(), HISTORY_BUCKETS);
+        assert!(
+            h.points
+                .iter()
+                .any(|p| p.standing == Some(Standing::NoSample))
+        );
+        assert_eq!(v.since_all()[&k].standing, Standing::NoSample);
+        let footprint = v.history_footprint();
+        assert_eq!(footprint.instances, 1);
+        assert!(
+            footprint.bytes > 1000 && footprint.bytes < 1500,
+            "{footprint:?}"
+        );
+        v.retain(|_| false);
+        assert!(v.history(&k, ts(2000)).is_none());
+        assert_eq!(v.history_footprint().instances, 0);
     }
 
     #[test]
@@ -471,6 +597,7 @@ mod tests {
                 health: None,
                 gate: None,
                 notes: Vec::new(),
+                limits: None,
                 at: ts(0),
             },
         );

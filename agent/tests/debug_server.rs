@@ -110,6 +110,7 @@ async fn start() -> Fixture {
             health: Some(std::sync::Arc::new(health(false))),
             gate: Some(std::sync::Arc::new(gate())),
             notes: vec!["1 pod(s) beyond the per-instance limit are not polled".into()],
+            limits: None,
             at: ts("2026-07-21T10:00:10Z"),
         },
     );
@@ -124,6 +125,7 @@ async fn start() -> Fixture {
             health: None,
             gate: None,
             notes: Vec::new(),
+            limits: None,
             at: ts("2026-07-21T10:00:10Z"),
         },
     );
@@ -298,7 +300,10 @@ async fn the_overview_escapes_everything() {
     let r = request(f.addr, "GET", "/").await;
     assert_eq!(r.status, 200);
     assert!(r.headers.contains("content-type: text/html"));
-    assert!(!r.body.contains("<script>"), "{}", r.body);
+    // Only the page's own script (allowed by its hash in the CSP), never
+    // the instance name's.
+    assert_eq!(r.body.matches("<script").count(), 1, "{}", r.body);
+    assert!(!r.body.contains("alert('x')"), "{}", r.body);
     assert!(
         r.body
             .contains("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;"),
@@ -382,6 +387,7 @@ async fn pod_rows_show_outbox_capacity_fullness_and_fence_state() {
             health: None,
             gate: None,
             notes: Vec::new(),
+            limits: None,
             at: ts("2026-07-21T10:00:10Z"),
         },
     );
@@ -407,4 +413,21 @@ async fn pod_rows_show_outbox_capacity_fullness_and_fence_state() {
     );
     assert_eq!(pods[3]["ringFullnessPercent"], 100, "clamped where shown");
     assert_eq!(pods[3]["outboxCapacity"], 64);
+
+    // The instance page shows the same beside each pod.
+    let page = request(f.addr, "GET", "/instances/kura/shapes").await;
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body.contains("35 / 10000"),
+        "outbox beside its capacity"
+    );
+    assert!(
+        page.body.contains("Fencing · epoch 7 · valid yes"),
+        "fence state"
+    );
+    assert!(
+        page.body.contains("<td class=\"num\">100 %</td>"),
+        "fullness clamped"
+    );
+    assert!(page.body.contains("not fenced"));
 }

@@ -101,10 +101,10 @@ async fn the_demo_passes_the_canary_and_stops_the_regression_with_evidence() {
     let lines: Vec<&str> = text.lines().collect();
     assert!(lines.len() < 120, "{} lines", lines.len());
     assert!(
-        lines[..10]
-            .iter()
-            .any(|l| l.contains(&format!("http://{addr}/"))),
-        "the debug address comes first"
+        lines[0].contains("open the fleet page at")
+            && lines[0].contains(&format!("http://{addr}/")),
+        "the page's address comes first: {}",
+        lines[0]
     );
     for needle in [
         "wave 0 (canary): soak (soaking)",
@@ -123,6 +123,26 @@ async fn the_demo_passes_the_canary_and_stops_the_regression_with_evidence() {
     let json = instances.split("\r\n\r\n").nth(1).unwrap();
     let value: serde_json::Value = serde_json::from_str(json).unwrap();
     assert_eq!(value.as_array().map(Vec::len), Some(8), "{value}");
+
+    // The pages stay up after the story (the demo is not dropped yet):
+    // the stopped wave's instance first on the fleet page, and its own
+    // page with the evidence as a sentence and the chart's band.
+    let page = get(addr, "/").await;
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    let first_row = page
+        .split("<tbody id=\"rows\" data-live>")
+        .nth(1)
+        .and_then(|b| b.split("</tr>").next())
+        .unwrap_or_else(|| panic!("no fleet table in {page}"));
+    assert!(first_row.contains("kura/umbrella-us-east"), "{first_row}");
+    assert!(first_row.contains("fd_timeouts_regressed"), "{first_row}");
+    let page = get(addr, "/instances/kura/umbrella-us-east").await;
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    assert!(page.contains("<strong>unhealthy</strong> since"), "{page}");
+    assert!(page.contains(": fd timeouts "), "{page}");
+    assert!(page.contains("<polyline class=\"band\""), "the band line");
+    assert!(page.contains("<circle class=\"pt\""), "the chart's points");
+    drop(demo);
 }
 
 #[test]
@@ -142,6 +162,57 @@ fn the_binary_exits_0_when_the_story_plays_as_designed() {
         text.contains("wave 2           hard_stop  wave_deadline_exceeded"),
         "{text}"
     );
+}
+
+#[test]
+fn keep_serving_keeps_the_page_up_after_the_story_until_ctrl_c() {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kura-agent"))
+        .args([
+            "demo",
+            "--time-scale",
+            "200",
+            "--listen",
+            "127.0.0.1:0",
+            "--keep-serving",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let url = first
+        .split("open the fleet page at ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no address first: {first}"))
+        .to_owned();
+    let addr: SocketAddr = url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .parse()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut over = false;
+    for line in lines.by_ref() {
+        if line.unwrap().contains("the fleet page stays up at") {
+            over = true;
+            break;
+        }
+        assert!(Instant::now() < deadline, "the story did not end in 60 s");
+    }
+    assert!(over, "the story ended without keeping the page up");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let page = rt.block_on(get(addr, "/"));
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    assert!(page.contains("kura/umbrella-us-east"));
+    assert!(child.try_wait().unwrap().is_none(), "still serving");
+    // Ctrl-C ends it, with the story's exit code.
+    let pid = i32::try_from(child.id()).unwrap();
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
 }
 
 #[test]

@@ -983,7 +983,12 @@ async fn image_change_baseline_verdict_and_restart_continuity() {
         })
     };
 
-    let mut agent = start_agent(run_args(&ns, fleet.port, &[]), admin_config().await);
+    let debug = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
+    let listen = format!("--debug-listen={debug}");
+    let mut agent = start_agent(
+        run_args(&ns, fleet.port, &[listen.as_str()]),
+        admin_config().await,
+    );
     wait_status(&client, &ns, "zeta", "first aggregate", T, |s| {
         fd_timeouts(s) == Some(5) && s["rolloutGate"]["verdict"] == "healthy"
     })
@@ -1060,6 +1065,41 @@ async fn image_change_baseline_verdict_and_restart_continuity() {
     assert_eq!(ev["baseline"], 5, "{ev}");
     assert_eq!(ev["observed"], 7, "{ev}");
     assert_eq!(fd_timeouts(&s), Some(7));
+
+    // The agent's pages tell the same story (issue 18).
+    let (status, fleet_page) = http_get(debug, "/").await.expect("the fleet page");
+    assert_eq!(status, 200);
+    let row = fleet_page
+        .split(&format!("data-k=\"{ns}/zeta\""))
+        .nth(1)
+        .and_then(|r| r.split("</tr>").next())
+        .unwrap_or_else(|| panic!("no row for {ns}/zeta in {fleet_page}"));
+    assert!(row.contains(">unhealthy</span>"), "{row}");
+    assert!(row.contains("fd_timeouts_regressed"), "{row}");
+    assert!(
+        row.contains("fd timeouts 7, band top 5, baseline 5"),
+        "{row}"
+    );
+    assert!(
+        row.contains(v1) && row.contains(v2),
+        "baseline and target image: {row}"
+    );
+    let (status, page) = http_get(debug, &format!("/instances/{ns}/zeta"))
+        .await
+        .expect("the instance page");
+    assert_eq!(status, 200);
+    assert!(page.contains("<strong>unhealthy</strong> since"), "{page}");
+    assert!(
+        page.contains(": fd timeouts 7, band top 5, baseline 5 captured <time"),
+        "{page}"
+    );
+    assert!(page.contains(&format!("on <span class=\"img\">{v1}</span>")));
+    assert!(
+        page.contains("<polyline class=\"band\""),
+        "the chart's band line"
+    );
+    assert!(page.contains("<circle class=\"pt\""), "the chart's points");
+    assert!(page.contains("<th scope=\"row\">zeta-0</th>"), "the pods");
 
     // Kill the agent mid-rollout; a pod restarts while nobody watches.
     agent.crash();

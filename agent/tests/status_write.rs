@@ -309,6 +309,7 @@ async fn the_write_loop_records_pruning_retries_and_recovery() {
             health: None,
             gate: None,
             notes: Vec::new(),
+            limits: None,
             at: Timestamp::now(),
         },
     );

@@ -201,6 +201,19 @@ impl Runner {
         }
     }
 
+    /// What the side's per-instance histories occupy: `(instances, bytes)`,
+    /// `None` for a side without them.
+    pub fn history(&mut self) -> Result<Option<(usize, usize)>, LoadError> {
+        match self.ask(Some("history"))?.as_slice() {
+            [h, i, b] if h == "history" && i == "-" && b == "-" => Ok(None),
+            [h, i, b] if h == "history" => match (i.parse(), b.parse()) {
+                (Ok(i), Ok(b)) => Ok(Some((i, b))),
+                _ => Err(protocol(format!("bad history answer {i:?} {b:?}"))),
+            },
+            other => Err(protocol(format!("bad history answer {other:?}"))),
+        }
+    }
+
     /// The runner's process id.
     pub fn pid(&self) -> u32 {
         self.child.id()

@@ -1,20 +1,29 @@
 //! The read-only debug HTTP server: it reads the [`FleetView`] and the
 //! metrics recorder and never changes either.
 //!
-//! - [`html`]: the small HTML overview page;
+//! - [`server`]: the hyper server and its routes;
+//! - the HTML pages: [`fleet_page`] (`/`) and [`instance_page`]
+//!   (`/instances/{namespace}/{name}`), built from [`html`] (escaping,
+//!   formatting, the page shell and its CSP), [`assets`] (the one style
+//!   sheet and script, inlined), [`signals`] (evidence in words, the gated
+//!   signals table) and [`chart`] (the history as inline SVG);
 //! - [`instance_metrics`]: the per-instance `kura_instance_*` series of
 //!   `/metrics`, rendered from the view at scrape time;
-//! - [`server`]: the hyper server and its routes;
 //! - `connections`: the bound on open connections (accept, then shed the
 //!   longest idle);
 //! - `listen`: binding the listener (`[::]` dual-stack).
 //!
 //! [`FleetView`]: crate::view::FleetView
 
+mod assets;
+mod chart;
 mod connections;
+mod fleet_page;
 mod html;
 mod instance_metrics;
+mod instance_page;
 mod listen;
 mod server;
+mod signals;
 
 pub use server::{DebugServer, DebugState, HEADER_READ_TIMEOUT, MAX_CONNECTIONS};

@@ -8,10 +8,14 @@
 //! | `GET /debug/instances` | JSON: every instance with its aggregate, verdict and last write |
 //! | `GET /debug/instances/{namespace}/{name}` | JSON: the instance with per-pod last samples |
 //! | `GET /debug/members` | JSON: sharding members, Leases, owned instances, ownership changes (404 when sharding is off) |
-//! | `GET /` | HTML overview |
+//! | `GET /` | HTML fleet page (query: `ns`, `verdict`, `q`, `sort`, `dir`, `refresh=off`) |
+//! | `GET /instances/{namespace}/{name}` | HTML instance page (404 page when unknown) |
+//! | `GET /instances/{namespace}/{name}/metrics` | the instance's `kura_instance_*` series (Prometheus text) |
 //!
 //! `HEAD` is answered like `GET` without a body; any other method gets 405,
-//! an unknown path 404.
+//! an unknown path 404. HTML pages carry a strict Content-Security-Policy
+//! (nothing loads from anywhere; inline style and script only by their
+//! hashes).
 //!
 //! Connections: every connection is accepted at once; at most
 //! [`MAX_CONNECTIONS`] stay open, and when all are taken the one that has gone
@@ -20,13 +24,18 @@
 //! Request headers must arrive within [`HEADER_READ_TIMEOUT`].
 
 use crate::debug::connections::ConnectionSlots;
+use crate::debug::fleet_page::{self, Fleet, FleetQuery};
 use crate::debug::html;
 use crate::debug::instance_metrics;
+use crate::debug::instance_page::{self, Instance};
 use crate::debug::listen;
 use crate::model::{Clock, InstanceKey};
 use crate::view::{FleetView, InstanceSummary};
 use bytes::Bytes;
-use http::header::{ALLOW, CACHE_CONTROL, CONTENT_TYPE};
+use http::header::{
+    ALLOW, CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, REFERRER_POLICY,
+    X_CONTENT_TYPE_OPTIONS,
+};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -78,6 +87,24 @@ fn text(
     r
 }
 
+/// An HTML page with its Content-Security-Policy.
+fn page(status: StatusCode, body: String) -> Response<Full<Bytes>> {
+    let mut r = text(status, "text/html; charset=utf-8", body);
+    let headers = r.headers_mut();
+    if let Ok(csp) = http::HeaderValue::from_str(html::content_security_policy()) {
+        headers.insert(CONTENT_SECURITY_POLICY, csp);
+    }
+    headers.insert(
+        X_CONTENT_TYPE_OPTIONS,
+        http::HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        REFERRER_POLICY,
+        http::HeaderValue::from_static("no-referrer"),
+    );
+    r
+}
+
 fn json<T: Serialize>(status: StatusCode, value: &T) -> Response<Full<Bytes>> {
     match serde_json::to_vec_pretty(value) {
         Ok(body) => text(status, "application/json", body),
@@ -89,11 +116,12 @@ fn json<T: Serialize>(status: StatusCode, value: &T) -> Response<Full<Bytes>> {
     }
 }
 
-/// Answers one request. Pure apart from reading `state`; `now` is used for
-/// sample ages.
+/// Answers one request for `target` (a path, optionally with a query
+/// string). Pure apart from reading `state`; `now` is used for sample
+/// ages.
 pub fn respond(
     method: &Method,
-    path: &str,
+    target: &str,
     state: &DebugState,
     now: Timestamp,
 ) -> Response<Full<Bytes>> {
@@ -107,13 +135,71 @@ pub fn respond(
             .insert(ALLOW, http::HeaderValue::from_static("GET, HEAD"));
         return r;
     }
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
     let segments: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
     let response = match segments.as_slice() {
         [] | [""] => {
             let instances = state.view.snapshot();
+            let since = state.view.since_all();
             let members = state.view.members().map(|m| m.members_summary(now));
-            let page = html::overview(&instances, &state.view.readiness(), members.as_ref(), now);
-            text(StatusCode::OK, "text/html; charset=utf-8", page)
+            let readiness = state.view.readiness();
+            let fleet = Fleet {
+                instances: &instances,
+                since: &since,
+                readiness: &readiness,
+                members: members.as_ref(),
+                now,
+            };
+            let body = fleet_page::render(&fleet, &FleetQuery::parse(query));
+            page(StatusCode::OK, body)
+        }
+        ["instances", namespace, name] => {
+            let (namespace, name) = (
+                html::decode_component(namespace, false),
+                html::decode_component(name, false),
+            );
+            let key = InstanceKey::new(namespace.as_str(), name.as_str());
+            let readiness = state.view.readiness();
+            match state.view.instance(&key) {
+                Some(view) => {
+                    let history = state.view.history(&key, now);
+                    let members = state.view.members().map(|m| m.members_summary(now));
+                    let refresh = !html::query_pairs(query)
+                        .iter()
+                        .any(|(k, v)| k == "refresh" && v == "off");
+                    let body = instance_page::render(&Instance {
+                        view: &view,
+                        history: history.as_ref(),
+                        readiness: &readiness,
+                        members: members.as_ref(),
+                        now,
+                        refresh,
+                    });
+                    page(StatusCode::OK, body)
+                }
+                None => page(
+                    StatusCode::NOT_FOUND,
+                    instance_page::not_found(&namespace, &name, &readiness, now),
+                ),
+            }
+        }
+        ["instances", namespace, name, "metrics"] => {
+            let key = InstanceKey::new(
+                html::decode_component(namespace, false),
+                html::decode_component(name, false),
+            );
+            match state.view.instance(&key) {
+                Some(view) => text(
+                    StatusCode::OK,
+                    "text/plain; version=0.0.4; charset=utf-8",
+                    instance_metrics::render(std::slice::from_ref(&view), now),
+                ),
+                None => text(
+                    StatusCode::NOT_FOUND,
+                    "text/plain; charset=utf-8",
+                    "no such instance\n",
+                ),
+            }
         }
         ["healthz"] => text(StatusCode::OK, "text/plain; charset=utf-8", "ok\n"),
         ["readyz"] => {
@@ -229,8 +315,11 @@ impl DebugServer {
                 let touched = slots.clone();
                 let service = service_fn(move |req: Request<Incoming>| {
                     lock(&touched).touch(id);
-                    let response =
-                        respond(req.method(), req.uri().path(), &state, state.clock.now());
+                    let target = req
+                        .uri()
+                        .path_and_query()
+                        .map_or_else(|| req.uri().path(), |pq| pq.as_str());
+                    let response = respond(req.method(), target, &state, state.clock.now());
                     async move { Ok::<_, Infallible>(response) }
                 });
                 let conn = http1::Builder::new()

@@ -1,8 +1,9 @@
 //! The vocabulary every other module shares, and nothing else: what a poll
 //! produced ([`PodSample`]), which instance a thing belongs to
 //! ([`InstanceKey`]), what one sweep needs ([`InstanceTarget`],
-//! [`PodTarget`]), what the agent wants published ([`DesiredStatus`]) and
-//! what became of writing it ([`LastWrite`]), the ports between the loop
+//! [`PodTarget`]), what the agent wants published ([`DesiredStatus`]), the
+//! limits its verdict compared against ([`GateLimits`]) and what became of
+//! writing it ([`LastWrite`]), the ports between the loop
 //! and the adapters ([`TargetSource`], [`StatusSink`], [`WriteGate`]) and
 //! the loop's notion of time ([`Clock`]).
 //!
@@ -10,6 +11,7 @@
 
 mod clock;
 mod key;
+mod limits;
 mod ports;
 mod sample;
 mod status;
@@ -17,6 +19,7 @@ mod target;
 
 pub use clock::{Clock, ScaledClock, SystemClock};
 pub use key::InstanceKey;
+pub use limits::GateLimits;
 pub use ports::{StatusSink, TargetSource, WriteGate};
 pub use sample::{InstanceInfo, PodIdentity, PodSample, SampleResult};
 pub use status::{DesiredStatus, LastWrite, WriteRecord};

@@ -381,6 +381,7 @@ async fn instance_task(
                 health: Some(Arc::clone(&desired.health)),
                 gate: Some(Arc::clone(&desired.gate)),
                 notes: t.notes(),
+                limits: engine.limits(),
                 at: now,
             },
         );

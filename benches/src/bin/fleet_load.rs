@@ -43,6 +43,8 @@ const GOAL_SWEEP: Duration = Duration::from_secs(2);
 const GOAL_RATIO: f64 = 0.70;
 /// Goal: the agent's peak RSS under this many MiB.
 const GOAL_RSS_MIB: f64 = 150.0;
+/// The agent's page history at this fleet size (issue 18).
+const GOAL_HISTORY_MIB: f64 = 16.0;
 /// Goal: another build of the agent (`--agent-bin`) polls at least this
 /// share of this build's rate.
 const GOAL_SAME_AS_BUILD: f64 = 0.90;
@@ -247,6 +249,8 @@ struct Record {
     cold_connections: u64,
     /// Connections the simulated pods accepted during the measured sweeps.
     connections: u64,
+    /// The agent's per-instance histories: `(instances, bytes)`.
+    history: Option<(usize, usize)>,
 }
 
 impl Record {
@@ -356,6 +360,9 @@ fn run(args: &LoadArgs) -> Result<bool, LoadError> {
     }
     for m in &mut measured {
         if let Some(mut r) = m.runner.take() {
+            if matches!(m.side, Side::Agent) {
+                m.record.history = r.history()?;
+            }
             m.record.peak_rss = r.peak_rss()?;
         }
     }
@@ -492,6 +499,19 @@ fn run(args: &LoadArgs) -> Result<bool, LoadError> {
         );
     }
 
+    if let Some((instances, bytes)) = agent.record.history {
+        println!(
+            "{:<38} {:>w$}",
+            "agent: page history (last hour)",
+            format!(
+                "{:.2} MiB, {instances} instances, {} B each",
+                mib(bytes as u64),
+                bytes / instances.max(1)
+            ),
+            w = width(agent)
+        );
+    }
+
     let mut goals = Vec::new();
     for m in &agent_like {
         let who = m.side.as_arg();
@@ -514,6 +534,13 @@ fn run(args: &LoadArgs) -> Result<bool, LoadError> {
             vs_build(m) >= GOAL_SAME_AS_BUILD,
         ));
     }
+    goals.push((
+        format!("agent: page history < {GOAL_HISTORY_MIB} MiB"),
+        agent
+            .record
+            .history
+            .is_some_and(|(_, bytes)| mib(bytes as u64) < GOAL_HISTORY_MIB),
+    ));
     goals.push((
         "every sample a report".to_owned(),
         measured.iter().all(|m| m.record.failed() == 0),

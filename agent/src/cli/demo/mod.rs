@@ -2,7 +2,7 @@
 //! end on one machine, in about a minute.
 //!
 //! ```text
-//! kura-agent demo [--time-scale 45] [--listen 127.0.0.1:8080]
+//! kura-agent demo [--time-scale 45] [--listen 127.0.0.1:8080] [--keep-serving]
 //! ```
 //!
 //! It starts a simulated fleet (4 accounts × 2 regions, one `KuraInstance`
@@ -30,7 +30,9 @@
 //! the agent's debug endpoint serves the fleet (`/` HTML page,
 //! `/debug/instances` JSON, `/metrics`) on `--listen` (default
 //! `127.0.0.1:8080`, or an ephemeral port when that one is busy); its
-//! address is printed first. The timeline has one line per event and
+//! address is printed first. With `--keep-serving` the fleet, the agent and
+//! the page stay up after the story, the clock slowed to real time so the
+//! stopped wave stays on the page's hour-long chart, until Ctrl-C. The timeline has one line per event and
 //! verdict change plus periodic soak progress, and a summary of the
 //! verdicts per wave. Exit 0 when the story played as designed (the canary
 //! passed and the regression was stopped), 1 otherwise.
@@ -226,6 +228,12 @@ impl Demo {
     pub fn debug_addr(&self) -> SocketAddr {
         self.debug_addr
     }
+
+    /// From now on the simulated clock runs at real speed (after the story:
+    /// the page's last hour then keeps showing it).
+    pub fn slow_to_real_time(&self) {
+        self.clock.set_scale(1.0);
+    }
 }
 
 impl Drop for Demo {
@@ -295,6 +303,10 @@ pub struct DemoArgs {
     /// one is busy).
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
+    /// After the story, keep the fleet, the agent and the page up (time
+    /// back to real speed) until Ctrl-C.
+    #[arg(long)]
+    pub keep_serving: bool,
 }
 
 fn parse_scale(input: &str) -> Result<f64, String> {
@@ -323,10 +335,19 @@ pub fn run(args: DemoArgs) -> ExitCode {
     let result = runtime.block_on(async {
         let demo = Demo::start(config).await?;
         let mut out = std::io::stdout();
-        tokio::select! {
-            outcome = demo.play(&mut out) => outcome.map(Some),
-            _ = tokio::signal::ctrl_c() => Ok(None),
+        let outcome = tokio::select! {
+            outcome = demo.play(&mut out) => outcome?,
+            _ = tokio::signal::ctrl_c() => return Ok(None),
+        };
+        if args.keep_serving {
+            demo.slow_to_real_time();
+            println!(
+                "\nThe story is over; the fleet page stays up at {} (time now runs at real speed). Ctrl-C to stop.",
+                demo.debug_url()
+            );
+            let _ = tokio::signal::ctrl_c().await;
         }
+        Ok::<_, DemoError>(Some(outcome))
     });
     match result {
         Ok(Some(outcome)) if outcome.played_as_designed() => ExitCode::SUCCESS,

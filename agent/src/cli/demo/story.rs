@@ -139,9 +139,9 @@ impl Demo {
     }
 
     /// Plays the story to its end, writing the timeline to `out`, and
-    /// returns the outcome. The fleet, agent and debug endpoint stop when
-    /// it returns.
-    pub async fn play<W: Write>(self, out: &mut W) -> Result<DemoOutcome, DemoError> {
+    /// returns the outcome. The fleet, agent and debug endpoint run on
+    /// until the [`Demo`] is dropped (`--keep-serving` keeps them up).
+    pub async fn play<W: Write>(&self, out: &mut W) -> Result<DemoOutcome, DemoError> {
         let mut tl = Timeline {
             out,
             start: self.virtual_start,
@@ -240,6 +240,16 @@ impl Demo {
             _ => "nowhere".to_owned(),
         };
         let story = self.estimated_story();
+        let url = self.debug_url();
+        tl.plain(&format!(
+            "kura-agent demo: open the fleet page at {url} (each instance at {url}instances/{}/<name>)",
+            super::fleet::NAMESPACE
+        ))?;
+        if let Some(note) = &self.listen_note {
+            tl.plain(&format!(
+                "          ({note}; listening on an ephemeral port)"
+            ))?;
+        }
         tl.plain(&format!(
             "kura-agent demo: rolling {OLD_IMAGE} → {} across a simulated fleet",
             short_image(NEW_IMAGE)
@@ -270,15 +280,9 @@ impl Demo {
             story.as_secs().div_ceil(60),
             story.as_secs_f64() / self.clock.scale()
         ))?;
-        let url = self.debug_url();
         tl.plain(&format!(
             "  debug:  {url}  (JSON: {url}debug/instances, metrics: {url}metrics)"
         ))?;
-        if let Some(note) = &self.listen_note {
-            tl.plain(&format!(
-                "          ({note}; listening on an ephemeral port)"
-            ))?;
-        }
         for wave in 0..wave_count(&c.fleet) {
             let ids: Vec<String> = c
                 .fleet

@@ -15,7 +15,7 @@ use crate::model::{
 };
 use crate::poll::Poller;
 use crate::runner::MemorySink;
-use crate::view::{FleetView, SweepRecord};
+use crate::view::{FleetView, HistoryFootprint, SweepRecord};
 use jiff::Timestamp;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -132,6 +132,11 @@ impl AgentFleet {
         self.instances.len()
     }
 
+    /// What the fleet view's per-instance histories occupy.
+    pub fn history_footprint(&self) -> HistoryFootprint {
+        self.shared.view.history_footprint()
+    }
+
     /// One sweep: every instance's task polls, folds, judges and publishes.
     pub async fn sweep(&mut self) -> SweepOutcome {
         let started = Instant::now();
@@ -183,6 +188,7 @@ async fn step(shared: Arc<Shared>, mut inst: Instance) -> (Instance, Step) {
             health: Some(Arc::clone(&desired.health)),
             gate: Some(Arc::clone(&desired.gate)),
             notes: Vec::new(),
+            limits: inst.engine.limits(),
             at: now,
         },
     );

@@ -11,6 +11,7 @@ use super::fleet::{AgentFleet, IMAGE};
 use super::proc_stats::{cpu_time, peak_rss};
 use crate::model::PodIdentity;
 use crate::poll::{PollConfig, Poller};
+use crate::view::HistoryFootprint;
 use kura_sim::raise_fd_limit;
 use std::future::Future;
 use std::io::{BufRead, Write};
@@ -87,6 +88,12 @@ pub fn parse_target(
 pub trait Sweeper {
     /// One sweep (`cpu` is filled in by [`serve`]).
     fn sweep(&mut self) -> impl Future<Output = Swept>;
+
+    /// What the per-instance histories occupy, for a side that keeps them
+    /// (answered to `history`).
+    fn history(&self) -> Option<HistoryFootprint> {
+        None
+    }
 }
 
 impl Sweeper for AgentFleet {
@@ -103,6 +110,10 @@ impl Sweeper for AgentFleet {
             aggregate: o.aggregate_time,
             samples: o.samples,
         }
+    }
+
+    fn history(&self) -> Option<HistoryFootprint> {
+        Some(self.history_footprint())
     }
 }
 
@@ -179,6 +190,10 @@ pub fn serve<S: Sweeper>(
                 )?;
             }
             "stats" => writeln!(output, "stats {}", peak_rss().unwrap_or(0))?,
+            "history" => match sweeper.history() {
+                Some(h) => writeln!(output, "history {} {}", h.instances, h.bytes)?,
+                None => writeln!(output, "history - -")?,
+            },
             other => {
                 return Err(ProtocolError::Unexpected(format!(
                     "unknown command {other:?}"

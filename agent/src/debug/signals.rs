@@ -1,0 +1,602 @@
+//! The gate's words for people: the one-line summary of a verdict's
+//! evidence ([`evidence_line`]), and every gated signal of an instance with
+//! its baseline, limit, current value and result ([`check_rows`]), in the
+//! order of the contract's server checks.
+//!
+//! The rows restate the gate's server checks (kura-gate `check_server`)
+//! for display, each one on its own where the gate stops at the first
+//! failure; a test holds them to the gate: the first failing row is always
+//! the verdict's signal. The verdict's own signal is shown failing whatever
+//! the restatement says.
+
+use jiff::{SignedDuration, Timestamp};
+use kura_schemas::{Evidence, RolloutGate, RolloutHealth, Signal};
+
+use crate::model::GateLimits;
+
+/// A counter signal's label for people.
+fn counter_label(signal: Signal) -> Option<&'static str> {
+    match signal {
+        Signal::FdTimeoutsRegressed => Some("fd timeouts"),
+        Signal::PeerConnectionFailuresRegressed => Some("peer connection failures"),
+        Signal::OutboxRegressed => Some("outbox messages"),
+        _ => None,
+    }
+}
+
+fn or_dash(v: Option<u64>) -> String {
+    v.map_or_else(|| "–".to_owned(), |v| v.to_string())
+}
+
+/// One line saying what a failing check saw, e.g. `fd timeouts 66, band
+/// top 8, baseline 8`.
+pub fn evidence_line(e: &Evidence) -> String {
+    let detail = || e.detail.clone().unwrap_or_else(|| e.signal.to_string());
+    match e.signal {
+        s if counter_label(s).is_some() => {
+            let label = counter_label(s).unwrap_or_default();
+            let observed = e
+                .observed
+                .map_or_else(|| "not reported".to_owned(), |v| v.to_string());
+            let mut line = format!("{label} {observed}");
+            if let Some(top) = e.band_top {
+                line.push_str(&format!(", band top {top}"));
+            }
+            if let Some(base) = e.baseline {
+                line.push_str(&format!(", baseline {base}"));
+            }
+            line
+        }
+        Signal::MemoryPressureCritical => format!(
+            "memory pressure {} (critical), limit {}",
+            or_dash(e.observed),
+            or_dash(e.band_top)
+        ),
+        Signal::SampleMissing => "no aggregate yet: no sweep has produced one".to_owned(),
+        Signal::SampleStale => match e.observed {
+            Some(age) => format!("sample age {age} s, limit {} s", or_dash(e.band_top)),
+            None => format!("no pod answered ({})", detail()),
+        },
+        Signal::SampleInvalid => match e.observed {
+            Some(ahead) => format!(
+                "sampledAt {ahead} s in the future, limit {} s",
+                or_dash(e.band_top)
+            ),
+            None => detail(),
+        },
+        Signal::PodsUnsampled => match (e.observed, e.band_top) {
+            (Some(s), Some(x)) => format!("{s} of {x} pods sampled"),
+            _ => detail(),
+        },
+        Signal::BootstrapInFlight => {
+            format!("{} peers still bootstrapping, limit 0", or_dash(e.observed))
+        }
+        Signal::BackfillBudgetExhausted => format!(
+            "{} peers out of backfill budget, limit 0",
+            or_dash(e.observed)
+        ),
+        _ => detail(),
+    }
+}
+
+/// The first evidence of `gate` in one line, or a dash.
+pub fn summary(gate: Option<&RolloutGate>) -> String {
+    match gate {
+        None => "not judged yet".to_owned(),
+        Some(g) => match g.evidence.first() {
+            Some(e) => evidence_line(e),
+            None if g.signal.is_none() => "every gated signal passes".to_owned(),
+            None => g.signal.map(|s| s.to_string()).unwrap_or_default(),
+        },
+    }
+}
+
+/// The result of one gated signal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Within its limit.
+    Pass,
+    /// Outside it.
+    Fail,
+    /// The check did not compare (why).
+    NotCompared(&'static str),
+}
+
+/// One gated signal as the instance page shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckRow {
+    /// The contract's check number(s).
+    pub check: &'static str,
+    /// The signal it raises.
+    pub signal: Signal,
+    /// What it reads, for people.
+    pub what: &'static str,
+    /// The (effective) baseline, for the counter checks.
+    pub baseline: String,
+    /// The band top or limit.
+    pub limit: String,
+    /// The current value.
+    pub current: String,
+    /// Pass, fail or not compared.
+    pub outcome: Outcome,
+}
+
+fn row(
+    check: &'static str,
+    signal: Signal,
+    what: &'static str,
+    limit: impl Into<String>,
+    current: impl Into<String>,
+    fails: bool,
+) -> CheckRow {
+    CheckRow {
+        check,
+        signal,
+        what,
+        baseline: "–".to_owned(),
+        limit: limit.into(),
+        current: current.into(),
+        outcome: if fails { Outcome::Fail } else { Outcome::Pass },
+    }
+}
+
+fn flag_row(
+    check: &'static str,
+    signal: Signal,
+    what: &'static str,
+    value: bool,
+    want: bool,
+) -> CheckRow {
+    row(
+        check,
+        signal,
+        what,
+        if want { "true" } else { "false" },
+        if value { "true" } else { "false" },
+        value != want,
+    )
+}
+
+// One row's facts, each a distinct column of the table: a struct of them
+// would only restate the parameter list at the three call sites.
+#[allow(clippy::too_many_arguments)]
+fn counter_row(
+    check: &'static str,
+    signal: Signal,
+    what: &'static str,
+    captured: Option<u64>,
+    effective: Option<u64>,
+    top: Option<u64>,
+    current: Option<u64>,
+    compared: Result<(), &'static str>,
+) -> CheckRow {
+    let baseline = match (effective, captured) {
+        (Some(e), Some(c)) if e != c => format!("{e} (captured {c}, lowered on a reset)"),
+        (Some(e), _) => e.to_string(),
+        (None, _) => "–".to_owned(),
+    };
+    let outcome = match (compared, effective, top, current) {
+        (Err(why), ..) => Outcome::NotCompared(why),
+        (Ok(()), None, ..) | (Ok(()), _, None, _) => Outcome::NotCompared("no baseline value"),
+        (Ok(()), _, Some(_), None) if signal != Signal::FdTimeoutsRegressed => {
+            Outcome::NotCompared("not reported")
+        }
+        (Ok(()), _, Some(top), current) => {
+            if current.is_some_and(|c| c <= top) {
+                Outcome::Pass
+            } else {
+                Outcome::Fail
+            }
+        }
+    };
+    CheckRow {
+        check,
+        signal,
+        what,
+        baseline,
+        limit: top.map_or_else(|| "–".to_owned(), |t| format!("≤ {t}")),
+        current: current.map_or_else(|| "not reported".to_owned(), |c| c.to_string()),
+        outcome,
+    }
+}
+
+/// Every gated signal of an instance (its last aggregate, verdict and the
+/// limits that verdict used), in check order; empty without an aggregate
+/// or a verdict. Freshness is judged at the verdict's `evaluatedAt`, as the
+/// gate did.
+pub fn check_rows(
+    health: Option<&RolloutHealth>,
+    gate: Option<&RolloutGate>,
+    limits: Option<&GateLimits>,
+) -> Vec<CheckRow> {
+    let (Some(h), Some(g), Some(l)) = (health, gate, limits) else {
+        return Vec::new();
+    };
+    let now = g.evaluated_at;
+    let max_age = l.max_sample_age_seconds;
+    let (fresh_signal, fresh_current, fresh_fails) = match h.sampled_at {
+        None => (Signal::SampleStale, "no pod answered".to_owned(), true),
+        Some(at) => {
+            let age = now.duration_since(at);
+            let ahead = at.duration_since(now);
+            if age > secs(max_age) {
+                (Signal::SampleStale, format!("{} s", ceil(age)), true)
+            } else if ahead > secs(l.future_skew_seconds) {
+                (
+                    Signal::SampleInvalid,
+                    format!("{} s in the future", ceil(ahead)),
+                    true,
+                )
+            } else {
+                (
+                    Signal::SampleStale,
+                    format!("{} s", u64::try_from(age.as_secs()).unwrap_or(0)),
+                    false,
+                )
+            }
+        }
+    };
+    let compared = if !l.counters_compared {
+        Err(if g.baseline_image.is_none() {
+            "no baseline yet (no image change seen)"
+        } else {
+            "not soak-eligible at baseline"
+        })
+    } else {
+        Ok(())
+    };
+    let cycle = h.backfill_initial_cycle.as_str();
+    let mut rows = vec![
+        row(
+            "1",
+            Signal::MemoryPressureCritical,
+            "memory pressure (hard stop at 2)",
+            "≤ 1",
+            h.memory_pressure_state.to_string(),
+            h.memory_pressure_state >= 2,
+        ),
+        row(
+            "2–4",
+            fresh_signal,
+            "sample age",
+            format!("≤ {max_age} s"),
+            fresh_current,
+            fresh_fails,
+        ),
+        row(
+            "5",
+            Signal::PodsUnsampled,
+            "pods sampled",
+            format!("{} (expected)", h.expected_pods),
+            h.sampled_pods.to_string(),
+            h.sampled_pods < h.expected_pods,
+        ),
+        flag_row("6", Signal::NotReady, "ready", h.ready, true),
+        flag_row("7", Signal::NotServing, "serving", h.serving, true),
+        flag_row(
+            "8",
+            Signal::RingSkew,
+            "ring consistent",
+            h.ring_consistent,
+            true,
+        ),
+        match h.bootstrap_inflight_peers {
+            Some(n) => row(
+                "9",
+                Signal::BootstrapInFlight,
+                "bootstrap in-flight peers",
+                "0",
+                n.to_string(),
+                n > 0,
+            ),
+            None => CheckRow {
+                outcome: Outcome::NotCompared("not reported"),
+                ..row(
+                    "9",
+                    Signal::BootstrapInFlight,
+                    "bootstrap in-flight peers",
+                    "0",
+                    "not reported",
+                    false,
+                )
+            },
+        },
+        row(
+            "10",
+            Signal::BackfillPending,
+            "initial backfill cycle",
+            "complete or degraded",
+            if cycle.is_empty() {
+                "not reported".to_owned()
+            } else {
+                cycle.to_owned()
+            },
+            kura_gate::checks::backfill_pending(cycle),
+        ),
+        flag_row(
+            "11",
+            Signal::BackfillDegraded,
+            "backfill degraded",
+            h.backfill_degraded,
+            false,
+        ),
+        match h.backfill_budget_exhausted_peers {
+            Some(n) => row(
+                "12",
+                Signal::BackfillBudgetExhausted,
+                "peers out of backfill budget",
+                "0",
+                n.to_string(),
+                n > 0,
+            ),
+            None => CheckRow {
+                outcome: Outcome::NotCompared("not reported"),
+                ..row(
+                    "12",
+                    Signal::BackfillBudgetExhausted,
+                    "peers out of backfill budget",
+                    "0",
+                    "not reported",
+                    false,
+                )
+            },
+        },
+        counter_row(
+            "13",
+            Signal::OutboxRegressed,
+            "outbox messages",
+            g.baseline.outbox_messages,
+            g.effective_baseline.outbox_messages,
+            l.outbox_band_top,
+            h.outbox_messages,
+            compared,
+        ),
+        counter_row(
+            "14",
+            Signal::FdTimeoutsRegressed,
+            "fd timeouts",
+            g.baseline.fd_timeout_count,
+            g.effective_baseline.fd_timeout_count,
+            l.fd_timeout_band_top,
+            Some(h.fd_timeout_count),
+            compared,
+        ),
+        counter_row(
+            "15",
+            Signal::PeerConnectionFailuresRegressed,
+            "peer connection failures",
+            g.baseline.peer_connection_failures,
+            g.effective_baseline.peer_connection_failures,
+            l.peer_failure_band_top,
+            h.peer_connection_failures,
+            compared,
+        ),
+    ];
+    // The verdict is the gate's: its signal fails whatever the restatement
+    // above computed.
+    if let Some(signal) = g.signal
+        && let Some(r) = rows.iter_mut().find(|r| r.signal == signal)
+    {
+        r.outcome = Outcome::Fail;
+    }
+    rows
+}
+
+fn secs(value: u64) -> SignedDuration {
+    SignedDuration::from_secs(i64::try_from(value).unwrap_or(i64::MAX))
+}
+
+fn ceil(d: SignedDuration) -> u64 {
+    let whole = u64::try_from(d.as_secs()).unwrap_or(0);
+    if d.subsec_nanos() > 0 {
+        whole.saturating_add(1)
+    } else {
+        whole
+    }
+}
+
+/// Seconds from `sampled_at` to `now` for the fleet table.
+pub fn sample_age(health: Option<&RolloutHealth>, now: Timestamp) -> Option<u64> {
+    health
+        .and_then(|h| h.sampled_at)
+        .map(|at| u64::try_from(now.duration_since(at).as_secs()).unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::gate_limits;
+    use kura_gate::GateConfig;
+    use kura_schemas::{AgentVerdict, RetiredCounters};
+    use proptest::prelude::*;
+
+    fn ts(s: i64) -> Timestamp {
+        Timestamp::from_second(1_780_000_000 + s).expect("ts")
+    }
+
+    fn health() -> RolloutHealth {
+        RolloutHealth {
+            schema_version: 1,
+            observed_at: ts(0),
+            sampled_at: Some(ts(0)),
+            observed_generation: 1,
+            expected_pods: 3,
+            sampled_pods: 3,
+            ready: true,
+            serving: true,
+            writer_lock_owned: true,
+            initial_discovery_completed: true,
+            generation_consistent: true,
+            ring_consistent: true,
+            ring_members: 3,
+            bootstrap_inflight_peers: None,
+            backfill_initial_cycle: "complete".into(),
+            backfilling_peers: None,
+            backfill_degraded: false,
+            backfill_budget_exhausted_peers: Some(0),
+            outbox_messages: Some(100),
+            fd_timeout_count: 8,
+            peer_connection_failures: Some(3),
+            memory_pressure_state: 0,
+            inflight_requests: 0,
+            counter_resets: 0,
+            pods: Vec::new(),
+            retired_counters: RetiredCounters::default(),
+            agent: "a".into(),
+        }
+    }
+
+    #[test]
+    fn evidence_reads_like_the_issue_says() {
+        let e = Evidence {
+            observed: Some(66),
+            band_top: Some(8),
+            baseline: Some(8),
+            ..Evidence::new("kura/a", Signal::FdTimeoutsRegressed)
+        };
+        assert_eq!(evidence_line(&e), "fd timeouts 66, band top 8, baseline 8");
+        let e = Evidence {
+            observed: Some(2),
+            band_top: Some(1),
+            ..Evidence::new("kura/a", Signal::MemoryPressureCritical)
+        };
+        assert_eq!(evidence_line(&e), "memory pressure 2 (critical), limit 1");
+        let e = Evidence {
+            detail: Some("ready is false".into()),
+            ..Evidence::new("kura/a", Signal::NotReady)
+        };
+        assert_eq!(evidence_line(&e), "ready is false");
+        let e = Evidence {
+            observed: Some(1),
+            band_top: Some(3),
+            ..Evidence::new("kura/a", Signal::PodsUnsampled)
+        };
+        assert_eq!(evidence_line(&e), "1 of 3 pods sampled");
+        assert_eq!(summary(None), "not judged yet");
+    }
+
+    /// A previous gate with a baseline taken on `img:1`, judging `img:2`.
+    fn previous(eligible: bool, fd: u64, peers: Option<u64>, outbox: Option<u64>) -> RolloutGate {
+        let counters = kura_schemas::BaselineCounters {
+            outbox_messages: outbox,
+            fd_timeout_count: Some(fd),
+            peer_connection_failures: peers,
+        };
+        RolloutGate {
+            target_image: "img:2".into(),
+            baseline_image: Some("img:1".into()),
+            baseline_captured_at: Some(ts(-600)),
+            baseline: counters.clone(),
+            effective_baseline: counters,
+            soak_eligible: eligible,
+            verdict: AgentVerdict::Healthy,
+            signal: None,
+            healthy_since: None,
+            evaluated_at: ts(-10),
+            evidence: Vec::new(),
+            config_error: None,
+        }
+    }
+
+    fn first_failing(rows: &[CheckRow]) -> Option<Signal> {
+        rows.iter()
+            .find(|r| r.outcome == Outcome::Fail)
+            .map(|r| r.signal)
+    }
+
+    #[test]
+    fn a_healthy_instance_passes_every_row_and_counters_need_eligibility() {
+        let config = GateConfig::default();
+        let prev = previous(true, 8, Some(3), Some(100));
+        let g = kura_gate::judge_instance(
+            "kura/a",
+            Some(&prev),
+            "img:2",
+            None,
+            Some(&health()),
+            ts(5),
+            &config,
+        );
+        assert_eq!(g.verdict, AgentVerdict::Healthy);
+        let rows = check_rows(Some(&health()), Some(&g), Some(&gate_limits(&config, &g)));
+        assert_eq!(rows.len(), 13);
+        assert!(rows.iter().all(|r| r.outcome != Outcome::Fail), "{rows:#?}");
+        let fd = rows
+            .iter()
+            .find(|r| r.signal == Signal::FdTimeoutsRegressed)
+            .expect("fd row");
+        assert_eq!((fd.baseline.as_str(), fd.limit.as_str()), ("8", "≤ 8"));
+        assert_eq!(fd.outcome, Outcome::Pass);
+
+        let prev = previous(false, 8, Some(3), Some(100));
+        let g = kura_gate::judge_instance(
+            "kura/a",
+            Some(&prev),
+            "img:2",
+            None,
+            Some(&health()),
+            ts(5),
+            &config,
+        );
+        let rows = check_rows(Some(&health()), Some(&g), Some(&gate_limits(&config, &g)));
+        assert!(
+            rows.iter()
+                .any(|r| r.outcome == Outcome::NotCompared("not soak-eligible at baseline"))
+        );
+        assert!(check_rows(None, Some(&g), None).is_empty());
+    }
+
+    proptest! {
+        /// The rows never disagree with the gate: the first failing row is
+        /// the verdict's signal, and a healthy verdict has no failing row.
+        #[test]
+        fn the_first_failing_row_is_the_verdicts_signal(
+            pressure in 0u8..3,
+            age in -120i64..400,
+            sampled in 0u32..4,
+            ready: bool, serving: bool, ring: bool,
+            bootstrap in proptest::option::of(0u64..3),
+            cycle in prop_oneof![Just(""), Just("complete"), Just("degraded"), Just("pending"), Just("weird")],
+            degraded: bool,
+            budget in proptest::option::of(0u64..3),
+            outbox in proptest::option::of(0u64..300),
+            fd in 0u64..20,
+            peers in proptest::option::of(0u64..60),
+            no_sample: bool,
+            eligible: bool,
+            base_fd in 0u64..20,
+            base_peers in proptest::option::of(0u64..40),
+            base_outbox in proptest::option::of(0u64..200),
+            fd_band in 0u64..3,
+        ) {
+            let config = GateConfig { fd_timeout_band: fd_band, ..GateConfig::default() };
+            let now = ts(1000);
+            let mut h = health();
+            h.memory_pressure_state = pressure;
+            h.sampled_at = (!no_sample).then(|| ts(1000 - age));
+            h.sampled_pods = sampled;
+            h.ready = ready;
+            h.serving = serving;
+            h.ring_consistent = ring;
+            h.bootstrap_inflight_peers = bootstrap;
+            h.backfill_initial_cycle = cycle.to_owned();
+            h.backfill_degraded = degraded;
+            h.backfill_budget_exhausted_peers = budget;
+            h.outbox_messages = outbox;
+            h.fd_timeout_count = fd;
+            h.peer_connection_failures = peers;
+            let prev = previous(eligible, base_fd, base_peers, base_outbox);
+            let g = kura_gate::judge_instance("kura/a", Some(&prev), "img:2", None, Some(&h), now, &config);
+            let rows = check_rows(Some(&h), Some(&g), Some(&gate_limits(&config, &g)));
+            // Without the override of the verdict's own row.
+            let mut unforced = g.clone();
+            unforced.signal = None;
+            let restated = check_rows(Some(&h), Some(&unforced), Some(&gate_limits(&config, &g)));
+            prop_assert_eq!(first_failing(&restated), g.signal, "{:#?}", restated);
+            prop_assert_eq!(first_failing(&rows), g.signal);
+            if g.verdict == AgentVerdict::Healthy {
+                prop_assert!(rows.iter().all(|r| r.outcome != Outcome::Fail));
+            }
+        }
+    }
+}
