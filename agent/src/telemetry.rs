@@ -53,6 +53,8 @@ pub const OWNED_INSTANCES: &str = "kura_agent_owned_instances";
 pub const OWNERSHIP_CHANGES_TOTAL: &str = "kura_agent_ownership_changes_total";
 /// Renewals of this replica's Lease by `result` ([`RENEWAL_RESULTS`]).
 pub const LEASE_RENEWALS_TOTAL: &str = "kura_agent_lease_renewals_total";
+/// Kubernetes Events about instances by `result` ([`EVENT_RESULTS`]).
+pub const EVENTS_TOTAL: &str = "kura_agent_events_total";
 
 /// The `result` label values of [`POLLS_TOTAL`]: `ok`, or why the poll
 /// failed.
@@ -89,6 +91,12 @@ pub const OWNERSHIP_CHANGES: [&str; 2] = ["gained", "lost"];
 
 /// The `result` label values of [`LEASE_RENEWALS_TOTAL`].
 pub const RENEWAL_RESULTS: [&str; 2] = ["ok", "error"];
+
+/// The `result` label values of [`EVENTS_TOTAL`]: `published` and
+/// `failed` are API calls (a create, or a patch of an Event series);
+/// `suppressed`: a transition over the per-instance rate bound (coalesced,
+/// the latest published later); `dropped`: the publisher's queue was full.
+pub const EVENT_RESULTS: [&str; 4] = ["published", "failed", "suppressed", "dropped"];
 
 /// The `signal` label of a healthy instance in [`INSTANCES_BY_SIGNAL`].
 pub const NO_SIGNAL: &str = "none";
@@ -142,7 +150,7 @@ const fn plain(name: &'static str, kind: Kind, help: &'static str) -> Metric {
 }
 
 /// Every `kura_agent_*` metric, once each.
-pub const METRICS: [Metric; 17] = [
+pub const METRICS: [Metric; 18] = [
     Metric {
         name: POLLS_TOTAL,
         kind: Kind::Counter,
@@ -252,6 +260,15 @@ pub const METRICS: [Metric; 17] = [
         label: Some(Label {
             name: "result",
             values: || RENEWAL_RESULTS.to_vec(),
+        }),
+    },
+    Metric {
+        name: EVENTS_TOTAL,
+        kind: Kind::Counter,
+        help: "Kubernetes Events about instances by result (published and failed are API calls).",
+        label: Some(Label {
+            name: "result",
+            values: || EVENT_RESULTS.to_vec(),
         }),
     },
 ];

@@ -15,10 +15,12 @@ use crate::cli::LogFormat;
 use crate::cli::parse::{parse_positive_duration, parse_positive_signed, parse_rate};
 use crate::cluster::{DiscoveryConfig, PollPort, TargetConfig};
 use crate::engine::EngineConfig;
+use crate::events::EventLimitConfig;
 use crate::poll::PollConfig;
 use crate::runner::LoopConfig;
 use crate::shard::{ShardConfig, ShardError};
 use crate::write::WriteQueueConfig;
+use crate::write::conditions::ConditionSet;
 
 /// Settings `run` cannot start with.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -146,6 +148,35 @@ pub struct RunArgs {
     /// expire; a departed replica's instances move after at most this long.
     #[arg(long, env = "KURA_AGENT_LEASE_DURATION", default_value = "15s", value_parser = parse_positive_duration)]
     pub lease_duration: Duration,
+
+    /// Publish Kubernetes Events (events.k8s.io) on the instances'
+    /// transitions: baseline captured, healthy, unhealthy, hard stop,
+    /// status pruned. Needs create and patch on events.k8s.io events.
+    #[arg(long, env = "KURA_AGENT_EVENTS", default_value_t = true,
+          action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub events: bool,
+
+    /// Events one instance may get at once (its rate bound's burst).
+    #[arg(long, env = "KURA_AGENT_EVENT_BURST", default_value_t = 3,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub event_burst: u32,
+
+    /// One more Event per instance per this long; transitions beyond the
+    /// bound are coalesced into the next Event.
+    #[arg(long, env = "KURA_AGENT_EVENT_INTERVAL", default_value = "60s", value_parser = parse_positive_duration)]
+    pub event_interval: Duration,
+
+    /// Also write kstatus' `Reconciling` (True until the verdict on the
+    /// current image is healthy) and `Stalled` (True on a hard stop)
+    /// conditions and the top-level `status.observedGeneration` (the
+    /// generation judged), so Flux, `helm --wait` and kpt read an
+    /// instance's rollout as in progress, failed or current. Off by
+    /// default: these conventionally belong to the resource's own
+    /// controller; turn it on only when the fleet controller writes none
+    /// of them.
+    #[arg(long, env = "KURA_AGENT_KSTATUS_CONDITIONS", default_value_t = false,
+          action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub kstatus_conditions: bool,
 }
 
 impl RunArgs {
@@ -184,6 +215,7 @@ impl RunArgs {
             heartbeat: self.heartbeat,
             rate_per_second: self.write_rate,
             burst: self.write_burst,
+            conditions: self.condition_set(),
             ..WriteQueueConfig::default()
         }
     }
@@ -214,6 +246,21 @@ impl RunArgs {
                 gate: GateConfig::default(),
             },
             ..LoopConfig::default()
+        }
+    }
+
+    /// Which conditions the agent writes.
+    pub fn condition_set(&self) -> ConditionSet {
+        ConditionSet {
+            kstatus: self.kstatus_conditions,
+        }
+    }
+
+    /// The per-instance rate bound of Events.
+    pub fn event_limit(&self) -> EventLimitConfig {
+        EventLimitConfig {
+            burst: self.event_burst,
+            refill: self.event_interval,
         }
     }
 
