@@ -222,17 +222,26 @@ pub fn rollout_hard_stopped(gate: Option<&RolloutGate>) -> ConditionState {
 
 /// kstatus' `Reconciling` and `Stalled` from the agent's two conditions,
 /// for the tools that read a resource's readiness the kstatus way (Flux's
-/// health checks, `helm --wait`, kpt): `Reconciling` is `True` while
-/// `RolloutHealthy` is not `True` (with its reason and message: not judged,
-/// not converged, held by a failing check), `Stalled` is `True` while
-/// `RolloutHardStopped` is. kstatus then reads the instance as in progress,
-/// failed or current. Written only when asked (`--kstatus-conditions`):
-/// these types conventionally belong to the resource's controller.
+/// health checks, `helm --wait`, kpt): `Stalled` is `True` while
+/// `RolloutHardStopped` is (the rollout needs an operator), `Reconciling`
+/// is `True` while `RolloutHealthy` is not `True` and nothing is stalled
+/// (with its reason and message: not judged, not converged, held by a
+/// failing check). The two are never both `True` (kstatus takes whichever
+/// it meets first). kstatus then reads the instance as in progress, failed
+/// or current. Written only when asked (`--kstatus-conditions`): these
+/// types conventionally belong to the resource's controller.
 pub fn kstatus_conditions(
     healthy: &ConditionState,
     hard_stopped: &ConditionState,
 ) -> [ConditionState; 2] {
-    let reconciling = if healthy.status == ConditionStatus::True {
+    let reconciling = if hard_stopped.status == ConditionStatus::True {
+        ConditionState {
+            type_: RECONCILING,
+            status: ConditionStatus::False,
+            reason: hard_stopped.reason.clone(),
+            message: "stalled: the rollout gate stopped the rollout".to_owned(),
+        }
+    } else if healthy.status == ConditionStatus::True {
         ConditionState {
             type_: RECONCILING,
             status: ConditionStatus::False,
@@ -438,7 +447,11 @@ mod tests {
         let hs = gate(AgentVerdict::HardStop, Some(Signal::MemoryPressureCritical));
         let [healthy, stopped] = agent_conditions(Some(&h), Some(&hs), None);
         let [reconciling, stalled] = kstatus_conditions(&healthy, &stopped);
-        assert_eq!(reconciling.status, ConditionStatus::True);
+        assert_eq!(
+            reconciling.status,
+            ConditionStatus::False,
+            "never both True: kstatus would take the first it meets"
+        );
         assert_eq!(
             (stalled.status, stalled.reason.as_str()),
             (ConditionStatus::True, "MemoryPressureCritical")
