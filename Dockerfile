@@ -1,19 +1,39 @@
 # syntax=docker/dockerfile:1
-# Multi-stage build of kura-agent: a static (musl) release binary in a
-# minimal non-root image. Build: docker build -t kura-health-agent .
+# The agent's image for machines that can pull base images:
+#
+#   docker build -t ghcr.io/tuist/kura-health-agent:0.1.0 \
+#     --build-arg VERSION=0.1.0 --build-arg REVISION="$(git rev-parse HEAD)" .
+#
+# The same image as scripts/image.sh builds without pulling anything: a
+# glibc release binary with its dependency list embedded by cargo auditable
+# (the build profile of every figure in benches/PERFORMANCE.md; musl's
+# allocator measured slower, see the README's "Container image"), on a
+# distroless cc root file system (the C library, libgcc, CA certificates;
+# no shell, no package manager), user 65532, the same entrypoint, command,
+# port and OCI labels. Debian 12 on both sides, so the binary runs on the
+# glibc it was linked against.
 
 FROM rust:1.95-bookworm AS build
-RUN apt-get update && apt-get install -y --no-install-recommends musl-tools \
-    && rm -rf /var/lib/apt/lists/* \
-    && rustup target add x86_64-unknown-linux-musl
+RUN cargo install --locked cargo-auditable@0.7.7
 WORKDIR /src
 COPY . .
-RUN cargo build --locked --release --target x86_64-unknown-linux-musl -p kura-agent --bin kura-agent \
-    && cp target/x86_64-unknown-linux-musl/release/kura-agent /kura-agent
+RUN cargo auditable build --locked --release -p kura-agent --bin kura-agent \
+    && cp target/release/kura-agent /kura-agent
 
-FROM gcr.io/distroless/static-debian12:nonroot
+FROM gcr.io/distroless/cc-debian12:nonroot
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+ARG SOURCE=https://github.com/tuist/kura-health-agent
 COPY --from=build /kura-agent /usr/local/bin/kura-agent
 USER 65532:65532
-EXPOSE 8080
+WORKDIR /home/nonroot
+EXPOSE 8080/tcp
 ENTRYPOINT ["/usr/local/bin/kura-agent"]
 CMD ["run"]
+LABEL org.opencontainers.image.title="kura-health-agent" \
+      org.opencontainers.image.description="Kura rollout-health agent: polls every Kura pod's /status/rollout and publishes status.rolloutHealth and status.rolloutGate on each KuraInstance" \
+      org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.base.name="gcr.io/distroless/cc-debian12:nonroot"

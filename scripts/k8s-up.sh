@@ -144,8 +144,8 @@ launch() {
   disown "$pid"   # no "Killed" job reports from this shell
   started+=("$name")
   # Until the forked shell has exec'd the binary, its command line is this
-  # script's, and k8s_pid would call it dead: wait for the exec.
-  for ((i = 0; i < 100; i++)); do
+  # script's, and k8s_pid would call it dead: wait for the exec (up to 20 s: a loaded machine can take seconds).
+  for ((i = 0; i < 400; i++)); do
     [ -n "$(k8s_pid "$dir" "$name")" ] && return 0
     kill -0 "$pid" 2>/dev/null || return 0   # died already: wait_ready says so
     sleep 0.05

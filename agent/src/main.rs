@@ -25,6 +25,10 @@ enum Command {
     /// Play a progressive rollout on a simulated fleet through the real
     /// agent pipeline and gate, in about a minute.
     Demo(cli::demo::DemoArgs),
+    /// The agent side of the `fleet-load` harness on stdin/stdout, so the
+    /// shipped binary can be measured (internal).
+    #[command(hide = true)]
+    FleetLoadSide(cli::fleet_load_side::FleetLoadSideArgs),
 }
 
 fn main() -> ExitCode {
@@ -35,5 +39,6 @@ fn main() -> ExitCode {
         Command::Simulate(args) => cli::simulate::run(args),
         Command::Check(args) => cli::check::run(args),
         Command::Demo(args) => cli::demo::run(args),
+        Command::FleetLoadSide(args) => cli::fleet_load_side::run(&args),
     }
 }

@@ -1,11 +1,16 @@
 //! Benchmarks over the Kura crates (criterion benches live in
 //! `benches/benches/`) and the pieces of the `fleet-load` harness: simulated
-//! pods in child processes, the agent's poll-and-aggregate path, the bare
-//! loopback ceiling and process statistics.
+//! pods in child processes, the bare loopback ceiling and the measuring
+//! child processes. The agent's side of the harness (its per-sweep path,
+//! the child protocol and process statistics) lives in
+//! `kura_agent::cli::fleet_load_side`, so a shipped `kura-agent` binary can be
+//! measured the same way.
 
-pub mod agent_path;
+pub use kura_agent::cli::fleet_load_side::fleet as agent_path;
+pub use kura_agent::cli::fleet_load_side::proc_stats;
+
 pub mod ceiling;
 pub mod error;
-pub mod proc_stats;
+pub mod gate_docs;
 pub mod runner;
 pub mod sim_process;

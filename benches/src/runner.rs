@@ -1,48 +1,53 @@
 //! The measured sides of `fleet-load`, each in its own child process so its
-//! CPU time and peak RSS are its own and both keep their connections alive
-//! for the whole run: the agent's poll-and-aggregate path
-//! ([`Side::Agent`]) and the bare-GET loopback ceiling ([`Side::Bare`]).
-//! The parent alternates their sweeps, so both see the same machine load.
+//! CPU time and peak RSS are its own and all keep their connections alive
+//! for the whole run: the agent's poll-and-aggregate path (this build's,
+//! [`Side::Agent`], or another `kura-agent` binary's, [`Side::Binary`]) and
+//! the bare-GET loopback ceiling ([`Side::Bare`]). The parent alternates
+//! their sweeps, so all see the same machine load.
 //!
-//! Protocol on the child's stdin/stdout, one line each: the parent sends
-//! `pod NAME UID IP:PORT` per pod and `start`, the child answers `ready`;
-//! then per `sweep` the child answers `swept WALL_NS CPU_NS OK FAILED
-//! AGGREGATE_NS SAMPLES`, and per `stats` it answers `stats PEAK_RSS_BYTES`.
-//! The child exits when its stdin closes.
+//! The line protocol is `kura_agent::cli::fleet_load_side::protocol`: the child side
+//! of the agent lives in the agent crate, so `kura-agent fleet-load-side`
+//! runs the same code as this build's `fleet-load run-side --side agent`.
 
-use crate::agent_path::AgentFleet;
 use crate::ceiling::BareClient;
 use crate::error::LoadError;
-use crate::proc_stats::{cpu_time, peak_rss};
-use crate::sim_process::{FD_SLACK, pod_target};
+use kura_agent::cli::fleet_load_side::protocol::{self, SideConfig, Sweeper, Swept};
 use kura_agent::model::PodIdentity;
-use kura_agent::poll::{PollConfig, Poller};
-use kura_sim::raise_fd_limit;
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
 /// Which side a runner measures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Side {
-    /// The agent's poller, aggregation and write decision.
+    /// The agent's poller, aggregation and write decision, as built into
+    /// this `fleet-load`.
     Agent,
+    /// The same path in another `kura-agent` binary (`fleet-load-side`),
+    /// e.g. the one taken out of the container image.
+    Binary {
+        /// The column's name.
+        name: String,
+        /// The executable.
+        path: PathBuf,
+    },
     /// Bare GETs with a plain hyper client.
     Bare,
 }
 
 impl Side {
-    /// The command-line form.
-    pub fn as_arg(self) -> &'static str {
+    /// The `run-side --side` form of this build's sides.
+    pub fn as_arg(&self) -> &str {
         match self {
             Side::Agent => "agent",
+            Side::Binary { name, .. } => name,
             Side::Bare => "bare",
         }
     }
 
-    /// Parse the command-line form.
+    /// Parse the `run-side --side` form (`agent` or `bare`).
     pub fn parse(text: &str) -> Result<Side, String> {
         match text {
             "agent" => Ok(Side::Agent),
@@ -50,38 +55,27 @@ impl Side {
             other => Err(format!("{other:?} is not `agent` or `bare`")),
         }
     }
+
+    /// Parse `--agent-bin NAME=PATH`.
+    pub fn parse_binary(text: &str) -> Result<Side, String> {
+        let (name, path) = text
+            .split_once('=')
+            .filter(|(n, p)| !n.is_empty() && !p.is_empty())
+            .ok_or_else(|| format!("{text:?} is not NAME=PATH"))?;
+        if matches!(name, "agent" | "bare") || name.contains(char::is_whitespace) {
+            return Err(format!(
+                "{name:?}: pick a name other than agent or bare, without spaces"
+            ));
+        }
+        Ok(Side::Binary {
+            name: name.to_owned(),
+            path: PathBuf::from(path),
+        })
+    }
 }
 
-/// Settings shared by both sides.
-#[derive(Debug, Clone, Copy)]
-pub struct RunnerConfig {
-    /// Requests in flight at most.
-    pub concurrency: usize,
-    /// Pods per instance (agent side).
-    pub pods_per_instance: usize,
-    /// Tokio worker threads (`None`: one per CPU).
-    pub workers: Option<usize>,
-    /// Keep one connection per pod open between sweeps.
-    pub keep_alive: bool,
-}
-
-/// One sweep as a runner measured it.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Swept {
-    /// Wall time of the sweep.
-    pub wall: Duration,
-    /// The runner's CPU time (user + system) during the sweep.
-    pub cpu: Duration,
-    /// Pods that answered as expected (a valid report; for the bare side,
-    /// status 200 and a fully read body).
-    pub ok: usize,
-    /// Pods that did not.
-    pub failed: usize,
-    /// Time spent in aggregation (agent side), summed over instances.
-    pub aggregate: Duration,
-    /// Samples aggregated (agent side).
-    pub samples: usize,
-}
+/// Settings shared by every side.
+pub type RunnerConfig = SideConfig;
 
 /// A running side process.
 #[derive(Debug)]
@@ -96,17 +90,27 @@ fn protocol(what: impl Into<String>) -> LoadError {
 }
 
 impl Runner {
-    /// Start `side` as a child of `exe` polling `targets`.
+    /// Start `side` as a child (of `exe`, this `fleet-load`, unless the side
+    /// is another binary) polling `targets`.
     pub fn spawn(
         exe: &Path,
-        side: Side,
+        side: &Side,
         config: RunnerConfig,
         targets: &[(PodIdentity, SocketAddr)],
     ) -> Result<Runner, LoadError> {
-        let mut cmd = Command::new(exe);
-        cmd.arg("run-side")
-            .args(["--side", side.as_arg()])
-            .args(["--concurrency", &config.concurrency.to_string()])
+        let mut cmd = match side {
+            Side::Binary { path, .. } => {
+                let mut c = Command::new(path);
+                c.arg("fleet-load-side");
+                c
+            }
+            Side::Agent | Side::Bare => {
+                let mut c = Command::new(exe);
+                c.arg("run-side").args(["--side", side.as_arg()]);
+                c
+            }
+        };
+        cmd.args(["--concurrency", &config.concurrency.to_string()])
             .args(["--pods-per-instance", &config.pods_per_instance.to_string()]);
         if let Some(w) = config.workers {
             cmd.args(["--workers", &w.to_string()]);
@@ -210,118 +214,36 @@ impl Drop for Runner {
     }
 }
 
-/// What a runner drives.
-enum Driver {
-    Agent(AgentFleet),
-    Bare(Box<BareClient>),
-}
-
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
-/// The child side of a runner: read the targets, then answer commands
-/// until stdin closes.
-pub fn serve(side: Side, config: RunnerConfig) -> Result<(), LoadError> {
-    let stdin = std::io::stdin();
-    let mut lines = stdin.lock().lines();
-    let mut targets = Vec::new();
-    for line in lines.by_ref() {
-        let line = line.map_err(LoadError::Child)?;
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        match fields.as_slice() {
-            ["start"] => break,
-            ["pod", name, uid, addr] => targets.push(pod_target(name, uid, addr)?),
-            _ => return Err(protocol(format!("unexpected line {line:?}"))),
+impl Sweeper for BareClient {
+    async fn sweep(&mut self) -> Swept {
+        let o = BareClient::sweep(self).await;
+        Swept {
+            wall: o.wall,
+            ok: o.ok,
+            failed: o.failed,
+            ..Swept::default()
         }
     }
-    let wanted = targets.len() as u64 + FD_SLACK;
-    if raise_fd_limit(wanted).map_err(LoadError::Child)? < wanted {
-        eprintln!(
-            "fleet-load {}: open-file limit below {wanted}",
-            side.as_arg()
-        );
-    }
-    let mut rt = tokio::runtime::Builder::new_multi_thread();
-    rt.enable_all();
-    if let Some(w) = config.workers {
-        rt.worker_threads(w.max(1));
-    }
-    let rt = rt.build().map_err(LoadError::Runtime)?;
-    let mut driver = match side {
-        Side::Agent => {
-            let poller = Poller::new(PollConfig {
-                concurrency: config.concurrency,
-                keep_alive: config.keep_alive,
-                ..PollConfig::default()
-            });
-            Driver::Agent(AgentFleet::new(poller, &targets, config.pods_per_instance))
-        }
+}
+
+/// The child side of this build's runners: read the targets, then answer
+/// commands until stdin closes.
+pub fn serve(side: &Side, config: RunnerConfig) -> Result<(), LoadError> {
+    match side {
+        Side::Agent => protocol::serve_agent(config)?,
         Side::Bare => {
-            let addrs: Vec<_> = targets.iter().map(|(_, a)| *a).collect();
-            // The client's pool needs the runtime's timer.
-            let _guard = rt.enter();
-            Driver::Bare(Box::new(BareClient::new(
-                &addrs,
-                config.concurrency,
-                config.keep_alive,
-            )))
+            let stdin = std::io::stdin();
+            let stdout = std::io::stdout();
+            protocol::serve(stdin.lock(), stdout.lock(), config.workers, |targets| {
+                let addrs: Vec<_> = targets.iter().map(|(_, a)| *a).collect();
+                BareClient::new(&addrs, config.concurrency, config.keep_alive)
+            })?;
         }
-    };
-    drop(targets);
-    let out = std::io::stdout();
-    let mut out = out.lock();
-    writeln!(out, "ready").map_err(LoadError::Child)?;
-    out.flush().map_err(LoadError::Child)?;
-    for line in lines {
-        let line = line.map_err(LoadError::Child)?;
-        match line.trim() {
-            "sweep" => {
-                let cpu0 = cpu_time();
-                let swept = match &mut driver {
-                    Driver::Agent(fleet) => {
-                        let o = rt.block_on(fleet.sweep());
-                        if !o.errors.is_empty() {
-                            eprintln!("fleet-load agent: failed samples {:?}", o.errors);
-                        }
-                        Swept {
-                            wall: o.wall,
-                            cpu: Duration::ZERO,
-                            ok: o.ok,
-                            failed: o.errors.values().sum(),
-                            aggregate: o.aggregate_time,
-                            samples: o.samples,
-                        }
-                    }
-                    Driver::Bare(client) => {
-                        let o = rt.block_on(client.sweep());
-                        Swept {
-                            wall: o.wall,
-                            ok: o.ok,
-                            failed: o.failed,
-                            ..Swept::default()
-                        }
-                    }
-                };
-                let cpu = cpu_time().saturating_sub(cpu0);
-                writeln!(
-                    out,
-                    "swept {} {} {} {} {} {}",
-                    nanos(swept.wall),
-                    nanos(cpu),
-                    swept.ok,
-                    swept.failed,
-                    nanos(swept.aggregate),
-                    swept.samples
-                )
-                .map_err(LoadError::Child)?;
-            }
-            "stats" => {
-                writeln!(out, "stats {}", peak_rss().unwrap_or(0)).map_err(LoadError::Child)?
-            }
-            other => return Err(protocol(format!("unknown command {other:?}"))),
+        Side::Binary { name, .. } => {
+            return Err(protocol(format!(
+                "side {name} runs in its own binary, not in run-side"
+            )));
         }
-        out.flush().map_err(LoadError::Child)?;
     }
     Ok(())
 }

@@ -8,6 +8,7 @@
 //! exits or drops the [`SimProcesses`]).
 
 use crate::error::LoadError;
+use kura_agent::cli::fleet_load_side::protocol::parse_target;
 use kura_agent::model::PodIdentity;
 use kura_sim::{Addressing, ReportGeneration, SimPodSpec, Simulator, raise_fd_limit};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -15,12 +16,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
 
-/// Descriptors a simulator process needs per pod: its listener and the
-/// server side of two kept-alive connections (the agent's and the bare
-/// client's, both kept open for the whole run).
-pub const FDS_PER_SIM_POD: u64 = 3;
-/// Descriptors kept aside for everything else in a process.
-pub const FD_SLACK: u64 = 256;
+pub use kura_agent::cli::fleet_load_side::protocol::FD_SLACK;
 
 /// Which report generation the simulated pods answer in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,26 +61,6 @@ impl Generations {
     }
 }
 
-/// The target of a `pod NAME UID ADDR` line, as a simulator process prints
-/// it for every pod it serves.
-pub fn pod_target(
-    name: &str,
-    uid: &str,
-    addr: &str,
-) -> Result<(PodIdentity, SocketAddr), LoadError> {
-    let addr: SocketAddr = addr
-        .parse()
-        .map_err(|_| LoadError::Protocol(format!("bad address {addr:?} of pod {name}")))?;
-    let pod = PodIdentity {
-        name: name.to_owned(),
-        uid: uid.to_owned(),
-        restart_count: 0,
-        image: Some("ghcr.io/tuist/kura:0.6.0".to_owned()),
-        ip: Some(addr.ip().to_string()),
-    };
-    Ok((pod, addr))
-}
-
 /// The first loopback address of simulator process `k`: 127.(100+k).0.1,
 /// away from the 127.10.x.y and 127.20.x.y the tests and scenarios use.
 pub fn first_ip(k: usize) -> Ipv4Addr {
@@ -96,10 +72,16 @@ pub fn first_ip(k: usize) -> Ipv4Addr {
     )
 }
 
+/// Descriptors a simulator process needs per pod when `sides` measuring
+/// sides each keep a connection to it: the listener and one per side.
+pub fn fds_per_pod(sides: usize) -> u64 {
+    1 + sides.max(1) as u64
+}
+
 /// How many simulator processes `pods` pods need under an open-file limit
-/// of `fd_limit` per process.
-pub fn processes_needed(pods: usize, fd_limit: u64) -> usize {
-    let per = (fd_limit.saturating_sub(FD_SLACK) / FDS_PER_SIM_POD).max(1) as usize;
+/// of `fd_limit` per process, with `sides` measuring sides connected.
+pub fn processes_needed(pods: usize, fd_limit: u64, sides: usize) -> usize {
+    let per = (fd_limit.saturating_sub(FD_SLACK) / fds_per_pod(sides)).max(1) as usize;
     pods.div_ceil(per).max(1)
 }
 
@@ -111,11 +93,13 @@ pub struct SimProcesses {
 }
 
 impl SimProcesses {
-    /// Start `pods` pods spread over `processes` children of `exe`.
+    /// Start `pods` pods spread over `processes` children of `exe`, each
+    /// to be polled by `sides` measuring sides.
     pub fn spawn(
         exe: &Path,
         pods: usize,
         processes: usize,
+        sides: usize,
         generations: Generations,
     ) -> Result<SimProcesses, LoadError> {
         let processes = processes.clamp(1, pods.max(1));
@@ -132,6 +116,7 @@ impl SimProcesses {
                 .args(["--offset", &offset.to_string()])
                 .args(["--first-ip", &first_ip(k).to_string()])
                 .args(["--generation", &generations.as_arg()])
+                .args(["--sides", &sides.to_string()])
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit())
@@ -161,7 +146,7 @@ impl SimProcesses {
             match fields.as_slice() {
                 ["ready"] if got == n => return Ok(()),
                 ["pod", name, uid, addr] => {
-                    self.targets.push(pod_target(name, uid, addr)?);
+                    self.targets.push(parse_target(name, uid, addr)?);
                     got += 1;
                 }
                 _ => return Err(LoadError::Protocol(format!("unexpected line {line:?}"))),
@@ -196,9 +181,10 @@ pub fn serve(
     pods: usize,
     offset: usize,
     first_ip: Ipv4Addr,
+    sides: usize,
     generations: Generations,
 ) -> Result<(), LoadError> {
-    let wanted = FDS_PER_SIM_POD * pods as u64 + FD_SLACK;
+    let wanted = fds_per_pod(sides) * pods as u64 + FD_SLACK;
     match raise_fd_limit(wanted) {
         Ok(limit) if limit < wanted => {
             eprintln!("serve-sim: open-file limit {limit} is below the {wanted} this process needs")

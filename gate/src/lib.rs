@@ -55,7 +55,10 @@ pub use config::GateConfig;
 pub use error::GateError;
 pub use health_view::HealthView;
 pub use instance::judge_instance;
-pub use replay::{ReplayError, ReplayInput, ReplayLine, parse_replay, replay, run_replay};
+pub use replay::{
+    ReplayError, ReplayInput, ReplayLine, parse_baseline_json, parse_config_json, parse_replay,
+    parse_tick_json, parse_tick_value, replay, run_replay,
+};
 pub use wave::{
     Deployment, Gate, GateState, ServerInput, ServerStatus, TickInput, Verdict, VerdictKind,
 };

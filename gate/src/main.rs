@@ -32,8 +32,10 @@ config and each key are optional (defaults shown; the last soakSeconds value
 repeats). health and baseline.health are rolloutHealth aggregates (camelCase)
 or null; only the fields the checks read matter, a missing one is null and a
 missing required one (ready, serving, sampledPods, fdTimeoutCount, ...) fails
-its check. A null baseline means not soak-eligible. Unknown keys outside
-health are refused.
+its check. A null baseline means not soak-eligible; a baseline captured
+earlier may be given as {\"capturedAt\": T, \"counters\": {\"outboxMessages\": N,
+\"fdTimeoutCount\": N, \"peerConnectionFailures\": N}, \"soakEligible\": B}
+instead of its aggregate. Unknown keys outside health are refused.
 
 It writes one JSON line per tick and exits 0:
   {\"tick\": 0, \"verdict\": \"soak\", \"signal\": \"soaking\", \"serverId\": null,

@@ -5,6 +5,7 @@
 use std::collections::HashSet;
 
 use jiff::Timestamp;
+use kura_schemas::BaselineCounters;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use thiserror::Error;
@@ -38,8 +39,15 @@ pub struct ReplayLine {
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum ReplayError {
     /// Not JSON at all.
-    #[error("input is not valid JSON: {0}")]
-    Json(String),
+    #[error("input is not valid JSON: {message}")]
+    Json {
+        /// The parser's message (it ends with the line and column).
+        message: String,
+        /// Line of the fault, from 1 (0 when the input ended early).
+        line: usize,
+        /// Column of the fault, from 1.
+        column: usize,
+    },
     /// A field is missing, of the wrong type or out of range.
     #[error("{}field {field}: {reason}", location(*tick, server.as_deref()))]
     Field {
@@ -112,7 +120,7 @@ pub fn run_replay(input: &ReplayInput) -> Result<Vec<ReplayLine>, ReplayError> {
 /// Parses a replay document strictly (unknown keys outside `health` are
 /// refused; inside `health` only the fields the checks read are looked at).
 pub fn parse_replay(text: &str) -> Result<ReplayInput, ReplayError> {
-    let root: Value = serde_json::from_str(text).map_err(|e| ReplayError::Json(e.to_string()))?;
+    let root = json_value(text)?;
     let at = Ctx::default();
     let root = at.object(&root, "(document)")?;
     at.only(root, &["config", "ticks"], "")?;
@@ -149,6 +157,46 @@ pub fn parse_replay(text: &str) -> Result<ReplayInput, ReplayError> {
     Ok(ReplayInput {
         config,
         ticks: parsed,
+    })
+}
+
+/// Parses a configuration document on its own: the replay document's
+/// `config` object (every key optional, unknown keys refused). `null` is the
+/// default configuration.
+pub fn parse_config_json(text: &str) -> Result<GateConfig, ReplayError> {
+    match json_value(text)? {
+        Value::Null => Ok(GateConfig::default()),
+        value => parse_config(Ctx::default().object(&value, "(config)")?),
+    }
+}
+
+/// Parses one tick document on its own (an element of the replay
+/// document's `ticks`), with the same strict rules and error locations
+/// (server and field; there is no tick index). `config` decides the soak
+/// eligibility of baselines given as aggregates.
+pub fn parse_tick_json(text: &str, config: &GateConfig) -> Result<TickInput, ReplayError> {
+    parse_tick_value(&json_value(text)?, config)
+}
+
+/// [`parse_tick_json`] for a document already read into a JSON value.
+pub fn parse_tick_value(value: &Value, config: &GateConfig) -> Result<TickInput, ReplayError> {
+    parse_tick(&Ctx::default(), value, config)
+}
+
+/// Parses a baseline document on its own, in either form a tick's server
+/// accepts: `{capturedAt, health}` captures a baseline from the aggregate
+/// (`health` null or absent: no aggregate), `{capturedAt, counters,
+/// soakEligible}` is a baseline captured earlier.
+pub fn parse_baseline_json(text: &str, config: &GateConfig) -> Result<Baseline, ReplayError> {
+    parse_baseline(&Ctx::default(), &json_value(text)?, "", config)
+}
+
+/// The JSON value of `text`, or where it stops being JSON.
+fn json_value(text: &str) -> Result<Value, ReplayError> {
+    serde_json::from_str(text).map_err(|e| ReplayError::Json {
+        message: e.to_string(),
+        line: e.line(),
+        column: e.column(),
     })
 }
 
@@ -337,13 +385,7 @@ fn parse_server(
     };
     let baseline = match obj.get("baseline") {
         None | Some(Value::Null) => None,
-        Some(value) => {
-            let b = at.object(value, "baseline")?;
-            at.only(b, &["capturedAt", "health"], "baseline.")?;
-            let captured_at = at.req_time(b, "capturedAt", "baseline.")?;
-            let health = parse_health(&at, b.get("health"), "baseline.health")?;
-            Some(Baseline::capture(health.as_ref(), captured_at, config))
-        }
+        Some(value) => Some(parse_baseline(&at, value, "baseline", config)?),
     };
     let health = parse_health(&at, obj.get("health"), "health")?;
     Ok(ServerInput {
@@ -354,6 +396,73 @@ fn parse_server(
         status,
         baseline,
         health,
+    })
+}
+
+/// A baseline in either form: `{capturedAt, health}` (an aggregate, captured
+/// here with [`Baseline::capture`]) or `{capturedAt, counters, soakEligible}`
+/// (a baseline captured earlier, as [`Baseline`] serializes).
+fn parse_baseline(
+    at: &Ctx,
+    value: &Value,
+    field: &str,
+    config: &GateConfig,
+) -> Result<Baseline, ReplayError> {
+    let p = if field.is_empty() {
+        String::new()
+    } else {
+        format!("{field}.")
+    };
+    let b = at.object(
+        value,
+        if field.is_empty() {
+            "(baseline)"
+        } else {
+            field
+        },
+    )?;
+    at.only(b, &["capturedAt", "health", "counters", "soakEligible"], &p)?;
+    let captured_at = at.req_time(b, "capturedAt", &p)?;
+    if !b.contains_key("counters") && !b.contains_key("soakEligible") {
+        let health = parse_health(at, b.get("health"), &format!("{p}health"))?;
+        return Ok(Baseline::capture(health.as_ref(), captured_at, config));
+    }
+    if b.contains_key("health") {
+        return Err(at.fail(
+            &format!("{p}health"),
+            "a baseline has either health (an aggregate to capture) or counters and \
+             soakEligible (a captured baseline), not both"
+                .into(),
+        ));
+    }
+    let counters = match b.get("counters") {
+        Some(value) => at.object(value, &format!("{p}counters"))?,
+        None => return Err(at.fail(&format!("{p}counters"), "missing".into())),
+    };
+    let cp = format!("{p}counters.");
+    at.only(
+        counters,
+        &["outboxMessages", "fdTimeoutCount", "peerConnectionFailures"],
+        &cp,
+    )?;
+    let soak_eligible = match b.get("soakEligible") {
+        Some(Value::Bool(b)) => *b,
+        Some(other) => {
+            return Err(at.fail(
+                &format!("{p}soakEligible"),
+                format!("expected a boolean, got {}", show(other)),
+            ));
+        }
+        None => return Err(at.fail(&format!("{p}soakEligible"), "missing".into())),
+    };
+    Ok(Baseline {
+        captured_at,
+        counters: BaselineCounters {
+            outbox_messages: at.opt_uint(counters, "outboxMessages", &cp)?,
+            fd_timeout_count: at.opt_uint(counters, "fdTimeoutCount", &cp)?,
+            peer_connection_failures: at.opt_uint(counters, "peerConnectionFailures", &cp)?,
+        },
+        soak_eligible,
     })
 }
 
@@ -448,9 +557,14 @@ impl Ctx {
         key: &str,
         prefix: &str,
     ) -> Result<Option<u64>, ReplayError> {
+        // The field's name is formatted only on the error path: a
+        // 1,000-server tick reads some 30,000 fields.
         match obj.get(key) {
             None | Some(Value::Null) => Ok(None),
-            Some(value) => self.uint(value, &format!("{prefix}{key}")).map(Some),
+            Some(value) => match value.as_u64() {
+                Some(n) => Ok(Some(n)),
+                None => self.uint(value, &format!("{prefix}{key}")).map(Some),
+            },
         }
     }
 
@@ -460,6 +574,13 @@ impl Ctx {
         key: &str,
         prefix: &str,
     ) -> Result<u32, ReplayError> {
+        if let Some(n) = obj
+            .get(key)
+            .and_then(Value::as_u64)
+            .and_then(|n| u32::try_from(n).ok())
+        {
+            return Ok(n);
+        }
         let field = format!("{prefix}{key}");
         let value = obj
             .get(key)
@@ -506,15 +627,15 @@ impl Ctx {
         key: &str,
         prefix: &str,
     ) -> Result<Option<Timestamp>, ReplayError> {
-        let field = format!("{prefix}{key}");
+        let field = || format!("{prefix}{key}");
         match obj.get(key) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) => s
                 .parse::<Timestamp>()
                 .map(Some)
-                .map_err(|e| self.fail(&field, format!("not an RFC 3339 time ({s:?}): {e}"))),
+                .map_err(|e| self.fail(&field(), format!("not an RFC 3339 time ({s:?}): {e}"))),
             Some(other) => Err(self.fail(
-                &field,
+                &field(),
                 format!("expected an RFC 3339 time, got {}", show(other)),
             )),
         }

@@ -151,7 +151,7 @@ pub struct Verdict {
 /// A server's effective baseline after counter resets, remembered only
 /// while it differs from the captured one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct EffectiveBaseline {
     /// The capture this belongs to; a new capture replaces it.
     pub captured_at: Timestamp,
@@ -164,7 +164,7 @@ pub struct EffectiveBaseline {
 /// Everything the wave judge keeps between ticks: one serde value the
 /// caller stores and restores.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GateState {
     /// The attempt judged so far.
     pub attempt: Option<u32>,

@@ -6,11 +6,14 @@
 //! - [`check`]: the gate for plain node URLs (standalone chart);
 //! - [`demo`]: a rollout on a simulated fleet (`kura-sim`);
 //! - [`aggregate`]: the aggregation over recorded reports;
-//! - [`simulate`]: serve a simulated fleet (`kura-sim`).
+//! - [`simulate`]: serve a simulated fleet (`kura-sim`);
+//! - [`fleet_load_side`] (hidden): the agent's side of the `fleet-load`
+//!   harness, so a shipped binary can be measured.
 
 pub mod aggregate;
 pub mod check;
 pub mod demo;
+pub mod fleet_load_side;
 pub mod parse;
 pub mod run;
 pub mod simulate;

@@ -4,6 +4,11 @@
 //!
 //! `cargo run --release -p kura-benches --bin fleet-load -- --pods 10000`
 //!
+//! `--agent-bin NAME=PATH` adds a side: the same agent path run by another
+//! `kura-agent` binary (its hidden `fleet-load-side` subcommand), e.g. the
+//! one taken out of the container image, measured in the same run and
+//! compared with this build's.
+//!
 //! Every part runs in its own process, all children of this one (the same
 //! executable in hidden modes): the simulated pods (`serve-sim`, as many
 //! processes as the open-file limit needs), the agent side and the bare
@@ -13,10 +18,11 @@
 //! see the same machine load.
 
 use clap::{Parser, Subcommand};
+use kura_agent::cli::fleet_load_side::protocol::Swept;
 use kura_agent::poll::PollConfig;
 use kura_benches::error::LoadError;
 use kura_benches::proc_stats::{cpu_time_of, mib};
-use kura_benches::runner::{Runner, RunnerConfig, Side, Swept};
+use kura_benches::runner::{Runner, RunnerConfig, Side};
 use kura_benches::sim_process::{Generations, SimProcesses, processes_needed, serve};
 use kura_sim::raise_fd_limit;
 use std::net::Ipv4Addr;
@@ -29,6 +35,9 @@ const GOAL_SWEEP: Duration = Duration::from_secs(2);
 const GOAL_RATIO: f64 = 0.70;
 /// Goal: the agent's peak RSS under this many MiB.
 const GOAL_RSS_MIB: f64 = 150.0;
+/// Goal: another build of the agent (`--agent-bin`) polls at least this
+/// share of this build's rate.
+const GOAL_SAME_AS_BUILD: f64 = 0.90;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -75,6 +84,11 @@ struct LoadArgs {
     /// Exit with status 2 when a goal is missed.
     #[arg(long)]
     check: bool,
+    /// Also measure another `kura-agent` binary's agent path (its hidden
+    /// `fleet-load-side` subcommand), e.g. `image=/tmp/kura-agent` taken out
+    /// of the container image; repeatable.
+    #[arg(long = "agent-bin", value_name = "NAME=PATH", value_parser = Side::parse_binary)]
+    agent_bins: Vec<Side>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -90,6 +104,9 @@ enum Mode {
         first_ip: Ipv4Addr,
         #[arg(long, default_value = "mixed", value_parser = Generations::parse)]
         generation: Generations,
+        /// Measuring sides that keep a connection to every pod.
+        #[arg(long, default_value_t = 2)]
+        sides: usize,
     },
     /// Run one measured side for a parent `fleet-load` (internal).
     #[command(hide = true)]
@@ -115,7 +132,8 @@ fn main() -> ExitCode {
             offset,
             first_ip,
             generation,
-        }) => serve(pods, offset, first_ip, generation).map(|()| true),
+            sides,
+        }) => serve(pods, offset, first_ip, sides, generation).map(|()| true),
         Some(Mode::RunSide {
             side,
             concurrency,
@@ -123,7 +141,7 @@ fn main() -> ExitCode {
             workers,
             no_keep_alive,
         }) => kura_benches::runner::serve(
-            side,
+            &side,
             RunnerConfig {
                 concurrency,
                 pods_per_instance,
@@ -149,6 +167,9 @@ fn main() -> ExitCode {
 struct Record {
     cold: Swept,
     sweeps: Vec<Swept>,
+    /// The simulators' CPU time during this side's measured sweeps.
+    sim_cpu: Duration,
+    peak_rss: u64,
 }
 
 impl Record {
@@ -173,18 +194,38 @@ impl Record {
     }
 }
 
+/// One measured side: what it is, its process, what it measured.
+struct Measured {
+    side: Side,
+    runner: Option<Runner>,
+    record: Record,
+}
+
+impl Measured {
+    fn title(&self) -> String {
+        match &self.side {
+            Side::Agent => "agent (poll+aggregate)".to_owned(),
+            Side::Binary { name, .. } => format!("{name} (kura-agent binary)"),
+            Side::Bare => "bare GET ceiling".to_owned(),
+        }
+    }
+}
+
 fn sim_cpu(pids: &[u32]) -> Option<Duration> {
     pids.iter().map(|p| cpu_time_of(*p)).sum()
 }
 
 fn run(args: &LoadArgs) -> Result<bool, LoadError> {
+    let mut sides = vec![Side::Agent];
+    sides.extend(args.agent_bins.iter().cloned());
+    sides.push(Side::Bare);
     let limit = raise_fd_limit(1 << 20).map_err(LoadError::Child)?;
     let procs = args
         .sim_procs
-        .unwrap_or_else(|| processes_needed(args.pods, limit));
+        .unwrap_or_else(|| processes_needed(args.pods, limit, sides.len()));
     let exe = std::env::current_exe().map_err(LoadError::Child)?;
     let started = Instant::now();
-    let sims = SimProcesses::spawn(&exe, args.pods, procs, args.generation)?;
+    let sims = SimProcesses::spawn(&exe, args.pods, procs, sides.len(), args.generation)?;
     let startup = started.elapsed();
     let sim_pids = sims.pids();
     let config = RunnerConfig {
@@ -193,50 +234,59 @@ fn run(args: &LoadArgs) -> Result<bool, LoadError> {
         workers: args.workers,
         keep_alive: !args.no_keep_alive,
     };
-    let mut agent_runner = Runner::spawn(&exe, Side::Agent, config, sims.targets())?;
-    let mut bare_runner = Runner::spawn(&exe, Side::Bare, config, sims.targets())?;
-
-    let mut agent = Record {
-        cold: agent_runner.sweep()?,
-        ..Record::default()
-    };
-    let mut bare = Record {
-        cold: bare_runner.sweep()?,
-        ..Record::default()
-    };
-    // Simulator CPU is read from /proc at clock-tick resolution, so it is
-    // given per side as a total over its measured sweeps.
-    let (mut sim_agent, mut sim_bare) = (Duration::ZERO, Duration::ZERO);
-    let mut sim_cpu_known = true;
-    let mut timed = |runner: &mut Runner, total: &mut Duration| -> Result<Swept, LoadError> {
-        let before = sim_cpu(&sim_pids);
-        let s = runner.sweep()?;
-        match (before, sim_cpu(&sim_pids)) {
-            (Some(b), Some(a)) => *total += a.saturating_sub(b),
-            _ => sim_cpu_known = false,
-        }
-        Ok(s)
-    };
-    for i in 0..args.sweeps {
-        // Alternate which side goes first.
-        if i % 2 == 0 {
-            agent.sweeps.push(timed(&mut agent_runner, &mut sim_agent)?);
-            bare.sweeps.push(timed(&mut bare_runner, &mut sim_bare)?);
-        } else {
-            bare.sweeps.push(timed(&mut bare_runner, &mut sim_bare)?);
-            agent.sweeps.push(timed(&mut agent_runner, &mut sim_agent)?);
+    let mut measured = Vec::with_capacity(sides.len());
+    for side in sides {
+        let runner = Runner::spawn(&exe, &side, config, sims.targets())?;
+        measured.push(Measured {
+            side,
+            runner: Some(runner),
+            record: Record::default(),
+        });
+    }
+    for m in &mut measured {
+        if let Some(r) = m.runner.as_mut() {
+            m.record.cold = r.sweep()?;
         }
     }
-    let agent_peak = agent_runner.peak_rss()?;
-    let bare_peak = bare_runner.peak_rss()?;
-    drop(agent_runner);
-    drop(bare_runner);
+    // Simulator CPU is read from /proc at clock-tick resolution, so it is
+    // given per side as a total over its measured sweeps.
+    let mut sim_cpu_known = true;
+    let n_sides = measured.len();
+    for i in 0..args.sweeps {
+        // Rotate which side goes first.
+        for k in 0..n_sides {
+            let m = &mut measured[(i + k) % n_sides];
+            let Some(runner) = m.runner.as_mut() else {
+                continue;
+            };
+            let before = sim_cpu(&sim_pids);
+            let s = runner.sweep()?;
+            match (before, sim_cpu(&sim_pids)) {
+                (Some(b), Some(a)) => m.record.sim_cpu += a.saturating_sub(b),
+                _ => sim_cpu_known = false,
+            }
+            m.record.sweeps.push(s);
+        }
+    }
+    for m in &mut measured {
+        if let Some(mut r) = m.runner.take() {
+            m.record.peak_rss = r.peak_rss()?;
+        }
+    }
     drop(sims);
 
     let n = args.pods;
-    let ratio = agent.rate(n) / bare.rate(n).max(1e-9);
-    let agg_time: Duration = agent.sweeps.iter().map(|s| s.aggregate).sum();
-    let agg_samples: usize = agent.sweeps.iter().map(|s| s.samples).sum();
+    let (agent, rest) = measured
+        .split_first()
+        .ok_or(LoadError::Protocol("no side".into()))?;
+    let (bare, binaries) = rest
+        .split_last()
+        .ok_or(LoadError::Protocol("no ceiling".into()))?;
+    let agent_like: Vec<&Measured> = std::iter::once(agent).chain(binaries.iter()).collect();
+    let ratio = |m: &Measured| m.record.rate(n) / bare.record.rate(n).max(1e-9);
+    let vs_build = |m: &Measured| m.record.rate(n) / agent.record.rate(n).max(1e-9);
+    let agg_time: Duration = agent.record.sweeps.iter().map(|s| s.aggregate).sum();
+    let agg_samples: usize = agent.record.sweeps.iter().map(|s| s.samples).sum();
     let agg_rate = agg_samples as f64 / agg_time.as_secs_f64().max(1e-9);
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
     let instances = n.div_ceil(args.pods_per_instance.max(1));
@@ -246,12 +296,17 @@ fn run(args: &LoadArgs) -> Result<bool, LoadError> {
         startup.as_secs_f64(),
     );
     println!(
-        "{instances} instances of up to {} pods; concurrency {}; keep-alive {}; per side 1 cold sweep, then {} measured sweeps alternating with the other side; {cpus} CPUs",
+        "{instances} instances of up to {} pods; concurrency {}; keep-alive {}; per side 1 cold sweep, then {} measured sweeps in turn with the other sides; {cpus} CPUs",
         args.pods_per_instance,
         args.concurrency,
         if args.no_keep_alive { "off" } else { "on" },
         args.sweeps,
     );
+    for m in binaries {
+        if let Side::Binary { name, path } = &m.side {
+            println!("side {name}: {}", path.display());
+        }
+    }
     let secs = |d: Duration| format!("{:.3} s", d.as_secs_f64());
     let range = |r: &Record| {
         let w = r.walls();
@@ -269,81 +324,103 @@ fn run(args: &LoadArgs) -> Result<bool, LoadError> {
             "n/a".to_owned()
         }
     };
-    let rows: Vec<(&str, String, String)> = vec![
+    type Cell<'a> = Box<dyn Fn(&Measured) -> String + 'a>;
+    let rows: Vec<(&str, Cell)> = vec![
         (
             "cold sweep (opens connections)",
-            secs(agent.cold.wall),
-            secs(bare.cold.wall),
+            Box::new(|m| secs(m.record.cold.wall)),
         ),
         (
             "sweep wall time, median",
-            secs(agent.median()),
-            secs(bare.median()),
+            Box::new(|m| secs(m.record.median())),
         ),
-        ("sweep wall time, min / max", range(&agent), range(&bare)),
+        ("sweep wall time, min / max", Box::new(|m| range(&m.record))),
         (
             "polls per second (median sweep)",
-            format!("{:.0}", agent.rate(n)),
-            format!("{:.0}", bare.rate(n)),
+            Box::new(|m| format!("{:.0}", m.record.rate(n))),
         ),
         (
             "CPU time per sweep, side process",
-            secs(agent.cpu_per_sweep()),
-            secs(bare.cpu_per_sweep()),
+            Box::new(|m| secs(m.record.cpu_per_sweep())),
         ),
         (
             "CPU time per sweep, simulators",
-            sim_per_sweep(sim_agent),
-            sim_per_sweep(sim_bare),
+            Box::new(|m| sim_per_sweep(m.record.sim_cpu)),
         ),
         (
             "peak RSS of the side process",
-            format!("{:.1} MiB", mib(agent_peak)),
-            format!("{:.1} MiB", mib(bare_peak)),
+            Box::new(|m| format!("{:.1} MiB", mib(m.record.peak_rss))),
         ),
         (
             "failed samples, all sweeps",
-            agent.failed().to_string(),
-            bare.failed().to_string(),
+            Box::new(|m| m.record.failed().to_string()),
         ),
         (
-            "fold+judge, pod samples/s on 1 core",
-            format!("{agg_rate:.0}"),
-            "-".to_owned(),
+            "rate / ceiling rate",
+            Box::new(|m| {
+                if m.side == Side::Bare {
+                    "-".to_owned()
+                } else {
+                    format!("{:.1} %", ratio(m) * 100.0)
+                }
+            }),
         ),
     ];
     println!();
-    println!(
-        "{:<38} {:>24} {:>20}",
-        "", "agent (poll+aggregate)", "bare GET ceiling"
-    );
-    for (label, a, b) in &rows {
-        println!("{label:<38} {a:>24} {b:>20}");
+    let width = |m: &Measured| m.title().len().max(20);
+    print!("{:<38}", "");
+    for m in &measured {
+        print!(" {:>w$}", m.title(), w = width(m));
+    }
+    println!();
+    for (label, cell) in &rows {
+        print!("{label:<38}");
+        for m in &measured {
+            print!(" {:>w$}", cell(m), w = width(m));
+        }
+        println!();
     }
     println!(
-        "{:<38} {:>24}",
-        "agent rate / ceiling rate",
-        format!("{:.1} %", ratio * 100.0)
+        "{:<38} {:>w$}",
+        "fold+judge, pod samples/s on 1 core",
+        format!("{agg_rate:.0}"),
+        w = width(agent)
     );
+    for m in binaries {
+        println!(
+            "{:<38} {:>w$}",
+            format!("{} rate / this build's rate", m.side.as_arg()),
+            format!("{:.1} %", vs_build(m) * 100.0),
+            w = width(agent)
+        );
+    }
 
-    let goals = [
-        (
-            format!("median sweep of {n} pods <= 2 s"),
-            agent.median() <= GOAL_SWEEP,
-        ),
-        (
-            "agent rate >= 70 % of the ceiling".to_owned(),
-            ratio >= GOAL_RATIO,
-        ),
-        (
-            "agent peak RSS < 150 MiB".to_owned(),
-            mib(agent_peak) < GOAL_RSS_MIB,
-        ),
-        (
-            "every sample a report".to_owned(),
-            agent.failed() == 0 && bare.failed() == 0,
-        ),
-    ];
+    let mut goals = Vec::new();
+    for m in &agent_like {
+        let who = m.side.as_arg();
+        goals.push((
+            format!("{who}: median sweep of {n} pods <= 2 s"),
+            m.record.median() <= GOAL_SWEEP,
+        ));
+        goals.push((
+            format!("{who}: rate >= 70 % of the ceiling"),
+            ratio(m) >= GOAL_RATIO,
+        ));
+        goals.push((
+            format!("{who}: peak RSS < 150 MiB"),
+            mib(m.record.peak_rss) < GOAL_RSS_MIB,
+        ));
+    }
+    for m in binaries {
+        goals.push((
+            format!("{}: rate within 10 % of this build's", m.side.as_arg()),
+            vs_build(m) >= GOAL_SAME_AS_BUILD,
+        ));
+    }
+    goals.push((
+        "every sample a report".to_owned(),
+        measured.iter().all(|m| m.record.failed() == 0),
+    ));
     println!();
     for (goal, met) in &goals {
         println!("{:<50} {}", goal, if *met { "met" } else { "MISSED" });

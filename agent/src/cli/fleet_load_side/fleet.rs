@@ -8,15 +8,15 @@
 //! at once (the run loop spreads them over the interval), so a sweep here
 //! is the worst-case burst.
 
-use crate::proc_stats::thread_cpu_time;
-use jiff::Timestamp;
-use kura_agent::engine::{EngineConfig, InstanceEngine};
-use kura_agent::model::{
+use super::proc_stats::thread_cpu_time;
+use crate::engine::{EngineConfig, InstanceEngine};
+use crate::model::{
     DesiredStatus, InstanceInfo, InstanceKey, PodIdentity, SampleResult, StatusSink,
 };
-use kura_agent::poll::Poller;
-use kura_agent::runner::MemorySink;
-use kura_agent::view::{FleetView, SweepRecord};
+use crate::poll::Poller;
+use crate::runner::MemorySink;
+use crate::view::{FleetView, SweepRecord};
+use jiff::Timestamp;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 /// The writer name put in every aggregate.
 const AGENT: &str = "kura-agent-load";
 /// The image every instance runs (the gate judges it).
-const IMAGE: &str = "ghcr.io/tuist/kura:0.6.0";
+pub const IMAGE: &str = "ghcr.io/tuist/kura:0.6.0";
 
 /// One instance: its pods and its engine.
 #[derive(Debug)]

@@ -1,0 +1,4 @@
+defmodule KuraGate.DocTest do
+  use ExUnit.Case, async: true
+  doctest KuraGate
+end

@@ -1,0 +1,2 @@
+Code.require_file("support.exs", __DIR__)
+ExUnit.start()

@@ -1,0 +1,3 @@
+module kura.local/kuragate
+
+go 1.24

@@ -1,0 +1,190 @@
+package kuragate
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Config is the gate configuration (contract/gate.md, "Defaults"). Start
+// from DefaultConfig and change what differs.
+type Config struct {
+	// SoakSeconds: entry n is wave n's soak; the last repeats.
+	SoakSeconds            []uint64 `json:"soakSeconds"`
+	WaveDeadlineSeconds    uint64   `json:"waveDeadlineSeconds"`
+	MaxSampleAgeSeconds    uint64   `json:"maxSampleAgeSeconds"`
+	FutureSkewSeconds      uint64   `json:"futureSkewSeconds"`
+	OutboxBandPercent      uint64   `json:"outboxBandPercent"`
+	OutboxBandMinimum      uint64   `json:"outboxBandMinimum"`
+	FdTimeoutBand          uint64   `json:"fdTimeoutBand"`
+	PeerFailureBandPercent uint64   `json:"peerFailureBandPercent"`
+	PeerFailureBandMinimum uint64   `json:"peerFailureBandMinimum"`
+}
+
+// Deployment is a server's deployment as the orchestrator sees it.
+type Deployment string
+
+// Deployments.
+const (
+	DeploymentPending   Deployment = "pending"
+	DeploymentRunning   Deployment = "running"
+	DeploymentSucceeded Deployment = "succeeded"
+	DeploymentFailed    Deployment = "failed"
+	DeploymentCancelled Deployment = "cancelled"
+)
+
+// ServerStatus is a server's lifecycle status.
+type ServerStatus string
+
+// Server statuses.
+const (
+	StatusActive    ServerStatus = "active"
+	StatusFailed    ServerStatus = "failed"
+	StatusDestroyed ServerStatus = "destroyed"
+)
+
+// TickInput is everything one tick judges.
+type TickInput struct {
+	Now           time.Time `json:"now"`
+	Wave          uint32    `json:"wave"`
+	WaveStartedAt time.Time `json:"waveStartedAt"`
+	Attempt       uint32    `json:"attempt"`
+	// Servers: every server of the scope so far (all waves up to Wave).
+	Servers []Server `json:"servers"`
+}
+
+// Server is one server of the rollout's scope in one tick.
+type Server struct {
+	ID         string       `json:"id"`
+	Wave       uint32       `json:"wave"`
+	Converged  bool         `json:"converged"`
+	Deployment *Deployment  `json:"deployment"`
+	Status     ServerStatus `json:"status"`
+	// Baseline: nil means none was captured (not soak-eligible).
+	Baseline *Baseline `json:"baseline"`
+	// Health: the current aggregate, nil when there is none.
+	Health *Health `json:"health"`
+}
+
+// Baseline is a server's baseline in either form the gate accepts: an
+// aggregate to capture from (CapturedAt and Health), or a baseline captured
+// earlier by CaptureBaseline (CapturedAt, Counters and SoakEligible).
+type Baseline struct {
+	CapturedAt   time.Time `json:"capturedAt"`
+	Health       *Health   `json:"health,omitempty"`
+	Counters     *Counters `json:"counters,omitempty"`
+	SoakEligible *bool     `json:"soakEligible,omitempty"`
+}
+
+// Counters are the baseline counters (nil: never compared).
+type Counters struct {
+	OutboxMessages         *uint64 `json:"outboxMessages"`
+	FdTimeoutCount         *uint64 `json:"fdTimeoutCount"`
+	PeerConnectionFailures *uint64 `json:"peerConnectionFailures"`
+}
+
+// Health is a rollout-health aggregate (contract rollout-health.md,
+// `status.rolloutHealth` of a KuraInstance), every field optional: a
+// missing field the checks need fails its check, it never passes. Pods and
+// RetiredCounters are carried as they are; the gate does not read them.
+type Health struct {
+	SchemaVersion                *uint32         `json:"schemaVersion,omitempty"`
+	ObservedAt                   *time.Time      `json:"observedAt,omitempty"`
+	SampledAt                    *time.Time      `json:"sampledAt,omitempty"`
+	ObservedGeneration           *int64          `json:"observedGeneration,omitempty"`
+	ExpectedPods                 *uint32         `json:"expectedPods,omitempty"`
+	SampledPods                  *uint32         `json:"sampledPods,omitempty"`
+	Ready                        *bool           `json:"ready,omitempty"`
+	Serving                      *bool           `json:"serving,omitempty"`
+	WriterLockOwned              *bool           `json:"writerLockOwned,omitempty"`
+	InitialDiscoveryCompleted    *bool           `json:"initialDiscoveryCompleted,omitempty"`
+	GenerationConsistent         *bool           `json:"generationConsistent,omitempty"`
+	RingConsistent               *bool           `json:"ringConsistent,omitempty"`
+	RingMembers                  *uint64         `json:"ringMembers,omitempty"`
+	BootstrapInflightPeers       *uint64         `json:"bootstrapInflightPeers,omitempty"`
+	BackfillInitialCycle         *string         `json:"backfillInitialCycle,omitempty"`
+	BackfillingPeers             *uint64         `json:"backfillingPeers,omitempty"`
+	BackfillDegraded             *bool           `json:"backfillDegraded,omitempty"`
+	BackfillBudgetExhaustedPeers *uint64         `json:"backfillBudgetExhaustedPeers,omitempty"`
+	OutboxMessages               *uint64         `json:"outboxMessages,omitempty"`
+	FdTimeoutCount               *uint64         `json:"fdTimeoutCount,omitempty"`
+	PeerConnectionFailures       *uint64         `json:"peerConnectionFailures,omitempty"`
+	MemoryPressureState          *uint8          `json:"memoryPressureState,omitempty"`
+	InflightRequests             *uint64         `json:"inflightRequests,omitempty"`
+	CounterResets                *uint64         `json:"counterResets,omitempty"`
+	Pods                         json.RawMessage `json:"pods,omitempty"`
+	RetiredCounters              json.RawMessage `json:"retiredCounters,omitempty"`
+	Agent                        *string         `json:"agent,omitempty"`
+}
+
+// VerdictKind is pass, soak or hard_stop.
+type VerdictKind string
+
+// Verdict kinds.
+const (
+	Pass     VerdictKind = "pass"
+	Soak     VerdictKind = "soak"
+	HardStop VerdictKind = "hard_stop"
+)
+
+// Signal names a check or a state of the wave (`soaking`,
+// `not_converged`, a server check, a hard stop). The set grows with the
+// gate: take the current list from Signals(), not from a copy here.
+type Signal string
+
+// Verdict is the answer of one tick.
+type Verdict struct {
+	Verdict VerdictKind `json:"verdict"`
+	// Signal is nil for pass.
+	Signal *Signal `json:"signal"`
+	// ServerID names the server behind the signal, if any.
+	ServerID *string `json:"serverId"`
+	// HealthySince: since when the wave has been converged and healthy.
+	HealthySince *time.Time `json:"healthySince"`
+	// RemainingSeconds of soak; nil unless soaking.
+	RemainingSeconds *uint64 `json:"remainingSeconds"`
+	// Evidence: why (empty for pass and soaking; at most 16 entries).
+	Evidence []Evidence `json:"evidence"`
+}
+
+// Evidence is one failed check.
+type Evidence struct {
+	Server   string  `json:"server"`
+	Signal   Signal  `json:"signal"`
+	Observed *uint64 `json:"observed"`
+	BandTop  *uint64 `json:"bandTop"`
+	Baseline *uint64 `json:"baseline"`
+	Detail   *string `json:"detail,omitempty"`
+}
+
+// InstanceInput is the per-instance judgement's input.
+type InstanceInput struct {
+	// Config: nil for the defaults.
+	Config *Config `json:"config,omitempty"`
+	// Instance names the instance in the evidence (namespace/name).
+	Instance string `json:"instance"`
+	// Previous is the instance's last status.rolloutGate, nil at first sight.
+	Previous *RolloutGate `json:"previous"`
+	// SpecImage is the instance's spec.image.
+	SpecImage string `json:"specImage"`
+	// BaselineSource and Current are full status.rolloutHealth aggregates
+	// as kura-agent writes them (raw JSON), or nil.
+	BaselineSource json.RawMessage `json:"baselineSource,omitempty"`
+	Current        json.RawMessage `json:"current,omitempty"`
+	Now            time.Time       `json:"now"`
+}
+
+// RolloutGate is an instance's status.rolloutGate.
+type RolloutGate struct {
+	TargetImage        string     `json:"targetImage"`
+	BaselineImage      *string    `json:"baselineImage"`
+	BaselineCapturedAt *time.Time `json:"baselineCapturedAt"`
+	Baseline           Counters   `json:"baseline"`
+	EffectiveBaseline  Counters   `json:"effectiveBaseline"`
+	SoakEligible       bool       `json:"soakEligible"`
+	// Verdict: healthy, unhealthy or hard_stop.
+	Verdict      string     `json:"verdict"`
+	Signal       *Signal    `json:"signal"`
+	HealthySince *time.Time `json:"healthySince"`
+	EvaluatedAt  time.Time  `json:"evaluatedAt"`
+	Evidence     []Evidence `json:"evidence"`
+}

@@ -1,0 +1,426 @@
+//! The C ABI: `extern "C"` entry points over [`crate::api`].
+//!
+//! Every entry point catches unwinding (a caught panic is
+//! [`KURA_GATE_INTERNAL`]), checks its pointers and sizes, and answers
+//! with a status code plus, in `out`, either the result document or the
+//! error document. Ownership and threading: docs/gate-abi.md.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::ptr;
+
+use crate::api::{self, GateHandle};
+use crate::error::{ErrorCode, FfiError};
+
+/// Success.
+pub const KURA_GATE_OK: i32 = 0;
+/// A tick, baseline or instance document is refused (not JSON, not UTF-8,
+/// wrong shape, out of range).
+pub const KURA_GATE_INVALID_INPUT: i32 = 1;
+/// The configuration document is refused.
+pub const KURA_GATE_INVALID_CONFIG: i32 = 2;
+/// The stored state document is refused.
+pub const KURA_GATE_INVALID_STATE: i32 = 3;
+/// A tick's attempt is lower than one already judged; the state is unchanged.
+pub const KURA_GATE_ATTEMPT_WENT_BACK: i32 = 4;
+/// A required pointer argument was null.
+pub const KURA_GATE_NULL_ARGUMENT: i32 = 5;
+/// A document is larger than `kura_gate_max_input_bytes()`.
+pub const KURA_GATE_INPUT_TOO_LARGE: i32 = 6;
+/// The gate is in use by another thread right now.
+pub const KURA_GATE_BUSY: i32 = 7;
+/// A bug in the library (a caught panic); the gate handle, if any, is
+/// unusable afterwards: free it and restore from the last stored state.
+pub const KURA_GATE_INTERNAL: i32 = 8;
+
+/// A gate: opaque to callers; create with `kura_gate_new` or
+/// `kura_gate_restore`, free with `kura_gate_free`.
+pub struct KuraGate {
+    handle: GateHandle,
+}
+
+/// Bytes the library allocated (a UTF-8 JSON document, not NUL-terminated).
+/// Free every buffer the library filled with `kura_gate_buffer_free`
+/// exactly once; an empty buffer has `data` NULL and `len` 0.
+#[repr(C)]
+pub struct KuraGateBuffer {
+    /// The bytes, or NULL.
+    pub data: *mut u8,
+    /// How many bytes.
+    pub len: usize,
+}
+
+impl KuraGateBuffer {
+    const EMPTY: KuraGateBuffer = KuraGateBuffer {
+        data: ptr::null_mut(),
+        len: 0,
+    };
+
+    fn from_vec(bytes: Vec<u8>) -> Self {
+        if bytes.is_empty() {
+            return KuraGateBuffer::EMPTY;
+        }
+        let boxed = bytes.into_boxed_slice();
+        let len = boxed.len();
+        KuraGateBuffer {
+            data: Box::into_raw(boxed).cast::<u8>(),
+            len,
+        }
+    }
+}
+
+/// The ABI version of this library. A caller built against another
+/// version must not call anything else.
+#[unsafe(no_mangle)]
+pub extern "C" fn kura_gate_abi_version() -> u32 {
+    api::ABI_VERSION
+}
+
+/// The largest document (in bytes) any call accepts.
+#[unsafe(no_mangle)]
+pub extern "C" fn kura_gate_max_input_bytes() -> usize {
+    api::MAX_INPUT_BYTES
+}
+
+/// Writes the library's description document to `out`: ABI version, input
+/// limit, every signal, verdict and error code, the aggregate fields the
+/// checks read and the default configuration.
+///
+/// # Safety
+/// `out` must be NULL or point to writable memory for one `KuraGateBuffer`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kura_gate_describe(out: *mut KuraGateBuffer) -> i32 {
+    guard(out, || api::to_json(&api::describe()))
+}
+
+/// Creates a gate from a configuration document (`{}` or `null`: the
+/// defaults). On success `*gate_out` is the new gate; otherwise it is NULL
+/// and `error_out` holds the error document.
+///
+/// # Safety
+/// `config` must point to `config_len` readable bytes (NULL only with
+/// length 0 is still refused); `gate_out` and `error_out` must be NULL or
+/// writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kura_gate_new(
+    config: *const u8,
+    config_len: usize,
+    gate_out: *mut *mut KuraGate,
+    error_out: *mut KuraGateBuffer,
+) -> i32 {
+    create(gate_out, error_out, || {
+        // SAFETY: the caller guarantees `config_len` readable bytes.
+        let config = unsafe { bytes(config, config_len, "config")? };
+        GateHandle::new(config)
+    })
+}
+
+/// Creates a gate from a configuration document and a state document that
+/// `kura_gate_state` returned; it continues exactly where that gate was.
+///
+/// # Safety
+/// As `kura_gate_new`, and `state` must point to `state_len` readable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kura_gate_restore(
+    config: *const u8,
+    config_len: usize,
+    state: *const u8,
+    state_len: usize,
+    gate_out: *mut *mut KuraGate,
+    error_out: *mut KuraGateBuffer,
+) -> i32 {
+    create(gate_out, error_out, || {
+        // SAFETY: the caller guarantees the lengths.
+        let config = unsafe { bytes(config, config_len, "config")? };
+        // SAFETY: as above.
+        let state = unsafe { bytes(state, state_len, "state")? };
+        GateHandle::restore(config, state)
+    })
+}
+
+/// Judges one tick document; `out` receives the verdict document (or the
+/// error document). On error the gate's state is unchanged.
+///
+/// # Safety
+/// `gate` must be NULL or a live gate from this library used by no other
+/// thread in this call; `input` must point to `input_len` readable bytes;
+/// `out` must be NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kura_gate_tick(
+    gate: *const KuraGate,
+    input: *const u8,
+    input_len: usize,
+    out: *mut KuraGateBuffer,
+) -> i32 {
+    guard(out, || {
+        // SAFETY: the caller guarantees a live gate and readable input.
+        let gate = unsafe { gate_ref(gate)? };
+        // SAFETY: as above.
+        let input = unsafe { bytes(input, input_len, "input")? };
+        api::to_json(&gate.handle.tick(input)?)
+    })
+}
+
+/// Writes the gate's state document to `out`, for the caller to store.
+///
+/// # Safety
+/// As `kura_gate_tick`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kura_gate_state(gate: *const KuraGate, out: *mut KuraGateBuffer) -> i32 {
+    guard(out, || {
+        // SAFETY: the caller guarantees a live gate.
+        let gate = unsafe { gate_ref(gate)? };
+        gate.handle.state_json()
+    })
+}
+
+/// Captures a baseline with the gate's configuration from
+/// `{"capturedAt": T, "health": aggregate-or-null}`; `out` receives
+/// `{"capturedAt", "counters", "soakEligible"}`, which a tick's server
+/// accepts as its `baseline`.
+///
+/// # Safety
+/// As `kura_gate_tick`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kura_gate_capture_baseline(
+    gate: *const KuraGate,
+    input: *const u8,
+    input_len: usize,
+    out: *mut KuraGateBuffer,
+) -> i32 {
+    guard(out, || {
+        // SAFETY: the caller guarantees a live gate and readable input.
+        let gate = unsafe { gate_ref(gate)? };
+        // SAFETY: as above.
+        let input = unsafe { bytes(input, input_len, "input")? };
+        api::to_json(&gate.handle.capture_baseline(input)?)
+    })
+}
+
+/// The agent's per-instance judgement: `{config?, instance, previous,
+/// specImage, baselineSource, current, now}` in, the next
+/// `status.rolloutGate` out. Needs no gate.
+///
+/// # Safety
+/// `input` must point to `input_len` readable bytes; `out` must be NULL or
+/// writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kura_gate_judge_instance(
+    input: *const u8,
+    input_len: usize,
+    out: *mut KuraGateBuffer,
+) -> i32 {
+    guard(out, || {
+        // SAFETY: the caller guarantees readable input.
+        let input = unsafe { bytes(input, input_len, "input")? };
+        api::to_json(&api::judge_instance(input)?)
+    })
+}
+
+/// Frees a gate. NULL is ignored. The gate must not be used afterwards.
+///
+/// # Safety
+/// `gate` must be NULL or a gate from this library not freed before and
+/// not in use by another thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kura_gate_free(gate: *mut KuraGate) {
+    if gate.is_null() {
+        return;
+    }
+    // Dropping cannot unwind out of plain data; catch it anyway.
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: the caller passes a pointer from `Box::into_raw` once.
+        drop(unsafe { Box::from_raw(gate) });
+    }));
+}
+
+/// Frees a buffer the library filled. An empty buffer is ignored.
+///
+/// # Safety
+/// `buffer` must be a buffer this library filled, not freed before.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kura_gate_buffer_free(buffer: KuraGateBuffer) {
+    if buffer.data.is_null() {
+        return;
+    }
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: `data`/`len` came from a boxed slice in `from_vec`.
+        drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(buffer.data, buffer.len)) });
+    }));
+}
+
+/// Runs `body` with panics caught and writes its document to `out`.
+fn guard(out: *mut KuraGateBuffer, body: impl FnOnce() -> Result<Vec<u8>, FfiError>) -> i32 {
+    if out.is_null() {
+        return KURA_GATE_NULL_ARGUMENT;
+    }
+    // SAFETY: `out` is non-null and the caller guarantees it is writable.
+    unsafe { out.write(KuraGateBuffer::EMPTY) };
+    let (code, document) = match caught(body) {
+        Ok(document) => (KURA_GATE_OK, document),
+        Err(error) => (error.code.as_i32(), error.to_json()),
+    };
+    // SAFETY: as above.
+    unsafe { out.write(KuraGateBuffer::from_vec(document)) };
+    code
+}
+
+/// Creates a gate with panics caught.
+fn create(
+    gate_out: *mut *mut KuraGate,
+    error_out: *mut KuraGateBuffer,
+    body: impl FnOnce() -> Result<GateHandle, FfiError>,
+) -> i32 {
+    if error_out.is_null() {
+        return KURA_GATE_NULL_ARGUMENT;
+    }
+    // SAFETY: non-null, writable by the caller's contract.
+    unsafe { error_out.write(KuraGateBuffer::EMPTY) };
+    let result = if gate_out.is_null() {
+        Err(FfiError::new(ErrorCode::NullArgument, "gate_out is NULL"))
+    } else {
+        // SAFETY: non-null, writable by the caller's contract.
+        unsafe { gate_out.write(ptr::null_mut()) };
+        caught(body)
+    };
+    match result {
+        Ok(handle) => {
+            // SAFETY: checked non-null above.
+            unsafe { gate_out.write(Box::into_raw(Box::new(KuraGate { handle }))) };
+            KURA_GATE_OK
+        }
+        Err(error) => {
+            // SAFETY: as above.
+            unsafe { error_out.write(KuraGateBuffer::from_vec(error.to_json())) };
+            error.code.as_i32()
+        }
+    }
+}
+
+/// `body`'s result, or an internal error when it panicked.
+pub fn caught<T>(body: impl FnOnce() -> Result<T, FfiError>) -> Result<T, FfiError> {
+    catch_unwind(AssertUnwindSafe(body)).unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "no message".to_owned());
+        Err(FfiError::new(
+            ErrorCode::Internal,
+            format!("internal error (a bug in kura-gate; please report it): {what}"),
+        ))
+    })
+}
+
+/// The `len` bytes at `data`; NULL is refused (even with length 0).
+///
+/// # Safety
+/// `data` must be NULL or point to `len` readable bytes that stay valid and
+/// unchanged for the call.
+unsafe fn bytes<'a>(data: *const u8, len: usize, name: &str) -> Result<&'a [u8], FfiError> {
+    if data.is_null() {
+        return Err(FfiError::new(
+            ErrorCode::NullArgument,
+            format!("{name} is NULL"),
+        ));
+    }
+    // SAFETY: non-null; the caller guarantees `len` readable bytes.
+    Ok(unsafe { std::slice::from_raw_parts(data, len) })
+}
+
+/// The gate behind a handle pointer; NULL is refused.
+///
+/// # Safety
+/// `gate` must be NULL or a live gate from this library.
+unsafe fn gate_ref<'a>(gate: *const KuraGate) -> Result<&'a KuraGate, FfiError> {
+    // SAFETY: the caller guarantees a live gate or NULL.
+    unsafe { gate.as_ref() }.ok_or_else(|| FfiError::new(ErrorCode::NullArgument, "gate is NULL"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(f: impl FnOnce(*mut KuraGateBuffer) -> i32) -> (i32, String) {
+        let mut out = KuraGateBuffer::EMPTY;
+        let code = f(&mut out);
+        let text = if out.data.is_null() {
+            String::new()
+        } else {
+            // SAFETY: the library filled `out`.
+            let bytes = unsafe { std::slice::from_raw_parts(out.data, out.len) };
+            String::from_utf8(bytes.to_vec()).unwrap()
+        };
+        // SAFETY: filled by the library, freed once.
+        unsafe { kura_gate_buffer_free(out) };
+        (code, text)
+    }
+
+    #[test]
+    fn a_panic_in_a_body_is_an_internal_error_not_an_abort() {
+        let (code, doc) = call(|out| guard(out, || panic!("boom")));
+        assert_eq!(code, KURA_GATE_INTERNAL);
+        let doc: serde_json::Value = serde_json::from_str(&doc).unwrap();
+        assert_eq!(doc["code"], "internal");
+        assert!(doc["message"].as_str().unwrap().ends_with("boom"));
+    }
+
+    #[test]
+    fn null_pointers_are_refused() {
+        // SAFETY: every pointer is NULL or valid.
+        unsafe {
+            assert_eq!(kura_gate_describe(ptr::null_mut()), KURA_GATE_NULL_ARGUMENT);
+            let (code, doc) = call(|out| kura_gate_tick(ptr::null(), b"{}".as_ptr(), 2, out));
+            assert_eq!(code, KURA_GATE_NULL_ARGUMENT, "{doc}");
+            let mut gate = ptr::null_mut();
+            let (code, doc) = call(|out| kura_gate_new(ptr::null(), 0, &mut gate, out));
+            assert_eq!(code, KURA_GATE_NULL_ARGUMENT, "{doc}");
+            assert!(gate.is_null());
+            let (code, _) = call(|out| kura_gate_new(b"{}".as_ptr(), 2, ptr::null_mut(), out));
+            assert_eq!(code, KURA_GATE_NULL_ARGUMENT);
+            kura_gate_free(ptr::null_mut());
+            kura_gate_buffer_free(KuraGateBuffer::EMPTY);
+        }
+    }
+
+    #[test]
+    fn a_gate_ticks_and_its_state_restores() {
+        let tick = br#"{"now": "2026-07-21T10:00:00Z", "wave": 0,
+            "waveStartedAt": "2026-07-21T10:00:00Z", "attempt": 3, "servers": []}"#;
+        // SAFETY: every pointer is valid for its length.
+        unsafe {
+            let mut gate = ptr::null_mut();
+            let (code, _) = call(|out| kura_gate_new(b"{}".as_ptr(), 2, &mut gate, out));
+            assert_eq!(code, KURA_GATE_OK);
+            let (code, verdict) = call(|out| kura_gate_tick(gate, tick.as_ptr(), tick.len(), out));
+            assert_eq!(code, KURA_GATE_OK, "{verdict}");
+            assert!(verdict.starts_with(r#"{"verdict":"pass""#), "{verdict}");
+            let (code, state) = call(|out| kura_gate_state(gate, out));
+            assert_eq!(code, KURA_GATE_OK);
+            kura_gate_free(gate);
+
+            let mut restored = ptr::null_mut();
+            let (code, doc) = call(|out| {
+                kura_gate_restore(
+                    b"{}".as_ptr(),
+                    2,
+                    state.as_ptr(),
+                    state.len(),
+                    &mut restored,
+                    out,
+                )
+            });
+            assert_eq!(code, KURA_GATE_OK, "{doc}");
+            let back = tick.to_vec();
+            let back = String::from_utf8(back)
+                .unwrap()
+                .replace("\"attempt\": 3", "\"attempt\": 2");
+            let (code, doc) = call(|out| kura_gate_tick(restored, back.as_ptr(), back.len(), out));
+            assert_eq!(code, KURA_GATE_ATTEMPT_WENT_BACK, "{doc}");
+            assert!(
+                doc.contains("field attempt: attempt 2 is lower than the attempt 3"),
+                "{doc}"
+            );
+            kura_gate_free(restored);
+        }
+    }
+}
