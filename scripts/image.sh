@@ -75,10 +75,10 @@ if [ ! -x "$auditable" ]; then
 fi
 target_dir=${CARGO_TARGET_DIR:-$root/target}
 # A binary built from exactly these sources before (same commit trees of
-# the crates it is made of, same lock file, compiler and cargo-auditable)
-# is reused: CI clones afresh, so cargo would rebuild the workspace crates
-# from unchanged sources otherwise. Only for committed, unmodified sources.
-src_paths=(Cargo.toml Cargo.lock agent schemas gate)
+# the crates it is made of, kura-sim included since `demo` links it; same
+# lock file, compiler and cargo-auditable) is reused: CI clones afresh, so
+# cargo would rebuild the workspace crates from unchanged sources otherwise. Only for committed, unmodified sources.
+src_paths=(Cargo.toml Cargo.lock agent schemas gate sim)
 binary_key=''
 if git rev-parse --verify -q HEAD >/dev/null && [ -z "$(git status --porcelain -- "${src_paths[@]}")" ]; then
   binary_key=$( { for p in "${src_paths[@]}"; do git rev-parse "HEAD:$p"; done
