@@ -4,7 +4,10 @@
 #
 #   scripts/build-tools.sh [--link DIR] [TOOL...]
 #
-# TOOL is any of: kube-apiserver kubectl etcd helm kubeconform (default: all).
+# TOOL is any of: kube-apiserver kubectl etcd helm kubeconform integrations
+# (default: all but integrations; integrations is kura-integrations, the
+# recipe evaluator of scripts/tools/integrations: Argo Rollouts' jsonPath
+# and condition evaluation, kstatus).
 # Missing binaries are built (progress on stderr); cached ones are not touched.
 # stdout gets one shell assignment per tool, so callers can
 #   eval "$(scripts/build-tools.sh helm)"   # -> KURA_HELM=/.../helm-v4.3.2
@@ -32,9 +35,9 @@ while [ $# -gt 0 ]; do
   case $1 in
     --link) [ $# -ge 2 ] || die "--link needs a directory"; link_dir=$2; shift 2 ;;
     --link=*) link_dir=${1#--link=}; shift ;;
-    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    kube-apiserver|kubectl|etcd|helm|kubeconform) want+=("$1"); shift ;;
-    *) die "unknown argument: $1 (tools: kube-apiserver kubectl etcd helm kubeconform)" ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    kube-apiserver|kubectl|etcd|helm|kubeconform|integrations) want+=("$1"); shift ;;
+    *) die "unknown argument: $1 (tools: kube-apiserver kubectl etcd helm kubeconform integrations)" ;;
   esac
 done
 [ ${#want[@]} -gt 0 ] || want=(kube-apiserver kubectl etcd helm kubeconform)
@@ -71,6 +74,12 @@ recipe() {
       pkg=helm.sh/helm/v4/cmd/helm
       version=$(modver "$moddir" helm.sh/helm/v4)
       xflags=" -X helm.sh/helm/v4/internal/version.version=$version -X helm.sh/helm/v4/internal/version.gitTreeState=clean" ;;
+    integrations)
+      moddir=$tools_dir/integrations
+      pkg=kura.local/scripts/tools/integrations
+      # Our own program: its version is its sources (in the stamp below).
+      version=v1
+      xflags= ;;
     kubeconform)
       moddir=$tools_dir/kubeconform
       pkg=github.com/yannh/kubeconform/cmd/kubeconform

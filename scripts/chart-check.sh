@@ -305,7 +305,8 @@ rules = sorted((g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
                for r in rule["resources"] for v in rule["verbs"])
 want = sorted([("", "pods", v) for v in ("get", "list", "watch")]
               + [("kura.tuist.dev", "kurainstances", v) for v in ("get", "list", "watch")]
-              + [("kura.tuist.dev", "kurainstances/status", "patch")])
+              + [("kura.tuist.dev", "kurainstances/status", "patch")]
+              + [("events.k8s.io", "events", v) for v in ("create", "patch")])
 check(rules == want, f"least-privilege ClusterRole, got {rules}")
 (binding,) = by_kind.get("ClusterRoleBinding", [None])
 check(binding["subjects"] == [{"kind": "ServiceAccount", "name": "kura-health-agent",

@@ -29,6 +29,8 @@ WATCH_RULES = sorted(
     [("", "pods", v) for v in ("get", "list", "watch")]
     + [("kura.tuist.dev", "kurainstances", v) for v in ("get", "list", "watch")]
     + [("kura.tuist.dev", "kurainstances/status", "patch")]
+    # Events about the instances, in the instances' namespaces.
+    + [("events.k8s.io", "events", v) for v in ("create", "patch")]
 )
 
 

@@ -4,8 +4,11 @@
 # the chart's RBAC by impersonation, image change and baseline, agent kill and
 # restart, kube-apiserver outage, the status write economy at rest, the
 # latency of health flips in a rollout at the default settings (issue 19),
-# and the gate configuration (the chart's gate ConfigMap as --gate-config,
-# the per-instance annotation).
+# the gate configuration (the chart's gate ConfigMap as --gate-config, the
+# per-instance annotation); conditions next to another manager's, kubectl
+# wait, kubectl events, a flapping instance's Event calls, every replica's
+# answers, kstatus; then the Argo Rollouts recipes of docs/integrations.md
+# applied with --dry-run=server over the vendored CRDs.
 #
 #   scripts/e2e.sh [TEST_FILTER...]   # extra args go to the test binary
 #
@@ -13,7 +16,9 @@
 # first kube-apiserver build takes ~15 min), starts kube-apiserver in a
 # temporary directory, renders the chart with helm, runs the ignored e2e tests
 # one at a time, and stops everything. Prints the time of each part.
-# Knobs: KURA_E2E_ECONOMY_INSTANCES (default 100; 1000 for the full figure)
+# Knobs: KURA_E2E_FLAP_SCALE (default 10: 5 minutes of flapping in 30 s; 1
+# for the full figure), KURA_ARGO_CRDS (the Argo Rollouts CRDs; default
+# ../shared/vendor/argo-rollouts-crds), KURA_E2E_ECONOMY_INSTANCES (default 100; 1000 for the full figure)
 # and KURA_E2E_ECONOMY_SCALE (default 10: 5 simulated minutes in 30 s; use 1
 # with 1000 instances: this machine cannot write 333 statuses/s in a debug
 # build), KURA_E2E_FLIPS (default 12, at least 10: flips timed at the default
@@ -30,7 +35,8 @@ root=$PWD
 run_init e2e KURA_E2E_KEEP
 
 part "tools (cached after the first build)"
-eval "$("$root/scripts/build-tools.sh" helm kube-apiserver etcd kubectl)"
+eval "$("$root/scripts/build-tools.sh" helm kube-apiserver etcd kubectl integrations)"
+export KURA_INTEGRATIONS
 
 part "build the e2e tests"
 cargo test --locked -p kura-agent --test e2e_apiserver --no-run
@@ -55,3 +61,22 @@ export KURA_K8S_DIR KUBECONFIG
 part "e2e tests"
 RUST_LOG=${RUST_LOG:-error,kube_client=off} cargo test --locked -p kura-agent --test e2e_apiserver -- \
   --ignored --test-threads=1 --nocapture "$@"
+
+part "Argo Rollouts recipes: --dry-run=server against the vendored CRDs"
+argo_crds=${KURA_ARGO_CRDS:-$root/../shared/vendor/argo-rollouts-crds}
+[ -d "$argo_crds" ] || argo_crds=/work/shared/vendor/argo-rollouts-crds
+[ -f "$argo_crds/analysis-template-crd.yaml" ] || {
+  echo "e2e: the Argo Rollouts CRDs are not at $argo_crds (set KURA_ARGO_CRDS)" >&2; exit 1; }
+"$KURA_KUBECTL" apply --server-side --force-conflicts \
+  -f "$argo_crds/analysis-template-crd.yaml" \
+  -f "$argo_crds/cluster-analysis-template-crd.yaml" >/dev/null
+"$KURA_KUBECTL" wait --for=condition=Established --timeout=60s \
+  crd/analysistemplates.argoproj.io crd/clusteranalysistemplates.argoproj.io >/dev/null
+"$KURA_KUBECTL" apply --dry-run=server --validate=strict -n default -f "$root/docs/integrations/argo/"
+# The dry run can fail: a misspelled field is refused by the CRD's schema.
+sed 's/jsonPath:/jsonpath:/' "$root/docs/integrations/argo/analysis-template-web.yaml" > "$dir/misspelled.yaml"
+if "$KURA_KUBECTL" apply --dry-run=server --validate=strict -n default -f "$dir/misspelled.yaml" >/dev/null 2>&1; then
+  echo "e2e: a recipe with a misspelled field was accepted: the dry run checks nothing" >&2
+  exit 1
+fi
+echo "a misspelled recipe field is refused, as it should be"

@@ -3,14 +3,15 @@
 //!
 //! ```text
 //! cluster (watch) -> targets -> runner -> poll -> samples -> engine (aggregate, gate) -> desired status
-//! desired status -> write (policy, queue, apply, driver) -> API server;   runner + write results -> view
+//! desired status -> write (policy, queue, conditions, apply, driver) -> API server;   runner + write results -> view
+//! write transitions -> events (rate bound, Recorder) -> API server
 //! view -> debug (page, routes, /metrics series);   every layer -> telemetry (metric names)
 //! ```
 //!
 //! Layers; a module imports only from the layers above it in this list:
 //! - vocabulary: [`model`] (keys, samples, targets, desired status, ports, clock), [`telemetry`]
 //! - core, pure: [`aggregate`], [`engine`]; state: [`view`] (the fleet view)
-//! - loop: [`runner`]; adapters: [`cluster`], [`poll`], [`shard`], [`write`]
+//! - loop: [`runner`]; adapters: [`cluster`], [`poll`], [`shard`], [`write`], [`events`]
 //! - presentation, reads the view: [`debug`]
 //! - cli: [`cli`] composes everything (`run`); `check`, `baseline`, `demo`, `aggregate`, `simulate` are tooling
 //!
@@ -21,6 +22,7 @@ pub mod cli;
 pub mod cluster;
 pub mod debug;
 pub mod engine;
+pub mod events;
 pub mod model;
 pub mod poll;
 pub mod runner;

@@ -74,6 +74,8 @@ pub const GATE_CONFIG_REFUSED_TOTAL: &str = "kura_agent_gate_config_refused_tota
 /// Gauge: instances judged by the cluster's gate config because their own
 /// annotation was refused.
 pub const GATE_CONFIG_REFUSED_INSTANCES: &str = "kura_agent_gate_config_refused_instances";
+/// Kubernetes Events about instances by `result` ([`EVENT_RESULTS`]).
+pub const EVENTS_TOTAL: &str = "kura_agent_events_total";
 
 /// The `result` label values of [`POLLS_TOTAL`]: `ok`, or why the poll
 /// failed.
@@ -115,6 +117,12 @@ pub const OWNERSHIP_CHANGES: [&str; 2] = ["gained", "lost"];
 
 /// The `result` label values of [`LEASE_RENEWALS_TOTAL`].
 pub const RENEWAL_RESULTS: [&str; 2] = ["ok", "error"];
+
+/// The `result` label values of [`EVENTS_TOTAL`]: `published` and
+/// `failed` are API calls (a create, or a patch of an Event series);
+/// `suppressed`: a transition over the per-instance rate bound (coalesced,
+/// the latest published later); `dropped`: the publisher's queue was full.
+pub const EVENT_RESULTS: [&str; 4] = ["published", "failed", "suppressed", "dropped"];
 
 /// The `signal` label of a healthy instance in [`INSTANCES_BY_SIGNAL`].
 pub const NO_SIGNAL: &str = "none";
@@ -173,7 +181,7 @@ const fn plain(name: &'static str, kind: Kind, help: &'static str) -> Metric {
 }
 
 /// Every `kura_agent_*` metric, once each.
-pub const METRICS: [Metric; 23] = [
+pub const METRICS: [Metric; 24] = [
     Metric {
         name: POLLS_TOTAL,
         kind: Kind::Counter,
@@ -325,6 +333,15 @@ pub const METRICS: [Metric; 23] = [
         label: Some(Label {
             name: "result",
             values: || RENEWAL_RESULTS.to_vec(),
+        }),
+    },
+    Metric {
+        name: EVENTS_TOTAL,
+        kind: Kind::Counter,
+        help: "Kubernetes Events about instances by result (published and failed are API calls).",
+        label: Some(Label {
+            name: "result",
+            values: || EVENT_RESULTS.to_vec(),
         }),
     },
 ];

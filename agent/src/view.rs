@@ -4,6 +4,12 @@
 //! loop records sweeps; `kura-agent run` hands it the write driver's
 //! results; the presentation (debug server, `/metrics`) only reads it.
 //!
+//! With sharding a replica sweeps only the instances it owns; for every
+//! other instance it watches, the view reads the status stored in the
+//! cluster through a [`StoredStatusSource`] and the owner through the
+//! [`MembersSource`] (both composed by `kura-agent run`), so that every
+//! replica answers for every instance ([`FleetView::answer`]).
+//!
 //! Beside the last sweep, each instance has a bounded history of the last
 //! hour ([`history`]: fixed buckets whatever the sweep interval) and since
 //! when it stands as it does ([`Standing`], [`Since`]), for the fleet and
@@ -18,10 +24,14 @@ pub use history::{
 };
 pub use standing::Standing;
 
-use crate::model::{GateLimits, InstanceKey, LastWrite, PodSample, SampleResult, WriteRecord};
+use crate::model::{
+    GateLimits, InstanceKey, InstanceTarget, LastWrite, PodSample, SampleResult, WriteRecord,
+};
 use history::{History, HistoryInput};
 use jiff::Timestamp;
-use kura_schemas::{AgentVerdict, NodeReport, RolloutGate, RolloutHealth, Signal};
+use kura_schemas::{
+    AgentVerdict, KuraInstanceStatus, NodeReport, RolloutGate, RolloutHealth, Signal,
+};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -230,6 +240,65 @@ pub trait MembersSource: Send + Sync {
     fn members_json(&self, now: Timestamp) -> serde_json::Value;
     /// The overview page's sharding section at `now`.
     fn members_summary(&self, now: Timestamp) -> MembersSummary;
+    /// The replica that writes `key`'s status at `now` (the owner among
+    /// the live members), `None` when no member is live.
+    fn owner_of(&self, key: &InstanceKey, now: Timestamp) -> Option<String>;
+}
+
+/// An instance as the replica's `KuraInstance` watch last saw it: its
+/// generation, `spec.image` and the status stored in the cluster (written
+/// by whichever replica owns it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredInstance {
+    /// Namespace and name.
+    pub key: InstanceKey,
+    /// `metadata.generation`.
+    pub generation: i64,
+    /// `spec.image`.
+    pub spec_image: String,
+    /// The status, read leniently (unreadable fields are `None`).
+    pub status: Option<KuraInstanceStatus>,
+    /// Why a status field could not be read, one line each.
+    pub notes: Vec<String>,
+}
+
+impl StoredInstance {
+    /// The stored view of a target (its pods are not used).
+    pub fn of(target: &InstanceTarget) -> Self {
+        StoredInstance {
+            key: target.key(),
+            generation: target.info.generation,
+            spec_image: target.spec_image.clone(),
+            status: target.previous_status.clone(),
+            notes: target.status_warnings.clone(),
+        }
+    }
+}
+
+/// Every instance the replica watches, with its stored status: what the
+/// view answers from for the instances the replica does not sweep.
+pub trait StoredStatusSource: Send + Sync {
+    /// Every watched instance, by namespace and name.
+    fn stored_instances(&self) -> Vec<StoredInstance>;
+    /// One instance, if watched.
+    fn stored_instance(&self, key: &InstanceKey) -> Option<StoredInstance> {
+        self.stored_instances().into_iter().find(|s| &s.key == key)
+    }
+}
+
+/// What one replica knows of one instance: its own last sweep (`live`,
+/// when it sweeps the instance), the status stored in the cluster
+/// (`stored`, when it watches the cluster) and who writes the status.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InstanceAnswer {
+    /// Namespace and name.
+    pub key: InstanceKey,
+    /// This replica's own view, when it sweeps the instance.
+    pub live: Option<InstanceView>,
+    /// The instance as the watch last saw it.
+    pub stored: Option<StoredInstance>,
+    /// The replica that writes its status.
+    pub owned_by: Option<String>,
 }
 
 /// What the overview page shows about sharding.
@@ -279,6 +348,8 @@ struct FleetState {
     histories: BTreeMap<InstanceKey, Box<History>>,
     sync_probe: Option<SyncProbe>,
     members: Option<Arc<dyn MembersSource>>,
+    stored: Option<Arc<dyn StoredStatusSource>>,
+    identity: Option<String>,
 }
 
 /// The shared fleet view. Cheap to clone; all clones see the same state.
@@ -328,6 +399,106 @@ impl FleetView {
     /// The sharding section's source, when sharding is on.
     pub fn members(&self) -> Option<Arc<dyn MembersSource>> {
         self.read().members.clone()
+    }
+
+    /// Answers for the instances this replica does not sweep from `source`.
+    pub fn set_stored(&self, source: Arc<dyn StoredStatusSource>) {
+        self.write().stored = Some(source);
+    }
+
+    /// This replica's identity (who writes what it sweeps).
+    pub fn set_identity(&self, identity: impl Into<String>) {
+        self.write().identity = Some(identity.into());
+    }
+
+    /// Who writes `key`'s status: with sharding the owner among the live
+    /// members; else this replica (its identity, or the agent named in
+    /// `live`'s aggregate).
+    fn owner(
+        members: Option<&Arc<dyn MembersSource>>,
+        identity: Option<&str>,
+        key: &InstanceKey,
+        live: Option<&InstanceView>,
+        now: Timestamp,
+    ) -> Option<String> {
+        match members {
+            Some(m) => m.owner_of(key, now),
+            None => identity.map(str::to_owned).or_else(|| {
+                live.and_then(|v| v.health.as_ref())
+                    .map(|h| h.agent.clone())
+            }),
+        }
+    }
+
+    /// What this replica knows of `key` at `now`; `None` when it neither
+    /// sweeps nor watches an instance of that name.
+    pub fn answer(&self, key: &InstanceKey, now: Timestamp) -> Option<InstanceAnswer> {
+        let (live, stored_source, members, identity) = {
+            let state = self.read();
+            (
+                state.instances.get(key).cloned(),
+                state.stored.clone(),
+                state.members.clone(),
+                state.identity.clone(),
+            )
+        };
+        let stored = stored_source.and_then(|s| s.stored_instance(key));
+        if live.is_none() && stored.is_none() {
+            return None;
+        }
+        let owned_by = Self::owner(
+            members.as_ref(),
+            identity.as_deref(),
+            key,
+            live.as_ref(),
+            now,
+        );
+        Some(InstanceAnswer {
+            key: key.clone(),
+            live,
+            stored,
+            owned_by,
+        })
+    }
+
+    /// What this replica knows of every instance it sweeps or watches, by
+    /// namespace and name.
+    pub fn answers(&self, now: Timestamp) -> Vec<InstanceAnswer> {
+        let (mut live, stored_source, members, identity) = {
+            let state = self.read();
+            (
+                state.instances.clone(),
+                state.stored.clone(),
+                state.members.clone(),
+                state.identity.clone(),
+            )
+        };
+        let mut stored: BTreeMap<InstanceKey, StoredInstance> = stored_source
+            .map(|s| s.stored_instances())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|s| (s.key.clone(), s))
+            .collect();
+        let keys: std::collections::BTreeSet<InstanceKey> =
+            live.keys().chain(stored.keys()).cloned().collect();
+        keys.into_iter()
+            .map(|key| {
+                let live = live.remove(&key);
+                let owned_by = Self::owner(
+                    members.as_ref(),
+                    identity.as_deref(),
+                    &key,
+                    live.as_ref(),
+                    now,
+                );
+                InstanceAnswer {
+                    stored: stored.remove(&key),
+                    live,
+                    owned_by,
+                    key,
+                }
+            })
+            .collect()
     }
 
     /// Records one sweep of one instance: the samples (merged by pod name

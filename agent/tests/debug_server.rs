@@ -431,3 +431,147 @@ async fn pod_rows_show_outbox_capacity_fullness_and_fence_state() {
     );
     assert!(page.body.contains("not fenced"));
 }
+
+/// A replica answers for an instance it does not sweep from the status
+/// stored in the cluster, naming the owner; the verdict endpoint says the
+/// same whichever replica is asked, and treats a verdict about an older
+/// generation as not current.
+#[tokio::test]
+async fn instances_another_replica_owns_are_answered_from_the_stored_status() {
+    use kura_agent::view::{MembersSource, MembersSummary, StoredInstance, StoredStatusSource};
+    use kura_schemas::KuraInstanceStatus;
+
+    struct Stored(Vec<StoredInstance>);
+    impl StoredStatusSource for Stored {
+        fn stored_instances(&self) -> Vec<StoredInstance> {
+            self.0.clone()
+        }
+    }
+    struct Owners;
+    impl MembersSource for Owners {
+        fn members_json(&self, _: Timestamp) -> Value {
+            serde_json::json!({})
+        }
+        fn members_summary(&self, _: Timestamp) -> MembersSummary {
+            MembersSummary {
+                identity: "replica-a".into(),
+                group: "g".into(),
+                own_lease_current: true,
+                writes_allowed_until: None,
+                owned: 1,
+                ownership_changes_total: 0,
+                members: vec![],
+            }
+        }
+        fn owner_of(&self, key: &InstanceKey, _: Timestamp) -> Option<String> {
+            Some(
+                if key.name == "other" {
+                    "replica-b"
+                } else {
+                    "replica-a"
+                }
+                .into(),
+            )
+        }
+    }
+
+    let f = start().await;
+    let mut other_health = health(true);
+    other_health.observed_generation = 2;
+    other_health.agent = "replica-b".into();
+    let stored_status: KuraInstanceStatus = serde_json::from_value(serde_json::json!({
+        "phase": "Running",
+        "rolloutHealth": serde_json::to_value(&other_health).expect("health"),
+        "rolloutGate": serde_json::to_value(gate()).expect("gate"),
+        "conditions": [
+            {"type": "RolloutHealthy", "status": "False", "reason": "PodsUnsampled",
+             "message": "server kura/other: pods_unsampled: observed 1, band top 2",
+             "observedGeneration": 2, "lastTransitionTime": "2026-07-21T10:00:10Z"},
+            {"type": "Ready", "status": "True", "reason": "Running", "message": "",
+             "lastTransitionTime": "2026-07-21T09:00:00Z"}
+        ]
+    }))
+    .expect("status");
+    f.view.set_stored(Arc::new(Stored(vec![StoredInstance {
+        key: InstanceKey::new("kura", "other"),
+        generation: 2,
+        spec_image: "img:2".into(),
+        status: Some(stored_status.clone()),
+        notes: vec![],
+    }])));
+    f.view.set_members(Arc::new(Owners));
+
+    let r = request(f.addr, "GET", "/api/v1/instances/kura/other/verdict").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.headers.contains("content-type: application/json"));
+    let v: Value = serde_json::from_str(&r.body).expect("json");
+    assert_eq!(v["source"], "cluster");
+    assert_eq!(v["ownedBy"], "replica-b");
+    assert_eq!(v["verdict"], "unhealthy");
+    assert_eq!(v["signal"], "pods_unsampled");
+    assert_eq!(v["observedGeneration"], 2);
+    assert_eq!(v["generation"], 2);
+    assert_eq!(v["rolloutHealthy"]["status"], "False");
+    assert_eq!(
+        v["rolloutHealthy"]["message"], "server kura/other: pods_unsampled: observed 1, band top 2",
+        "the owner's own condition"
+    );
+
+    // The instance this replica sweeps: its live view, itself the owner.
+    let v: Value = serde_json::from_str(
+        &request(f.addr, "GET", "/api/v1/instances/kura/acme-eu/verdict")
+            .await
+            .body,
+    )
+    .expect("json");
+    assert_eq!(v["source"], "live");
+    assert_eq!(v["ownedBy"], "replica-a");
+    assert_eq!(v["rolloutHealthy"]["status"], "False");
+    assert_eq!(v["rolloutHealthy"]["reason"], "PodsUnsampled");
+
+    // The list has the stored instance too; its detail is the stored status.
+    let list: Value =
+        serde_json::from_str(&request(f.addr, "GET", "/debug/instances").await.body).expect("json");
+    let other = list
+        .as_array()
+        .expect("array")
+        .iter()
+        .find(|i| i["name"] == "other")
+        .expect("other listed");
+    assert_eq!(other["source"], "cluster");
+    assert_eq!(other["ownedBy"], "replica-b");
+    assert_eq!(other["gate"]["verdict"], "unhealthy");
+    let d: Value = serde_json::from_str(
+        &request(f.addr, "GET", "/debug/instances/kura/other")
+            .await
+            .body,
+    )
+    .expect("json");
+    assert_eq!(d["source"], "cluster");
+    assert_eq!(d["status"]["phase"], "Running");
+    assert_eq!(d["generation"], 2);
+
+    // A newer generation the owner has not judged: not current.
+    let mut newer = stored_status;
+    newer.phase = Some("Updating".into());
+    f.view.set_stored(Arc::new(Stored(vec![StoredInstance {
+        key: InstanceKey::new("kura", "other"),
+        generation: 3,
+        spec_image: "img:3".into(),
+        status: Some(newer),
+        notes: vec![],
+    }])));
+    let v: Value = serde_json::from_str(
+        &request(f.addr, "GET", "/api/v1/instances/kura/other/verdict")
+            .await
+            .body,
+    )
+    .expect("json");
+    assert_eq!(v["generation"], 3);
+    assert_eq!(v["rolloutHealthy"]["status"], "Unknown");
+    assert_eq!(v["rolloutHealthy"]["reason"], "GenerationNotObserved");
+
+    let r = request(f.addr, "GET", "/api/v1/instances/kura/nope/verdict").await;
+    assert_eq!(r.status, 404);
+    assert!(r.headers.contains("content-type: application/json"));
+}

@@ -33,9 +33,13 @@ async fn the_demo_passes_the_canary_and_stops_the_regression_with_evidence() {
     let addr = demo.debug_addr();
     let started = Instant::now();
     let mut out = Vec::new();
-    let (outcome, (page, instances)) = tokio::join!(demo.play(&mut out), async {
+    let (outcome, (page, instances, verdict)) = tokio::join!(demo.play(&mut out), async {
         tokio::time::sleep(Duration::from_secs(2)).await;
-        (get(addr, "/").await, get(addr, "/debug/instances").await)
+        (
+            get(addr, "/").await,
+            get(addr, "/debug/instances").await,
+            get(addr, "/api/v1/instances/kura/acme-eu-west/verdict").await,
+        )
     });
     let outcome = outcome.unwrap();
     let text = String::from_utf8(out).unwrap();
@@ -123,6 +127,14 @@ async fn the_demo_passes_the_canary_and_stops_the_regression_with_evidence() {
     let json = instances.split("\r\n\r\n").nth(1).unwrap();
     let value: serde_json::Value = serde_json::from_str(json).unwrap();
     assert_eq!(value.as_array().map(Vec::len), Some(8), "{value}");
+    // The demo's agent serves the verdict endpoint too.
+    assert!(verdict.starts_with("HTTP/1.1 200"), "{verdict}");
+    let json = verdict.split("\r\n\r\n").nth(1).unwrap();
+    let value: serde_json::Value = serde_json::from_str(json).unwrap();
+    assert_eq!(value["name"], "acme-eu-west", "{value}");
+    assert_eq!(value["source"], "live");
+    assert!(value["verdict"].is_string(), "{value}");
+    assert!(value["rolloutHealthy"]["status"].is_string(), "{value}");
 
     // The pages stay up after the story (the demo is not dropped yet):
     // the stopped wave's instance first on the fleet page, and its own

@@ -20,6 +20,7 @@
 //! every task it spawned, as a process kill would.
 
 use std::collections::BTreeMap;
+use std::io::Read as _;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -711,6 +712,18 @@ async fn a_crd_without_our_status_fields_makes_the_agent_report_pruning() {
         s.get("rolloutHealth").is_none() && s.get("rolloutGate").is_none(),
         "the old CRD pruned our fields: {s}"
     );
+    let e = wait_for("a StatusPruned Event", T, || async {
+        kubectl_events(&ns, "delta")
+            .into_iter()
+            .find(|e| e.1 == "StatusPruned")
+    })
+    .await;
+    assert_eq!(e.0, "Warning");
+    assert!(e.2.contains("status.rollout"), "names the fields: {e:?}");
+    assert_eq!(
+        e.3, 1,
+        "one Event for the transition, not one per retry: {e:?}"
+    );
     agent.stop().await;
     ensure_crd(&client).await;
 
@@ -794,10 +807,14 @@ async fn the_agent_runs_with_exactly_the_charts_rbac() {
         ("kura.tuist.dev", "kurainstances", "list"),
         ("kura.tuist.dev", "kurainstances", "watch"),
         ("kura.tuist.dev", "kurainstances/status", "patch"),
+        ("events.k8s.io", "events", "create"),
+        ("events.k8s.io", "events", "patch"),
     ]
     .iter()
     .map(|(g, r, v)| ((*g).to_owned(), (*r).to_owned(), (*v).to_owned()))
     .collect();
+    let mut want = want;
+    want.sort();
     assert_eq!(rules, want, "the chart's ClusterRole");
 
     let sa = objects
@@ -843,6 +860,7 @@ async fn the_agent_runs_with_exactly_the_charts_rbac() {
         "system:authenticated".to_owned(),
     ]);
     let forbidden_before = metric_sum(WRITES, "result=\"forbidden\"");
+    let events_failed_before = metric_sum("kura_agent_events_total", "result=\"failed\"");
     // All namespaces, as the chart's default does (the ClusterRole allows it).
     let mut args = run_args(&ns, fleet.port, &[]);
     args.namespaces.clear();
@@ -860,6 +878,18 @@ async fn the_agent_runs_with_exactly_the_charts_rbac() {
         metric_sum(WRITES, "result=\"forbidden\""),
         forbidden_before,
         "no write was refused"
+    );
+    wait_for("the RolloutHealthy Event, as the SA", T, || async {
+        kubectl_events(&ns, "epsilon")
+            .into_iter()
+            .any(|e| e.1 == "RolloutHealthy")
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        metric_sum("kura_agent_events_total", "result=\"failed\""),
+        events_failed_before,
+        "no Event was refused"
     );
     let obj = Api::<DynamicObject>::namespaced_with(
         client.clone(),
@@ -1766,4 +1796,857 @@ async fn gate_config_file_and_instance_annotation_change_verdicts() {
     .await;
     agent.stop().await;
     std::fs::remove_dir_all(&dir).expect("cleanup");
+}
+
+// ---------------------------------------------------------------------------
+// Conditions, kubectl wait, Events, every replica's answers (issue 13)
+// ---------------------------------------------------------------------------
+
+/// The harness's kubectl (scripts/k8s-up.sh exports it with KUBECONFIG).
+fn kubectl() -> std::process::Command {
+    let path = std::env::var("KURA_KUBECTL")
+        .unwrap_or_else(|_| panic!("KURA_KUBECTL is not set: {NEEDS} it"));
+    std::process::Command::new(path)
+}
+
+/// `kubectl ARGS` to completion: its standard output; fails the test on a
+/// non-zero exit.
+fn kubectl_out(args: &[&str]) -> String {
+    let out = kubectl().args(args).output().expect("run kubectl");
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+/// A running `kubectl wait`.
+struct KubectlWait {
+    child: std::process::Child,
+    what: String,
+}
+
+impl KubectlWait {
+    fn start(ns: &str, target: &str, condition: &str) -> KubectlWait {
+        let what = format!("kubectl wait --for={condition} {target}");
+        let child = kubectl()
+            .args([
+                "wait",
+                &format!("--for={condition}"),
+                target,
+                "-n",
+                ns,
+                "--timeout=120s",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start kubectl wait");
+        KubectlWait { child, what }
+    }
+
+    fn still_waiting(&mut self) -> bool {
+        self.child
+            .try_wait()
+            .expect("kubectl wait status")
+            .is_none()
+    }
+
+    /// Waits (at most `timeout`) for it to succeed.
+    async fn succeeds_within(mut self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("kubectl wait status") {
+                let mut said = String::new();
+                for pipe in [
+                    self.child
+                        .stdout
+                        .take()
+                        .map(|p| Box::new(p) as Box<dyn std::io::Read>),
+                    self.child
+                        .stderr
+                        .take()
+                        .map(|p| Box::new(p) as Box<dyn std::io::Read>),
+                ]
+                .into_iter()
+                .flatten()
+                {
+                    let mut pipe = pipe;
+                    let _ = pipe.read_to_string(&mut said);
+                }
+                assert!(status.success(), "{} failed: {said}", self.what);
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} did not return within {timeout:?}",
+                self.what
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for KubectlWait {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The stored condition of `type_`, if any.
+fn condition<'a>(status: &'a Value, type_: &str) -> Option<&'a Value> {
+    status["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+fn condition_is(status: &Value, type_: &str, want: &str, generation: i64) -> bool {
+    condition(status, type_)
+        .is_some_and(|c| c["status"] == want && c["observedGeneration"] == generation)
+}
+
+/// The Argo CD health check's test object for a state
+/// (docs/integrations/argocd/...): its conditions of the agent's types, as
+/// (type, status, reason).
+fn health_testdata_conditions(file: &str) -> Vec<(String, String, String)> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!(
+        "../docs/integrations/argocd/resource_customizations/kura.tuist.dev/KuraInstance/testdata/{file}"
+    ));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    let obj: Value = serde_yaml::from_str(&text).expect("testdata YAML");
+    agent_conditions(&obj["status"])
+}
+
+fn agent_conditions(status: &Value) -> Vec<(String, String, String)> {
+    let mut out: Vec<(String, String, String)> = status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["type"] == "RolloutHealthy" || c["type"] == "RolloutHardStopped")
+        .map(|c| {
+            let s = |k: &str| c[k].as_str().unwrap_or_default().to_owned();
+            (s("type"), s("status"), s("reason"))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Pod `pod`'s Kura container now runs `image` (what a StatefulSet rollout
+/// does to each pod).
+async fn roll_pod(client: &Client, ns: &str, pod: &str, image: &str) {
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .patch(
+            pod,
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"spec": {"containers": [{"name": "kura", "image": image}]}})),
+        )
+        .await
+        .expect("pod image");
+}
+
+/// `status.conditions` is a list map keyed by `type`: the fleet
+/// controller's `Ready` (another field manager) and the agent's
+/// `RolloutHealthy` and `RolloutHardStopped` live side by side, each
+/// manager owning its own entries, neither write clobbering the other's;
+/// `lastTransitionTime` holds across heartbeats. Then the harness's real
+/// kubectl: after a `spec.image` change, `kubectl wait
+/// --for=condition=RolloutHealthy` does not return while the agent has not
+/// judged the new generation on the new image, and returns within one
+/// sweep once the pods run it healthy; `--for=condition=RolloutHealthy=False`
+/// returns on a regression.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real API server: scripts/e2e.sh"]
+async fn conditions_share_the_list_and_kubectl_wait_follows_the_generation() {
+    let client = admin().await;
+    ensure_crd(&client).await;
+    let ns = create_namespace(&client, "e2e-conditions").await;
+    let v1 = "ghcr.io/tuist/kura:1.0.0";
+    let v2 = "ghcr.io/tuist/kura:1.1.0";
+    let fleet = Fleet::create(
+        &client,
+        &ns,
+        &["eta".to_owned()],
+        2,
+        v1,
+        Ipv4Addr::new(127, 32, 0, 1),
+    )
+    .await;
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &kura_agent::cluster::kura_instance_resource(),
+    );
+    let ready = |status: &str| {
+        json!({"apiVersion": "kura.tuist.dev/v1alpha1", "kind": "KuraInstance",
+               "status": {"conditions": [{"type": "Ready", "status": status, "reason": "Running",
+                   "message": "the fleet controller says so",
+                   "lastTransitionTime": "2026-07-21T09:00:00Z"}]}})
+    };
+    api.patch_status(
+        "eta",
+        &PatchParams::apply("fleet-controller"),
+        &Patch::Apply(&ready("True")),
+    )
+    .await
+    .expect("the controller's condition");
+
+    let mut agent = start_agent(run_args(&ns, fleet.port, &[]), admin_config().await);
+    let s = wait_status(&client, &ns, "eta", "RolloutHealthy True", T, |s| {
+        condition_is(s, "RolloutHealthy", "True", 1)
+    })
+    .await;
+    assert_eq!(
+        condition(&s, "Ready").map(|c| c["status"].clone()),
+        Some(json!("True")),
+        "the agent's write kept the controller's condition: {s}"
+    );
+    let healthy = condition(&s, "RolloutHealthy").expect("RolloutHealthy");
+    assert_eq!(healthy["reason"], "Healthy");
+    assert!(
+        healthy["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(v1) && m.contains("2 of 2 pods")),
+        "{healthy}"
+    );
+    let stopped = condition(&s, "RolloutHardStopped").expect("RolloutHardStopped");
+    assert_eq!(stopped["status"], "False");
+    assert_eq!(
+        agent_conditions(&s),
+        health_testdata_conditions("healthy.yaml"),
+        "the Argo CD health check's healthy test object says what the agent writes"
+    );
+
+    // Ownership, entry by entry.
+    let owners = field_owners(&api.get("eta").await.expect("get"));
+    let agent_fields = owners.get("kura-health-agent").expect("agent manager");
+    let controller_fields = owners.get("fleet-controller").expect("controller manager");
+    assert!(
+        agent_fields.contains(r#"k:{\"type\":\"RolloutHealthy\"}"#),
+        "{agent_fields}"
+    );
+    assert!(
+        agent_fields.contains("RolloutHardStopped"),
+        "{agent_fields}"
+    );
+    assert!(!agent_fields.contains("Ready"), "{agent_fields}");
+    assert!(controller_fields.contains("Ready"), "{controller_fields}");
+    assert!(
+        !controller_fields.contains("RolloutHealthy"),
+        "{controller_fields}"
+    );
+
+    // The controller flips its own condition without force: no conflict,
+    // nothing of the agent's lost; the agent's next writes keep it.
+    api.patch_status(
+        "eta",
+        &PatchParams::apply("fleet-controller"),
+        &Patch::Apply(&ready("False")),
+    )
+    .await
+    .expect("the controller's apply does not conflict with the agent's entries");
+    let transition = healthy["lastTransitionTime"].clone();
+    let observed = s["rolloutHealth"]["observedAt"].clone();
+    let s = wait_status(&client, &ns, "eta", "a heartbeat write", T, |s| {
+        s["rolloutHealth"]["observedAt"] != observed
+    })
+    .await;
+    assert_eq!(
+        condition(&s, "Ready").map(|c| c["status"].clone()),
+        Some(json!("False")),
+        "{s}"
+    );
+    assert_eq!(
+        condition(&s, "RolloutHealthy").map(|c| c["lastTransitionTime"].clone()),
+        Some(transition),
+        "a heartbeat moves no lastTransitionTime"
+    );
+
+    // spec.image changes: generation 2. kubectl wait starts at once.
+    api.patch(
+        "eta",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"image": v2}})),
+    )
+    .await
+    .expect("change spec.image");
+    let mut wait_healthy = KubectlWait::start(&ns, "kura/eta", "condition=RolloutHealthy");
+    let s = wait_status(&client, &ns, "eta", "generation 2 judged", T, |s| {
+        condition(s, "RolloutHealthy").is_some_and(|c| c["observedGeneration"] == 2)
+    })
+    .await;
+    let c = condition(&s, "RolloutHealthy").expect("RolloutHealthy");
+    assert_eq!(
+        (c["status"].as_str(), c["reason"].as_str()),
+        (Some("Unknown"), Some("NotConverged")),
+        "healthy pods on the old image say nothing of the new one: {c}"
+    );
+    assert_eq!(
+        s["rolloutGate"]["verdict"], "healthy",
+        "the gate itself passes the old pods"
+    );
+    let mut not_converged = health_testdata_conditions("not-converged.yaml");
+    not_converged.sort();
+    assert_eq!(agent_conditions(&s), not_converged);
+    // Three sweeps later kubectl is still waiting.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        wait_healthy.still_waiting(),
+        "kubectl wait returned before the new image was judged"
+    );
+
+    // The pods roll to v2, healthy: kubectl wait returns within one sweep.
+    roll_pod(&client, &ns, "eta-0", v2).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        wait_healthy.still_waiting(),
+        "kubectl wait returned with one pod of two on the new image"
+    );
+    roll_pod(&client, &ns, "eta-1", v2).await;
+    let rolled = Instant::now();
+    wait_healthy.succeeds_within(T).await;
+    let latency = rolled.elapsed();
+    println!(
+        "kubectl wait --for=condition=RolloutHealthy returned {:.2}s after the last pod ran the new image (sweep interval 0.5 s)",
+        latency.as_secs_f64()
+    );
+    assert!(
+        latency < Duration::from_millis(550 + 1500),
+        "{latency:?}: more than one sweep (0.55 s) plus 1.5 s"
+    );
+    let s = status_of(&client, &ns, "eta").await;
+    assert!(condition_is(&s, "RolloutHealthy", "True", 2), "{s}");
+
+    // A regression: kubectl wait for False returns.
+    let mut wait_unhealthy = KubectlWait::start(&ns, "kura/eta", "condition=RolloutHealthy=False");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(wait_unhealthy.still_waiting(), "the instance is healthy");
+    fleet.pod("eta-0").update(|n| n.ready = false);
+    let regressed = Instant::now();
+    wait_unhealthy.succeeds_within(T).await;
+    println!(
+        "kubectl wait --for=condition=RolloutHealthy=False returned {:.2}s after the regression",
+        regressed.elapsed().as_secs_f64()
+    );
+    let s = status_of(&client, &ns, "eta").await;
+    let c = condition(&s, "RolloutHealthy").expect("RolloutHealthy");
+    assert_eq!(c["status"], "False");
+    assert_eq!(c["reason"], "NotReady");
+    assert!(
+        c["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("not_ready")),
+        "{c}"
+    );
+    assert_ne!(
+        c["lastTransitionTime"],
+        condition(&s, "RolloutHardStopped").expect("stopped")["lastTransitionTime"],
+        "only the flipped condition's time moved"
+    );
+    agent.stop().await;
+}
+
+/// The instance's Events as `kubectl events --for kura/NAME -o json` lists
+/// them: (type, reason, message, count).
+fn kubectl_events(ns: &str, name: &str) -> Vec<(String, String, String, u64)> {
+    let out = kubectl_out(&[
+        "events",
+        "--for",
+        &format!("kura/{name}"),
+        "-n",
+        ns,
+        "-o",
+        "json",
+    ]);
+    if out.trim().is_empty() {
+        return Vec::new(); // kubectl events prints nothing when there is none
+    }
+    let list: Value = serde_json::from_str(&out).expect("events JSON");
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            let s = |k: &str| e[k].as_str().unwrap_or_default().to_owned();
+            (
+                s("type"),
+                s("reason"),
+                s("message"),
+                e["count"]
+                    .as_u64()
+                    .or_else(|| e["series"]["count"].as_u64())
+                    .unwrap_or(1),
+            )
+        })
+        .collect()
+}
+
+/// The events.k8s.io Events about `name`: how many API calls they cost
+/// (each Event is one create, each repeat of its series one patch: the
+/// series count), and the reason of the one observed last.
+async fn event_calls(client: &Client, ns: &str, name: &str) -> (u64, Option<String>) {
+    let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), ns);
+    let list = api
+        .list(&ListParams::default().fields(&format!("regarding.name={name}")))
+        .await
+        .expect("list events");
+    let mut calls = 0u64;
+    let mut last: Option<(String, String)> = None;
+    for e in list.items {
+        let count = e.series.as_ref().map_or(1, |s| s.count.max(1) as u64);
+        calls += count;
+        let at = e
+            .series
+            .as_ref()
+            .map(|s| s.last_observed_time.0.to_string())
+            .or_else(|| e.event_time.as_ref().map(|t| t.0.to_string()))
+            .unwrap_or_default();
+        if last.as_ref().is_none_or(|(t, _)| at > *t) {
+            last = Some((at, e.reason.unwrap_or_default()));
+        }
+    }
+    (calls, last.map(|(_, r)| r))
+}
+
+/// Events on transitions, never per sweep, visible to `kubectl events` and
+/// `kubectl describe`: RolloutHealthy, BaselineCaptured on a `spec.image`
+/// change, RolloutUnhealthy with the evidence, RolloutHardStopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real API server: scripts/e2e.sh"]
+async fn events_tell_the_transitions_to_kubectl() {
+    let client = admin().await;
+    ensure_crd(&client).await;
+    let ns = create_namespace(&client, "e2e-events").await;
+    let v1 = "ghcr.io/tuist/kura:1.0.0";
+    let v2 = "ghcr.io/tuist/kura:1.1.0";
+    let fleet = Fleet::create(
+        &client,
+        &ns,
+        &["theta".to_owned()],
+        1,
+        v1,
+        Ipv4Addr::new(127, 33, 0, 1),
+    )
+    .await;
+    fleet.pod("theta-0").update(|n| n.fd_timeout_count = 5);
+    // Four transitions in a few seconds: past the default bound (3 at once,
+    // then one a minute), which a_flapping_instance_... measures.
+    let mut agent = start_agent(
+        run_args(&ns, fleet.port, &["--event-interval=500ms"]),
+        admin_config().await,
+    );
+    let has = |reason: &'static str| {
+        let ns = ns.clone();
+        move || {
+            let ns = ns.clone();
+            async move {
+                kubectl_events(&ns, "theta")
+                    .into_iter()
+                    .find(|e| e.1 == reason)
+            }
+        }
+    };
+    let e = wait_for("a RolloutHealthy Event", T, has("RolloutHealthy")).await;
+    assert_eq!(e.0, "Normal");
+    assert!(e.2.contains(v1), "{e:?}");
+
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &kura_agent::cluster::kura_instance_resource(),
+    );
+    api.patch(
+        "theta",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"image": v2}})),
+    )
+    .await
+    .expect("change spec.image");
+    let e = wait_for("a BaselineCaptured Event", T, has("BaselineCaptured")).await;
+    assert_eq!(e.0, "Normal");
+    assert!(
+        e.2.contains(&format!("baseline on {v1} for {v2}")) && e.2.contains("fd timeouts 5"),
+        "{e:?}"
+    );
+
+    roll_pod(&client, &ns, "theta-0", v2).await;
+    fleet.pod("theta-0").update(|n| n.fd_timeout_count = 9);
+    let e = wait_for("a RolloutUnhealthy Event", T, has("RolloutUnhealthy")).await;
+    assert_eq!(e.0, "Warning");
+    assert!(
+        e.2.contains("fd_timeouts_regressed")
+            && e.2.contains("observed 9")
+            && e.2.contains("baseline 5"),
+        "the evidence: {e:?}"
+    );
+
+    fleet.pod("theta-0").update(|n| n.memory_pressure_state = 2);
+    let e = wait_for("a RolloutHardStopped Event", T, has("RolloutHardStopped")).await;
+    assert_eq!(e.0, "Warning");
+    assert!(e.2.contains("memory_pressure_critical"), "{e:?}");
+    let s = status_of(&client, &ns, "theta").await;
+    assert_eq!(
+        agent_conditions(&s),
+        health_testdata_conditions("hard-stopped.yaml"),
+        "the Argo CD health check's hard-stop test object says what the agent writes"
+    );
+    let described = kubectl_out(&["describe", "kura", "theta", "-n", &ns]);
+    assert!(
+        described.contains("RolloutHardStopped") && described.contains("BaselineCaptured"),
+        "kubectl describe lists the Events (matched by UID): {described}"
+    );
+
+    // Steady now (hard stop held): heartbeats and sweeps publish nothing.
+    let (calls, _) = event_calls(&client, &ns, "theta").await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let (calls_later, _) = event_calls(&client, &ns, "theta").await;
+    assert_eq!(calls_later, calls, "no Event per sweep or heartbeat");
+    agent.stop().await;
+}
+
+/// An instance flapping healthy/unhealthy every sweep for 5 minutes
+/// (time-compressed by `KURA_E2E_FLAP_SCALE`, default 10: sweep 1 s,
+/// Event interval 6 s, 30 s) costs at most `burst + window / interval`
+/// Event API calls (3 + 5 = 8), counted on the API server (creates plus
+/// series patches); the last word (healthy) is published after the flapping
+/// stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real API server: scripts/e2e.sh"]
+async fn a_flapping_instance_costs_a_bounded_number_of_event_calls() {
+    let scale = env_usize("KURA_E2E_FLAP_SCALE", 10) as u64;
+    assert!((1..=30).contains(&scale), "KURA_E2E_FLAP_SCALE in 1..=30");
+    let sweep = Duration::from_millis(10_000 / scale);
+    let interval = Duration::from_millis(60_000 / scale);
+    let window = Duration::from_millis(300_000 / scale);
+    let client = admin().await;
+    ensure_crd(&client).await;
+    let ns = create_namespace(&client, "e2e-flap").await;
+    let fleet = Fleet::create(
+        &client,
+        &ns,
+        &["kappa".to_owned()],
+        1,
+        "ghcr.io/tuist/kura:1.0.0",
+        Ipv4Addr::new(127, 34, 0, 1),
+    )
+    .await;
+    let sweep_flag = format!("--sweep-interval={}ms", sweep.as_millis());
+    let heartbeat_flag = format!("--heartbeat={}ms", 30_000 / scale);
+    let interval_flag = format!("--event-interval={}ms", interval.as_millis());
+    let offered = || {
+        ["published", "failed", "suppressed", "dropped"]
+            .iter()
+            .map(|r| metric_sum("kura_agent_events_total", &format!("result=\"{r}\"")))
+            .sum::<f64>()
+    };
+    let offered_before = offered();
+    let started = Instant::now();
+    let mut agent = start_agent(
+        run_args(
+            &ns,
+            fleet.port,
+            &[
+                sweep_flag.as_str(),
+                heartbeat_flag.as_str(),
+                interval_flag.as_str(),
+                "--event-burst=3",
+            ],
+        ),
+        admin_config().await,
+    );
+    wait_status(&client, &ns, "kappa", "healthy", T, |s| {
+        condition_is(s, "RolloutHealthy", "True", 1)
+    })
+    .await;
+    // Flap: the pod's readiness toggles every sweep interval.
+    let pod = fleet.pod("kappa-0");
+    let mut ready = true;
+    while started.elapsed() < window {
+        tokio::time::sleep(sweep).await;
+        ready = !ready;
+        pod.update(|n| n.ready = ready);
+    }
+    pod.update(|n| n.ready = true);
+    let (calls, _) = event_calls(&client, &ns, "kappa").await;
+    let elapsed = started.elapsed();
+    let transitions = offered() - offered_before;
+    let bound = kura_agent::events::EventLimitConfig {
+        burst: 3,
+        refill: interval,
+    }
+    .bound(elapsed);
+    println!(
+        "flapping: {:.0}s at {scale}x (= {:.0}s at a 10 s sweep, 60 s Event interval): {transitions} transitions, {calls} Event API calls (bound {bound} = 3 + {:.1}s / {:.1}s)",
+        elapsed.as_secs_f64(),
+        elapsed.as_secs_f64() * scale as f64,
+        elapsed.as_secs_f64(),
+        interval.as_secs_f64()
+    );
+    assert!(
+        transitions >= 10.0,
+        "the instance did not flap: {transitions} transitions"
+    );
+    assert!(calls <= bound, "{calls} Event API calls > bound {bound}");
+    // The last word comes out within one interval of the flapping's end.
+    wait_status(&client, &ns, "kappa", "healthy again", T, |s| {
+        condition(s, "RolloutHealthy").is_some_and(|c| c["status"] == "True")
+    })
+    .await;
+    let last = wait_for(
+        "the final RolloutHealthy Event",
+        interval * 2 + Duration::from_secs(5),
+        || async {
+            let (_, last) = event_calls(&client, &ns, "kappa").await;
+            (last.as_deref() == Some("RolloutHealthy")).then_some(last)
+        },
+    )
+    .await;
+    assert_eq!(last.as_deref(), Some("RolloutHealthy"));
+    agent.stop().await;
+}
+
+/// With sharding, every replica answers for every instance: its own sweep
+/// for the instances it owns, the stored status for the others, each with
+/// `ownedBy` naming the owner; the verdict endpoint's answers agree
+/// whichever replica is asked; 404 only for an instance that does not
+/// exist.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real API server: scripts/e2e.sh"]
+async fn every_replica_answers_for_every_instance() {
+    let client = admin().await;
+    ensure_crd(&client).await;
+    let ns = create_namespace(&client, "e2e-replicas").await;
+    let names: Vec<String> = (0..6).map(|i| format!("lambda-{i}")).collect();
+    let fleet = Fleet::create(
+        &client,
+        &ns,
+        &names,
+        1,
+        "ghcr.io/tuist/kura:1.0.0",
+        Ipv4Addr::new(127, 35, 0, 1),
+    )
+    .await;
+    let mut agents = Vec::new();
+    let mut addrs = Vec::new();
+    for id in ["replica-a", "replica-b"] {
+        let debug = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
+        let listen = format!("--debug-listen={debug}");
+        let identity = format!("--agent-identity={id}");
+        let lease_ns = format!("--lease-namespace={ns}");
+        let args = run_args(
+            &ns,
+            fleet.port,
+            &[
+                listen.as_str(),
+                identity.as_str(),
+                "--sharding",
+                lease_ns.as_str(),
+                "--lease-duration=3s",
+            ],
+        );
+        agents.push(start_agent(args, admin_config().await));
+        addrs.push((id, debug));
+    }
+    // Every instance judged, and both replicas' owners settled.
+    let mut writers = BTreeMap::new();
+    for name in &names {
+        let s = wait_status(&client, &ns, name, "a verdict", T, |s| {
+            s["rolloutGate"]["verdict"] == "healthy"
+        })
+        .await;
+        writers.insert(name.clone(), s["rolloutHealth"]["agent"].clone());
+    }
+    println!("every_replica: writers {writers:?}");
+    for (id, addr) in &addrs {
+        for name in &names {
+            let path = format!("/api/v1/instances/{ns}/{name}/verdict");
+            let v: Value = wait_for(&format!("{id}: {path}"), T, || async {
+                let (status, body) = http_get(*addr, &path).await?;
+                let v: Value = serde_json::from_str(&body).ok()?;
+                (status == 200 && v["ownedBy"].is_string() && v["verdict"] == "healthy")
+                    .then_some(v)
+            })
+            .await;
+            let owner = v["ownedBy"].as_str().expect("ownedBy").to_owned();
+            assert!(["replica-a", "replica-b"].contains(&owner.as_str()), "{v}");
+            let want_source = if owner == *id { "live" } else { "cluster" };
+            assert_eq!(v["source"], want_source, "{id} on {name}: {v}");
+            assert_eq!(v["observedGeneration"], 1);
+            assert_eq!(v["generation"], 1);
+            assert_eq!(v["targetImage"], "ghcr.io/tuist/kura:1.0.0");
+            assert_eq!(v["rolloutHealthy"]["status"], "True", "{v}");
+        }
+        let (status, body) = http_get(*addr, "/debug/instances").await.expect("list");
+        assert_eq!(status, 200);
+        let list: Value = serde_json::from_str(&body).expect("json");
+        assert_eq!(
+            list.as_array().map(Vec::len),
+            Some(names.len()),
+            "{id} lists every instance"
+        );
+        let detail_path = format!("/debug/instances/{ns}/{}", names[0]);
+        let (status, body) = http_get(*addr, &detail_path).await.expect("detail");
+        assert_eq!(status, 200, "{id}: {body}");
+        let (status, _) = http_get(*addr, &format!("/api/v1/instances/{ns}/nope/verdict"))
+            .await
+            .expect("404");
+        assert_eq!(status, 404);
+    }
+    // Both replicas agree on each instance's owner, and it is the writer.
+    for name in &names {
+        let mut seen = Vec::new();
+        for (_, addr) in &addrs {
+            let (_, body) = http_get(*addr, &format!("/api/v1/instances/{ns}/{name}/verdict"))
+                .await
+                .expect("verdict");
+            let v: Value = serde_json::from_str(&body).expect("json");
+            seen.push(v["ownedBy"].clone());
+        }
+        assert_eq!(seen[0], seen[1], "{name}: both replicas name one owner");
+        assert_eq!(seen[0], writers[name], "{name}: the owner is the writer");
+    }
+    for mut a in agents {
+        a.stop().await;
+    }
+}
+
+/// kstatus as Flux and `helm --wait` compute it (github.com/fluxcd/cli-utils,
+/// through scripts/tools/integrations), for the object as stored:
+/// (status, message).
+fn kstatus_of(obj: &Value) -> (String, String) {
+    let tool = std::env::var("KURA_INTEGRATIONS")
+        .unwrap_or_else(|_| panic!("KURA_INTEGRATIONS is not set: {NEEDS} it"));
+    let dir = std::env::temp_dir().join(unique("kstatus"));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("object.json");
+    std::fs::write(&file, serde_json::to_vec(obj).expect("json")).expect("write object");
+    let out = std::process::Command::new(tool)
+        .arg("kstatus")
+        .arg(&file)
+        .output()
+        .expect("run kura-integrations");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.status.success(),
+        "kstatus: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = String::from_utf8(out.stdout).expect("utf-8");
+    let rest = line
+        .trim_end()
+        .split_once(' ')
+        .map(|(_, r)| r)
+        .unwrap_or_default();
+    let (status, message) = rest.split_once(": ").unwrap_or((rest, ""));
+    (status.to_owned(), message.to_owned())
+}
+
+/// kstatus (Flux's health checks and `wait: true`, `helm --wait`, kpt)
+/// reads observedGeneration, then `Reconciling`/`Stalled`, then `Ready`:
+/// without `--kstatus-conditions` a KuraInstance whose controller says
+/// `Ready` is Current even on a hard stop. With it, the agent's
+/// `Reconciling`, `Stalled` and top-level `observedGeneration` make kstatus
+/// read Failed on a hard stop, InProgress from a `spec.image` change until
+/// the new image is judged healthy on every pod, and Current then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real API server: scripts/e2e.sh"]
+async fn kstatus_conditions_make_kstatus_read_the_rollout() {
+    let client = admin().await;
+    ensure_crd(&client).await;
+    let ns = create_namespace(&client, "e2e-kstatus").await;
+    let v1 = "ghcr.io/tuist/kura:1.0.0";
+    let v2 = "ghcr.io/tuist/kura:1.1.0";
+    let fleet = Fleet::create(
+        &client,
+        &ns,
+        &["mu".to_owned()],
+        1,
+        v1,
+        Ipv4Addr::new(127, 36, 0, 1),
+    )
+    .await;
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &kura_agent::cluster::kura_instance_resource(),
+    );
+    let object =
+        || async { serde_json::to_value(api.get("mu").await.expect("get mu")).expect("json") };
+    api.patch_status(
+        "mu",
+        &PatchParams::apply("fleet-controller"),
+        &Patch::Apply(
+            &json!({"apiVersion": "kura.tuist.dev/v1alpha1", "kind": "KuraInstance",
+            "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Running",
+                "message": "", "lastTransitionTime": "2026-07-21T09:00:00Z"}]}}),
+        ),
+    )
+    .await
+    .expect("the controller's Ready");
+
+    // Without --kstatus-conditions: a hard stop reads Current.
+    fleet.pod("mu-0").update(|n| n.memory_pressure_state = 2);
+    let mut agent = start_agent(run_args(&ns, fleet.port, &[]), admin_config().await);
+    wait_status(&client, &ns, "mu", "hard stop", T, |s| {
+        condition_is(s, "RolloutHardStopped", "True", 1)
+    })
+    .await;
+    let (status, message) = kstatus_of(&object().await);
+    println!("kstatus without --kstatus-conditions on a hard stop: {status}: {message}");
+    assert_eq!(status, "Current", "kstatus reads the controller's Ready");
+    agent.stop().await;
+
+    // With it: Failed on the hard stop.
+    let mut agent = start_agent(
+        run_args(&ns, fleet.port, &["--kstatus-conditions"]),
+        admin_config().await,
+    );
+    let s = wait_status(&client, &ns, "mu", "Stalled", T, |s| {
+        condition_is(s, "Stalled", "True", 1)
+    })
+    .await;
+    assert_eq!(s["observedGeneration"], 1, "{s}");
+    let (status, message) = kstatus_of(&object().await);
+    assert_eq!(status, "Failed", "{message}");
+    assert!(message.contains("memory_pressure_critical"), "{message}");
+
+    fleet.pod("mu-0").update(|n| n.memory_pressure_state = 0);
+    wait_status(&client, &ns, "mu", "healthy", T, |s| {
+        condition_is(s, "RolloutHealthy", "True", 1) && condition_is(s, "Reconciling", "False", 1)
+    })
+    .await;
+    assert_eq!(kstatus_of(&object().await).0, "Current");
+
+    // A spec change reads InProgress at once (observedGeneration lags),
+    // stays so while the pod runs the old image, and Current once the new
+    // one is judged healthy.
+    api.patch(
+        "mu",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"image": v2}})),
+    )
+    .await
+    .expect("change spec.image");
+    let (status, message) = kstatus_of(&object().await);
+    assert_eq!(status, "InProgress", "right after the change: {message}");
+    wait_status(&client, &ns, "mu", "generation 2 judged", T, |s| {
+        s["observedGeneration"] == 2
+    })
+    .await;
+    let (status, message) = kstatus_of(&object().await);
+    assert_eq!(status, "InProgress", "{message}");
+    assert!(
+        message.contains("NotConverged") || message.contains("run"),
+        "{message}"
+    );
+    roll_pod(&client, &ns, "mu-0", v2).await;
+    wait_status(&client, &ns, "mu", "healthy on v2", T, |s| {
+        condition_is(s, "RolloutHealthy", "True", 2)
+    })
+    .await;
+    assert_eq!(kstatus_of(&object().await).0, "Current");
+    agent.stop().await;
 }

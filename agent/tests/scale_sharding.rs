@@ -814,7 +814,8 @@ async fn a_replica_that_cannot_renew_stops_writing_and_rejoins_without_overlap()
     let pod_port = sim.pods()[0].addr().port();
 
     // agent-0 runs as the unprivileged test user with the chart's rules:
-    // read pods and instances, patch their status, and the Leases.
+    // read pods and instances, patch their status, publish Events, and the
+    // Leases.
     let roles: Api<Role> = Api::namespaced(client.clone(), &ns);
     let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), &ns);
     let pp = PostParams::default();
@@ -824,7 +825,8 @@ async fn a_replica_that_cannot_renew_stops_writing_and_rejoins_without_overlap()
             json!([
                 {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
                 {"apiGroups": ["kura.tuist.dev"], "resources": ["kurainstances"], "verbs": ["get", "list", "watch"]},
-                {"apiGroups": ["kura.tuist.dev"], "resources": ["kurainstances/status"], "verbs": ["patch"]}
+                {"apiGroups": ["kura.tuist.dev"], "resources": ["kurainstances/status"], "verbs": ["patch"]},
+                {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}
             ]),
         ),
         (

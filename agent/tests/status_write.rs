@@ -125,12 +125,31 @@ async fn write_once(
         }
     });
     let key = InstanceKey::new("kura", "acme-eu");
-    let result = writer.write(&key, &desired()).await;
+    let conditions = kura_agent::write::conditions::conditions_for(
+        &desired(),
+        &[],
+        None,
+        kura_agent::write::conditions::ConditionSet::default(),
+    );
+    let result = writer.write(&key, &desired(), &conditions).await;
     let captured = server.await.expect("mock server");
     (result, captured)
 }
 
 fn echo(body: &Value) -> Value {
+    // The fleet controller's condition sits among the agent's.
+    let conditions: Vec<Value> = [
+        json!({"type": "Ready", "status": "True", "reason": "Running",
+        "message": "", "lastTransitionTime": "2026-07-21T10:00:00Z"}),
+    ]
+    .into_iter()
+    .chain(
+        body["status"]["conditions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default(),
+    )
+    .collect();
     json!({
         "apiVersion": "kura.tuist.dev/v1alpha1",
         "kind": "KuraInstance",
@@ -139,13 +158,14 @@ fn echo(body: &Value) -> Value {
         "status": {
             "phase": "Running",
             "rolloutHealth": body["status"]["rolloutHealth"].clone(),
-            "rolloutGate": body["status"]["rolloutGate"].clone()
+            "rolloutGate": body["status"]["rolloutGate"].clone(),
+            "conditions": conditions
         }
     })
 }
 
 #[tokio::test]
-async fn the_request_is_a_forced_server_side_apply_of_two_status_fields() {
+async fn the_request_is_a_forced_server_side_apply_of_the_agents_status_fields() {
     let (result, req) = write_once(200, echo).await;
     assert_eq!(result, Ok(WriteOutcome::Applied));
     assert_eq!(req.method, http::Method::PATCH);
@@ -177,7 +197,18 @@ async fn the_request_is_a_forced_server_side_apply_of_two_status_fields() {
     let status = body["status"].as_object().expect("status object");
     let mut status_keys: Vec<&str> = status.keys().map(String::as_str).collect();
     status_keys.sort_unstable();
-    assert_eq!(status_keys, ["rolloutGate", "rolloutHealth"]);
+    assert_eq!(status_keys, ["conditions", "rolloutGate", "rolloutHealth"]);
+    let types: Vec<&str> = status["conditions"]
+        .as_array()
+        .expect("conditions")
+        .iter()
+        .map(|c| c["type"].as_str().expect("type"))
+        .collect();
+    assert_eq!(
+        types,
+        ["RolloutHealthy", "RolloutHardStopped"],
+        "only the agent's own condition types"
+    );
     let d = desired();
     // Absent optional fields are left out, never sent as null: a real API
     // server rejects null for a nullable enum (agent/tests/e2e_apiserver.rs).
@@ -321,8 +352,8 @@ async fn the_write_loop_records_pruning_retries_and_recovery() {
     });
     let writes = WriteHandle::new(queue);
     let recorded = view.clone();
-    let task = tokio::spawn(run_writes(writes.clone(), writer, 4, move |key, write| {
-        recorded.record_write(key, write)
+    let task = tokio::spawn(run_writes(writes.clone(), writer, 4, move |key, report| {
+        recorded.record_write(key, report.write)
     }));
 
     // 1. Pruned.

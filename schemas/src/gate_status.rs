@@ -107,6 +107,33 @@ impl Signal {
         }
     }
 
+    /// The signal in CamelCase: the `reason` of a Kubernetes condition or
+    /// Event that names it (`fd_timeouts_regressed` → `FdTimeoutsRegressed`).
+    pub fn reason(self) -> &'static str {
+        match self {
+            Signal::Soaking => "Soaking",
+            Signal::NotConverged => "NotConverged",
+            Signal::MemoryPressureCritical => "MemoryPressureCritical",
+            Signal::SampleMissing => "SampleMissing",
+            Signal::SampleStale => "SampleStale",
+            Signal::SampleInvalid => "SampleInvalid",
+            Signal::PodsUnsampled => "PodsUnsampled",
+            Signal::NotReady => "NotReady",
+            Signal::NotServing => "NotServing",
+            Signal::RingSkew => "RingSkew",
+            Signal::BootstrapInFlight => "BootstrapInFlight",
+            Signal::BackfillPending => "BackfillPending",
+            Signal::BackfillDegraded => "BackfillDegraded",
+            Signal::BackfillBudgetExhausted => "BackfillBudgetExhausted",
+            Signal::OutboxRegressed => "OutboxRegressed",
+            Signal::FdTimeoutsRegressed => "FdTimeoutsRegressed",
+            Signal::PeerConnectionFailuresRegressed => "PeerConnectionFailuresRegressed",
+            Signal::DeploymentFailed => "DeploymentFailed",
+            Signal::ServerRegressedToFailed => "ServerRegressedToFailed",
+            Signal::WaveDeadlineExceeded => "WaveDeadlineExceeded",
+        }
+    }
+
     /// Whether this signal stops a rollout at once.
     pub fn is_hard_stop(self) -> bool {
         matches!(
@@ -162,6 +189,35 @@ impl Evidence {
             baseline: None,
             detail: None,
         }
+    }
+}
+
+impl Evidence {
+    /// The evidence on one line, for a condition's `message` or an Event's
+    /// note: `server kura/acme: fd_timeouts_regressed: observed 7, band top
+    /// 5, baseline 5 (detail)`; figures that are absent are left out.
+    pub fn summary(&self) -> String {
+        let mut figures = Vec::new();
+        if let Some(v) = self.observed {
+            figures.push(format!("observed {v}"));
+        }
+        if let Some(v) = self.band_top {
+            figures.push(format!("band top {v}"));
+        }
+        if let Some(v) = self.baseline {
+            figures.push(format!("baseline {v}"));
+        }
+        let mut line = format!("server {}: {}", self.server, self.signal);
+        if !figures.is_empty() {
+            line.push_str(": ");
+            line.push_str(&figures.join(", "));
+        }
+        if let Some(detail) = self.detail.as_deref().filter(|d| !d.is_empty()) {
+            line.push_str(" (");
+            line.push_str(detail);
+            line.push(')');
+        }
+        line.replace(['\n', '\r'], " ")
     }
 }
 

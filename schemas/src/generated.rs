@@ -53,5 +53,9 @@ pub fn artifacts() -> Result<Vec<(String, String)>, GenerateError> {
             format!("{dir}/rollout-gate.schema.json"),
             schema_of::<crate::RolloutGate>()?,
         ),
+        (
+            format!("{dir}/instance-verdict.schema.json"),
+            schema_of::<crate::InstanceVerdict>()?,
+        ),
     ])
 }

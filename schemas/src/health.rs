@@ -17,6 +17,11 @@ pub const ROLLOUT_HEALTH_SCHEMA_VERSION: u32 = 1;
 /// At most this many entries in [`RolloutHealth::pods`].
 pub const MAX_POD_ENTRIES: usize = 32;
 
+/// The `error` of a [`PodHealth`] entry whose pod discovery no longer
+/// lists: the entry stays (its counters still count) until the pod is
+/// retired, but the pod is not part of the instance any more.
+pub const GONE_POD_ERROR: &str = "gone: not listed by discovery";
+
 /// The aggregate of one instance's pod reports for one sweep.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -149,6 +154,14 @@ pub struct PodHealth {
     /// Last raw `peer_connection_failure_count`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer_connection_failures_raw: Option<u64>,
+}
+
+impl PodHealth {
+    /// Whether the entry is for a pod discovery no longer lists
+    /// ([`GONE_POD_ERROR`]).
+    pub fn is_gone(&self) -> bool {
+        self.error.as_deref() == Some(GONE_POD_ERROR)
+    }
 }
 
 /// Clamped counter totals of pods that are gone for good.

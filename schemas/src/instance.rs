@@ -4,6 +4,7 @@
 
 use crate::gate_status::RolloutGate;
 use crate::health::RolloutHealth;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -54,9 +55,11 @@ fn default_replicas() -> i32 {
     1
 }
 
-/// The status of a `KuraInstance`. The agent owns `rolloutHealth` and
-/// `rolloutGate` only; the rest belongs to the fleet controller and is
-/// declared so that neither side's fields are pruned.
+/// The status of a `KuraInstance`. The agent owns `rolloutHealth`,
+/// `rolloutGate` and the `conditions` of type `RolloutHealthy` and
+/// `RolloutHardStopped` (with `--kstatus-conditions` also `Reconciling`,
+/// `Stalled` and `observedGeneration`); the rest belongs to the fleet
+/// controller and is declared so that neither side's fields are pruned.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KuraInstanceStatus {
@@ -78,4 +81,46 @@ pub struct KuraInstanceStatus {
     /// Agent-owned: the gate verdict against the pre-upgrade baseline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout_gate: Option<RolloutGate>,
+    /// kstatus' `observedGeneration`: the `metadata.generation` the status
+    /// was computed for. The fleet controller's, unless the agent is run
+    /// with `--kstatus-conditions`: then the agent writes the generation its
+    /// verdict is about, so that kstatus reads the instance as in progress
+    /// until the agent has judged a new spec.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Conditions in the standard Kubernetes shape, a list map keyed by
+    /// `type`: under server-side apply every writer owns the entries of the
+    /// types it writes, so the agent's (`RolloutHealthy`,
+    /// `RolloutHardStopped`) and the fleet controller's (e.g. `Ready`)
+    /// live side by side.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
 }
+
+/// The condition type the agent sets from its verdict: `True` when the
+/// verdict on the current image is healthy and every pod runs that image,
+/// `False` (reason: the signal in CamelCase) when a check fails, `Unknown`
+/// before that can be said.
+pub const ROLLOUT_HEALTHY: &str = "RolloutHealthy";
+
+/// The condition type the agent sets while a hard-stop check fails
+/// (`True`, reason: the hard-stop signal), `False` otherwise.
+pub const ROLLOUT_HARD_STOPPED: &str = "RolloutHardStopped";
+
+/// Every condition type the agent writes (and owns under server-side
+/// apply); other types belong to other writers.
+pub const AGENT_CONDITION_TYPES: [&str; 2] = [ROLLOUT_HEALTHY, ROLLOUT_HARD_STOPPED];
+
+/// kstatus' `Reconciling` condition, which the agent writes only when asked
+/// to (`kura-agent run --kstatus-conditions`): `True` while
+/// `RolloutHealthy` is not `True`.
+pub const RECONCILING: &str = "Reconciling";
+
+/// kstatus' `Stalled` condition (written only with
+/// `--kstatus-conditions`): `True` while `RolloutHardStopped` is.
+pub const STALLED: &str = "Stalled";
+
+/// The condition types the agent writes with `--kstatus-conditions`, on
+/// top of [`AGENT_CONDITION_TYPES`].
+pub const KSTATUS_CONDITION_TYPES: [&str; 2] = [RECONCILING, STALLED];

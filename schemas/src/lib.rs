@@ -5,7 +5,10 @@
 //!   and its one strict parser;
 //! - [`health`]: `status.rolloutHealth`, the per-instance aggregate;
 //! - [`gate_status`]: `status.rolloutGate`, signals and evidence;
-//! - [`instance`]: the `KuraInstance` custom resource;
+//! - [`instance`]: the `KuraInstance` custom resource and the agent's
+//!   condition types;
+//! - [`verdict`]: the verdict document of the agent's
+//!   `/api/v1/instances/{namespace}/{name}/verdict`;
 //! - [`generated`]: the CRD YAML and JSON Schemas written by `crdgen`;
 //! - [`api_int`]: the int64 ceiling of what the API server stores;
 //! - [`strict_json`]: JSON read with repeated keys refused, for every
@@ -18,10 +21,18 @@ pub mod health;
 pub mod instance;
 pub mod report;
 pub mod strict_json;
+pub mod verdict;
 
 pub use gate_status::{AgentVerdict, BaselineCounters, Evidence, RolloutGate, Signal};
 pub use health::{PodHealth, RetiredCounters, RolloutHealth};
-pub use instance::{KuraInstance, KuraInstanceSpec, KuraInstanceStatus};
+pub use instance::{
+    AGENT_CONDITION_TYPES, KSTATUS_CONDITION_TYPES, KuraInstance, KuraInstanceSpec,
+    KuraInstanceStatus, RECONCILING, ROLLOUT_HARD_STOPPED, ROLLOUT_HEALTHY, STALLED,
+};
 pub use report::{
     NodeReport, NodeState, REPORT_PATH, ReportError, parse_report, parse_report_limited,
+};
+pub use verdict::{
+    ConditionStatus, INSTANCE_VERDICT_SCHEMA_VERSION, InstanceVerdict, VerdictCondition,
+    VerdictSource,
 };

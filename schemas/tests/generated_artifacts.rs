@@ -98,3 +98,54 @@ fn every_integer_is_declared_as_stored() {
     assert_eq!(fd.1, "int64");
     assert!(seen.len() >= 60, "integers seen: {}", seen.len());
 }
+
+/// `status.conditions` is a list map keyed by `type` (server-side apply
+/// then gives each writer the entries of its own types) with the standard
+/// condition shape.
+#[test]
+fn crd_declares_conditions_as_a_list_map_keyed_by_type() {
+    let crd: serde_json::Value =
+        serde_yaml::from_str(&kura_schemas::generated::crd_yaml().unwrap()).unwrap();
+    let conditions = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+        ["properties"]["conditions"];
+    assert_eq!(conditions["type"], "array", "{conditions}");
+    assert_eq!(conditions["x-kubernetes-list-type"], "map", "{conditions}");
+    assert_eq!(
+        conditions["x-kubernetes-list-map-keys"],
+        serde_json::json!(["type"])
+    );
+    let item = &conditions["items"];
+    let mut required: Vec<&str> = item["required"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    required.sort_unstable();
+    assert_eq!(
+        required,
+        ["lastTransitionTime", "message", "reason", "status", "type"]
+    );
+    assert_eq!(item["properties"]["observedGeneration"]["type"], "integer");
+    assert_eq!(
+        item["properties"]["lastTransitionTime"]["format"],
+        "date-time"
+    );
+}
+
+#[test]
+fn every_signal_has_a_camel_case_reason() {
+    for s in kura_schemas::Signal::ALL {
+        let camel: String = s
+            .as_str()
+            .split('_')
+            .map(|w| {
+                let mut c = w.chars();
+                c.next()
+                    .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+                    .unwrap_or_default()
+            })
+            .collect();
+        assert_eq!(s.reason(), camel, "{s}");
+    }
+}

@@ -10,7 +10,7 @@ use crate::model::PodIdentity;
 
 /// The `error` a tracked pod shows once discovery no longer lists it. A
 /// restored entry carrying it was already gone at the last sweep.
-pub const GONE_ERROR: &str = "gone: not listed by discovery";
+pub const GONE_ERROR: &str = kura_schemas::health::GONE_POD_ERROR;
 
 /// One tracked pod.
 #[derive(Debug, Clone)]

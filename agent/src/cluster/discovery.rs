@@ -28,6 +28,7 @@ use crate::model::{
 use crate::telemetry;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, ResourceExt};
 use kube::runtime::reflector::{self, Store};
@@ -264,6 +265,11 @@ fn lenient_status(value: Option<&serde_json::Value>) -> (Option<KuraInstanceStat
                 .map_err(|e| warnings.push(format!("status.rolloutHealth unreadable: {e}")))
                 .ok()
         });
+    let conditions = rest
+        .remove("conditions")
+        .filter(|v| !v.is_null())
+        .map(|v| lenient_conditions(v, &mut warnings))
+        .unwrap_or_default();
     let gate = rest
         .remove("rolloutGate")
         .filter(|v| !v.is_null())
@@ -279,7 +285,26 @@ fn lenient_status(value: Option<&serde_json::Value>) -> (Option<KuraInstanceStat
         });
     status.rollout_health = health;
     status.rollout_gate = gate;
+    status.conditions = conditions;
     (Some(status), warnings)
+}
+
+/// `status.conditions` entry by entry: one that does not read (another
+/// writer's odd entry) is left out with a warning, the others are kept.
+fn lenient_conditions(value: serde_json::Value, warnings: &mut Vec<String>) -> Vec<Condition> {
+    let serde_json::Value::Array(items) = value else {
+        warnings.push("status.conditions is not a list".to_owned());
+        return Vec::new();
+    };
+    items
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, item)| {
+            serde_json::from_value::<Condition>(item)
+                .map_err(|e| warnings.push(format!("status.conditions[{i}] unreadable: {e}")))
+                .ok()
+        })
+        .collect()
 }
 
 /// Builds the sweep targets from the contents of the instance and pod
@@ -642,6 +667,36 @@ impl Discovery {
     /// `spec.image` changed.
     pub fn image_changes(&self) -> watch::Receiver<u64> {
         self.image_changes.subscribe()
+    }
+
+    /// Every watched instance with its stored status, without pods (what
+    /// a replica answers from for the instances it does not sweep).
+    pub fn stored_instances(&self) -> Vec<InstanceTarget> {
+        let instances: Vec<Arc<DynamicObject>> =
+            self.instances.iter().flat_map(Store::state).collect();
+        targets(
+            instances.iter().map(|o| o.as_ref()),
+            std::iter::empty(),
+            &TargetConfig::default(),
+        )
+        .instances
+    }
+
+    /// One watched instance with its stored status, without pods.
+    pub fn stored_instance(&self, key: &InstanceKey) -> Option<InstanceTarget> {
+        let found = self.instances.iter().find_map(|store| {
+            store.find(|o| {
+                o.metadata.namespace.as_deref() == Some(key.namespace.as_str())
+                    && o.metadata.name.as_deref() == Some(key.name.as_str())
+            })
+        })?;
+        targets(
+            [found.as_ref()],
+            std::iter::empty(),
+            &TargetConfig::default(),
+        )
+        .instances
+        .pop()
     }
 
     /// The current targets, from the stores' contents.

@@ -7,6 +7,9 @@
 //!   formatting, the page shell and its CSP), [`assets`] (the one style
 //!   sheet and script, inlined), [`signals`] (evidence in words, the gated
 //!   signals table) and [`chart`] (the history as inline SVG);
+//! - [`answers`]: the JSON answers about instances every replica gives
+//!   for every instance it sweeps or watches (`/debug/instances*`, the
+//!   verdict document of `/api/v1/instances/{namespace}/{name}/verdict`);
 //! - [`instance_metrics`]: the per-instance `kura_instance_*` series of
 //!   `/metrics`, rendered from the view at scrape time;
 //! - `connections`: the bound on open connections (accept, then shed the
@@ -15,6 +18,7 @@
 //!
 //! [`FleetView`]: crate::view::FleetView
 
+pub mod answers;
 mod assets;
 mod chart;
 mod connections;

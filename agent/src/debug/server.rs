@@ -5,8 +5,9 @@
 //! | `GET /healthz` | 200 while the process runs |
 //! | `GET /readyz` | 200, or 503 until the initial lists are in or while the last write of any instance was pruned; JSON `{"ready", "reasons"}` either way |
 //! | `GET /metrics` | Prometheus text |
-//! | `GET /debug/instances` | JSON: every instance with its aggregate, verdict and last write |
-//! | `GET /debug/instances/{namespace}/{name}` | JSON: the instance with per-pod last samples |
+//! | `GET /debug/instances` | JSON: every instance this replica sweeps or watches, with its aggregate, verdict, last write, `ownedBy` and `source` |
+//! | `GET /debug/instances/{namespace}/{name}` | JSON: the instance with per-pod last samples (`source: live`), or its stored status when another replica sweeps it (`source: cluster`) |
+//! | `GET /api/v1/instances/{namespace}/{name}/verdict` | JSON: the stable verdict document (schemas/json/instance-verdict.schema.json); 404 only for an instance this replica neither sweeps nor watches |
 //! | `GET /debug/members` | JSON: sharding members, Leases, owned instances, ownership changes (404 when sharding is off) |
 //! | `GET /` | HTML fleet page (query: `ns`, `verdict`, `q`, `sort`, `dir`, `refresh=off`) |
 //! | `GET /instances/{namespace}/{name}` | HTML instance page (404 page when unknown) |
@@ -23,6 +24,7 @@
 //! (`connections`), so idle clients cannot keep kubelet's probes waiting.
 //! Request headers must arrive within [`HEADER_READ_TIMEOUT`].
 
+use crate::debug::answers;
 use crate::debug::connections::ConnectionSlots;
 use crate::debug::fleet_page::{self, Fleet, FleetQuery};
 use crate::debug::html;
@@ -30,7 +32,7 @@ use crate::debug::instance_metrics;
 use crate::debug::instance_page::{self, Instance};
 use crate::debug::listen;
 use crate::model::{Clock, InstanceKey};
-use crate::view::{FleetView, InstanceSummary};
+use crate::view::FleetView;
 use bytes::Bytes;
 use http::header::{
     ALLOW, CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, REFERRER_POLICY,
@@ -221,11 +223,11 @@ pub fn respond(
             )
         }
         ["debug", "instances"] => {
-            let all: Vec<InstanceSummary> = state
+            let all: Vec<answers::AnswerSummary> = state
                 .view
-                .snapshot()
+                .answers(now)
                 .iter()
-                .map(InstanceSummary::from)
+                .map(answers::summary_of)
                 .collect();
             json(StatusCode::OK, &all)
         }
@@ -238,12 +240,28 @@ pub fn respond(
             ),
         },
         ["debug", "instances", namespace, name] => {
-            match state.view.instance(&InstanceKey::new(*namespace, *name)) {
-                Some(view) => json(StatusCode::OK, &view),
+            match state.view.answer(&InstanceKey::new(*namespace, *name), now) {
+                Some(answer) => match answers::detail_json(&answer) {
+                    Ok(body) => text(StatusCode::OK, "application/json", body),
+                    Err(e) => text(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "text/plain; charset=utf-8",
+                        format!("cannot encode: {e}\n"),
+                    ),
+                },
                 None => text(
                     StatusCode::NOT_FOUND,
                     "text/plain; charset=utf-8",
                     "no such instance\n",
+                ),
+            }
+        }
+        ["api", "v1", "instances", namespace, name, "verdict"] => {
+            match state.view.answer(&InstanceKey::new(*namespace, *name), now) {
+                Some(answer) => json(StatusCode::OK, &answers::verdict_of(&answer)),
+                None => json(
+                    StatusCode::NOT_FOUND,
+                    &serde_json::json!({"error": "no such instance", "namespace": namespace, "name": name}),
                 ),
             }
         }

@@ -8,7 +8,8 @@ use std::fmt;
 use std::net::SocketAddr;
 
 use jiff::Timestamp;
-use kura_schemas::KuraInstanceStatus;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kura_schemas::{AGENT_CONDITION_TYPES, KSTATUS_CONDITION_TYPES, KuraInstanceStatus};
 
 use super::key::InstanceKey;
 use super::sample::{InstanceInfo, PodIdentity, PodSample, SampleResult};
@@ -95,6 +96,23 @@ impl InstanceTarget {
         let gate = status.rollout_gate.clone()?;
         let at = health.observed_at;
         Some((DesiredStatus::new(health, gate), at))
+    }
+
+    /// The conditions the agent may own (`RolloutHealthy`,
+    /// `RolloutHardStopped`, and kstatus' `Reconciling` and `Stalled`) as
+    /// found in the cluster: where their `lastTransitionTime` continues
+    /// from after a restart or a handover. The write path keeps those it
+    /// writes.
+    pub fn previous_conditions(&self) -> Vec<Condition> {
+        self.previous_status
+            .iter()
+            .flat_map(|s| &s.conditions)
+            .filter(|c| {
+                AGENT_CONDITION_TYPES.contains(&c.type_.as_str())
+                    || KSTATUS_CONDITION_TYPES.contains(&c.type_.as_str())
+            })
+            .cloned()
+            .collect()
     }
 
     /// What an operator should know about this target that the aggregate

@@ -607,6 +607,12 @@ impl MembersSource for Shard {
             .unwrap_or_else(|e| serde_json::json!({"error": format!("cannot encode members: {e}")}))
     }
 
+    fn owner_of(&self, key: &InstanceKey, now: Timestamp) -> Option<String> {
+        self.membership(now)
+            .owner_of(&key.to_string())
+            .map(|m| m.id.clone())
+    }
+
     fn members_summary(&self, now: Timestamp) -> MembersSummary {
         let v = self.view(now);
         MembersSummary {

@@ -1,20 +1,25 @@
-//! The status writer: server-side apply of `status.rolloutHealth` and
-//! `status.rolloutGate` on the `status` subresource, under the agent's own
-//! field manager, with detection of pruned fields (an API server whose CRD
-//! is too old silently drops what its schema does not declare).
+//! The status writer: server-side apply of `status.rolloutHealth`,
+//! `status.rolloutGate` and the agent's entries of `status.conditions` on
+//! the `status` subresource, under the agent's own field manager, with
+//! detection of pruned fields (an API server whose CRD is too old silently
+//! drops what its schema does not declare).
 //!
 //! The request is `PATCH
 //! /apis/kura.tuist.dev/v1alpha1/namespaces/{ns}/kurainstances/{name}/status?force=true&fieldManager=kura-health-agent`
 //! with content type `application/apply-patch+yaml` and a JSON body holding
-//! `apiVersion`, `kind` and `status.{rolloutHealth,rolloutGate}` only (the
-//! name comes from the URL). The response is read as a dynamic object, so
+//! `apiVersion`, `kind` and `status.{rolloutHealth,rolloutGate,conditions}`
+//! only (the name comes from the URL). `conditions` is a list map keyed by
+//! `type` in the CRD, so the agent owns its two entries and nothing of the
+//! entries other managers write. The response is read as a dynamic object, so
 //! a partly pruned status is reported as [`WriteOutcome::Pruned`] instead of
 //! failing to deserialize.
 
+use super::conditions::ConditionSet;
 use super::queue::JobResult;
 use crate::model::{DesiredStatus, InstanceKey, WriteGate, WriteRecord};
 use crate::telemetry;
 use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kura_schemas::KuraInstance;
@@ -164,21 +169,33 @@ pub fn strip_nulls(value: &mut Value) {
     }
 }
 
-/// The server-side apply body: `apiVersion`, `kind` and the two status
-/// fields the agent owns, nothing else; absent optional fields are left
-/// out ([`strip_nulls`]).
-pub fn apply_body(status: &DesiredStatus) -> Result<Value, WriteError> {
+/// The server-side apply body: `apiVersion`, `kind`, the two status
+/// fields the agent owns and its conditions, and with kstatus' conditions
+/// also the top-level `status.observedGeneration`; nothing else; absent
+/// optional fields are left out ([`strip_nulls`]).
+pub fn apply_body(
+    status: &DesiredStatus,
+    conditions: &[Condition],
+    set: ConditionSet,
+) -> Result<Value, WriteError> {
     let mut health = serde_json::to_value(&status.health)
         .map_err(|e| WriteError::Other(format!("encode rolloutHealth: {e}")))?;
     let mut gate = serde_json::to_value(&status.gate)
         .map_err(|e| WriteError::Other(format!("encode rolloutGate: {e}")))?;
+    let mut conditions = serde_json::to_value(conditions)
+        .map_err(|e| WriteError::Other(format!("encode conditions: {e}")))?;
     strip_nulls(&mut health);
     strip_nulls(&mut gate);
-    Ok(json!({
+    strip_nulls(&mut conditions);
+    let mut body = json!({
         "apiVersion": "kura.tuist.dev/v1alpha1",
         "kind": "KuraInstance",
-        "status": {"rolloutHealth": health, "rolloutGate": gate}
-    }))
+        "status": {"rolloutHealth": health, "rolloutGate": gate, "conditions": conditions}
+    });
+    if set.kstatus {
+        body["status"]["observedGeneration"] = json!(status.health.observed_generation);
+    }
+    Ok(body)
 }
 
 /// Whether a value carries data: a non-null scalar somewhere inside it.
@@ -193,9 +210,31 @@ fn has_content(v: &Value) -> bool {
     }
 }
 
+/// The `type` of a list-map entry (`status.conditions`), if `v` is one.
+fn list_map_key(v: &Value) -> Option<&str> {
+    v.get("type")?.as_str()
+}
+
+/// The entry of `returned` that `sent` (entry `i` of its list) is compared
+/// with: for a list map keyed by `type` (every entry of `sent` has one)
+/// the returned entry of the same type wherever it is (other writers'
+/// entries sit among ours), else the entry at the same index.
+fn counterpart<'a>(sent: &[Value], i: usize, returned: &'a Value) -> Option<&'a Value> {
+    if sent.iter().all(|v| list_map_key(v).is_some()) {
+        let key = list_map_key(&sent[i])?;
+        returned
+            .as_array()?
+            .iter()
+            .find(|r| list_map_key(r) == Some(key))
+    } else {
+        returned.get(i)
+    }
+}
+
 /// The paths of everything in `sent` that is not in `returned` (object
-/// keys recursively, array entries by index). Parts of `sent` without data
-/// (nulls, empty objects and arrays) are skipped.
+/// keys recursively, array entries by index, or by `type` in a list map
+/// such as `conditions`). Parts of `sent` without data (nulls, empty
+/// objects and arrays) are skipped.
 pub fn missing_fields(sent: &Value, returned: &Value, path: &str, out: &mut Vec<String>) {
     match sent {
         Value::Object(map) => {
@@ -220,7 +259,7 @@ pub fn missing_fields(sent: &Value, returned: &Value, path: &str, out: &mut Vec<
                     continue;
                 }
                 let p = format!("{path}[{i}]");
-                match returned.get(i) {
+                match counterpart(items, i, returned) {
                     Some(r) => missing_fields(v, r, &p, out),
                     None => out.push(p),
                 }
@@ -281,6 +320,7 @@ pub struct StatusWriter {
     resource: ApiResource,
     params: PatchParams,
     gate: Option<Arc<dyn WriteGate>>,
+    set: ConditionSet,
 }
 
 impl StatusWriter {
@@ -291,7 +331,15 @@ impl StatusWriter {
             resource: ApiResource::erase::<KuraInstance>(&()),
             params: PatchParams::apply(FIELD_MANAGER).force(),
             gate: None,
+            set: ConditionSet::default(),
         }
+    }
+
+    /// A writer that also owns what `set` adds to the status (with
+    /// kstatus' conditions: the top-level `observedGeneration`).
+    pub fn with_conditions(mut self, set: ConditionSet) -> Self {
+        self.set = set;
+        self
     }
 
     /// A writer that asks `gate` right before every PATCH and sends
@@ -301,14 +349,29 @@ impl StatusWriter {
         self
     }
 
-    /// Applies `status` to the instance `key` and checks what came back.
-    /// Logs and counts the result.
+    /// Applies `status` and `conditions` to the instance `key` and checks
+    /// what came back. Logs and counts the result.
     pub async fn write(
         &self,
         key: &InstanceKey,
         status: &DesiredStatus,
+        conditions: &[Condition],
     ) -> Result<WriteOutcome, WriteError> {
-        let result = self.write_quiet(key, status).await;
+        self.write_returning_uid(key, status, conditions).await.0
+    }
+
+    /// [`StatusWriter::write`], also returning the instance's UID from the
+    /// API server's answer (what an Event about it points at).
+    pub async fn write_returning_uid(
+        &self,
+        key: &InstanceKey,
+        status: &DesiredStatus,
+        conditions: &[Condition],
+    ) -> (Result<WriteOutcome, WriteError>, Option<String>) {
+        let (result, uid) = match self.write_quiet(key, status, conditions).await {
+            Ok((outcome, uid)) => (Ok(outcome), uid),
+            Err(e) => (Err(e), None),
+        };
         metrics::counter!(telemetry::STATUS_WRITES_TOTAL, "result" => result_label(&result))
             .increment(1);
         match &result {
@@ -335,15 +398,16 @@ impl StatusWriter {
             }
             Err(e) => tracing::warn!(instance = %key, error = %e, "status write failed"),
         }
-        result
+        (result, uid)
     }
 
     async fn write_quiet(
         &self,
         key: &InstanceKey,
         status: &DesiredStatus,
-    ) -> Result<WriteOutcome, WriteError> {
-        let body = apply_body(status)?;
+        conditions: &[Condition],
+    ) -> Result<(WriteOutcome, Option<String>), WriteError> {
+        let body = apply_body(status, conditions, self.set)?;
         if let Some(gate) = &self.gate {
             gate.check(key, Timestamp::now())
                 .map_err(WriteError::Fenced)?;
@@ -354,7 +418,7 @@ impl StatusWriter {
             .patch_status(&key.name, &self.params, &Patch::Apply(&body))
             .await
             .map_err(classify)?;
-        Ok(check_returned(&body, &returned.data))
+        Ok((check_returned(&body, &returned.data), returned.metadata.uid))
     }
 }
 
@@ -370,6 +434,29 @@ mod tests {
         let mut out = Vec::new();
         missing_fields(&sent, &back, "", &mut out);
         assert_eq!(out, ["a.c[1].e", "f"]);
+    }
+
+    #[test]
+    fn list_map_entries_are_matched_by_type_among_other_writers_entries() {
+        let sent = json!({"conditions": [
+            {"type": "RolloutHealthy", "status": "True", "observedGeneration": 2},
+            {"type": "RolloutHardStopped", "status": "False", "observedGeneration": 2}
+        ]});
+        let back = json!({"conditions": [
+            {"type": "Ready", "status": "True"},
+            {"type": "RolloutHardStopped", "status": "False", "observedGeneration": 2},
+            {"type": "RolloutHealthy", "status": "True", "observedGeneration": 2}
+        ]});
+        let mut out = Vec::new();
+        missing_fields(&sent, &back, "status", &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        let pruned = json!({"conditions": [{"type": "Ready", "status": "True"}]});
+        missing_fields(&sent, &pruned, "status", &mut out);
+        assert_eq!(
+            out,
+            ["status.conditions[0]", "status.conditions[1]"],
+            "entries of ours that did not come back"
+        );
     }
 
     #[test]

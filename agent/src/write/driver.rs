@@ -2,8 +2,9 @@
 //! [`StatusSink`] (push the latest desired status, forget an instance) and
 //! [`run_writes`] drains the [queue](super::queue) through the
 //! [`StatusWriter`], at most so many writes in flight, reporting every
-//! result through a callback (`kura-agent run` hands them to the fleet
-//! view).
+//! result through a callback with the [`Transition`]s the write made
+//! (`kura-agent run` hands the result to the fleet view and the
+//! transitions to the Events adapter).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -15,7 +16,11 @@ use tokio::sync::Notify;
 
 use super::apply::{StatusWriter, WriteError, WriteOutcome, write_record};
 use super::queue::{JobResult, WriteJob, WriteQueue};
-use crate::model::{DesiredStatus, InstanceKey, InstanceTarget, LastWrite, StatusSink};
+use super::transitions::{WriteChange, transitions};
+use crate::model::{
+    DesiredStatus, InstanceKey, InstanceTarget, InstanceTransitions, LastWrite, StatusSink,
+    Transition, WriteRecord,
+};
 use crate::telemetry;
 
 /// The run loop's handle on the write queue: push desired statuses, forget
@@ -49,9 +54,16 @@ impl WriteHandle {
         self.notify.notify_one();
     }
 
-    /// Seeds the status read back from the cluster at start-up.
-    pub fn seed_written(&self, key: InstanceKey, written: DesiredStatus, written_at: Timestamp) {
-        self.with(|q| q.seed_written(key, written, written_at));
+    /// Seeds the status and the agent's conditions read back from the
+    /// cluster at start-up.
+    pub fn seed_written(
+        &self,
+        key: InstanceKey,
+        written: DesiredStatus,
+        conditions: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+        written_at: Timestamp,
+    ) {
+        self.with(|q| q.seed_written(key, written, conditions, written_at));
     }
 
     /// Forgets an instance.
@@ -70,14 +82,23 @@ const IDLE_WAIT: Duration = Duration::from_secs(5);
 /// Shortest sleep of the write loop (no spinning on rounding).
 const MIN_WAIT: Duration = Duration::from_millis(5);
 
+/// What one finished write reports.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WriteReport {
+    /// The result, as the fleet view keeps it.
+    pub write: LastWrite,
+    /// The transitions it made (often none), for Events.
+    pub transitions: InstanceTransitions,
+}
+
 /// Drains the queue forever: up to `max_in_flight` writes at once, each
 /// result recorded in the queue and the metrics, and handed to `report`
-/// with the instance it was for.
+/// with the instance it was for and the transitions it made.
 pub async fn run_writes(
     handle: WriteHandle,
     writer: StatusWriter,
     max_in_flight: usize,
-    mut report: impl FnMut(&InstanceKey, LastWrite) + Send,
+    mut report: impl FnMut(&InstanceKey, WriteReport) + Send,
 ) {
     let mut in_flight = FuturesUnordered::new();
     loop {
@@ -88,8 +109,10 @@ pub async fn run_writes(
             };
             let writer = writer.clone();
             in_flight.push(async move {
-                let result = writer.write(&job.key, &job.status).await;
-                (job, result)
+                let (result, uid) = writer
+                    .write_returning_uid(&job.key, &job.status, &job.conditions)
+                    .await;
+                (job, result, uid)
             });
         }
         let at_cap = in_flight.len() >= max_in_flight.max(1);
@@ -100,9 +123,9 @@ pub async fn run_writes(
             .clamp(MIN_WAIT, IDLE_WAIT);
         metrics::gauge!(telemetry::PENDING_WRITES).set(handle.pending() as f64);
         tokio::select! {
-            Some((job, result)) = in_flight.next(), if !in_flight.is_empty() => {
-                let write = finish(&handle, &job, &result);
-                report(&job.key, write);
+            Some((job, result, uid)) = in_flight.next(), if !in_flight.is_empty() => {
+                let report_of_job = finish(&handle, &job, &result, uid);
+                report(&job.key, report_of_job);
             }
             () = handle.notify.notified() => {}
             () = tokio::time::sleep(wait), if !at_cap => {}
@@ -110,30 +133,59 @@ pub async fn run_writes(
     }
 }
 
-/// Records a job's result in the queue; returns it as the report sees it.
+/// Records a job's result in the queue; returns it as the report sees it,
+/// with the transitions the write made.
 fn finish(
     handle: &WriteHandle,
     job: &WriteJob,
     result: &Result<WriteOutcome, WriteError>,
-) -> LastWrite {
+    uid: Option<String>,
+) -> WriteReport {
     let now = Timestamp::now();
     let job_result = match result {
         Ok(_) => JobResult::Accepted,
         Err(e) => e.job_result(),
     };
-    handle.with(|q| q.complete(job, job_result, now));
-    LastWrite {
-        at: now,
-        attempt: job.attempt,
-        priority: job.priority,
-        result: write_record(result),
+    let record = write_record(result);
+    let answered = result.is_ok() || matches!(record, WriteRecord::Pruned { .. });
+    let (uid, pruned_before, previous) = handle.with(|q| {
+        let (uid, pruned_before) = if answered {
+            q.note_answer(&job.key, uid, matches!(record, WriteRecord::Pruned { .. }))
+        } else {
+            q.note_answer_unchanged(&job.key)
+        };
+        (uid, pruned_before, q.complete(job, job_result, now))
+    });
+    let found: Vec<Transition> = match &previous {
+        Some(previous) => transitions(&WriteChange {
+            before: previous.status.as_ref(),
+            conditions_before: &previous.conditions,
+            pruned_before,
+            sent: &job.status,
+            conditions_sent: &job.conditions,
+            record: &record,
+        }),
+        None => Vec::new(),
+    };
+    WriteReport {
+        write: LastWrite {
+            at: now,
+            attempt: job.attempt,
+            priority: job.priority,
+            result: record,
+        },
+        transitions: InstanceTransitions {
+            key: job.key.clone(),
+            uid,
+            transitions: found,
+        },
     }
 }
 
 impl StatusSink for WriteHandle {
     fn seed(&self, target: &InstanceTarget) {
         if let Some((written, at)) = target.previous_written() {
-            self.seed_written(target.key(), written, at);
+            self.seed_written(target.key(), written, target.previous_conditions(), at);
         }
     }
     fn publish(&self, key: &InstanceKey, desired: DesiredStatus, now: Timestamp) {

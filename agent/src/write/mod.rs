@@ -6,18 +6,23 @@
 //! - [`queue`]: which instance to write next and when (one slot per
 //!   instance, heartbeat, token bucket, retries with backoff; pure, time
 //!   passed in);
+//! - [`conditions`]: the agent's `status.conditions` entries for a
+//!   desired status, `lastTransitionTime` moving only on a flip (pure);
 //! - [`apply`]: one write: server-side apply on the `status` subresource,
 //!   pruning detection, the [`WriteGate`](crate::model::WriteGate) asked
 //!   right before the PATCH;
+//! - [`transitions`]: which changes a write made deserve an Event (pure);
 //! - [`driver`]: the loop that drains the queue through the writer;
 //!   [`WriteHandle`] is the run loop's status sink; results go to a
 //!   callback, never straight into the fleet view.
 
 pub(crate) mod apply;
+pub mod conditions;
 mod driver;
 mod policy;
 mod queue;
+pub mod transitions;
 
-pub use apply::{StatusWriter, WriteError, WriteOutcome, strip_nulls};
-pub use driver::{WriteHandle, run_writes};
+pub use apply::{FIELD_MANAGER, StatusWriter, WriteError, WriteOutcome, strip_nulls};
+pub use driver::{WriteHandle, WriteReport, run_writes};
 pub use queue::{WriteQueue, WriteQueueConfig};

@@ -7,12 +7,13 @@
 //! [`material_change`] of the aggregate (anything but `observedAt`,
 //! `sampledAt` and the per-pod `sampledAt`) or any change of the verdict
 //! but `evaluatedAt`; priority means [`is_priority_change`] (`ready`,
-//! `serving` or `ringConsistent` flipped, `memoryPressureState` rose) or a
-//! new gate verdict.
+//! `serving` or `ringConsistent` flipped, `memoryPressureState` rose), a
+//! new gate verdict, a new `RolloutHealthy` status or a new generation.
 
 use kura_schemas::{PodHealth, RolloutHealth};
 
 use crate::model::DesiredStatus;
+use crate::model::conditions::rollout_healthy_status;
 
 /// Decides whether a desired status is worth a write before the heartbeat
 /// (`material`), and whether it should jump the queue (`priority`); each
@@ -54,10 +55,15 @@ fn material_status_change(written: &DesiredStatus, desired: &DesiredStatus) -> b
     gate != *desired.gate
 }
 
-/// [`is_priority_change`] of the aggregate, or a new verdict.
+/// [`is_priority_change`] of the aggregate, a new verdict, a new
+/// `RolloutHealthy` status, or a new generation judged (`kubectl wait`
+/// waits for the conditions' `observedGeneration` to reach it).
 fn priority_status_change(written: &DesiredStatus, desired: &DesiredStatus) -> bool {
     is_priority_change(Some(&written.health), &desired.health)
         || written.gate.verdict != desired.gate.verdict
+        || written.health.observed_generation != desired.health.observed_generation
+        || rollout_healthy_status(Some(&written.health), Some(&written.gate))
+            != rollout_healthy_status(Some(&desired.health), Some(&desired.gate))
 }
 
 /// Whether `next` differs from `prev` in any field other than `observedAt`,

@@ -13,11 +13,20 @@
 //! - A failed write is retried with exponential backoff (backon), always
 //!   with the then-latest desired status; a write for an instance that no
 //!   longer exists drops its slot.
+//! - Each slot also keeps the agent's conditions as last written (or as
+//!   found in the cluster): a job carries the conditions to send, built
+//!   from its status with each `lastTransitionTime` continued from them
+//!   ([`conditions_for`]). Conditions follow material fields only, so they
+//!   never make a write due by themselves, except once after start-up
+//!   when the ones found do not match the status found (written by an
+//!   older agent, or by none).
 
+use super::conditions::{ConditionSet, conditions_for, same_statement};
 use super::policy::ChangePolicy;
 use crate::model::{DesiredStatus, InstanceKey};
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -36,6 +45,8 @@ pub struct WriteQueueConfig {
     pub max_backoff: Duration,
     /// Randomize retry delays (off in tests for determinism).
     pub jitter: bool,
+    /// Which conditions are written.
+    pub conditions: ConditionSet,
 }
 
 impl Default for WriteQueueConfig {
@@ -47,6 +58,7 @@ impl Default for WriteQueueConfig {
             min_backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(60),
             jitter: true,
+            conditions: ConditionSet::default(),
         }
     }
 }
@@ -125,7 +137,7 @@ impl TokenBucket {
 }
 
 /// One write to perform.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct WriteJob {
     /// The instance.
     pub key: InstanceKey,
@@ -135,6 +147,18 @@ pub struct WriteJob {
     pub priority: bool,
     /// 0 for a first attempt, then 1, 2, ... for retries.
     pub attempt: u32,
+    /// The agent's conditions to send with `status`.
+    pub conditions: Vec<Condition>,
+}
+
+/// What was accepted for an instance before a job completed: what the
+/// job's write changed is measured against it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Previous {
+    /// The status accepted last (or found at start), if any.
+    pub status: Option<DesiredStatus>,
+    /// The conditions accepted last (or found at start).
+    pub conditions: Vec<Condition>,
 }
 
 /// What became of a [`WriteJob`], as far as scheduling cares.
@@ -162,6 +186,16 @@ struct Slot {
     /// When the oldest unwritten desired status arrived.
     waiting_since: Option<Timestamp>,
     written: Option<(DesiredStatus, Timestamp)>,
+    /// The agent's conditions as last written (or found at start).
+    conditions: Vec<Condition>,
+    /// The conditions found at start do not match the status found: the
+    /// next write is due at once.
+    conditions_stale: bool,
+    /// The instance's UID from the last write the API server answered.
+    uid: Option<String>,
+    /// Whether the last write's fields were pruned (or refused as
+    /// undeclared).
+    pruned: bool,
     in_flight: bool,
     retry: Option<Retry>,
 }
@@ -214,18 +248,28 @@ impl WriteQueue {
         slot.waiting_since.get_or_insert(now);
     }
 
-    /// Seeds what is known to be written already (the status read back at
-    /// start-up), so an unchanged aggregate waits for the heartbeat instead
-    /// of being rewritten at once.
+    /// Seeds what is known to be written already (the status and the
+    /// agent's conditions read back at start-up), so an unchanged aggregate
+    /// waits for the heartbeat instead of being rewritten at once, and each
+    /// condition's `lastTransitionTime` carries on.
     pub fn seed_written(
         &mut self,
         key: InstanceKey,
         written: DesiredStatus,
+        conditions: Vec<Condition>,
         written_at: Timestamp,
     ) {
+        let set = self.config.conditions;
         let slot = self.slots.entry(key).or_default();
         if slot.written.is_none() {
+            let mut conditions = conditions;
+            conditions.retain(|c| set.owns(&c.type_));
+            slot.conditions_stale = !same_statement(
+                &conditions,
+                &conditions_for(&written, &conditions, None, set),
+            );
             slot.written = Some((written, written_at));
+            slot.conditions = conditions;
         }
     }
 
@@ -243,6 +287,7 @@ impl WriteQueue {
         }
         let (ready_at, priority) = match &slot.written {
             None => (now, true),
+            Some(_) if slot.conditions_stale => (now, false),
             Some((written, at)) => {
                 if (self.policy.material)(written, desired) {
                     (now, (self.policy.priority)(written, desired))
@@ -282,27 +327,45 @@ impl WriteQueue {
         let slot = self.slots.get_mut(&key)?;
         let status = slot.desired.clone()?;
         slot.in_flight = true;
+        // The place for a per-instance note on RolloutHealthy (e.g. a gate
+        // configuration the instance asked for that could not be used).
+        let conditions = conditions_for(&status, &slot.conditions, None, self.config.conditions);
         Some(WriteJob {
             attempt: slot.retry.as_ref().map_or(0, |r| r.attempt),
             key,
             status,
             priority,
+            conditions,
         })
     }
 
-    /// Records the result of a job returned by [`WriteQueue::next`].
-    pub fn complete(&mut self, job: &WriteJob, result: JobResult, now: Timestamp) {
+    /// Records the result of a job returned by [`WriteQueue::next`], and
+    /// returns what had been accepted for the instance before it (`None`
+    /// when the slot is gone).
+    pub fn complete(
+        &mut self,
+        job: &WriteJob,
+        result: JobResult,
+        now: Timestamp,
+    ) -> Option<Previous> {
         if result == JobResult::Gone {
-            self.slots.remove(&job.key);
-            return;
+            let slot = self.slots.remove(&job.key)?;
+            return Some(Previous {
+                status: slot.written.map(|(s, _)| s),
+                conditions: slot.conditions,
+            });
         }
-        let Some(slot) = self.slots.get_mut(&job.key) else {
-            return;
+        let slot = self.slots.get_mut(&job.key)?;
+        let previous = Previous {
+            status: slot.written.as_ref().map(|(s, _)| s.clone()),
+            conditions: slot.conditions.clone(),
         };
         slot.in_flight = false;
         match result {
             JobResult::Accepted => {
                 slot.retry = None;
+                slot.conditions_stale = false;
+                slot.conditions = job.conditions.clone();
                 slot.written = Some((job.status.clone(), now));
                 if slot.desired.as_ref() == Some(&job.status) {
                     slot.desired = None;
@@ -332,6 +395,35 @@ impl WriteQueue {
             }
             JobResult::Gone => {}
         }
+        Some(previous)
+    }
+
+    /// Records what the API server said about an instance beyond the job's
+    /// result: its UID when it answered with the object, and whether the
+    /// write was pruned. Returns the UID known now and whether the write
+    /// before was pruned.
+    pub fn note_answer(
+        &mut self,
+        key: &InstanceKey,
+        uid: Option<String>,
+        pruned: bool,
+    ) -> (Option<String>, bool) {
+        let Some(slot) = self.slots.get_mut(key) else {
+            return (uid, false);
+        };
+        if uid.is_some() {
+            slot.uid = uid;
+        }
+        let before = std::mem::replace(&mut slot.pruned, pruned);
+        (slot.uid.clone(), before)
+    }
+
+    /// The UID known for an instance and whether its last answered write
+    /// was pruned, for a write the API server did not answer.
+    pub fn note_answer_unchanged(&self, key: &InstanceKey) -> (Option<String>, bool) {
+        self.slots
+            .get(key)
+            .map_or((None, false), |s| (s.uid.clone(), s.pruned))
     }
 
     /// When [`WriteQueue::next`] may next return a job, if anything is
@@ -437,6 +529,7 @@ mod tests {
             min_backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(8),
             jitter: false,
+            conditions: ConditionSet::default(),
         })
     }
 
@@ -610,10 +703,47 @@ mod tests {
     #[test]
     fn seeded_status_defers_an_unchanged_first_write_to_the_heartbeat() {
         let mut q = queue(100.0, 10);
-        q.seed_written(key("a"), status(0, true, 1), ts(0));
+        let found = conditions_for(&status(0, true, 1), &[], None, ConditionSet::default());
+        q.seed_written(key("a"), status(0, true, 1), found.clone(), ts(0));
         q.push(key("a"), status(5, true, 1), ts(5));
         assert_eq!(q.next(ts(5)), None);
-        assert!(q.next(ts(30)).is_some());
+        let job = q.next(ts(30)).expect("heartbeat");
+        assert_eq!(
+            job.conditions, found,
+            "the conditions found carry on, lastTransitionTime included"
+        );
+    }
+
+    #[test]
+    fn conditions_missing_from_a_seeded_status_are_written_at_once() {
+        let mut q = queue(100.0, 10);
+        q.seed_written(key("a"), status(0, true, 1), Vec::new(), ts(0));
+        q.push(key("a"), status(5, true, 1), ts(5));
+        let job = q.next(ts(5)).expect("written at once");
+        assert!(!job.priority);
+        assert_eq!(job.conditions.len(), 2);
+        let before = q.complete(&job, JobResult::Accepted, ts(5)).expect("slot");
+        assert!(before.conditions.is_empty());
+        q.push(key("a"), status(10, true, 1), ts(10));
+        assert_eq!(q.next(ts(10)), None, "then only the heartbeat");
+    }
+
+    #[test]
+    fn a_completed_job_reports_what_was_accepted_before_it() {
+        let mut q = queue(100.0, 10);
+        q.push(key("a"), status(0, true, 1), ts(0));
+        let first = q.next(ts(0)).expect("first");
+        let before = q
+            .complete(&first, JobResult::Accepted, ts(0))
+            .expect("slot");
+        assert_eq!(before.status, None);
+        q.push(key("a"), status(5, false, 1), ts(5));
+        let second = q.next(ts(5)).expect("ready flipped");
+        let before = q
+            .complete(&second, JobResult::Accepted, ts(5))
+            .expect("slot");
+        assert_eq!(before.status, Some(status(0, true, 1)));
+        assert_eq!(before.conditions, first.conditions);
     }
 
     #[test]

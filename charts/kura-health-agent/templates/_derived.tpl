@@ -142,4 +142,7 @@ patch only kurainstances/status.
 - apiGroups: ["kura.tuist.dev"]
   resources: ["kurainstances/status"]
   verbs: ["patch"]
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
 {{- end -}}

@@ -17,10 +17,12 @@ use crate::cli::gate_file::{self, GateFileError};
 use crate::cli::parse::{parse_positive_duration, parse_positive_signed, parse_rate};
 use crate::cluster::{DiscoveryConfig, PollPort, TargetConfig};
 use crate::engine::EngineConfig;
+use crate::events::EventLimitConfig;
 use crate::poll::PollConfig;
 use crate::runner::{Cadence, CadenceError, LoopConfig};
 use crate::shard::{ShardConfig, ShardError};
 use crate::write::WriteQueueConfig;
+use crate::write::conditions::ConditionSet;
 
 /// Settings `run` cannot start with.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -191,6 +193,35 @@ pub struct RunArgs {
     /// `healthySince` and never judges a wave.
     #[arg(long, env = "KURA_AGENT_GATE_CONFIG", value_name = "FILE")]
     pub gate_config: Option<PathBuf>,
+
+    /// Publish Kubernetes Events (events.k8s.io) on the instances'
+    /// transitions: baseline captured, healthy, unhealthy, hard stop,
+    /// status pruned. Needs create and patch on events.k8s.io events.
+    #[arg(long, env = "KURA_AGENT_EVENTS", default_value_t = true,
+          action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub events: bool,
+
+    /// Events one instance may get at once (its rate bound's burst).
+    #[arg(long, env = "KURA_AGENT_EVENT_BURST", default_value_t = 3,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub event_burst: u32,
+
+    /// One more Event per instance per this long; transitions beyond the
+    /// bound are coalesced into the next Event.
+    #[arg(long, env = "KURA_AGENT_EVENT_INTERVAL", default_value = "60s", value_parser = parse_positive_duration)]
+    pub event_interval: Duration,
+
+    /// Also write kstatus' `Reconciling` (True until the verdict on the
+    /// current image is healthy) and `Stalled` (True on a hard stop)
+    /// conditions and the top-level `status.observedGeneration` (the
+    /// generation judged), so Flux, `helm --wait` and kpt read an
+    /// instance's rollout as in progress, failed or current. Off by
+    /// default: these conventionally belong to the resource's own
+    /// controller; turn it on only when the fleet controller writes none
+    /// of them.
+    #[arg(long, env = "KURA_AGENT_KSTATUS_CONDITIONS", default_value_t = false,
+          action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub kstatus_conditions: bool,
 }
 
 impl RunArgs {
@@ -229,6 +260,7 @@ impl RunArgs {
             heartbeat: self.heartbeat,
             rate_per_second: self.write_rate,
             burst: self.write_burst,
+            conditions: self.condition_set(),
             ..WriteQueueConfig::default()
         }
     }
@@ -285,6 +317,21 @@ impl RunArgs {
                 gate,
             },
             ..LoopConfig::default()
+        }
+    }
+
+    /// Which conditions the agent writes.
+    pub fn condition_set(&self) -> ConditionSet {
+        ConditionSet {
+            kstatus: self.kstatus_conditions,
+        }
+    }
+
+    /// The per-instance rate bound of Events.
+    pub fn event_limit(&self) -> EventLimitConfig {
+        EventLimitConfig {
+            burst: self.event_burst,
+            refill: self.event_interval,
         }
     }
 

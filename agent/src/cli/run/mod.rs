@@ -16,12 +16,13 @@ use tokio::task::JoinHandle;
 
 use crate::cluster::{ClusterTargets, Discovery};
 use crate::debug::{DebugServer, DebugState};
-use crate::model::{SystemClock, TargetSource};
+use crate::events::{EventSink, start_events};
+use crate::model::{InstanceKey, SystemClock, TargetSource};
 use crate::poll::Poller;
 use crate::runner::AgentLoop;
 use crate::shard::{OwnedTargets, Shard, ShardConfig};
-use crate::view::FleetView;
-use crate::write::{StatusWriter, WriteHandle, WriteQueue, run_writes};
+use crate::view::{FleetView, StoredInstance, StoredStatusSource};
+use crate::write::{FIELD_MANAGER, StatusWriter, WriteHandle, WriteQueue, run_writes};
 
 /// How long pending status writes may take after SIGTERM.
 const SHUTDOWN_WRITE_GRACE: Duration = Duration::from_secs(10);
@@ -144,15 +145,33 @@ pub async fn run_with_client(
         }));
     }
     sharding.show_members(&view);
+    view.set_identity(agent.clone());
+    view.set_stored(Arc::new(WatchedStatus(discovery.clone())));
+
+    let (events, publisher): (Option<EventSink>, Option<JoinHandle<()>>) = if args.events {
+        let reporter = kube::runtime::events::Reporter {
+            controller: FIELD_MANAGER.to_owned(),
+            instance: Some(agent.clone()),
+        };
+        let (sink, task) = start_events(client.clone(), reporter, args.event_limit());
+        (Some(sink), Some(tokio::spawn(task)))
+    } else {
+        (None, None)
+    };
 
     let handle = WriteHandle::new(WriteQueue::new(args.write_queue_config()));
     let writes = {
         let view = view.clone();
         tokio::spawn(run_writes(
             handle.clone(),
-            sharding.gate(StatusWriter::new(client.clone())),
+            sharding.gate(StatusWriter::new(client.clone()).with_conditions(args.condition_set())),
             MAX_WRITES_IN_FLIGHT,
-            move |key, write| view.record_write(key, write),
+            move |key, report| {
+                view.record_write(key, report.write);
+                if let Some(events) = &events {
+                    events.send(report.transitions);
+                }
+            },
         ))
     };
 
@@ -203,12 +222,36 @@ pub async fn run_with_client(
         );
     }
     writes.abort();
+    if let Some(publisher) = publisher {
+        // The sink went with the write task: the publisher drains what was
+        // queued, for at most the write grace.
+        let _ = tokio::time::timeout(SHUTDOWN_WRITE_GRACE, publisher).await;
+    }
     driver.abort();
     sharding.stop(client).await;
     let _ = stop_server.send(());
     let _ = server.await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The status stored in the cluster, from discovery's instance watch: what
+/// the fleet view answers from for the instances this replica does not
+/// sweep.
+struct WatchedStatus(Discovery);
+
+impl StoredStatusSource for WatchedStatus {
+    fn stored_instances(&self) -> Vec<StoredInstance> {
+        self.0
+            .stored_instances()
+            .iter()
+            .map(StoredInstance::of)
+            .collect()
+    }
+
+    fn stored_instance(&self, key: &InstanceKey) -> Option<StoredInstance> {
+        self.0.stored_instance(key).as_ref().map(StoredInstance::of)
+    }
 }
 
 /// The sharding parts of `run`, composed once: this replica's [`Shard`]

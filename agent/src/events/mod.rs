@@ -1,0 +1,28 @@
+//! The Events adapter: the status write path's [`Transition`]s become
+//! Kubernetes Events (events.k8s.io/v1) on the `KuraInstance`, through
+//! kube-runtime's `events::Recorder`, so `kubectl events --for kura/NAME`
+//! and `kubectl describe kura NAME` say when a baseline was captured, when
+//! the verdict turned healthy or unhealthy (with the evidence), when a hard
+//! stop began and when the cluster's CRD dropped the agent's fields.
+//!
+//! - [`limiter`]: the per-instance rate bound (pure, time passed in): at
+//!   most `burst` Events at once and one more per `refill`; transitions
+//!   over the bound are coalesced (the latest of each kind waits and is
+//!   published when the budget allows, saying how many were folded in);
+//! - [`publisher`]: the task that publishes them ([`EventSink`] is what the
+//!   write path's callback hands transitions to; a full queue drops and
+//!   counts, it never blocks a status write).
+//!
+//! The Recorder aggregates a repeat of the same reason and action within
+//! 6 minutes into one Event series (a PATCH instead of a CREATE), but
+//! every repeat is still an API call: the limiter is what bounds the calls
+//! of an instance that flaps every sweep (`burst + minutes × per-minute`,
+//! by default 3 + 1 per minute: at most 8 in 5 minutes).
+//!
+//! [`Transition`]: crate::model::Transition
+
+pub mod limiter;
+mod publisher;
+
+pub use limiter::{EventLimitConfig, EventLimiter, Publish};
+pub use publisher::{EventSink, start_events};

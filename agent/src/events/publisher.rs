@@ -1,0 +1,158 @@
+//! The task that publishes Events: transitions in through a bounded queue
+//! ([`EventSink`]), through the [`EventLimiter`], out through one
+//! kube-runtime `Recorder`, one API call at a time, each bounded by a
+//! timeout. Every call is counted in `kura_agent_events_total`.
+
+use std::future::Future;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::Client;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use tokio::sync::mpsc;
+
+use super::limiter::{EventLimitConfig, EventLimiter, Publish};
+use crate::model::InstanceTransitions;
+use crate::telemetry;
+
+/// Transitions waiting for the publisher; beyond this they are dropped
+/// (and counted) rather than holding up a status write.
+pub const QUEUE_CAPACITY: usize = 1024;
+/// One Event API call may take this long.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// An Event's note is cut to this many bytes (the API allows 1 kB).
+pub const MAX_NOTE: usize = 1000;
+/// The publisher wakes at least this often when nothing happens.
+const IDLE_WAIT: Duration = Duration::from_secs(5);
+
+/// Where the write path's callback hands transitions. Cheap to clone.
+#[derive(Clone)]
+pub struct EventSink {
+    tx: mpsc::Sender<InstanceTransitions>,
+}
+
+impl EventSink {
+    /// Queues one write's transitions; never waits (a full queue drops
+    /// them and counts them).
+    pub fn send(&self, batch: InstanceTransitions) {
+        if batch.transitions.is_empty() {
+            return;
+        }
+        let n = batch.transitions.len() as u64;
+        if self.tx.try_send(batch).is_err() {
+            metrics::counter!(telemetry::EVENTS_TOTAL, "result" => "dropped").increment(n);
+        }
+    }
+}
+
+/// The publisher for `client`, reporting as `reporter`, bounded by
+/// `limit`: the sink to send transitions to and the future to spawn (it
+/// ends when every sink is dropped).
+pub fn start_events(
+    client: Client,
+    reporter: Reporter,
+    limit: EventLimitConfig,
+) -> (EventSink, impl Future<Output = ()> + Send + 'static) {
+    let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
+    let recorder = Recorder::new(client, reporter);
+    (
+        EventSink { tx },
+        run(recorder, rx, EventLimiter::new(limit)),
+    )
+}
+
+async fn run(
+    recorder: Recorder,
+    mut rx: mpsc::Receiver<InstanceTransitions>,
+    mut limiter: EventLimiter,
+) {
+    loop {
+        let now = Timestamp::now();
+        let wait = limiter
+            .next_due(now)
+            .map(|at| Duration::try_from(at.duration_since(now)).unwrap_or(Duration::ZERO))
+            .unwrap_or(IDLE_WAIT)
+            .min(IDLE_WAIT);
+        tokio::select! {
+            batch = rx.recv() => {
+                let Some(batch) = batch else { return };
+                let (now_out, suppressed) = limiter.offer(batch, Timestamp::now());
+                if suppressed > 0 {
+                    metrics::counter!(telemetry::EVENTS_TOTAL, "result" => "suppressed")
+                        .increment(u64::from(suppressed));
+                }
+                for p in now_out {
+                    publish(&recorder, p).await;
+                }
+            }
+            () = tokio::time::sleep(wait) => {
+                for p in limiter.due(Timestamp::now()) {
+                    publish(&recorder, p).await;
+                }
+            }
+        }
+    }
+}
+
+/// The Event for `p`.
+pub fn event_of(p: &Publish) -> Event {
+    let mut note = p.transition.note.clone();
+    if p.coalesced > 0 {
+        note.push_str(&format!(
+            " ({} earlier transition(s) of this instance folded into this Event by the rate bound)",
+            p.coalesced
+        ));
+    }
+    if note.len() > MAX_NOTE {
+        let mut cut = MAX_NOTE;
+        while !note.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        note.truncate(cut);
+    }
+    Event {
+        type_: if p.transition.kind.is_warning() {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: p.transition.kind.reason().to_owned(),
+        note: Some(note),
+        action: p.transition.action.clone(),
+        secondary: None,
+    }
+}
+
+/// What the Event is about: the `KuraInstance`.
+pub fn reference_of(p: &Publish) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("kura.tuist.dev/v1alpha1".to_owned()),
+        kind: Some("KuraInstance".to_owned()),
+        namespace: Some(p.key.namespace.clone()),
+        name: Some(p.key.name.clone()),
+        uid: p.uid.clone(),
+        ..ObjectReference::default()
+    }
+}
+
+async fn publish(recorder: &Recorder, p: Publish) {
+    let event = event_of(&p);
+    let reference = reference_of(&p);
+    let result = tokio::time::timeout(CALL_TIMEOUT, recorder.publish(&event, &reference)).await;
+    match result {
+        Ok(Ok(())) => {
+            metrics::counter!(telemetry::EVENTS_TOTAL, "result" => "published").increment(1);
+            tracing::debug!(instance = %p.key, reason = %event.reason, "event published");
+        }
+        Ok(Err(error)) => {
+            metrics::counter!(telemetry::EVENTS_TOTAL, "result" => "failed").increment(1);
+            tracing::warn!(instance = %p.key, reason = %event.reason, %error,
+                "event not published (the agent needs create and patch on events.k8s.io events)");
+        }
+        Err(_) => {
+            metrics::counter!(telemetry::EVENTS_TOTAL, "result" => "failed").increment(1);
+            tracing::warn!(instance = %p.key, reason = %event.reason, "event not published: timed out");
+        }
+    }
+}

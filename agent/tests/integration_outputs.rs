@@ -1,0 +1,256 @@
+//! What the integration recipes of docs/integrations.md read, from a real
+//! agent loop over simulated pods on loopback: the verdict endpoint
+//! (`/api/v1/instances/{ns}/{name}/verdict`) and `/metrics`, for an
+//! instance in each state a recipe must tell apart:
+//!
+//! | instance | state | `rolloutHealthy` |
+//! |---|---|---|
+//! | `healthy` | every check passes, every pod on `spec.image` | True |
+//! | `rolling` | checks pass, the pods still run the old image | Unknown (NotConverged) |
+//! | `held` | a pod not ready | False (NotReady) |
+//! | `stopped` | memory pressure 2 | False, and `rolloutHardStopped` True |
+//!
+//! The test checks the documents itself; with `KURA_INTEGRATIONS_OUT=DIR`
+//! it also writes them (`verdict-<instance>.json`, `metrics.txt`) for
+//! scripts/integrations-check.sh, which runs the recipes' jsonPath,
+//! conditions and PromQL over them with the tools the integrations use.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use kura_agent::debug::{DebugServer, DebugState};
+use kura_agent::model::{InstanceInfo, InstanceTarget, PodTarget, SystemClock};
+use kura_agent::poll::{PollConfig, Poller};
+use kura_agent::runner::{AgentLoop, Cadence, LoopConfig, MemorySink, StaticTargets};
+use kura_agent::view::FleetView;
+use kura_sim::{Addressing, SimPodSpec, Simulator};
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde_json::Value;
+
+#[allow(dead_code)]
+mod support {
+    pub mod http;
+    pub mod sim;
+}
+use support::http::http_get;
+use support::sim::PollTargets;
+
+const OLD: &str = "ghcr.io/tuist/kura:1.0.0";
+const NEW: &str = "ghcr.io/tuist/kura:1.1.0";
+const DEADLINE: Duration = Duration::from_secs(20);
+
+fn recorder() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let recorder = kura_agent::telemetry::prometheus_builder()
+                .expect("buckets")
+                .build_recorder();
+            let handle = recorder.handle();
+            metrics::set_global_recorder(recorder).expect("first recorder of this process");
+            kura_agent::telemetry::describe();
+            handle
+        })
+        .clone()
+}
+
+/// Instance `name` with the simulated pods `name-*`, which run `pod_image`
+/// while `spec.image` is `NEW`.
+fn target(name: &str, sim: &Simulator, pod_image: &str) -> InstanceTarget {
+    let pods: Vec<PodTarget> = sim
+        .targets()
+        .into_iter()
+        .filter(|(p, _)| p.name.starts_with(&format!("{name}-")))
+        .map(|(mut identity, addr)| {
+            identity.image = Some(pod_image.to_owned());
+            PodTarget {
+                identity,
+                addr: Ok(addr),
+            }
+        })
+        .collect();
+    InstanceTarget {
+        info: InstanceInfo {
+            namespace: "kura".into(),
+            name: name.into(),
+            expected_pods: pods.len() as u32,
+            generation: 2,
+        },
+        spec_image: NEW.into(),
+        pods,
+        pods_dropped: 0,
+        previous_status: None,
+        status_warnings: vec![],
+        gate_config: None,
+    }
+}
+
+async fn get_json(addr: SocketAddr, path: &str) -> (u16, Value) {
+    let (status, body) = http_get(addr, path).await.expect("answer");
+    (status, serde_json::from_str(&body).expect("JSON"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_verdict_endpoint_and_metrics_in_every_state_a_recipe_reads() {
+    let handle = recorder();
+    let mut not_ready = SimPodSpec::new("held-1");
+    not_ready.node.ready = false;
+    let mut critical = SimPodSpec::new("stopped-0");
+    critical.node.memory_pressure_state = 2;
+    let specs = vec![
+        SimPodSpec::new("healthy-0"),
+        SimPodSpec::new("healthy-1"),
+        SimPodSpec::new("rolling-0"),
+        SimPodSpec::new("held-0"),
+        not_ready,
+        critical,
+    ];
+    let sim = Simulator::start(specs, &Addressing::default())
+        .await
+        .expect("simulator");
+    let targets = StaticTargets::new(vec![
+        target("healthy", &sim, NEW),
+        target("rolling", &sim, OLD),
+        target("held", &sim, NEW),
+        target("stopped", &sim, NEW),
+    ]);
+    let view = FleetView::new();
+    let server = DebugServer::bind(
+        "127.0.0.1:0".parse().expect("addr"),
+        DebugState {
+            view: view.clone(),
+            metrics: handle,
+            clock: Arc::new(SystemClock),
+        },
+    )
+    .await
+    .expect("bind");
+    let addr = server.local_addr().expect("addr");
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut stopped_server = stopped.clone();
+    let server = tokio::spawn(server.serve(async move {
+        let _ = stopped_server.wait_for(|s| *s).await;
+    }));
+    let agent_loop = AgentLoop::new(
+        LoopConfig {
+            cadence: Cadence::fixed(Duration::from_millis(200)),
+            reconcile_every: Duration::from_millis(50),
+            ..LoopConfig::default()
+        },
+        Poller::new(PollConfig {
+            timeout: Duration::from_secs(1),
+            retries: 0,
+            ..PollConfig::default()
+        }),
+        Arc::new(targets),
+        Arc::new(MemorySink::new()),
+        view,
+        Arc::new(SystemClock),
+    );
+    let mut stopped_loop = stopped;
+    let agent = tokio::spawn(agent_loop.run(async move {
+        let _ = stopped_loop.wait_for(|s| *s).await;
+    }));
+
+    let names = ["healthy", "rolling", "held", "stopped"];
+    let started = tokio::time::Instant::now();
+    let mut verdicts = Vec::new();
+    for name in names {
+        let path = format!("/api/v1/instances/kura/{name}/verdict");
+        let v = loop {
+            // Without a cluster watch (static targets) an instance exists
+            // for the endpoint once its first sweep is recorded.
+            let (status, v) = get_json(addr, &path).await;
+            if status == 200 && v["verdict"].is_string() {
+                break v;
+            }
+            assert!(started.elapsed() < DEADLINE, "{name} judged: {v}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        verdicts.push((name, v));
+    }
+    let by = |name: &str| {
+        &verdicts
+            .iter()
+            .find(|(n, _)| *n == name)
+            .expect("instance")
+            .1
+    };
+    let cond = |name: &str, which: &str| {
+        let c = &by(name)[which];
+        (
+            c["status"].as_str().unwrap_or_default().to_owned(),
+            c["reason"].as_str().unwrap_or_default().to_owned(),
+        )
+    };
+    assert_eq!(
+        cond("healthy", "rolloutHealthy"),
+        ("True".into(), "Healthy".into())
+    );
+    assert_eq!(
+        cond("rolling", "rolloutHealthy"),
+        ("Unknown".into(), "NotConverged".into())
+    );
+    assert_eq!(
+        by("rolling")["verdict"],
+        "healthy",
+        "the gate passes the old pods"
+    );
+    assert_eq!(
+        cond("held", "rolloutHealthy"),
+        ("False".into(), "NotReady".into())
+    );
+    assert_eq!(cond("held", "rolloutHardStopped").0, "False");
+    assert_eq!(
+        cond("stopped", "rolloutHardStopped"),
+        ("True".into(), "MemoryPressureCritical".into())
+    );
+    for (name, v) in &verdicts {
+        assert_eq!(v["schemaVersion"], 1);
+        assert_eq!(v["namespace"], "kura");
+        assert_eq!(v["name"], *name);
+        assert_eq!(v["observedGeneration"], 2);
+        assert_eq!(v["generation"], 2);
+        assert_eq!(v["targetImage"], NEW);
+        assert_eq!(v["source"], "live");
+        assert_eq!(v["ownedBy"], "kura-agent", "the engine's agent name");
+        assert!(v["evaluatedAt"].is_string());
+    }
+    assert!(by("held")["evidence"][0]["signal"] == "not_ready");
+    let (status, missing) = get_json(addr, "/api/v1/instances/kura/nope/verdict").await;
+    assert_eq!(status, 404, "{missing}");
+
+    // Every instance's series in one scrape.
+    let (status, metrics) = loop {
+        let (status, body) = http_get(addr, "/metrics").await.expect("metrics");
+        if names.iter().all(|n| {
+            body.contains(&format!(
+                "kura_instance_converged{{namespace=\"kura\",instance=\"{n}\"}}"
+            ))
+        }) {
+            break (status, body);
+        }
+        assert!(started.elapsed() < DEADLINE, "every instance in /metrics");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(status, 200);
+
+    if let Ok(dir) = std::env::var("KURA_INTEGRATIONS_OUT") {
+        let dir = std::path::PathBuf::from(dir);
+        std::fs::create_dir_all(&dir).expect("output dir");
+        for (name, v) in &verdicts {
+            std::fs::write(
+                dir.join(format!("verdict-{name}.json")),
+                serde_json::to_vec_pretty(v).expect("json"),
+            )
+            .expect("write verdict");
+        }
+        std::fs::write(dir.join("metrics.txt"), &metrics).expect("write metrics");
+        println!("wrote the verdicts and metrics.txt to {}", dir.display());
+    }
+
+    let _ = stop.send(true);
+    let _ = agent.await;
+    let _ = server.await;
+}

@@ -1,0 +1,76 @@
+-- Argo CD health check for kura.tuist.dev/KuraInstance, from the conditions
+-- the kura-health-agent writes (docs/integrations.md):
+--   RolloutHardStopped True                      -> Degraded    (the gate stopped the rollout)
+--   RolloutHealthy True (current generation)     -> Healthy
+--   RolloutHealthy False                         -> Suspended   (held by the gate: the soak clock
+--                                                                restarts once the check passes)
+--   RolloutHealthy Unknown, absent, or about an  -> Progressing (not judged yet, or the pods do not
+--   older metadata.generation                                    all run the target image yet)
+-- Lua 5.1, no library beyond the base functions Argo CD opens.
+local hs = {}
+
+local function condition(conditions, type_)
+  if conditions == nil then
+    return nil
+  end
+  for _, c in ipairs(conditions) do
+    if c.type == type_ then
+      return c
+    end
+  end
+  return nil
+end
+
+local function describe(c)
+  local reason = c.reason or ""
+  if c.message ~= nil and c.message ~= "" then
+    return reason .. ": " .. c.message
+  end
+  return reason
+end
+
+local conditions = nil
+if obj.status ~= nil then
+  conditions = obj.status.conditions
+end
+local healthy = condition(conditions, "RolloutHealthy")
+local stopped = condition(conditions, "RolloutHardStopped")
+
+if healthy == nil then
+  hs.status = "Progressing"
+  hs.message = "Waiting for the kura-health-agent to judge this instance"
+  return hs
+end
+
+local generation = nil
+if obj.metadata ~= nil then
+  generation = obj.metadata.generation
+end
+if generation ~= nil and healthy.observedGeneration ~= nil and healthy.observedGeneration < generation then
+  hs.status = "Progressing"
+  hs.message = "Waiting for the kura-health-agent to judge generation " .. generation ..
+    " (it judged " .. healthy.observedGeneration .. ")"
+  return hs
+end
+
+if stopped ~= nil and stopped.status == "True" then
+  hs.status = "Degraded"
+  hs.message = "Hard stop: " .. describe(stopped)
+  return hs
+end
+
+if healthy.status == "True" then
+  hs.status = "Healthy"
+  hs.message = describe(healthy)
+  return hs
+end
+
+if healthy.status == "False" then
+  hs.status = "Suspended"
+  hs.message = "Held by the rollout gate: " .. describe(healthy)
+  return hs
+end
+
+hs.status = "Progressing"
+hs.message = describe(healthy)
+return hs

@@ -1,0 +1,116 @@
+//! The agent's verdict on one instance as a small, stable JSON document for
+//! machines (`GET /api/v1/instances/{namespace}/{name}/verdict`): what an
+//! Argo Rollouts `web` metric, a script or a dashboard reads. Every replica
+//! of a sharded agent answers it for every instance it watches, from its
+//! own sweeps for the instances it owns and from the status stored in the
+//! cluster for the others (`source`).
+
+use jiff::Timestamp;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::gate_status::{AgentVerdict, Evidence, Signal};
+
+/// The `schemaVersion` of [`InstanceVerdict`] this crate writes.
+pub const INSTANCE_VERDICT_SCHEMA_VERSION: u32 = 1;
+
+/// Where a replica's answer about an instance comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum VerdictSource {
+    /// This replica sweeps the instance: its own last verdict.
+    Live,
+    /// Another replica (or none yet) sweeps it: the status stored in the
+    /// cluster, as this replica's watch last saw it.
+    Cluster,
+}
+
+/// A condition's status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum ConditionStatus {
+    /// The condition holds.
+    True,
+    /// It does not.
+    False,
+    /// It cannot be said yet.
+    Unknown,
+}
+
+impl ConditionStatus {
+    /// `True`, `False` or `Unknown`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConditionStatus::True => "True",
+            ConditionStatus::False => "False",
+            ConditionStatus::Unknown => "Unknown",
+        }
+    }
+
+    /// Parses `True`, `False` or `Unknown`.
+    pub fn parse(text: &str) -> Option<ConditionStatus> {
+        match text {
+            "True" => Some(ConditionStatus::True),
+            "False" => Some(ConditionStatus::False),
+            "Unknown" => Some(ConditionStatus::Unknown),
+            _ => None,
+        }
+    }
+}
+
+/// One of the agent's conditions as the verdict document states it (the
+/// instance's `status.conditions` entry without its times).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VerdictCondition {
+    /// `True`, `False` or `Unknown`.
+    pub status: ConditionStatus,
+    /// CamelCase reason (for a failing check: the signal).
+    pub reason: String,
+    /// One line.
+    pub message: String,
+}
+
+/// `GET /api/v1/instances/{namespace}/{name}/verdict`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceVerdict {
+    /// Always 1.
+    pub schema_version: u32,
+    /// The instance's namespace.
+    pub namespace: String,
+    /// The instance's name.
+    pub name: String,
+    /// `healthy`, `unhealthy` or `hard_stop`; null until the instance's
+    /// first sweep was judged.
+    pub verdict: Option<AgentVerdict>,
+    /// The first failing check; null when healthy or not judged.
+    pub signal: Option<Signal>,
+    /// Since when every check has passed continuously; null when not
+    /// healthy.
+    pub healthy_since: Option<Timestamp>,
+    /// When the verdict was computed.
+    pub evaluated_at: Option<Timestamp>,
+    /// The instance's `metadata.generation` that the judged sweep ran
+    /// against.
+    pub observed_generation: Option<i64>,
+    /// The instance's `metadata.generation` as this replica knows it (its
+    /// watch, or the generation its last sweep ran against); a verdict
+    /// with a lower `observedGeneration` is about an older spec.
+    pub generation: Option<i64>,
+    /// The `spec.image` being judged.
+    pub target_image: Option<String>,
+    /// The image the baseline was taken on.
+    pub baseline_image: Option<String>,
+    /// Evidence of the failing check (empty when healthy).
+    pub evidence: Vec<Evidence>,
+    /// The agent replica that writes this instance's status (with sharding
+    /// the owner among the live replicas; null when no replica is live).
+    pub owned_by: Option<String>,
+    /// Whether this answer is this replica's own sweep or the stored status.
+    pub source: VerdictSource,
+    /// The `RolloutHealthy` condition: `True` only when the verdict on
+    /// `generation` is healthy and every pod runs the target image.
+    pub rollout_healthy: VerdictCondition,
+    /// The `RolloutHardStopped` condition.
+    pub rollout_hard_stopped: VerdictCondition,
+}

@@ -1,0 +1,320 @@
+#!/usr/bin/env python3
+"""Runs the Argo Rollouts / Kargo recipes of docs/integrations/argo/ against
+real agent output (scripts/integrations-check.sh drives it):
+
+    scripts/check_integrations.py --recipes DIR --outputs DIR \
+        --integrations KURA_INTEGRATIONS --promtool PROMTOOL \
+        --agent KURA_AGENT_BINARY --schema schemas/json/instance-verdict.schema.json \
+        --scenarios DIR
+
+--outputs holds what agent/tests/integration_outputs.rs wrote from a real
+agent loop: verdict-<instance>.json (the verdict endpoint's answers) and
+metrics.txt (its /metrics), for the instances `healthy` (checks pass, every
+pod on spec.image), `rolling` (checks pass on pods of the old image),
+`held` (a pod not ready) and `stopped` (memory pressure 2).
+
+- every verdict document validates against the JSON Schema;
+- web provider: the recipe's jsonPath, successCondition and
+  failureCondition, evaluated as Argo Rollouts does (kura-integrations
+  argo-web: client-go jsonpath, expr) on each verdict: the measurement's
+  phase must be the one in WEB_EXPECTED;
+- Prometheus provider (every AnalysisTemplate and ClusterAnalysisTemplate
+  that has one): the recipe's query, its args filled in, as a promtool rule
+  unit test over the scraped series: its value per instance must be the one
+  in PROMETHEUS_EXPECTED (promtool fails otherwise), and that value through
+  the recipe's conditions (kura-integrations argo-prometheus) the phase;
+- job provider: the recipe's container args, its args filled in with the
+  URLs of simulated nodes (kura-agent simulate) and its durations shortened,
+  run with the agent binary: exit 0 on a healthy set, 1 on a hard stop;
+- Flux: the healthCheckExprs of --flux for KuraInstance, evaluated as
+  kustomize-controller does (kura-integrations flux-cel) on the Argo CD
+  health check's test objects (--objects; the e2e suite holds their agent
+  conditions to what the agent writes): the status in FLUX_EXPECTED.
+"""
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import yaml
+
+# What each recipe must decide for each state.
+WEB_EXPECTED = {
+    "healthy": "Successful",
+    "rolling": "Inconclusive",
+    "held": "Inconclusive",
+    "stopped": "Failed",
+}
+# The Prometheus query's value per instance (None: no sample) and the phase.
+PROMETHEUS_EXPECTED = {
+    "healthy": (1, "Successful"),
+    "rolling": (0, "Inconclusive"),
+    "held": (0, "Inconclusive"),
+    "stopped": (-2, "Failed"),
+    "absent": (None, "Inconclusive"),
+}
+
+# Flux's reading of each test object (an expression error: Flux keeps
+# waiting, as for InProgress, until the Kustomization's timeout).
+FLUX_EXPECTED = {
+    "no-status.yaml": "Error",
+    "controller-conditions-only.yaml": "InProgress",
+    "healthy.yaml": "Current",
+    "new-generation-not-judged.yaml": "InProgress",
+    "not-converged.yaml": "InProgress",
+    "held-fd-timeouts-regressed.yaml": "InProgress",
+    "hard-stopped.yaml": "Failed",
+}
+
+failures = []
+
+
+def fail(msg):
+    print("FAIL " + msg)
+    failures.append(msg)
+
+
+def ok(msg):
+    print("ok   " + msg)
+
+
+def recipes(directory):
+    out = []
+    for name in sorted(os.listdir(directory)):
+        if not name.endswith(".yaml"):
+            continue
+        for doc in yaml.safe_load_all(open(os.path.join(directory, name))):
+            if doc:
+                out.append((name, doc))
+    return out
+
+
+def fill(text, args):
+    def sub(m):
+        key = m.group(1)
+        if key not in args:
+            raise KeyError("recipe arg %s not provided" % key)
+        return args[key]
+
+    return re.sub(r"\{\{\s*args\.([A-Za-z0-9_-]+)\s*\}\}", sub, text)
+
+
+def check_schema(outputs, schema_path):
+    import jsonschema
+
+    schema = json.load(open(schema_path))
+    for state in WEB_EXPECTED:
+        doc = json.load(open(os.path.join(outputs, "verdict-%s.json" % state)))
+        try:
+            jsonschema.validate(doc, schema)
+            ok("verdict-%s.json validates against %s" % (state, os.path.basename(schema_path)))
+        except jsonschema.ValidationError as e:
+            fail("verdict-%s.json: %s" % (state, e.message))
+
+
+def check_web(name, metric, outputs, tool):
+    web = metric["provider"]["web"]
+    for state, want in WEB_EXPECTED.items():
+        body = os.path.join(outputs, "verdict-%s.json" % state)
+        cmd = [tool, "argo-web", "--body", body, "--jsonpath", web.get("jsonPath", "{$}")]
+        if metric.get("successCondition"):
+            cmd += ["--success", metric["successCondition"]]
+        if metric.get("failureCondition"):
+            cmd += ["--failure", metric["failureCondition"]]
+        got = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip()
+        label = "%s %s on %s" % (name, metric["name"], state)
+        (ok if got == want else fail)("%s: %s (want %s)" % (label, got, want))
+
+
+def scrape_series(metrics_text):
+    """The scraped samples as promtool input series (constant values)."""
+    series = []
+    for line in metrics_text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        spec, value = line.rsplit(" ", 1)
+        if not spec.startswith("kura_instance_"):
+            continue
+        series.append({"series": spec, "values": "%sx10" % value})
+    return series
+
+
+def check_prometheus(name, template, metric, outputs, tool, promtool, tmp):
+    query_tmpl = metric["provider"]["prometheus"]["query"]
+    defaults = {a["name"]: a.get("value") for a in template["spec"].get("args", [])}
+    series = scrape_series(open(os.path.join(outputs, "metrics.txt")).read())
+    tests = []
+    for state, (value, _) in PROMETHEUS_EXPECTED.items():
+        instance = "nope" if state == "absent" else state
+        args = dict(defaults, namespace="kura", instance=instance)
+        expr = fill(query_tmpl, args)
+        exp = [] if value is None else [{"labels": "{}", "value": value}]
+        tests.append({"expr": expr, "eval_time": "1m", "exp_samples": exp})
+    test_file = os.path.join(tmp, "%s-%s.test.yaml" % (name, metric["name"]))
+    yaml.safe_dump(
+        {
+            "rule_files": [],
+            "evaluation_interval": "1m",
+            "tests": [
+                {
+                    "name": "%s %s over the agent's /metrics" % (name, metric["name"]),
+                    "interval": "1m",
+                    "input_series": series,
+                    "promql_expr_test": tests,
+                }
+            ],
+        },
+        open(test_file, "w"),
+    )
+    done = subprocess.run(
+        [promtool, "test", "rules", os.path.basename(test_file)],
+        cwd=tmp,
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        fail("%s %s: promtool test rules:\n%s%s" % (name, metric["name"], done.stdout, done.stderr))
+        return
+    ok("%s %s: the query's value per state, by promtool over the real scrape" % (name, metric["name"]))
+    for state, (value, want) in PROMETHEUS_EXPECTED.items():
+        cmd = [tool, "argo-prometheus", "--values", "" if value is None else str(value)]
+        if metric.get("successCondition"):
+            cmd += ["--success", metric["successCondition"]]
+        if metric.get("failureCondition"):
+            cmd += ["--failure", metric["failureCondition"]]
+        got = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip()
+        label = "%s %s on %s (%s)" % (name, metric["name"], state, value)
+        (ok if got == want else fail)("%s: %s (want %s)" % (label, got, want))
+
+
+SHORTER = {"--soak": "2s", "--timeout": "30s"}
+
+
+def simulate(agent, scenario):
+    proc = subprocess.Popen(
+        [agent, "simulate", scenario],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    urls = []
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        if line.startswith("# serving"):
+            return proc, urls
+        parts = line.split()
+        if len(parts) >= 2 and parts[1].startswith("http://"):
+            urls.append(parts[1])
+    proc.kill()
+    raise RuntimeError("kura-agent simulate %s did not start" % scenario)
+
+
+def check_job(name, template, metric, agent, scenarios):
+    container = metric["provider"]["job"]["spec"]["template"]["spec"]["containers"][0]
+    args_tmpl = container["args"]
+    node_args = sorted(a["name"] for a in template["spec"]["args"] if a["name"].startswith("node-"))
+    for scenario, want in (("pair-healthy.json", 0), ("pair-hard-stop.json", 1)):
+        proc, urls = simulate(agent, os.path.join(scenarios, scenario))
+        try:
+            if len(urls) < len(node_args):
+                raise RuntimeError("%s serves %d pods, the recipe needs %d" % (scenario, len(urls), len(node_args)))
+            args = {n: u for n, u in zip(node_args, urls)}
+            argv = [fill(a, args) for a in args_tmpl]
+            # The recipe's soak and timeout, shortened for the test.
+            for i, a in enumerate(argv[:-1]):
+                if a in SHORTER:
+                    argv[i + 1] = SHORTER[a]
+            argv += ["--interval", "250ms"]
+            assert argv[0] == "check", argv
+            started = time.time()
+            done = subprocess.run([agent] + argv, capture_output=True, text=True, timeout=60)
+            label = "%s %s on %s (%s)" % (name, metric["name"], scenario, " ".join(argv))
+            if done.returncode == want:
+                ok("%s: exit %d in %.1fs" % (label, done.returncode, time.time() - started))
+            else:
+                fail("%s: exit %d, want %d\n%s%s" % (label, done.returncode, want, done.stdout[-2000:], done.stderr[-2000:]))
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def check_flux(flux_file, objects, tool):
+    docs = [d for d in yaml.safe_load_all(open(flux_file)) if d]
+    exprs = [
+        e
+        for d in docs
+        for e in d.get("spec", {}).get("healthCheckExprs", [])
+        if e.get("kind") == "KuraInstance"
+    ]
+    if len(exprs) != 1:
+        fail("%s: want one healthCheckExprs entry for KuraInstance" % flux_file)
+        return
+    e = exprs[0]
+    cmd = [tool, "flux-cel", "--current", e["current"]]
+    if e.get("failed"):
+        cmd += ["--failed", e["failed"]]
+    if e.get("inProgress"):
+        cmd += ["--in-progress", e["inProgress"]]
+    for name, want in FLUX_EXPECTED.items():
+        got = subprocess.run(
+            cmd + [os.path.join(objects, name)], capture_output=True, text=True, check=True
+        ).stdout.strip().split(" ", 1)[1]
+        (ok if got.split(":")[0] == want else fail)(
+            "flux healthCheckExprs on %s: %s (want %s)" % (name, got, want)
+        )
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--recipes", required=True)
+    p.add_argument("--outputs", required=True)
+    p.add_argument("--integrations", required=True)
+    p.add_argument("--promtool", required=True)
+    p.add_argument("--agent", required=True)
+    p.add_argument("--schema", required=True)
+    p.add_argument("--scenarios", required=True)
+    p.add_argument("--flux", required=True)
+    p.add_argument("--objects", required=True)
+    a = p.parse_args()
+    check_schema(a.outputs, a.schema)
+    seen = {"web": 0, "prometheus": 0, "job": 0}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, doc in recipes(a.recipes):
+            if doc.get("kind") not in ("AnalysisTemplate", "ClusterAnalysisTemplate"):
+                fail("%s: unexpected kind %s" % (name, doc.get("kind")))
+                continue
+            for metric in doc["spec"]["metrics"]:
+                provider = metric["provider"]
+                if "web" in provider:
+                    seen["web"] += 1
+                    check_web(name, metric, a.outputs, a.integrations)
+                elif "prometheus" in provider:
+                    seen["prometheus"] += 1
+                    check_prometheus(name, doc, metric, a.outputs, a.integrations, a.promtool, tmp)
+                elif "job" in provider:
+                    seen["job"] += 1
+                    check_job(name, doc, metric, a.agent, a.scenarios)
+                else:
+                    fail("%s %s: no check for provider %s" % (name, metric["name"], list(provider)))
+    check_flux(a.flux, a.objects, a.integrations)
+    for provider, n in seen.items():
+        if n == 0:
+            fail("no recipe with the %s provider was checked" % provider)
+    print("%d checks failed" % len(failures) if failures else "every recipe check passed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
