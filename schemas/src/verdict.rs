@@ -61,6 +61,7 @@ impl ConditionStatus {
 /// instance's `status.conditions` entry without its times).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::api_int::declare_stored_formats)]
 pub struct VerdictCondition {
     /// `True`, `False` or `Unknown`.
     pub status: ConditionStatus,
@@ -73,6 +74,7 @@ pub struct VerdictCondition {
 /// `GET /api/v1/instances/{namespace}/{name}/verdict`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::api_int::declare_stored_formats)]
 pub struct InstanceVerdict {
     /// Always 1.
     pub schema_version: u32,
