@@ -139,9 +139,12 @@ const GAUGES: [Gauge; 19] = [
     Gauge {
         name: "kura_instance_sample_age_seconds",
         help: "Age of the oldest valid sample of the last aggregate, at scrape time; absent without a valid sample.",
+        // Never negative: a wall clock stepped back between the sweep and
+        // the scrape (NTP, a resumed VM) reads as a fresh sample, not as a
+        // sample from the future (the gate judges future skew itself).
         value: |v, now| {
             let at = v.health.as_ref()?.sampled_at?;
-            Some(now.duration_since(at).as_secs_f64())
+            Some(now.duration_since(at).as_secs_f64().max(0.0))
         },
     },
     Gauge {
