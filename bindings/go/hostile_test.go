@@ -73,7 +73,7 @@ func TestHostileTicksAreLocatedErrors(t *testing.T) {
 		{"array for object", []byte(`[1, 2]`), InvalidInput, []string{"field (tick): expected an object"}, false},
 		{"huge number", []byte(strings.Replace(goodTick, `"attempt": 1`, `"attempt": 1e400`, 1)), InvalidInput, []string{"number out of range"}, true},
 		{"above u64", []byte(strings.Replace(goodTick, `"expectedPods": 3`, `"expectedPods": 18446744073709551616`, 1)), InvalidInput, []string{"field health.expectedPods"}, false},
-		{"above u32", []byte(strings.Replace(goodTick, `"attempt": 1`, `"attempt": 4294967296`, 1)), InvalidInput, []string{"field attempt: 4294967296 is above 4294967295"}, false},
+		{"above u32", []byte(strings.Replace(goodTick, `"attempt": 1`, `"attempt": 4294967296`, 1)), InvalidInput, []string{"field attempt: 4294967296 is out of range", "the largest accepted is 4294967295"}, false},
 		{"negative", []byte(strings.Replace(goodTick, `"wave": 0,`, `"wave": -1,`, 1)), InvalidInput, []string{"field wave: expected a non-negative integer, got -1"}, false},
 		{"fraction", []byte(strings.Replace(goodTick, `"sampledPods": 3`, `"sampledPods": 2.5`, 1)), InvalidInput, []string{"field health.sampledPods"}, false},
 		{"raw NUL byte", []byte(strings.Replace(goodTick, `"s1"`, "\"s\x001\"", 1)), InvalidInput, []string{"control character"}, true},
@@ -81,6 +81,7 @@ func TestHostileTicksAreLocatedErrors(t *testing.T) {
 		{"not UTF-8", []byte(strings.Replace(goodTick, `"s1"`, "\"s\xff1\"", 1)), InvalidInput, []string{"not UTF-8: invalid byte at line 3 column 11"}, true},
 		{"bad time", []byte(strings.Replace(goodTick, `"now": "2026-07-21T10:00:00Z"`, `"now": "yesterday"`, 1)), InvalidInput, []string{"field now: not an RFC 3339 time"}, false},
 		{"unknown field", []byte(strings.Replace(goodTick, `"wave": 0,`, `"wave": 0, "wav": 1,`, 1)), InvalidInput, []string{"field wav: unknown field"}, false},
+		{"repeated key", []byte(strings.Replace(goodTick, `"wave": 0,`, `"wave": 0, "wave": 1,`, 1)), InvalidInput, []string{`key "wave" appears more than once`}, true},
 		{"duplicate server", []byte(strings.Replace(goodTick, `"servers": [`, `"servers": [{"id": "s1", "wave": 0, "converged": false, "status": "active"},`, 1)), InvalidInput, []string{`server "s1", field id: appears more than once`}, false},
 	}
 	for _, c := range cases {

@@ -92,6 +92,10 @@ func load(t *testing.T, path string) replayDoc {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A scenario may start with a byte-order mark (kura-gate replay skips
+	// one; testdata/gate/byte-order-mark.json checks that); Go's decoder
+	// does not.
+	text = bytes.TrimPrefix(text, []byte("\xef\xbb\xbf"))
 	var doc replayDoc
 	if err := json.Unmarshal(text, &doc); err != nil {
 		t.Fatalf("%s: %v", path, err)
@@ -117,6 +121,10 @@ func configDoc(doc replayDoc) []byte {
 
 var tickOfError = regexp.MustCompile(`^tick (\d+), `)
 
+// A replay error about the document's bytes, located by line and column
+// rather than by tick.
+var documentLevel = regexp.MustCompile(`^line \d+ column \d+: `)
+
 // Every scenario and timeline, tick by tick through the binding, gives
 // exactly the verdicts of `kura-gate replay` (parsed JSON, evidence order
 // included); a document replay refuses is refused by the binding at the
@@ -126,6 +134,14 @@ func TestBindingVerdictsAreTheReplayVerdicts(t *testing.T) {
 	docs := documents(t)
 	for _, path := range docs {
 		want := replay(t, path)
+		if documentLevel.MatchString(want.err) {
+			// replay refused the file's bytes before any tick (a repeated
+			// key, say): there is no tick to compare, and Go's decoder
+			// reads such a file differently; hostile_test checks that the
+			// binding refuses such bytes with their line and column.
+			refused++
+			continue
+		}
 		doc := load(t, path)
 		gate, err := NewJSON(configDoc(doc))
 		if want.err != "" && err != nil {

@@ -113,7 +113,7 @@ defmodule KuraGate.HostileTest do
       g,
       String.replace(@good_tick, ~s("attempt": 1), ~s("attempt": 4294967296)),
       :invalid_input,
-      ["is above 4294967295"]
+      ["field attempt: 4294967296 is out of range", "the largest accepted is 4294967295"]
     )
 
     refused(g, String.replace(@good_tick, ~s("wave": 0,), ~s("wave": -1,)), :invalid_input, [
