@@ -54,6 +54,7 @@ export KURA_E2E_CHART_MANIFESTS=$dir/chart.yaml
 # The same chart with a gate threshold set: its gate ConfigMap is the file
 # the gate-config test gives the agent (--gate-config), as the chart mounts it.
 "$KURA_HELM" template kura-health-agent "$root/charts/kura-health-agent" \
+  --set 'networkPolicy.apiServer.cidrs={127.0.0.1/32}' \
   --namespace kura-system --set gate.fdTimeoutBand=2 > "$dir/chart-gate.yaml"
 export KURA_E2E_CHART_GATE_MANIFESTS=$dir/chart-gate.yaml
 export KURA_K8S_DIR KUBECONFIG

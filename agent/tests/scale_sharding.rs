@@ -898,7 +898,7 @@ async fn a_replica_that_cannot_renew_stops_writing_and_rejoins_without_overlap()
     assert!(!fenced.is_empty(), "the restricted agent owns something");
     // The debug page and the metrics show the members and the owned set.
     let page = ok_body(agents[1].debug, "/").await.expect("overview");
-    assert!(page.contains("<h2>members</h2>"), "{page}");
+    assert!(page.contains("<h2>Members</h2>"), "{page}");
     assert!(page.contains("fenced-1 (this replica)"), "{page}");
     let metrics = ok_body(agents[1].debug, "/metrics").await.expect("metrics");
     assert!(metrics.contains("kura_agent_members 2"), "{metrics}");
