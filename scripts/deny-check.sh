@@ -35,6 +35,12 @@ if [ -z "${KURA_ADVISORY_DB:-}" ] && [ ! -d "$snapshot" ]; then
   common=$(git rev-parse --path-format=absolute --git-common-dir 2>/dev/null || true)
   [ -z "$common" ] || [ ! -d "$common/../../shared/advisory-db" ] || snapshot=$common/../../shared/advisory-db
 fi
+if [ -z "${KURA_ADVISORY_DB:-}" ] && [ ! -d "$snapshot" ]; then
+  # A clone of a local checkout (CI clones main afresh): next to the
+  # checkout it was cloned from.
+  origin=$(git remote get-url origin 2>/dev/null || true)
+  [ -z "$origin" ] || [ ! -d "$origin/../shared/advisory-db" ] || snapshot=$origin/../shared/advisory-db
+fi
 
 [ -f "$snapshot/SNAPSHOT.txt" ] && [ -d "$snapshot/crates" ] \
   || die "no RustSec advisory database snapshot at $snapshot (set KURA_ADVISORY_DB to a plain copy of rustsec/advisory-db with its SNAPSHOT.txt)"
