@@ -285,7 +285,7 @@ pub fn agent_conditions(
 mod tests {
     use super::*;
     use jiff::Timestamp;
-    use kura_schemas::{Evidence, PodHealth, RetiredCounters, Signal};
+    use kura_schemas::{Evidence, PodHealth, Signal};
 
     fn ts(s: i64) -> Timestamp {
         Timestamp::from_second(1_780_000_000 + s).expect("ts")
@@ -301,33 +301,12 @@ mod tests {
 
     fn health(pods: Vec<PodHealth>) -> RolloutHealth {
         RolloutHealth {
-            schema_version: 1,
-            observed_at: ts(0),
-            sampled_at: Some(ts(0)),
             observed_generation: 3,
             expected_pods: 2,
             sampled_pods: 2,
-            ready: true,
-            serving: true,
-            writer_lock_owned: true,
-            initial_discovery_completed: true,
-            generation_consistent: true,
-            ring_consistent: true,
             ring_members: 2,
-            bootstrap_inflight_peers: None,
-            backfill_initial_cycle: String::new(),
-            backfilling_peers: None,
-            backfill_degraded: false,
-            backfill_budget_exhausted_peers: None,
-            outbox_messages: None,
-            fd_timeout_count: 0,
-            peer_connection_failures: None,
-            memory_pressure_state: 0,
-            inflight_requests: 0,
-            counter_resets: 0,
             pods,
-            retired_counters: RetiredCounters::default(),
-            agent: "a".into(),
+            ..crate::model::fixtures::health(ts(0))
         }
     }
 

@@ -26,6 +26,8 @@ pub use key::InstanceKey;
 pub use limits::GateLimits;
 pub use ports::{StatusSink, TargetSource, WriteGate};
 pub use sample::{InstanceInfo, PodIdentity, PodSample, SampleResult};
+#[cfg(test)]
+pub(crate) use status::fixtures;
 pub use status::{DesiredStatus, LastWrite, WriteRecord};
 pub use target::{GATE_CONFIG_ANNOTATION, InstanceTarget, NoAddress, PodTarget};
 pub use transition::{InstanceTransitions, Transition, TransitionKind};

@@ -65,3 +65,65 @@ pub struct LastWrite {
     #[serde(flatten)]
     pub result: WriteRecord,
 }
+
+/// Values the unit tests of the status path build on: a healthy one-pod
+/// aggregate and a healthy verdict without a baseline, to be changed with
+/// struct update syntax.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use jiff::Timestamp;
+    use kura_schemas::{AgentVerdict, RetiredCounters, RolloutGate, RolloutHealth};
+
+    /// A healthy aggregate of one sampled pod (none listed), generation 1,
+    /// observed and sampled at `at`, counters at zero or absent.
+    pub(crate) fn health(at: Timestamp) -> RolloutHealth {
+        RolloutHealth {
+            schema_version: 1,
+            observed_at: at,
+            sampled_at: Some(at),
+            observed_generation: 1,
+            expected_pods: 1,
+            sampled_pods: 1,
+            ready: true,
+            serving: true,
+            writer_lock_owned: true,
+            initial_discovery_completed: true,
+            generation_consistent: true,
+            ring_consistent: true,
+            ring_members: 1,
+            bootstrap_inflight_peers: None,
+            backfill_initial_cycle: String::new(),
+            backfilling_peers: None,
+            backfill_degraded: false,
+            backfill_budget_exhausted_peers: None,
+            outbox_messages: None,
+            fd_timeout_count: 0,
+            peer_connection_failures: None,
+            memory_pressure_state: 0,
+            inflight_requests: 0,
+            counter_resets: 0,
+            pods: vec![],
+            retired_counters: RetiredCounters::default(),
+            agent: "a".into(),
+        }
+    }
+
+    /// A healthy verdict on `img` evaluated at `at`: no baseline, no signal,
+    /// no evidence, not soak eligible.
+    pub(crate) fn gate(at: Timestamp) -> RolloutGate {
+        RolloutGate {
+            target_image: "img".into(),
+            baseline_image: None,
+            baseline_captured_at: None,
+            baseline: Default::default(),
+            effective_baseline: Default::default(),
+            soak_eligible: false,
+            verdict: AgentVerdict::Healthy,
+            signal: None,
+            healthy_since: None,
+            evaluated_at: at,
+            evidence: vec![],
+            config_error: None,
+        }
+    }
+}

@@ -88,8 +88,8 @@ pub fn same_statement(a: &[Condition], b: &[Condition]) -> bool {
 mod tests {
     use super::*;
     use kura_schemas::{
-        AgentVerdict, PodHealth, ROLLOUT_HARD_STOPPED, ROLLOUT_HEALTHY, RetiredCounters,
-        RolloutGate, RolloutHealth, Signal,
+        AgentVerdict, PodHealth, ROLLOUT_HARD_STOPPED, ROLLOUT_HEALTHY, RolloutGate, RolloutHealth,
+        Signal,
     };
 
     fn ts(s: i64) -> Timestamp {
@@ -99,51 +99,19 @@ mod tests {
     fn status(at: i64, generation: i64, verdict: AgentVerdict) -> DesiredStatus {
         DesiredStatus::new(
             RolloutHealth {
-                schema_version: 1,
-                observed_at: ts(at),
-                sampled_at: Some(ts(at)),
                 observed_generation: generation,
-                expected_pods: 1,
-                sampled_pods: 1,
-                ready: true,
-                serving: true,
-                writer_lock_owned: true,
-                initial_discovery_completed: true,
-                generation_consistent: true,
-                ring_consistent: true,
-                ring_members: 1,
-                bootstrap_inflight_peers: None,
-                backfill_initial_cycle: String::new(),
-                backfilling_peers: None,
-                backfill_degraded: false,
-                backfill_budget_exhausted_peers: None,
-                outbox_messages: None,
-                fd_timeout_count: 0,
-                peer_connection_failures: None,
-                memory_pressure_state: 0,
-                inflight_requests: 0,
-                counter_resets: 0,
                 pods: vec![PodHealth {
                     name: "a-0".into(),
                     image: Some("img".into()),
                     ..PodHealth::default()
                 }],
-                retired_counters: RetiredCounters::default(),
-                agent: "a".into(),
+                ..crate::model::fixtures::health(ts(at))
             },
             RolloutGate {
-                target_image: "img".into(),
-                baseline_image: None,
-                baseline_captured_at: None,
-                baseline: Default::default(),
-                effective_baseline: Default::default(),
-                soak_eligible: false,
                 verdict,
                 signal: (verdict != AgentVerdict::Healthy).then_some(Signal::NotReady),
                 healthy_since: (verdict == AgentVerdict::Healthy).then(|| ts(0)),
-                evaluated_at: ts(at) + jiff::SignedDuration::from_millis(250),
-                evidence: vec![],
-                config_error: None,
+                ..crate::model::fixtures::gate(ts(at) + jiff::SignedDuration::from_millis(250))
             },
         )
     }

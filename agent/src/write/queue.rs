@@ -467,7 +467,7 @@ impl WriteQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kura_schemas::{AgentVerdict, RetiredCounters, RolloutGate, RolloutHealth};
+    use kura_schemas::{AgentVerdict, RolloutHealth};
 
     fn ts(s: i64) -> Timestamp {
         Timestamp::from_second(1_780_000_000 + s).expect("ts")
@@ -476,48 +476,11 @@ mod tests {
     fn status(at: i64, ready: bool, fd: u64) -> DesiredStatus {
         DesiredStatus::new(
             RolloutHealth {
-                schema_version: 1,
-                observed_at: ts(at),
-                sampled_at: Some(ts(at)),
-                observed_generation: 1,
-                expected_pods: 1,
-                sampled_pods: 1,
                 ready,
-                serving: true,
-                writer_lock_owned: true,
-                initial_discovery_completed: true,
-                generation_consistent: true,
-                ring_consistent: true,
-                ring_members: 1,
-                bootstrap_inflight_peers: None,
-                backfill_initial_cycle: String::new(),
-                backfilling_peers: None,
-                backfill_degraded: false,
-                backfill_budget_exhausted_peers: None,
-                outbox_messages: None,
                 fd_timeout_count: fd,
-                peer_connection_failures: None,
-                memory_pressure_state: 0,
-                inflight_requests: 0,
-                counter_resets: 0,
-                pods: vec![],
-                retired_counters: RetiredCounters::default(),
-                agent: "a".into(),
+                ..crate::model::fixtures::health(ts(at))
             },
-            RolloutGate {
-                target_image: "img".into(),
-                baseline_image: None,
-                baseline_captured_at: None,
-                baseline: Default::default(),
-                effective_baseline: Default::default(),
-                soak_eligible: false,
-                verdict: AgentVerdict::Healthy,
-                signal: None,
-                healthy_since: None,
-                evaluated_at: ts(at),
-                evidence: vec![],
-                config_error: None,
-            },
+            crate::model::fixtures::gate(ts(at)),
         )
     }
 

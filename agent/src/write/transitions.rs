@@ -139,9 +139,7 @@ mod tests {
     use super::*;
     use crate::write::conditions::{ConditionSet, conditions_for};
     use jiff::Timestamp;
-    use kura_schemas::{
-        AgentVerdict, Evidence, PodHealth, RetiredCounters, RolloutGate, RolloutHealth, Signal,
-    };
+    use kura_schemas::{AgentVerdict, Evidence, PodHealth, RolloutGate, RolloutHealth, Signal};
 
     fn ts(s: i64) -> Timestamp {
         Timestamp::from_second(1_780_000_000 + s).expect("ts")
@@ -150,53 +148,22 @@ mod tests {
     fn status(at: i64, verdict: AgentVerdict, signal: Option<Signal>) -> DesiredStatus {
         DesiredStatus::new(
             RolloutHealth {
-                schema_version: 1,
-                observed_at: ts(at),
-                sampled_at: Some(ts(at)),
-                observed_generation: 1,
-                expected_pods: 1,
-                sampled_pods: 1,
-                ready: true,
-                serving: true,
-                writer_lock_owned: true,
-                initial_discovery_completed: true,
-                generation_consistent: true,
-                ring_consistent: true,
-                ring_members: 1,
-                bootstrap_inflight_peers: None,
-                backfill_initial_cycle: String::new(),
-                backfilling_peers: None,
-                backfill_degraded: false,
-                backfill_budget_exhausted_peers: None,
-                outbox_messages: None,
-                fd_timeout_count: 0,
-                peer_connection_failures: None,
-                memory_pressure_state: 0,
-                inflight_requests: 0,
-                counter_resets: 0,
                 pods: vec![PodHealth {
                     name: "a-0".into(),
                     image: Some("img:2".into()),
                     ..PodHealth::default()
                 }],
-                retired_counters: RetiredCounters::default(),
-                agent: "a".into(),
+                ..crate::model::fixtures::health(ts(at))
             },
             RolloutGate {
                 target_image: "img:2".into(),
-                baseline_image: None,
-                baseline_captured_at: None,
-                baseline: Default::default(),
-                effective_baseline: Default::default(),
-                soak_eligible: false,
                 verdict,
                 signal,
                 healthy_since: (verdict == AgentVerdict::Healthy).then(|| ts(0)),
-                evaluated_at: ts(at),
                 evidence: signal
                     .map(|s| vec![Evidence::new("ns/a", s)])
                     .unwrap_or_default(),
-                config_error: None,
+                ..crate::model::fixtures::gate(ts(at))
             },
         )
     }
