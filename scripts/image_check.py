@@ -425,11 +425,13 @@ def demo():
 class DelayProxy:
     """A TCP relay to the API server (the cluster's `kubernetes` Service in
     miniature) that can hold up what the agent sends: `delay` seconds per
-    chunk, client to server. TLS passes through untouched."""
+    chunk, client to server, and, while `held` is set, every chunk until it
+    is cleared. TLS passes through untouched."""
 
     def __init__(self, target_port):
         self.target_port = target_port
         self.delay = 0.0
+        self.held = False
         self.loop = asyncio.new_event_loop()
         self.ready = threading.Event()
         self.thread = threading.Thread(target=self._main, daemon=True)
@@ -452,6 +454,8 @@ class DelayProxy:
                     break
                 if delayed and self.delay:
                     await asyncio.sleep(self.delay)
+                while delayed and self.held:
+                    await asyncio.sleep(0.05)
                 writer.write(data)
                 await writer.drain()
         except (ConnectionError, OSError):
@@ -820,18 +824,33 @@ def sigterm():
         h = (i or {}).get("health") or {}
         return i if h.get("sampledPods") == 3 else None
     wait_for("the agent computing the recovered status", 40, recomputed, 0.1)
+    # From here on nothing the agent sends reaches the API server until it
+    # has logged its shutdown: the status write it starts now is certainly
+    # still on the wire at SIGTERM, however long the runtime takes to
+    # deliver the signal on a loaded machine. (The Lease's renewals are held
+    # up too, for a few seconds of its 15.)
+    proxy.held = True
     check(instance_status().get("rolloutHealth", {}).get("sampledPods") == 2,
           "the recovered status is not written yet (the write is held up)")
     t0 = time.monotonic()
     stop = subprocess.Popen([*PODMAN, "stop", "--time", str(grace), name],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    # Once the held-up write has landed, the rest of the shutdown (the
-    # Lease's deletion, best effort within 5 s) goes through unhindered.
+
+    def shutdown_logged():
+        logs = podman("logs", name, check_rc=False)
+        return "shutting down" in (logs.stdout + logs.stderr)
+    try:
+        wait_for("the agent logging its shutdown", grace, shutdown_logged, 0.1)
+    finally:
+        # Released: the held-up write lands; the rest of the shutdown (the
+        # Lease's deletion, best effort within 5 s) goes through unhindered.
+        proxy.held = False
+        proxy.delay = 0.0
+    released = time.monotonic() - t0
     landed = None
     while stop.poll() is None:
         if landed is None and instance_status().get("rolloutHealth", {}).get("sampledPods") == 3:
             landed = time.monotonic() - t0
-            proxy.delay = 0.0
         time.sleep(0.1)
     elapsed = time.monotonic() - t0
     proxy.delay = 0.0
@@ -853,8 +872,9 @@ def sigterm():
     check(health.get("sampledPods") == 3, f"the last computed status was written: sampledPods {health.get('sampledPods')}")
     leases = [l["metadata"]["name"] for l in kget("leases", "-n", chart["namespace"])["items"]]
     check(state["lease"] not in leases, f"the Lease was released: {leases}")
+    written = f"written {landed:.1f} s after it" if landed is not None else "written"
     return (f"exit 0 in {elapsed:.1f} s (grace {grace} s); {shutting[0]['fields']['pending']} write(s) pending "
-            f"at SIGTERM, written {landed:.1f} s after it, before exit; Lease released")
+            f"at SIGTERM, held {released:.1f} s, {written}, before exit; Lease released")
 
 
 # ---------------------------------------------------------------------------
