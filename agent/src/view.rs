@@ -540,6 +540,9 @@ impl FleetView {
         }
         view.pods.retain(|p| sweep.current_pods.contains(&p.name));
         view.pods.sort_by(|a, b| a.name.cmp(&b.name));
+        // Pushing grows the list by doubling (three pods get room for
+        // four); a few hundred bytes per slot, kept for the instance's life.
+        view.pods.shrink_to_fit();
         view.health = sweep.health;
         view.gate = sweep.gate;
         view.notes = sweep.notes;
@@ -600,6 +603,26 @@ impl FleetView {
     /// Every instance, by namespace and name.
     pub fn snapshot(&self) -> Vec<InstanceView> {
         self.read().instances.values().cloned().collect()
+    }
+
+    /// Every instance's verdict and signal (`None`: not judged yet) and
+    /// how many verdicts carry a `configError`, read in place: what the
+    /// run loop's gauges need each reconcile, without copying the view.
+    pub fn verdicts(&self) -> (Vec<Option<(AgentVerdict, Option<Signal>)>>, usize) {
+        let state = self.read();
+        let refused = state
+            .instances
+            .values()
+            .filter(|v| v.gate.as_ref().is_some_and(|g| g.config_error.is_some()))
+            .count();
+        (
+            state
+                .instances
+                .values()
+                .map(InstanceView::verdict)
+                .collect(),
+            refused,
+        )
     }
 
     /// One instance.

@@ -105,7 +105,11 @@ struct Shared {
 }
 
 struct Running {
-    target: watch::Sender<InstanceTarget>,
+    /// The instance's current target, shared with its task: the task
+    /// holds an `Arc` across its awaits, not a copy (a target carries the
+    /// instance's stored status, hundreds of bytes that would otherwise sit
+    /// in every task's future).
+    target: watch::Sender<Arc<InstanceTarget>>,
     /// Whether the task's instance is in a rollout now (for the gauge).
     in_rollout: Arc<AtomicBool>,
     task: JoinHandle<()>,
@@ -195,8 +199,8 @@ impl AgentLoop {
             match running.get(&key) {
                 Some(r) if !r.task.is_finished() => {
                     r.target.send_if_modified(|old| {
-                        if *old != target {
-                            *old = target;
+                        if **old != target {
+                            *old = Arc::new(target);
                             true
                         } else {
                             false
@@ -205,7 +209,7 @@ impl AgentLoop {
                 }
                 _ => {
                     self.shared.sink.seed(&target);
-                    let (tx, rx) = watch::channel(target);
+                    let (tx, rx) = watch::channel(Arc::new(target));
                     let in_rollout = Arc::new(AtomicBool::new(true));
                     let task = tokio::spawn(instance_task(
                         self.shared.clone(),
@@ -233,13 +237,9 @@ impl AgentLoop {
         metrics::gauge!(telemetry::INSTANCES_BY_CADENCE, "cadence" => cadence::STEADY)
             .set((running.len() - in_rollout) as f64);
         metrics::gauge!(telemetry::PODS_TRACKED).set(pods as f64);
-        let snapshot = self.shared.view.snapshot();
-        let refused = snapshot
-            .iter()
-            .filter(|v| v.gate.as_ref().is_some_and(|g| g.config_error.is_some()))
-            .count();
+        let (verdicts, refused) = self.shared.view.verdicts();
         metrics::gauge!(telemetry::GATE_CONFIG_REFUSED_INSTANCES).set(refused as f64);
-        telemetry::publish_verdicts(snapshot.iter().map(|v| v.verdict()).collect::<Vec<_>>());
+        telemetry::publish_verdicts(verdicts);
     }
 }
 
@@ -282,7 +282,7 @@ enum Wake {
 /// whenever the target changes (a pod rolling to a new image shortens a
 /// steady wait); ends at once when `spec.image` is no longer `swept_image`.
 async fn wait_next(
-    target: &mut watch::Receiver<InstanceTarget>,
+    target: &mut watch::Receiver<Arc<InstanceTarget>>,
     swept_image: &str,
     mut due: impl FnMut(&InstanceTarget) -> (Instant, Phase),
 ) -> Wake {
@@ -308,11 +308,11 @@ async fn wait_next(
 /// One instance's loop: wait, sweep, fold, judge, publish.
 async fn instance_task(
     shared: Arc<Shared>,
-    mut target: watch::Receiver<InstanceTarget>,
+    mut target: watch::Receiver<Arc<InstanceTarget>>,
     in_rollout: Arc<AtomicBool>,
 ) {
     let cadence = shared.config.cadence;
-    let first = target.borrow_and_update().clone();
+    let first = Arc::clone(&target.borrow_and_update());
     let key = first.key();
     let mut engine =
         InstanceEngine::restore(first.previous_status.as_ref(), Arc::clone(&shared.engine));
@@ -338,7 +338,7 @@ async fn instance_task(
     };
     drop(first);
     loop {
-        let t = target.borrow_and_update().clone();
+        let t = Arc::clone(&target.borrow_and_update());
         if let Some(change) = engine.set_gate_annotation(t.gate_config.as_deref()) {
             report_annotation(&key, &change);
         }
