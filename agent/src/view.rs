@@ -36,6 +36,9 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+/// A verdict and its signal, as the verdict gauges count them.
+pub type VerdictSignal = (AgentVerdict, Option<Signal>);
+
 /// The last sample of one pod.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -608,7 +611,7 @@ impl FleetView {
     /// Every instance's verdict and signal (`None`: not judged yet) and
     /// how many verdicts carry a `configError`, read in place: what the
     /// run loop's gauges need each reconcile, without copying the view.
-    pub fn verdicts(&self) -> (Vec<Option<(AgentVerdict, Option<Signal>)>>, usize) {
+    pub fn verdicts(&self) -> (Vec<Option<VerdictSignal>>, usize) {
         let state = self.read();
         let refused = state
             .instances
