@@ -12,11 +12,20 @@
 # non-pass verdict names a signal), aggregate_document (kura-agent aggregate
 # documents: published counters never decrease, totals stay <= 2^63-1).
 #
-# - KURA_FUZZ_SECONDS per target (default 15: about 60 s for the four).
+# - KURA_FUZZ_SECONDS per target (default 10: with the rebuild of the
+#   workspace's crates a fresh clone needs, the step takes about 90 s warm).
 # - cargo-fuzz $fuzz_version is installed once into ~/.cache/kura-tools/cargo;
 #   the targets build into ~/.cache/kura-fuzz-target (dependencies compiled
-#   once per machine), without a sanitizer: the code under test is safe Rust,
-#   and an ASan build of kube and ring would cost minutes in every cold run.
+#   once per machine: ~18 CPU-minutes; kept under 4 GB, see below), without
+#   a sanitizer: the code under test is safe Rust, and an ASan build of kube
+#   and ring would cost minutes more. Debug assertions and overflow checks
+#   are on (cargo-fuzz's default), so an overflowing counter is a crash.
+# - Each target's corpus is kept in $KURA_FUZZ_CORPUS (default
+#   ~/.cache/kura-fuzz-corpus/TARGET), so every run starts from the coverage
+#   the runs before it reached; the seeds from testdata/ are added every run.
+#   Past 4,000 inputs it is minimised (libFuzzer's -merge=1) first.
+# - fuzz/json.dict (JSON syntax, the documents' keys, int64/u64 edges) is
+#   the dictionary of every target.
 # - The nightly toolchain must be installed (rustup toolchain list); this
 #   script does not download one.
 # - A crash's input is kept in $KURA_FUZZ_ARTIFACTS (default a temporary
@@ -25,7 +34,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 fuzz_version=0.13.1
-seconds=${KURA_FUZZ_SECONDS:-15}
+seconds=${KURA_FUZZ_SECONDS:-10}
+corpora=${KURA_FUZZ_CORPUS:-$HOME/.cache/kura-fuzz-corpus}
 cache=${KURA_TOOLS_CACHE:-$HOME/.cache/kura-tools}
 log() { printf 'fuzz: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -55,6 +65,22 @@ keep=0
 trap '[ $keep = 1 ] || rm -rf "$work"' EXIT
 
 export CARGO_TARGET_DIR=${KURA_FUZZ_TARGET_DIR:-$HOME/.cache/kura-fuzz-target}
+mkdir -p "$CARGO_TARGET_DIR"
+exec 8>"$CARGO_TARGET_DIR/.kura-fuzz.lock"
+flock 8 # one fuzz run at a time per machine: the target dir and the corpora
+# Every fresh clone compiles the workspace's crates anew (a new path, a new
+# hash) and leaves the old ones behind: past 4 GB those go, and past 4 GB
+# without them everything (the next build is cold).
+size_mb() { du -sm "$CARGO_TARGET_DIR" | cut -f1; }
+if [ "$(size_mb)" -gt 4096 ]; then
+  log "target dir over 4 GB: removing the workspace crates' old builds"
+  find "$CARGO_TARGET_DIR" -maxdepth 4 \( -name '*kura_*' -o -name 'kura-*' \) \
+    -path '*/release/*' -exec rm -rf {} +
+  if [ "$(size_mb)" -gt 4096 ]; then
+    log "still over 4 GB: removing $CARGO_TARGET_DIR"
+    find "$CARGO_TARGET_DIR" -mindepth 1 -maxdepth 1 ! -name .kura-fuzz.lock -exec rm -rf {} +
+  fi
+fi
 build_start=$(date +%s)
 log "building ${targets[*]}"
 PATH="$cache/cargo/bin:$PATH" cargo +nightly fuzz build --sanitizer none --fuzz-dir fuzz "${targets[@]:0:1}" >/dev/null
@@ -76,23 +102,33 @@ seeds() { # TARGET -> seed files
 failed=()
 summary=()
 for t in "${targets[@]}"; do
-  corpus=$work/corpus/$t
-  mkdir -p "$corpus"
+  corpus=$corpora/$t
+  seeded=$work/seeds/$t
+  mkdir -p "$corpus" "$seeded"
   # Seeds under 64 KiB (libFuzzer's -max_len below).
   seeds "$t" | while read -r f; do
-    [ "$(stat -c %s "$f")" -le 65536 ] && cp "$f" "$corpus/$(basename "$f")"
+    [ "$(stat -c %s "$f")" -le 65536 ] && cp "$f" "$seeded/$(basename "$f")"
   done
   out=$work/$t.log
-  if PATH="$cache/cargo/bin:$PATH" cargo +nightly fuzz run --sanitizer none --fuzz-dir fuzz "$t" "$corpus" -- \
+  if [ "$(find "$corpus" -type f | wc -l)" -gt 4000 ]; then
+    log "$t: minimising its corpus ($(find "$corpus" -type f | wc -l) inputs)"
+    rm -rf "$corpus.min" && mkdir -p "$corpus.min"
+    "$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release/$t" -merge=1 -max_len=65536 \
+      -timeout=10 -rss_limit_mb=2048 "$corpus.min" "$corpus" >"$work/$t.merge.log" 2>&1 \
+      || { tail -n 20 "$work/$t.merge.log" >&2; die "$t: minimising the corpus failed"; }
+    rm -rf "$corpus" && mv "$corpus.min" "$corpus"
+  fi
+  # New inputs go to the first directory, the kept corpus.
+  if PATH="$cache/cargo/bin:$PATH" cargo +nightly fuzz run --sanitizer none --fuzz-dir fuzz "$t" "$corpus" "$seeded" -- \
       -max_total_time="$seconds" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
-      -artifact_prefix="$artifacts/$t-" -print_final_stats=1 >"$out" 2>&1; then
+      -dict=fuzz/json.dict -artifact_prefix="$artifacts/$t-" -print_final_stats=1 >"$out" 2>&1; then
     result=ok
   else
     result=CRASH
     failed+=("$t")
   fi
   execs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$out" | grep -oE '[0-9]+$' | tail -n1)
-  summary+=("$(printf '%-20s %-5s %10s executions in %ss, corpus %s inputs' "$t" "$result" "${execs:-?}" "$seconds" "$(ls "$corpus" | wc -l)")")
+  summary+=("$(printf '%-20s %-5s %10s executions in %ss, corpus %s inputs' "$t" "$result" "${execs:-?}" "$seconds" "$(find "$corpus" -type f | wc -l)")")
   if [ "$result" = CRASH ]; then
     grep -E 'panicked|ERROR|SUMMARY|Test unit written' "$out" | head -n 20 >&2 || true
   fi
