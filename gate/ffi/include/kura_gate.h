@@ -8,6 +8,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// The ABI version: bumped on any incompatible change of a signature, a
+// document's shape or an error code's meaning (docs/gate-abi.md).
+#define KURA_GATE_ABI_VERSION 1
+
+// The largest document any call accepts, in bytes (16 MiB: a 10,000-server
+// tick with baselines and aggregates of every field the checks read is
+// about 7.3 MiB, twice that leaves room for larger aggregates).
+#define KURA_GATE_MAX_INPUT_BYTES ((16 * 1024) * 1024)
+
 // Success.
 #define KURA_GATE_OK 0
 
@@ -36,15 +45,6 @@
 // A bug in the library (a caught panic); the gate handle, if any, is
 // unusable afterwards: free it and restore from the last stored state.
 #define KURA_GATE_INTERNAL 8
-
-// The ABI version: bumped on any incompatible change of a signature, a
-// document's shape or an error code's meaning (docs/gate-abi.md).
-#define KURA_GATE_ABI_VERSION 1
-
-// The largest document any call accepts, in bytes (16 MiB: a 10,000-server
-// tick with baselines and aggregates of every field the checks read is
-// about 7.3 MiB, twice that leaves room for larger aggregates).
-#define KURA_GATE_MAX_INPUT_BYTES ((16 * 1024) * 1024)
 
 // A gate: opaque to callers; create with `kura_gate_new` or
 // `kura_gate_restore`, free with `kura_gate_free`.

@@ -60,14 +60,14 @@ impl ErrorCode {
     /// The number returned through the C ABI.
     pub fn as_i32(self) -> i32 {
         match self {
-            ErrorCode::InvalidInput => crate::abi::KURA_GATE_INVALID_INPUT,
-            ErrorCode::InvalidConfig => crate::abi::KURA_GATE_INVALID_CONFIG,
-            ErrorCode::InvalidState => crate::abi::KURA_GATE_INVALID_STATE,
-            ErrorCode::AttemptWentBack => crate::abi::KURA_GATE_ATTEMPT_WENT_BACK,
-            ErrorCode::NullArgument => crate::abi::KURA_GATE_NULL_ARGUMENT,
-            ErrorCode::InputTooLarge => crate::abi::KURA_GATE_INPUT_TOO_LARGE,
-            ErrorCode::Busy => crate::abi::KURA_GATE_BUSY,
-            ErrorCode::Internal => crate::abi::KURA_GATE_INTERNAL,
+            ErrorCode::InvalidInput => crate::status::KURA_GATE_INVALID_INPUT,
+            ErrorCode::InvalidConfig => crate::status::KURA_GATE_INVALID_CONFIG,
+            ErrorCode::InvalidState => crate::status::KURA_GATE_INVALID_STATE,
+            ErrorCode::AttemptWentBack => crate::status::KURA_GATE_ATTEMPT_WENT_BACK,
+            ErrorCode::NullArgument => crate::status::KURA_GATE_NULL_ARGUMENT,
+            ErrorCode::InputTooLarge => crate::status::KURA_GATE_INPUT_TOO_LARGE,
+            ErrorCode::Busy => crate::status::KURA_GATE_BUSY,
+            ErrorCode::Internal => crate::status::KURA_GATE_INTERNAL,
         }
     }
 

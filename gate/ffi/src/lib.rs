@@ -10,10 +10,12 @@
 //!   also what the Elixir NIF calls.
 //! - [`abi`]: the `extern "C"` entry points.
 //! - [`error`]: error codes and the error document.
+//! - [`status`]: the status code numbers the entry points return.
 
 pub mod abi;
 pub mod api;
 pub mod error;
+pub mod status;
 
 pub use api::{ABI_VERSION, Description, GateHandle, MAX_INPUT_BYTES, describe, judge_instance};
 pub use error::{Document, ErrorCode, FfiError};
