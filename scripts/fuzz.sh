@@ -12,11 +12,21 @@
 # non-pass verdict names a signal), aggregate_document (kura-agent aggregate
 # documents: published counters never decrease, totals stay <= 2^63-1).
 #
-# - KURA_FUZZ_SECONDS per target (default 15: about 60 s for the four).
+# - KURA_FUZZ_SECONDS per target (default 10), KURA_FUZZ_JOBS targets at
+#   once (default: the number of cores). With the rebuild of the workspace's
+#   crates a fresh clone needs, the step takes about 90 s warm on 2 cores.
 # - cargo-fuzz $fuzz_version is installed once into ~/.cache/kura-tools/cargo;
 #   the targets build into ~/.cache/kura-fuzz-target (dependencies compiled
-#   once per machine), without a sanitizer: the code under test is safe Rust,
-#   and an ASan build of kube and ring would cost minutes in every cold run.
+#   once per machine: ~18 CPU-minutes; kept under ~3.5 GB, see below), without
+#   a sanitizer: the code under test is safe Rust, and an ASan build of kube
+#   and ring would cost minutes more. Debug assertions and overflow checks
+#   are on (cargo-fuzz's default), so an overflowing counter is a crash.
+# - Each target's corpus is kept in $KURA_FUZZ_CORPUS (default
+#   ~/.cache/kura-fuzz-corpus/TARGET), so every run starts from the coverage
+#   the runs before it reached; the seeds from testdata/ are added every run.
+#   Past 4,000 inputs it is minimised (libFuzzer's -merge=1) first.
+# - fuzz/json.dict (JSON syntax, the documents' keys, int64/u64 edges) is
+#   the dictionary of every target.
 # - The nightly toolchain must be installed (rustup toolchain list); this
 #   script does not download one.
 # - A crash's input is kept in $KURA_FUZZ_ARTIFACTS (default a temporary
@@ -25,7 +35,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 fuzz_version=0.13.1
-seconds=${KURA_FUZZ_SECONDS:-15}
+seconds=${KURA_FUZZ_SECONDS:-10}
+corpora=${KURA_FUZZ_CORPUS:-$HOME/.cache/kura-fuzz-corpus}
 cache=${KURA_TOOLS_CACHE:-$HOME/.cache/kura-tools}
 log() { printf 'fuzz: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -55,13 +66,32 @@ keep=0
 trap '[ $keep = 1 ] || rm -rf "$work"' EXIT
 
 export CARGO_TARGET_DIR=${KURA_FUZZ_TARGET_DIR:-$HOME/.cache/kura-fuzz-target}
+mkdir -p "$CARGO_TARGET_DIR"
+exec 8>"$CARGO_TARGET_DIR/.kura-fuzz.lock"
+flock 8 # one fuzz run at a time per machine: the target dir and the corpora
+# Every fresh clone compiles the workspace's crates and the targets anew (a
+# new path, a new hash; ~0.5 GB) and leaves the old ones behind: past 3 GB
+# those go (the dependencies alone are ~1.2 GB), and if it is still past
+# 3 GB, everything (the next build is cold).
+size_mb() { du -sm "$CARGO_TARGET_DIR" | cut -f1; }
+if [ "$(size_mb)" -gt 3072 ]; then
+  log "target dir over 3 GB: removing the builds of the workspace's crates and the targets"
+  ours=(-name '*kura_*' -o -name 'kura-*')
+  for f in fuzz/fuzz_targets/*.rs; do ours+=(-o -name "$(basename "$f" .rs)-*"); done
+  find "$CARGO_TARGET_DIR" -maxdepth 4 -path '*/release/*' \( "${ours[@]}" \) -exec rm -rf {} +
+  if [ "$(size_mb)" -gt 3072 ]; then
+    log "still over 3 GB: removing $CARGO_TARGET_DIR"
+    find "$CARGO_TARGET_DIR" -mindepth 1 -maxdepth 1 ! -name .kura-fuzz.lock -exec rm -rf {} +
+  fi
+fi
 build_start=$(date +%s)
 log "building ${targets[*]}"
-PATH="$cache/cargo/bin:$PATH" cargo +nightly fuzz build --sanitizer none --fuzz-dir fuzz "${targets[@]:0:1}" >/dev/null
-for t in "${targets[@]:1}"; do
-  PATH="$cache/cargo/bin:$PATH" cargo +nightly fuzz build --sanitizer none --fuzz-dir fuzz "$t" >/dev/null
-done
+# One build for all of them (the targets share every dependency).
+build_args=()
+[ $# -gt 0 ] && [ ${#targets[@]} -eq 1 ] && build_args=("${targets[0]}")
+PATH="$cache/cargo/bin:$PATH" cargo +nightly fuzz build --sanitizer none --fuzz-dir fuzz "${build_args[@]}" >/dev/null
 log "built in $(( $(date +%s) - build_start )) s"
+bin=$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release
 
 seeds() { # TARGET -> seed files
   case $1 in
@@ -73,31 +103,53 @@ seeds() { # TARGET -> seed files
   esac
 }
 
-failed=()
-summary=()
-for t in "${targets[@]}"; do
-  corpus=$work/corpus/$t
-  mkdir -p "$corpus"
+fuzz_one() { # TARGET -> $work/TARGET.summary, and $work/TARGET.crash on a crash
+  local t=$1 corpus=$corpora/$1 seeded=$work/seeds/$1 out=$work/$1.log result execs
+  mkdir -p "$corpus" "$seeded"
   # Seeds under 64 KiB (libFuzzer's -max_len below).
   seeds "$t" | while read -r f; do
-    [ "$(stat -c %s "$f")" -le 65536 ] && cp "$f" "$corpus/$(basename "$f")"
+    if [ "$(stat -c %s "$f")" -le 65536 ]; then cp "$f" "$seeded/$(basename "$f")"; fi
   done
-  out=$work/$t.log
-  if PATH="$cache/cargo/bin:$PATH" cargo +nightly fuzz run --sanitizer none --fuzz-dir fuzz "$t" "$corpus" -- \
-      -max_total_time="$seconds" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
-      -artifact_prefix="$artifacts/$t-" -print_final_stats=1 >"$out" 2>&1; then
+  if [ "$(find "$corpus" -type f | wc -l)" -gt 4000 ]; then
+    log "$t: minimising its corpus ($(find "$corpus" -type f | wc -l) inputs)"
+    rm -rf "$corpus.min" && mkdir -p "$corpus.min"
+    "$bin/$t" -merge=1 -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
+      "$corpus.min" "$corpus" >"$work/$t.merge.log" 2>&1 \
+      || { tail -n 20 "$work/$t.merge.log" >&2; touch "$work/$t.crash"; }
+    rm -rf "$corpus" && mv "$corpus.min" "$corpus"
+  fi
+  # New inputs go to the first directory, the kept corpus.
+  if "$bin/$t" "$corpus" "$seeded" -max_total_time="$seconds" -max_len=65536 -timeout=10 \
+      -rss_limit_mb=2048 -dict=fuzz/json.dict -artifact_prefix="$artifacts/$t-" \
+      -print_final_stats=1 >"$out" 2>&1; then
     result=ok
   else
     result=CRASH
-    failed+=("$t")
-  fi
-  execs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$out" | grep -oE '[0-9]+$' | tail -n1)
-  summary+=("$(printf '%-20s %-5s %10s executions in %ss, corpus %s inputs' "$t" "$result" "${execs:-?}" "$seconds" "$(ls "$corpus" | wc -l)")")
-  if [ "$result" = CRASH ]; then
+    touch "$work/$t.crash"
     grep -E 'panicked|ERROR|SUMMARY|Test unit written' "$out" | head -n 20 >&2 || true
   fi
+  execs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$out" | grep -oE '[0-9]+$' | tail -n1)
+  printf '%-20s %-5s %10s executions in %ss, corpus %s inputs\n' "$t" "$result" "${execs:-?}" \
+    "$seconds" "$(find "$corpus" -type f | wc -l)" >"$work/$t.summary"
+}
+
+# As many targets at once as there are cores (KURA_FUZZ_JOBS).
+jobs=${KURA_FUZZ_JOBS:-$(nproc)}
+running=0
+for t in "${targets[@]}"; do
+  if [ "$running" -ge "$jobs" ]; then
+    wait -n || true
+    running=$((running - 1))
+  fi
+  fuzz_one "$t" &
+  running=$((running + 1))
 done
-printf 'fuzz: %s\n' "${summary[@]}"
+wait
+failed=()
+for t in "${targets[@]}"; do
+  printf 'fuzz: %s\n' "$(cat "$work/$t.summary" 2>/dev/null || echo "$t: no result")"
+  { [ -e "$work/$t.crash" ] || [ ! -e "$work/$t.summary" ]; } && failed+=("$t")
+done
 if [ ${#failed[@]} -gt 0 ]; then
   keep=1
   die "crashes in ${failed[*]}; inputs in $artifacts (add each to testdata/ as a fixture)"

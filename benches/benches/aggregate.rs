@@ -138,7 +138,7 @@ fn scaling(c: &mut Criterion) {
         .unwrap_or(Timestamp::UNIX_EPOCH);
     let mut group = c.benchmark_group("aggregate_new_pods_reverse");
     group.sample_size(10);
-    for pods in [1_000usize, 4_000, 16_000] {
+    for pods in [1_000usize, 10_000, 40_000] {
         let instance = InstanceInfo {
             namespace: "kura".into(),
             name: "acme-eu".into(),
@@ -159,7 +159,7 @@ fn scaling(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("aggregate_document_reverse");
     group.sample_size(10);
-    for pods in [5_000usize, 20_000, 40_000] {
+    for pods in [1_000usize, 10_000, 40_000] {
         let doc = reverse_document(pods);
         group.throughput(Throughput::Elements(pods as u64));
         group.bench_with_input(BenchmarkId::new("pods", pods), &doc, |b, doc| {
