@@ -151,7 +151,9 @@ fn pages(c: &mut Criterion) {
         let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
         let (addr, stop) = rt.block_on(async {
             let server = match DebugServer::bind(
-                "127.0.0.1:0".parse().unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0))),
+                "127.0.0.1:0"
+                    .parse()
+                    .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0))),
                 DebugState {
                     view: view.clone(),
                     metrics: recorder.handle(),
