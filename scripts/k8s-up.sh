@@ -179,6 +179,9 @@ wait_ready() {
 }
 
 port_clash() { tail -n 30 "$dir/$1.log" 2>/dev/null | grep -q 'address already in use'; }
+# NAME died before writing a line of its own (once in CI, etcd on a loaded
+# machine: killed before its first log line, its data directory untouched).
+died_silently() { tail -n 1 "$dir/$1.log" 2>/dev/null | grep -q '^==== .*: starting '; }
 
 start_etcd() {
   mkdir -p "$dir/etcd-data"; chmod 700 "$dir/etcd-data"
@@ -248,6 +251,9 @@ if [ -z "$etcd_pid" ]; then
     [ $rc -eq 0 ] && break
     if [ $rc -eq 2 ] && port_clash etcd && [ $attempt -lt 3 ]; then
       k8s_log "port clash; retrying with other ports"; started=(); continue
+    fi
+    if [ $rc -eq 2 ] && died_silently etcd && [ $attempt -lt 3 ]; then
+      k8s_log "etcd exited before its first log line; starting it again"; started=(); continue
     fi
     exit 1
   done
