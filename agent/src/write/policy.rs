@@ -193,7 +193,6 @@ pub fn is_priority_change(prev: Option<&RolloutHealth>, next: &RolloutHealth) ->
 mod tests {
     use super::*;
     use jiff::Timestamp;
-    use kura_schemas::RetiredCounters;
 
     fn ts(s: &str) -> Timestamp {
         s.parse().unwrap()
@@ -201,30 +200,16 @@ mod tests {
 
     fn base() -> RolloutHealth {
         RolloutHealth {
-            schema_version: 1,
-            observed_at: ts("2026-07-21T10:00:00Z"),
             sampled_at: Some(ts("2026-07-21T09:59:59Z")),
             observed_generation: 4,
-            expected_pods: 1,
-            sampled_pods: 1,
-            ready: true,
-            serving: true,
-            writer_lock_owned: true,
-            initial_discovery_completed: true,
-            generation_consistent: true,
-            ring_consistent: true,
             ring_members: 3,
-            bootstrap_inflight_peers: None,
             backfill_initial_cycle: "complete".into(),
             backfilling_peers: Some(0),
-            backfill_degraded: false,
             backfill_budget_exhausted_peers: Some(0),
-            outbox_messages: None,
             fd_timeout_count: 2,
             peer_connection_failures: Some(1),
             memory_pressure_state: 1,
             inflight_requests: 3,
-            counter_resets: 0,
             pods: vec![PodHealth {
                 name: "p-0".into(),
                 uid: "u".into(),
@@ -233,8 +218,8 @@ mod tests {
                 fd_timeout_count_raw: Some(2),
                 ..PodHealth::default()
             }],
-            retired_counters: RetiredCounters::default(),
             agent: "agent-0".into(),
+            ..crate::model::fixtures::health(ts("2026-07-21T10:00:00Z"))
         }
     }
 
