@@ -13,5 +13,6 @@ pub mod ceiling;
 pub mod error;
 pub mod gate_docs;
 pub mod loop_side;
+pub mod profiler;
 pub mod runner;
 pub mod sim_process;

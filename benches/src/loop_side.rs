@@ -30,6 +30,7 @@
 
 use crate::error::LoadError;
 use crate::proc_stats::{cpu_time, peak_rss};
+use crate::profiler::{is_profiler_line, profiled};
 use crate::sim_process::FD_SLACK;
 use jiff::{SignedDuration, Timestamp};
 use kura_agent::cli::fleet_load_side::protocol::parse_target;
@@ -47,7 +48,7 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -525,25 +526,6 @@ impl LoopOutcome {
     }
 }
 
-/// The environment variable naming a profiler command to run the loop's
-/// process under, words split at spaces (e.g. `heaptrack -o /tmp/loop`):
-/// how the heap profile in benches/PERFORMANCE.md was taken.
-pub const PROFILER_ENV: &str = "KURA_FLEET_LOAD_PROFILER";
-
-/// `exe`, run by the profiler of [`PROFILER_ENV`] when it is set.
-fn profiled(exe: &Path) -> Command {
-    let wrapper = std::env::var(PROFILER_ENV).unwrap_or_default();
-    let mut words = wrapper.split_whitespace();
-    match words.next() {
-        Some(program) => {
-            let mut cmd = Command::new(program);
-            cmd.args(words).arg(exe);
-            cmd
-        }
-        None => Command::new(exe),
-    }
-}
-
 /// A running loop process.
 #[derive(Debug)]
 pub struct LoopRunner {
@@ -604,10 +586,16 @@ impl LoopRunner {
 
     fn line(&mut self) -> Result<String, LoadError> {
         let mut line = String::new();
-        if self.stdout.read_line(&mut line).map_err(LoadError::Child)? == 0 {
-            return Err(LoadError::Protocol("loop process exited".into()));
+        loop {
+            line.clear();
+            if self.stdout.read_line(&mut line).map_err(LoadError::Child)? == 0 {
+                return Err(LoadError::Protocol("loop process exited".into()));
+            }
+            if !is_profiler_line(&line) {
+                return Ok(line);
+            }
+            eprint!("{line}");
         }
-        Ok(line)
     }
 
     /// Waits for the run's outcome.

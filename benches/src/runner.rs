@@ -11,6 +11,7 @@
 
 use crate::ceiling::BareClient;
 use crate::error::LoadError;
+use crate::profiler::{is_profiler_line, profiled};
 use kura_agent::cli::fleet_load_side::protocol::{self, SideConfig, Sweeper, Swept};
 use kura_agent::model::PodIdentity;
 use std::io::{BufRead, BufReader, Write};
@@ -104,7 +105,12 @@ impl Runner {
                 c.arg("fleet-load-side");
                 c
             }
-            Side::Agent | Side::Bare => {
+            Side::Agent => {
+                let mut c = profiled(exe);
+                c.arg("run-side").args(["--side", side.as_arg()]);
+                c
+            }
+            Side::Bare => {
                 let mut c = Command::new(exe);
                 c.arg("run-side").args(["--side", side.as_arg()]);
                 c
@@ -163,10 +169,16 @@ impl Runner {
             stdin.flush().map_err(LoadError::Child)?;
         }
         let mut line = String::new();
-        if self.stdout.read_line(&mut line).map_err(LoadError::Child)? == 0 {
-            return Err(protocol("runner exited"));
+        loop {
+            line.clear();
+            if self.stdout.read_line(&mut line).map_err(LoadError::Child)? == 0 {
+                return Err(protocol("runner exited"));
+            }
+            if !is_profiler_line(&line) {
+                return Ok(line.split_whitespace().map(str::to_owned).collect());
+            }
+            eprint!("{line}");
         }
-        Ok(line.split_whitespace().map(str::to_owned).collect())
     }
 
     /// Run one sweep.
