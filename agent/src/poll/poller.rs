@@ -11,7 +11,7 @@ use kura_schemas::{NodeReport, REPORT_PATH, parse_report_limited};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, SemaphorePermit};
 
 const USER_AGENT: &str = concat!("kura-agent/", env!("CARGO_PKG_VERSION"));
 
@@ -54,13 +54,43 @@ impl Poller {
     /// Poll every target concurrently (bounded by the global concurrency);
     /// samples come back in target order. A slow or hung pod delays only
     /// its own sample, by at most the timeout per attempt.
+    ///
+    /// A sweep holds every pod's poll future while most wait for a permit
+    /// (all 10,000 of them when every instance is due at once), so a
+    /// waiting poll is only its place in the semaphore's queue, about a
+    /// hundred bytes: the poll's own state (the retry loop, its timers) is
+    /// allocated once the permit is granted, for those in flight only.
     pub async fn sweep(&self, targets: &[(PodIdentity, SocketAddr)]) -> Vec<PodSample> {
-        futures::future::join_all(targets.iter().map(|(pod, addr)| self.poll(pod, *addr))).await
+        futures::future::join_all(
+            targets
+                .iter()
+                .map(|(pod, addr)| self.poll_queued(pod, *addr)),
+        )
+        .await
+    }
+
+    /// One poll of a sweep: waits for a permit, then runs the poll (boxed)
+    /// with that permit as its first attempt's.
+    async fn poll_queued(&self, pod: &PodIdentity, addr: SocketAddr) -> PodSample {
+        // The semaphore is never closed; a closed one would leave the
+        // first attempt to find that out and fail the poll.
+        let permit = self.inner.permits.acquire().await.ok();
+        Box::pin(self.poll_with(pod, addr, permit)).await
     }
 
     /// Poll one pod at `addr` and return its sample.
     pub async fn poll(&self, pod: &PodIdentity, addr: SocketAddr) -> PodSample {
-        let result = match self.poll_result(pod, addr).await {
+        self.poll_with(pod, addr, None).await
+    }
+
+    /// [`Poller::poll`], its first attempt holding `permit` when given.
+    async fn poll_with(
+        &self,
+        pod: &PodIdentity,
+        addr: SocketAddr,
+        permit: Option<SemaphorePermit<'_>>,
+    ) -> PodSample {
+        let result = match self.poll_result_with(pod, addr, permit).await {
             Ok(report) => SampleResult::Report(Box::new(report)),
             Err(e) => SampleResult::Error(e.to_string()),
         };
@@ -79,13 +109,22 @@ impl Poller {
         pod: &PodIdentity,
         addr: SocketAddr,
     ) -> Result<NodeReport, PollError> {
+        self.poll_result_with(pod, addr, None).await
+    }
+
+    async fn poll_result_with(
+        &self,
+        pod: &PodIdentity,
+        addr: SocketAddr,
+        permit: Option<SemaphorePermit<'_>>,
+    ) -> Result<NodeReport, PollError> {
         let target = Target {
             addr,
             host: None,
             path: REPORT_PATH,
         };
         let result = self
-            .get(target)
+            .get(target, permit)
             .await
             .and_then(|report| match report.pod_uid() {
                 Some(uid) if uid != pod.uid => Err(PollError::IdentityMismatch),
@@ -105,7 +144,7 @@ impl Poller {
                 host: uri.authority().map(|a| a.as_str()),
                 path: uri.path_and_query().map_or("/", |p| p.as_str()),
             };
-            self.get(target).await
+            self.get(target, None).await
         }
         .await;
         count(&result);
@@ -132,27 +171,42 @@ impl Poller {
         }
     }
 
-    async fn get(&self, target: Target<'_>) -> Result<NodeReport, PollError> {
+    /// The report at `target`, retried as configured; the first attempt
+    /// holds `first` when given, every other attempt waits for its own
+    /// permit (none is held while backing off).
+    async fn get(
+        &self,
+        target: Target<'_>,
+        first: Option<SemaphorePermit<'_>>,
+    ) -> Result<NodeReport, PollError> {
         let cfg = &self.inner.config;
         let backoff = ExponentialBuilder::default()
             .with_min_delay(cfg.retry_delay)
             .with_max_times(cfg.retries)
             .with_jitter();
-        (|| self.attempt(target))
+        let mut first = first;
+        (move || self.attempt(target, first.take()))
             .retry(backoff)
             .when(PollError::is_retryable)
             .notify(|_, _| metrics::counter!(telemetry::POLL_RETRIES_TOTAL).increment(1))
             .await
     }
 
-    async fn attempt(&self, target: Target<'_>) -> Result<NodeReport, PollError> {
+    async fn attempt(
+        &self,
+        target: Target<'_>,
+        permit: Option<SemaphorePermit<'_>>,
+    ) -> Result<NodeReport, PollError> {
         // The semaphore is never closed; a closed one would mean no polling.
-        let _permit = self
-            .inner
-            .permits
-            .acquire()
-            .await
-            .map_err(|_| PollError::Connect)?;
+        let _permit = match permit {
+            Some(permit) => permit,
+            None => self
+                .inner
+                .permits
+                .acquire()
+                .await
+                .map_err(|_| PollError::Connect)?,
+        };
         let started = Instant::now();
         // Boxed once it runs: a sweep holds every pod's poll future while
         // most wait for a permit, so the request's state (hyper's
