@@ -392,7 +392,6 @@ mod tests {
             outbox_capacity: None,
             ring_fullness_percent: None,
             fence: None,
-            report: None,
         }
     }
 

@@ -295,15 +295,14 @@ fn pods_table(v: &InstanceView, now: Timestamp) -> String {
         .unwrap_or(&[]);
     for p in &v.pods {
         let ph = health_pods.iter().find(|x| x.name == p.name);
-        let r = p.report.as_ref();
+        // The report's fields as the aggregate's pod entry carries them
+        // (from the pod's last valid report; raw counters beside clamped).
         let dash = || "–".to_owned();
         let num = |v: Option<u64>| v.map_or_else(dash, |v| v.to_string());
-        let ready = r.map(|r| r.ready).or_else(|| ph.and_then(|ph| ph.ready));
-        let state = r
-            .map(|r| r.state.as_str().to_owned())
-            .or_else(|| ph.and_then(|ph| ph.state.clone()));
-        let fingerprint = r.and_then(|r| r.ring_fingerprint.as_deref());
-        let ring = match (r.map(|r| r.ring_members), fingerprint) {
+        let ready = ph.and_then(|ph| ph.ready);
+        let state = ph.and_then(|ph| ph.state.as_deref());
+        let fingerprint = ph.and_then(|ph| ph.ring_fingerprint.as_deref());
+        let ring = match (ph.and_then(|ph| ph.ring_members), fingerprint) {
             (Some(m), Some(f)) => format!(
                 "{m} members · <code title=\"{}\">{}</code>",
                 escape(f),
@@ -314,16 +313,12 @@ fn pods_table(v: &InstanceView, now: Timestamp) -> String {
         };
         let fd = format!(
             "{} → {}",
-            num(r
-                .map(|r| r.fd_timeout_count)
-                .or(ph.and_then(|ph| ph.fd_timeout_count_raw))),
+            num(ph.and_then(|ph| ph.fd_timeout_count_raw)),
             num(ph.and_then(|ph| ph.fd_timeout_count))
         );
         let peers = format!(
             "{} → {}",
-            num(r
-                .and_then(|r| r.peer_connection_failure_count)
-                .or(ph.and_then(|ph| ph.peer_connection_failures_raw))),
+            num(ph.and_then(|ph| ph.peer_connection_failures_raw)),
             num(ph.and_then(|ph| ph.peer_connection_failures))
         );
         let outbox = match (p.outbox_messages, p.outbox_capacity) {
@@ -351,10 +346,9 @@ fn pods_table(v: &InstanceView, now: Timestamp) -> String {
             escape(&p.name),
             escape(p.image.as_deref().unwrap_or("–")),
             yes_no(ready),
-            escape(state.as_deref().unwrap_or("–")),
-            num(r.map(|r| r.generation)),
-            r.map(|r| r.memory_pressure_state)
-                .or(ph.and_then(|ph| ph.memory_pressure_state))
+            escape(state.unwrap_or("–")),
+            num(ph.and_then(|ph| ph.generation)),
+            ph.and_then(|ph| ph.memory_pressure_state)
                 .map_or_else(dash, |p| p.to_string()),
             p.ring_fullness_percent
                 .map_or_else(dash, |f| format!("{f} %")),
