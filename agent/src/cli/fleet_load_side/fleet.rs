@@ -72,7 +72,11 @@ pub struct SweepOutcome {
 /// agent's run loop does it.
 pub struct AgentFleet {
     shared: Arc<Shared>,
-    instances: Vec<Option<Instance>>,
+    /// Boxed, as the run loop's instance task holds its state: an
+    /// `async fn` keeps its arguments beside the locals they are moved
+    /// into, so an instance passed by value would sit twice in every
+    /// task (about 0.45 KiB more each) where the run loop's holds it once.
+    instances: Vec<Option<Box<Instance>>>,
 }
 
 impl std::fmt::Debug for AgentFleet {
@@ -105,7 +109,7 @@ impl AgentFleet {
                     expected_pods: u32::try_from(pods.len()).unwrap_or(u32::MAX),
                     generation: 1,
                 };
-                Some(Instance {
+                Some(Box::new(Instance {
                     key: InstanceKey {
                         namespace: info.namespace.clone(),
                         name: info.name.clone(),
@@ -114,7 +118,7 @@ impl AgentFleet {
                     targets: pods.to_vec(),
                     pod_names: pods.iter().map(|(p, _)| p.name.clone()).collect(),
                     engine: InstanceEngine::new(Arc::clone(&engine)),
-                })
+                }))
             })
             .collect();
         AgentFleet {
@@ -168,7 +172,7 @@ impl AgentFleet {
 }
 
 /// One instance's step, as the run loop's instance task does it.
-async fn step(shared: Arc<Shared>, mut inst: Instance) -> (Instance, Step) {
+async fn step(shared: Arc<Shared>, mut inst: Box<Instance>) -> (Box<Instance>, Step) {
     let samples = shared.poller.sweep(&inst.targets).await;
     let now = Timestamp::now();
     // The step is synchronous, so it runs on one thread from start to end.
