@@ -43,7 +43,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use tokio::sync::watch;
 
 /// Default Kura container name.
@@ -390,6 +390,8 @@ pub struct Discovery {
     watches: Vec<Arc<WatchState>>,
     /// Bumped whenever an instance watch shows a `spec.image` change.
     image_changes: Arc<watch::Sender<u64>>,
+    /// Bumped by every event any watch applied to its store.
+    revision: Arc<AtomicU64>,
 }
 
 /// The `spec.image` of every instance one instance watch has shown, to
@@ -566,6 +568,7 @@ impl Discovery {
         };
         let mut watches = Vec::new();
         let image_changes = Arc::new(watch::Sender::new(0u64));
+        let revision = Arc::new(AtomicU64::new(0));
         let mut drivers: Vec<DiscoveryDriver> = Vec::new();
         let mut instance_stores = Vec::new();
         let mut pod_stores = Vec::new();
@@ -596,6 +599,7 @@ impl Discovery {
             // new object.
             let mut images = SpecImages::default();
             let signal = Arc::clone(&image_changes);
+            let applied = Arc::clone(&revision);
             let stream = reflector::reflector(
                 writer,
                 watcher::watcher(instance_api, instance_cfg)
@@ -609,10 +613,13 @@ impl Discovery {
                     .default_backoff(),
             )
             .inspect(move |ev| {
-                if let Ok(ev) = ev
-                    && images.observe(ev)
-                {
-                    signal.send_modify(|n| *n = n.wrapping_add(1));
+                if let Ok(ev) = ev {
+                    // The revision first: the loop woken by the image
+                    // signal must not find the targets unchanged.
+                    applied.fetch_add(1, Ordering::AcqRel);
+                    if images.observe(ev) {
+                        signal.send_modify(|n| *n = n.wrapping_add(1));
+                    }
                 }
             });
             drivers.push(driven(stream, state));
@@ -629,7 +636,15 @@ impl Discovery {
                         p.annotations_mut().clear();
                     })
                     .default_backoff(),
-            );
+            )
+            .inspect({
+                let applied = Arc::clone(&revision);
+                move |ev| {
+                    if ev.is_ok() {
+                        applied.fetch_add(1, Ordering::AcqRel);
+                    }
+                }
+            });
             drivers.push(driven(stream, state));
         }
         let driver: DiscoveryDriver = Box::pin(async move {
@@ -641,6 +656,7 @@ impl Discovery {
                 pods: pod_stores,
                 watches,
                 image_changes,
+                revision,
             },
             driver,
         )
@@ -667,6 +683,12 @@ impl Discovery {
     /// `spec.image` changed.
     pub fn image_changes(&self) -> watch::Receiver<u64> {
         self.image_changes.subscribe()
+    }
+
+    /// A count of the events the watches applied to their stores: while it
+    /// stays the same, [`Discovery::targets`] answers the same.
+    pub fn revision(&self) -> u64 {
+        self.revision.load(Ordering::Acquire)
     }
 
     /// Every watched instance with its stored status, without pods (what

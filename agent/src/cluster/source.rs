@@ -33,4 +33,7 @@ impl TargetSource for ClusterTargets {
     fn image_changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
         Some(self.discovery.image_changes())
     }
+    fn revision(&self) -> Option<u64> {
+        Some(self.discovery.revision())
+    }
 }

@@ -28,6 +28,16 @@ pub trait TargetSource: Send + Sync + 'static {
     fn image_changes(&self) -> Option<watch::Receiver<u64>> {
         None
     }
+    /// A number that changes whenever [`TargetSource::targets`] may
+    /// answer differently (it counts the changes; only its changing
+    /// matters), read before the targets: while it stays the same, the
+    /// loop does not re-read them (building every target of 10,000 pods
+    /// each second costs CPU and a transient copy of them all). `None`:
+    /// the source cannot tell (e.g. ownership that moves with time), and
+    /// the loop re-reads at every reconcile.
+    fn revision(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Where the loop's results go.

@@ -4,6 +4,7 @@
 //! `cluster::ClusterTargets` and `write::WriteHandle`.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use jiff::Timestamp;
@@ -68,6 +69,8 @@ impl StatusSink for MemorySink {
 pub struct StaticTargets {
     targets: Arc<RwLock<Vec<InstanceTarget>>>,
     images: Arc<watch::Sender<u64>>,
+    /// Bumped by every [`StaticTargets::update`].
+    revision: Arc<AtomicU64>,
 }
 
 impl Default for StaticTargets {
@@ -82,6 +85,7 @@ impl StaticTargets {
         StaticTargets {
             targets: Arc::new(RwLock::new(targets)),
             images: Arc::new(watch::Sender::new(0)),
+            revision: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -98,6 +102,9 @@ impl StaticTargets {
             .map(|t| (t.key(), t.spec_image.clone()))
             .collect();
         f(&mut guard);
+        // Before the lock is released: a reader that sees the old
+        // revision reads the targets after this update.
+        self.revision.fetch_add(1, Ordering::AcqRel);
         let changed = guard
             .iter()
             .any(|t| before.get(&t.key()).is_some_and(|old| *old != t.spec_image));
@@ -120,5 +127,8 @@ impl TargetSource for StaticTargets {
     }
     fn image_changes(&self) -> Option<watch::Receiver<u64>> {
         Some(self.images.subscribe())
+    }
+    fn revision(&self) -> Option<u64> {
+        Some(self.revision.load(Ordering::Acquire))
     }
 }

@@ -6,7 +6,9 @@
 //! it in the [`FleetView`]. A supervisor keeps one task per current
 //! target, and re-reads the targets at once when the source signals a
 //! `spec.image` change ([`TargetSource::image_changes`]); the instance
-//! whose image changed is then swept at once.
+//! whose image changed is then swept at once. Its periodic reconcile
+//! re-reads them only when the source's [`TargetSource::revision`] moved
+//! (or a task ended), so a fleet at rest is not rebuilt every second.
 //!
 //! - In a cluster, targets come from the watches
 //!   (`cluster::ClusterTargets`, narrowed by the shard when sharding is on)
@@ -147,7 +149,7 @@ impl AgentLoop {
     /// Runs until `shutdown` resolves, then stops every instance task (a
     /// sweep in progress is abandoned; what was published stays published).
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
-        let mut running: BTreeMap<InstanceKey, Running> = BTreeMap::new();
+        let mut running = Supervised::default();
         let mut tick = tokio::time::interval(self.shared.config.reconcile_every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut images = self.source.image_changes();
@@ -167,15 +169,45 @@ impl AgentLoop {
                 }
             }
         }
-        for (_, r) in std::mem::take(&mut running) {
+        for (_, r) in std::mem::take(&mut running.tasks) {
             r.task.abort();
         }
     }
 
-    fn reconcile(&self, running: &mut BTreeMap<InstanceKey, Running>) {
+    /// Brings the tasks in line with the source's targets (re-read only
+    /// when its revision moved, or a task ended), then sets the gauges.
+    fn reconcile(&self, supervised: &mut Supervised) {
         if !self.source.ready() {
             return;
         }
+        let revision = self.source.revision();
+        let unchanged = revision.is_some()
+            && revision == supervised.revision
+            && supervised.tasks.values().all(|r| !r.task.is_finished());
+        if !unchanged {
+            supervised.revision = revision;
+            supervised.pods = self.apply_targets(&mut supervised.tasks);
+        }
+        let running = &supervised.tasks;
+        let in_rollout = running
+            .values()
+            .filter(|r| r.in_rollout.load(Ordering::Relaxed))
+            .count();
+        metrics::gauge!(telemetry::INSTANCES_TRACKED).set(running.len() as f64);
+        metrics::gauge!(telemetry::INSTANCES_BY_CADENCE, "cadence" => cadence::ROLLOUT)
+            .set(in_rollout as f64);
+        metrics::gauge!(telemetry::INSTANCES_BY_CADENCE, "cadence" => cadence::STEADY)
+            .set((running.len() - in_rollout) as f64);
+        metrics::gauge!(telemetry::PODS_TRACKED).set(supervised.pods as f64);
+        let (verdicts, refused) = self.shared.view.verdicts();
+        metrics::gauge!(telemetry::GATE_CONFIG_REFUSED_INSTANCES).set(refused as f64);
+        telemetry::publish_verdicts(verdicts);
+    }
+
+    /// Reads the targets: stops the tasks of gone instances, hands the
+    /// others their current target, starts the missing (or ended) ones.
+    /// Returns the pods of all targets.
+    fn apply_targets(&self, running: &mut BTreeMap<InstanceKey, Running>) -> usize {
         let targets = self.source.targets();
         let mut current: BTreeMap<InstanceKey, InstanceTarget> =
             targets.into_iter().map(|t| (t.key(), t)).collect();
@@ -227,20 +259,19 @@ impl AgentLoop {
                 }
             }
         }
-        let in_rollout = running
-            .values()
-            .filter(|r| r.in_rollout.load(Ordering::Relaxed))
-            .count();
-        metrics::gauge!(telemetry::INSTANCES_TRACKED).set(running.len() as f64);
-        metrics::gauge!(telemetry::INSTANCES_BY_CADENCE, "cadence" => cadence::ROLLOUT)
-            .set(in_rollout as f64);
-        metrics::gauge!(telemetry::INSTANCES_BY_CADENCE, "cadence" => cadence::STEADY)
-            .set((running.len() - in_rollout) as f64);
-        metrics::gauge!(telemetry::PODS_TRACKED).set(pods as f64);
-        let (verdicts, refused) = self.shared.view.verdicts();
-        metrics::gauge!(telemetry::GATE_CONFIG_REFUSED_INSTANCES).set(refused as f64);
-        telemetry::publish_verdicts(verdicts);
+        pods
     }
+}
+
+/// What the supervisor keeps between reconciles.
+#[derive(Default)]
+struct Supervised {
+    /// One task per current target.
+    tasks: BTreeMap<InstanceKey, Running>,
+    /// The source's revision at the last read of the targets.
+    revision: Option<u64>,
+    /// The pods of the targets at that read.
+    pods: usize,
 }
 
 /// Resolves with `true` when `images` signals a change, with `false` when
@@ -432,6 +463,84 @@ mod tests {
     use super::*;
     use crate::model::{InstanceInfo, SystemClock};
     use crate::poll::PollConfig;
+    use std::sync::atomic::AtomicUsize;
+
+    /// One instance, its revision set by the test; counts the reads.
+    struct Counted {
+        targets: Vec<InstanceTarget>,
+        revision: Option<u64>,
+        reads: AtomicUsize,
+    }
+
+    impl TargetSource for Arc<Counted> {
+        fn targets(&self) -> Vec<InstanceTarget> {
+            self.reads.fetch_add(1, Ordering::SeqCst);
+            self.targets.clone()
+        }
+        fn ready(&self) -> bool {
+            true
+        }
+        fn revision(&self) -> Option<u64> {
+            self.revision
+        }
+    }
+
+    /// Reads of the targets over 30 reconciles (10 ms apart), with the
+    /// source's revision fixed at `revision`.
+    async fn reads_over_30_reconciles(revision: Option<u64>) -> usize {
+        let source = Arc::new(Counted {
+            targets: vec![InstanceTarget {
+                info: InstanceInfo {
+                    namespace: "kura".into(),
+                    name: "acme".into(),
+                    expected_pods: 0,
+                    generation: 1,
+                },
+                spec_image: "img".into(),
+                pods: Vec::new(),
+                pods_dropped: 0,
+                previous_status: None,
+                status_warnings: Vec::new(),
+                gate_config: None,
+            }],
+            revision,
+            reads: AtomicUsize::new(0),
+        });
+        let agent_loop = AgentLoop::new(
+            LoopConfig {
+                cadence: Cadence::fixed(Duration::from_secs(60)),
+                reconcile_every: Duration::from_millis(10),
+                ..LoopConfig::default()
+            },
+            Poller::new(PollConfig::default()),
+            Arc::new(Arc::clone(&source)),
+            Arc::new(MemorySink::new()),
+            FleetView::new(),
+            Arc::new(SystemClock),
+        );
+        let reconciles = tokio::time::sleep(Duration::from_millis(295));
+        agent_loop.run(reconciles).await;
+        source.reads.load(Ordering::SeqCst)
+    }
+
+    /// A source that tells its revision is read once while it stays the
+    /// same; one that cannot tell is read at every reconcile.
+    #[tokio::test(start_paused = true)]
+    async fn targets_are_re_read_only_when_the_revision_moves() {
+        assert_eq!(reads_over_30_reconciles(Some(7)).await, 1);
+        assert_eq!(reads_over_30_reconciles(None).await, 30);
+    }
+
+    /// [`StaticTargets::update`] moves the revision, so the loop sees the
+    /// change.
+    #[test]
+    fn static_targets_updates_move_the_revision() {
+        let source = StaticTargets::new(Vec::new());
+        let before = source.revision();
+        source.update(|_| {});
+        assert_ne!(source.revision(), before);
+        assert!(before.is_some());
+    }
 
     /// What discovery noted about a target (an unreadable status field,
     /// pods beyond the limit) reaches the fleet view with its sweep.
