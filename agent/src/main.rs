@@ -35,6 +35,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    cli::allocator::limit_malloc_arenas();
     let cli = Cli::parse();
     match cli.command {
         Command::Run(args) => cli::run::run(*args),

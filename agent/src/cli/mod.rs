@@ -14,6 +14,7 @@
 //!   harness, so a shipped binary can be measured.
 
 pub mod aggregate;
+pub mod allocator;
 pub mod baseline;
 pub mod check;
 pub mod demo;
