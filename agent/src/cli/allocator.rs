@@ -5,12 +5,15 @@
 //! container may use), and memory freed into one arena is not reused by
 //! another. The agent's allocations are many and small (samples, per-pod
 //! entries, report strings), made on one tokio worker and freed on
-//! another, so extra arenas mostly hold free holes: at 10,000 pods, two
-//! arenas keep the peak RSS about 4 MiB lower than glibc's default at the
-//! same polling rate (benches/PERFORMANCE.md).
+//! another, so extra arenas mostly hold free holes. Most of those
+//! allocations are served by each thread's cache without taking the
+//! arena's lock, so one arena costs no measurable speed: at 10,000 pods
+//! its peak RSS is 46 MiB in every run, where glibc's default gives 48-50
+//! MiB and two arenas 44.5 or 50 MiB depending on whether the second one
+//! was created (benches/PERFORMANCE.md).
 
 /// The most glibc malloc arenas the agent's processes use.
-pub const MALLOC_ARENAS: i32 = 2;
+pub const MALLOC_ARENAS: i32 = 1;
 
 /// Caps glibc malloc at [`MALLOC_ARENAS`] arenas, unless the environment
 /// sets `MALLOC_ARENA_MAX` (glibc then follows that, so an operator can
