@@ -42,9 +42,11 @@ pub type VerdictSignal = (AgentVerdict, Option<Signal>);
 /// The last sample of one pod: who was polled, when, whether it failed,
 /// and what of its report the aggregate's entry for it
 /// (`rolloutHealth.pods`, beside it in [`InstanceView::health`]) does not
-/// carry. The report itself is not kept: every field the pages show is in
-/// that entry, and a second full copy per pod (about 0.6 KiB) was the
-/// largest share of the agent's memory at 10,000 pods.
+/// carry. The report itself is kept only for a pod that has no such entry
+/// (past the 32 entries an aggregate publishes): for the others every
+/// field the pages show is in the entry, and a second full copy per pod
+/// (about 0.6 KiB) was the largest share of the agent's memory at 10,000
+/// pods.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PodView {
@@ -73,6 +75,9 @@ pub struct PodView {
     /// The fence state of a pod that runs fenced serving, so an operator
     /// sees a pod in `Fencing`; never a gate signal.
     pub fence: Option<FenceView>,
+    /// The report as received, when the sample was valid and the
+    /// aggregate publishes no entry for the pod; `None` otherwise.
+    pub report: Option<Box<NodeReport>>,
 }
 
 /// `serving_authority` of a pod that runs fenced serving (`enabled` true).
@@ -100,8 +105,9 @@ impl FenceView {
 }
 
 impl PodView {
-    /// The view of one sample.
-    pub fn from_sample(sample: &PodSample) -> Self {
+    /// The view of one sample; `keep_report`: keep a valid sample's report
+    /// (the pod has no entry in the aggregate).
+    pub fn from_sample(sample: &PodSample, keep_report: bool) -> Self {
         let (error, r) = match &sample.result {
             SampleResult::Report(r) => (None, Some(&**r)),
             SampleResult::Error(e) => (Some(e.clone()), None),
@@ -118,6 +124,7 @@ impl PodView {
             outbox_capacity: r.and_then(|r| r.outbox_capacity),
             ring_fullness_percent: r.and_then(NodeReport::ring_fullness_percent),
             fence: r.and_then(FenceView::of),
+            report: r.filter(|_| keep_report).map(|r| Box::new(r.clone())),
         }
     }
 }
@@ -535,8 +542,10 @@ impl FleetView {
             .or_insert_with(|| InstanceView::empty(key));
         view.spec_image = Some(sweep.spec_image.to_owned());
         view.swept_at = Some(sweep.at);
+        let published = sweep.health.as_deref().map_or(&[][..], |h| &h.pods[..]);
         for sample in sweep.samples {
-            let pod = PodView::from_sample(sample);
+            let keep_report = !published.iter().any(|p| p.name == sample.pod.name);
+            let pod = PodView::from_sample(sample, keep_report);
             match view.pods.iter_mut().find(|p| p.name == pod.name) {
                 Some(slot) => *slot = pod,
                 None => view.pods.push(pod),
@@ -729,6 +738,68 @@ mod tests {
         assert_eq!(view.pods.len(), 1);
         assert_eq!(view.pods[0].error.as_deref(), Some("HTTP 500"));
         assert_eq!(view.swept_at, Some(ts(10)));
+    }
+
+    fn valid(name: &str, at: i64) -> PodSample {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../testdata/reports/g1-bootstrap.json"
+        );
+        let report =
+            kura_schemas::parse_report(&std::fs::read(path).expect("fixture")).expect("report");
+        PodSample {
+            pod: PodIdentity {
+                name: name.into(),
+                uid: format!("u-{name}"),
+                ..Default::default()
+            },
+            received_at: ts(at),
+            result: SampleResult::Report(Box::new(report)),
+        }
+    }
+
+    /// A pod with an entry in the published aggregate is shown from that
+    /// entry; only a pod without one (past the 32 published) keeps its
+    /// report in the view, and no failed sample keeps one.
+    #[test]
+    fn the_view_keeps_a_report_only_for_pods_without_a_published_entry() {
+        let v = FleetView::new();
+        let k = InstanceKey::new("ns", "a");
+        let pods = ["a-0".to_owned(), "a-1".to_owned(), "a-2".to_owned()];
+        let samples = [
+            valid("a-0", 0),
+            valid("a-1", 0),
+            failed("a-2", 0, "timeout"),
+        ];
+        let mut health = crate::model::fixtures::health(ts(0));
+        health.pods = vec![kura_schemas::PodHealth {
+            name: "a-0".into(),
+            ..Default::default()
+        }];
+        v.record_sweep(
+            &k,
+            SweepRecord {
+                spec_image: "img",
+                current_pods: &pods,
+                samples: &samples,
+                health: Some(Arc::new(health)),
+                gate: None,
+                notes: Vec::new(),
+                limits: None,
+                at: ts(0),
+            },
+        );
+        let view = v.instance(&k).expect("instance");
+        let kept: Vec<(&str, bool)> = view
+            .pods
+            .iter()
+            .map(|p| (p.name.as_str(), p.report.is_some()))
+            .collect();
+        assert_eq!(kept, [("a-0", false), ("a-1", true), ("a-2", false)]);
+        let SampleResult::Report(sent) = &samples[1].result else {
+            panic!("a valid sample")
+        };
+        assert_eq!(view.pods[1].report.as_deref(), Some(&**sent));
     }
 
     #[test]

@@ -392,6 +392,7 @@ mod tests {
             outbox_capacity: None,
             ring_fullness_percent: None,
             fence: None,
+            report: None,
         }
     }
 

@@ -296,13 +296,22 @@ fn pods_table(v: &InstanceView, now: Timestamp) -> String {
     for p in &v.pods {
         let ph = health_pods.iter().find(|x| x.name == p.name);
         // The report's fields as the aggregate's pod entry carries them
-        // (from the pod's last valid report; raw counters beside clamped).
+        // (from the pod's last valid report; raw counters beside clamped),
+        // or, for a pod it has no entry for, as the view kept them.
+        let r = p.report.as_deref();
         let dash = || "–".to_owned();
         let num = |v: Option<u64>| v.map_or_else(dash, |v| v.to_string());
-        let ready = ph.and_then(|ph| ph.ready);
-        let state = ph.and_then(|ph| ph.state.as_deref());
-        let fingerprint = ph.and_then(|ph| ph.ring_fingerprint.as_deref());
-        let ring = match (ph.and_then(|ph| ph.ring_members), fingerprint) {
+        let ready = r.map(|r| r.ready).or_else(|| ph.and_then(|ph| ph.ready));
+        let state = r
+            .map(|r| r.state.as_str())
+            .or_else(|| ph.and_then(|ph| ph.state.as_deref()));
+        let fingerprint = r
+            .and_then(|r| r.ring_fingerprint.as_deref())
+            .or_else(|| ph.and_then(|ph| ph.ring_fingerprint.as_deref()));
+        let members = r
+            .map(|r| r.ring_members)
+            .or_else(|| ph.and_then(|ph| ph.ring_members));
+        let ring = match (members, fingerprint) {
             (Some(m), Some(f)) => format!(
                 "{m} members · <code title=\"{}\">{}</code>",
                 escape(f),
@@ -313,12 +322,16 @@ fn pods_table(v: &InstanceView, now: Timestamp) -> String {
         };
         let fd = format!(
             "{} → {}",
-            num(ph.and_then(|ph| ph.fd_timeout_count_raw)),
+            num(r
+                .map(|r| r.fd_timeout_count)
+                .or_else(|| ph.and_then(|ph| ph.fd_timeout_count_raw))),
             num(ph.and_then(|ph| ph.fd_timeout_count))
         );
         let peers = format!(
             "{} → {}",
-            num(ph.and_then(|ph| ph.peer_connection_failures_raw)),
+            num(r
+                .and_then(|r| r.peer_connection_failure_count)
+                .or_else(|| ph.and_then(|ph| ph.peer_connection_failures_raw))),
             num(ph.and_then(|ph| ph.peer_connection_failures))
         );
         let outbox = match (p.outbox_messages, p.outbox_capacity) {
@@ -347,8 +360,11 @@ fn pods_table(v: &InstanceView, now: Timestamp) -> String {
             escape(p.image.as_deref().unwrap_or("–")),
             yes_no(ready),
             escape(state.unwrap_or("–")),
-            num(ph.and_then(|ph| ph.generation)),
-            ph.and_then(|ph| ph.memory_pressure_state)
+            num(r
+                .map(|r| r.generation)
+                .or_else(|| ph.and_then(|ph| ph.generation))),
+            r.map(|r| r.memory_pressure_state)
+                .or_else(|| ph.and_then(|ph| ph.memory_pressure_state))
                 .map_or_else(dash, |p| p.to_string()),
             p.ring_fullness_percent
                 .map_or_else(dash, |f| format!("{f} %")),
