@@ -23,13 +23,15 @@ k8s_abs() {
 # k8s_pid DIR NAME -> pid of NAME if it runs (checked against its command
 # line, so a recycled pid is not mistaken for ours); nothing otherwise.
 k8s_pid() {
-  local f=$1/$2.pid pid
+  local f=$1/$2.pid pid cmd
   [ -f "$f" ] || return 0
   pid=$(cat "$f" 2>/dev/null) || return 0
   case $pid in ''|*[!0-9]*) return 0 ;; esac
   kill -0 "$pid" 2>/dev/null || return 0
   # Every process the harness starts has DIR/ paths in its arguments.
-  tr '\0' '\n' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$1/" || return 0
+  # No pipe into grep -q: under pipefail, grep leaving early can fail it.
+  cmd=$(tr '\0' '\n' < "/proc/$pid/cmdline" 2>/dev/null) || return 0
+  case $cmd in *"$1/"*) ;; *) return 0 ;; esac
   printf '%s\n' "$pid"
 }
 

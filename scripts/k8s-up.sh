@@ -143,13 +143,28 @@ launch() {
   echo "$pid" > "$dir/$name.pid"
   disown "$pid"   # no "Killed" job reports from this shell
   started+=("$name")
-  # Until the forked shell has exec'd the binary, its command line is this
-  # script's, and k8s_pid would call it dead: wait for the exec (up to 20 s: a loaded machine can take seconds).
+  # Until the forked shell has exec'd setsid and setsid has exec'd the
+  # binary, the command line is this script's, then setsid's, and for a
+  # moment inside each execve empty: wait until it is the binary's own (up
+  # to 20 s: a loaded machine can take seconds). Once in CI, k8s_pid read
+  # it mid-exec, called a starting etcd dead, and a second etcd was started
+  # on the first one's locked data directory.
+  local first
   for ((i = 0; i < 400; i++)); do
-    [ -n "$(k8s_pid "$dir" "$name")" ] && return 0
+    first=
+    IFS= read -r -d '' first < "/proc/$pid/cmdline" 2>/dev/null || true
+    [ "$first" = "$1" ] && return 0
     kill -0 "$pid" 2>/dev/null || return 0   # died already: wait_ready says so
     sleep 0.05
   done
+}
+
+# gone NAME: NAME's process is not running, seen twice 0.3 s apart (one
+# look can fall inside an execve, when /proc shows no command line).
+gone() {
+  [ -z "$(k8s_pid "$dir" "$1")" ] || return 1
+  sleep 0.3
+  [ -z "$(k8s_pid "$dir" "$1")" ]
 }
 
 # wait_ready NAME URL [CURL_ARGS...]: until URL answers "ok"-ish, NAME dies,
@@ -158,7 +173,7 @@ wait_ready() {
   local name=$1 url=$2 deadline body; shift 2
   deadline=$(( $(date +%s) + ready_timeout ))
   while :; do
-    if [ -z "$(k8s_pid "$dir" "$name")" ]; then
+    if gone "$name"; then
       k8s_log "$name exited during startup"
       k8s_tail "$dir" "$name"
       return 2
