@@ -226,10 +226,14 @@ impl AgentLoop {
         }
         self.shared.view.retain(|k| current.contains_key(k));
         let mut pods = 0usize;
-        for (key, target) in std::mem::take(&mut current) {
+        for (key, mut target) in std::mem::take(&mut current) {
             pods += target.pods.len();
             match running.get(&key) {
                 Some(r) if !r.task.is_finished() => {
+                    // The task restored from the status when it started;
+                    // its own writes change it, and each copy would be
+                    // kept for nothing (and wake the task).
+                    target.previous_status = None;
                     r.target.send_if_modified(|old| {
                         if **old != target {
                             *old = Arc::new(target);
@@ -241,11 +245,19 @@ impl AgentLoop {
                 }
                 _ => {
                     self.shared.sink.seed(&target);
+                    // The engine continues from the status as found; the
+                    // task's target keeps no copy of it (850 B an
+                    // instance at 10,000 pods, benches/PERFORMANCE.md).
+                    let engine = InstanceEngine::restore(
+                        target.previous_status.take().as_ref(),
+                        Arc::clone(&self.shared.engine),
+                    );
                     let (tx, rx) = watch::channel(Arc::new(target));
                     let in_rollout = Arc::new(AtomicBool::new(true));
                     let task = tokio::spawn(instance_task(
                         self.shared.clone(),
                         rx,
+                        engine,
                         Arc::clone(&in_rollout),
                     ));
                     running.insert(
@@ -336,17 +348,17 @@ async fn wait_next(
     }
 }
 
-/// One instance's loop: wait, sweep, fold, judge, publish.
+/// One instance's loop: wait, sweep, fold, judge, publish. `engine` is
+/// restored from the status the instance was found with.
 async fn instance_task(
     shared: Arc<Shared>,
     mut target: watch::Receiver<Arc<InstanceTarget>>,
+    mut engine: InstanceEngine,
     in_rollout: Arc<AtomicBool>,
 ) {
     let cadence = shared.config.cadence;
     let first = Arc::clone(&target.borrow_and_update());
     let key = first.key();
-    let mut engine =
-        InstanceEngine::restore(first.previous_status.as_ref(), Arc::clone(&shared.engine));
     let mut resets_seen = engine.health().map_or(0, |h| h.counter_resets);
     // Spread the instances' first sweeps over one interval of the phase
     // each is found in (restored from its published verdict).
