@@ -4,6 +4,9 @@ use clap::{Parser, Subcommand};
 use kura_agent::cli;
 use std::process::ExitCode;
 
+#[global_allocator]
+static ALLOCATOR: cli::allocator::Allocator = cli::allocator::ALLOCATOR;
+
 /// The Kura rollout-health agent.
 #[derive(Parser)]
 #[command(name = "kura-agent", version, about)]
@@ -35,7 +38,6 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    cli::allocator::limit_malloc_arenas();
     let cli = Cli::parse();
     match cli.command {
         Command::Run(args) => cli::run::run(*args),

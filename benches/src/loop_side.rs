@@ -646,8 +646,6 @@ pub fn serve_loop(config: LoopRunConfig) -> Result<(), LoadError> {
     if raise_fd_limit(wanted).map_err(LoadError::Child)? < wanted {
         eprintln!("fleet-load loop: open-file limit below {wanted}");
     }
-    // As `kura-agent run` sets it up, before any thread starts.
-    kura_agent::cli::allocator::limit_malloc_arenas();
     let metrics = kura_agent::telemetry::prometheus_builder()
         .and_then(|b| b.install_recorder())
         .map_err(|e| LoadError::Protocol(format!("metrics recorder: {e}")))?;

@@ -9,6 +9,8 @@ use std::process::Command;
 /// how the heap profiles in benches/PERFORMANCE.md were taken. It wraps
 /// the measured agent side of both modes: the run loop's process and the
 /// burst sweeps' `run-side --side agent` (never the bare ceiling).
+/// heaptrack hooks glibc's `malloc`: build `fleet-load` with the
+/// `system-allocator` feature for it (jemalloc otherwise).
 pub const PROFILER_ENV: &str = "KURA_FLEET_LOAD_PROFILER";
 
 /// `exe`, run by the profiler of [`PROFILER_ENV`] when it is set.

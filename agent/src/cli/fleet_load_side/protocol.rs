@@ -154,8 +154,6 @@ pub fn serve<S: Sweeper>(
     if raise_fd_limit(wanted)? < wanted {
         eprintln!("fleet-load side: open-file limit below {wanted}");
     }
-    // As `kura-agent` sets it up (its `main`), for `fleet-load`'s own side.
-    crate::cli::allocator::limit_malloc_arenas();
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     rt.enable_all();
     if let Some(w) = workers {
