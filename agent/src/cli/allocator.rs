@@ -43,10 +43,3 @@ pub const ALLOCATOR: Allocator = tikv_jemallocator::Jemalloc;
 /// The value of [`Allocator`] to declare.
 #[cfg(feature = "system-allocator")]
 pub const ALLOCATOR: Allocator = std::alloc::System;
-
-/// The name of the allocator in use, for start-up logs and measurements.
-pub const NAME: &str = if cfg!(feature = "system-allocator") {
-    "system"
-} else {
-    "jemalloc (narenas:1)"
-};
