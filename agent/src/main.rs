@@ -5,7 +5,7 @@ use kura_agent::cli;
 use std::process::ExitCode;
 
 #[global_allocator]
-static ALLOCATOR: cli::allocator::Allocator = cli::allocator::ALLOCATOR;
+static ALLOCATOR: cli::allocator::Allocator = cli::allocator::Allocator;
 
 /// The Kura rollout-health agent.
 #[derive(Parser)]

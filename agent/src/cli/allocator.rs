@@ -5,9 +5,9 @@
 //! long-lived aggregates replaced every sweep among short-lived ones. At
 //! 10,000 pods glibc malloc kept about 9 MiB of free holes at the peak
 //! (one arena; eight per CPU of the node by default, worse), where jemalloc's
-//! size classes keep fewer: the shipped binary peaks at 46 MiB instead of
-//! 49.4 MiB, at the same share of the ceiling and less CPU per sweep
-//! (benches/PERFORMANCE.md).
+//! size classes keep fewer: the shipped binary peaks at 45.1-45.7 MiB
+//! instead of 49.4-50.1 MiB, at the same share of the ceiling and no more
+//! CPU per sweep (benches/PERFORMANCE.md).
 //!
 //! One arena, as glibc was capped before: jemalloc's default is four per
 //! CPU of the node (not of the container), each holding its own free
@@ -17,7 +17,7 @@
 //! (e.g. `_RJEM_MALLOC_CONF=narenas:2`).
 //!
 //! Only the binaries declare it (`main` and `fleet-load`, as
-//! `#[global_allocator] static A: Allocator = ALLOCATOR;`): the library's
+//! `#[global_allocator] static A: Allocator = Allocator;`): the library's
 //! tests and fuzz targets keep the system allocator and its sanitizers.
 //! With the `system-allocator` feature the binaries use glibc malloc
 //! instead, so heap profilers that hook `malloc` (heaptrack) see every
@@ -30,16 +30,11 @@
 #[unsafe(export_name = "_rjem_malloc_conf")]
 pub static MALLOC_CONF: &[u8; 10] = b"narenas:1\0";
 
-/// The allocator the agent's binaries declare global.
-#[cfg(not(feature = "system-allocator"))]
-pub type Allocator = tikv_jemallocator::Jemalloc;
-/// The allocator the agent's binaries declare global.
+/// The allocator the agent's binaries declare global: a unit struct, so
+/// `Allocator` is its value too.
 #[cfg(feature = "system-allocator")]
-pub type Allocator = std::alloc::System;
-
-/// The value of [`Allocator`] to declare.
+pub use std::alloc::System as Allocator;
+/// The allocator the agent's binaries declare global: a unit struct, so
+/// `Allocator` is its value too.
 #[cfg(not(feature = "system-allocator"))]
-pub const ALLOCATOR: Allocator = tikv_jemallocator::Jemalloc;
-/// The value of [`Allocator`] to declare.
-#[cfg(feature = "system-allocator")]
-pub const ALLOCATOR: Allocator = std::alloc::System;
+pub use tikv_jemallocator::Jemalloc as Allocator;

@@ -178,7 +178,7 @@ enum Mode {
 // The agent's allocator (`kura_agent::cli::allocator`), for every side of
 // the run, the ceiling's included, so the rates compare like with like.
 #[global_allocator]
-static ALLOCATOR: kura_agent::cli::allocator::Allocator = kura_agent::cli::allocator::ALLOCATOR;
+static ALLOCATOR: kura_agent::cli::allocator::Allocator = kura_agent::cli::allocator::Allocator;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
