@@ -108,9 +108,8 @@ struct Shared {
 
 struct Running {
     /// The instance's current target, shared with its task: the task
-    /// holds an `Arc` across its awaits, not a copy (a target carries the
-    /// instance's stored status, hundreds of bytes that would otherwise sit
-    /// in every task's future).
+    /// holds an `Arc` across its awaits, not a copy. It carries no stored
+    /// status: the task's engine was restored from that before it started.
     target: watch::Sender<Arc<InstanceTarget>>,
     /// Whether the task's instance is in a rollout now (for the gauge).
     in_rollout: Arc<AtomicBool>,
@@ -475,6 +474,7 @@ mod tests {
     use super::*;
     use crate::model::{InstanceInfo, SystemClock};
     use crate::poll::PollConfig;
+    use kura_schemas::KuraInstanceStatus;
     use std::sync::atomic::AtomicUsize;
 
     /// One instance, its revision set by the test; counts the reads.
@@ -541,6 +541,62 @@ mod tests {
     async fn targets_are_re_read_only_when_the_revision_moves() {
         assert_eq!(reads_over_30_reconciles(Some(7)).await, 1);
         assert_eq!(reads_over_30_reconciles(None).await, 30);
+    }
+
+    /// A running task's target keeps no stored status, and a change of
+    /// that status alone (the agent's own writes) is not sent to the task;
+    /// any other change is.
+    #[tokio::test]
+    async fn a_running_task_is_not_sent_its_stored_status() {
+        let target = |image: &str, phase: &str| InstanceTarget {
+            info: InstanceInfo {
+                namespace: "kura".into(),
+                name: "acme".into(),
+                expected_pods: 0,
+                generation: 1,
+            },
+            spec_image: image.into(),
+            pods: Vec::new(),
+            pods_dropped: 0,
+            previous_status: Some(KuraInstanceStatus {
+                phase: Some(phase.into()),
+                ..KuraInstanceStatus::default()
+            }),
+            status_warnings: Vec::new(),
+            gate_config: None,
+        };
+        let source = StaticTargets::new(vec![target("img", "Running")]);
+        let agent_loop = AgentLoop::new(
+            LoopConfig {
+                cadence: Cadence::fixed(Duration::from_secs(60)),
+                ..LoopConfig::default()
+            },
+            Poller::new(PollConfig::default()),
+            Arc::new(source.clone()),
+            Arc::new(MemorySink::new()),
+            FleetView::new(),
+            Arc::new(SystemClock),
+        );
+        let mut running = BTreeMap::new();
+        agent_loop.apply_targets(&mut running);
+        let key = InstanceKey::new("kura", "acme");
+        let mut rx = running[&key].target.subscribe();
+        assert!(rx.borrow_and_update().previous_status.is_none());
+
+        source.update(|ts| ts[0] = target("img", "Upgrading"));
+        agent_loop.apply_targets(&mut running);
+        assert!(!rx.has_changed().expect("sender alive"));
+
+        source.update(|ts| ts[0] = target("img2", "Upgrading"));
+        agent_loop.apply_targets(&mut running);
+        assert!(rx.has_changed().expect("sender alive"));
+        let sent = rx.borrow_and_update();
+        assert_eq!(sent.spec_image, "img2");
+        assert!(sent.previous_status.is_none());
+        drop(sent);
+        for r in running.values() {
+            r.task.abort();
+        }
     }
 
     /// [`StaticTargets::update`] moves the revision, so the loop sees the
