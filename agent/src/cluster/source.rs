@@ -1,26 +1,25 @@
 //! [`ClusterTargets`]: the run loop's targets from the watches' caches.
 
-use crate::model::{InstanceTarget, TargetSource};
+use crate::model::{InstanceKey, InstanceTarget, TargetSource};
 
-use super::discovery::{Discovery, TargetConfig};
+use super::discovery::Discovery;
 
 /// Targets from the watches' caches.
 #[derive(Clone)]
 pub struct ClusterTargets {
     discovery: Discovery,
-    config: TargetConfig,
 }
 
 impl ClusterTargets {
-    /// Targets from `discovery`, resolved with `config`.
-    pub fn new(discovery: Discovery, config: TargetConfig) -> Self {
-        ClusterTargets { discovery, config }
+    /// Targets from `discovery`.
+    pub fn new(discovery: Discovery) -> Self {
+        ClusterTargets { discovery }
     }
 }
 
 impl TargetSource for ClusterTargets {
     fn targets(&self) -> Vec<InstanceTarget> {
-        let targets = self.discovery.targets(&self.config);
+        let targets = self.discovery.targets();
         for skipped in &targets.skipped {
             tracing::debug!(namespace = %skipped.key.namespace, instance = %skipped.key.name,
                 reason = %skipped.reason, "instance skipped");
@@ -35,5 +34,11 @@ impl TargetSource for ClusterTargets {
     }
     fn revision(&self) -> Option<u64> {
         Some(self.discovery.revision())
+    }
+    fn changed_since(&self, revision: u64) -> Option<Vec<InstanceKey>> {
+        self.discovery.changed_since(revision)
+    }
+    fn targets_of(&self, keys: &[InstanceKey]) -> Vec<InstanceTarget> {
+        self.discovery.targets_of(keys)
     }
 }

@@ -38,6 +38,21 @@ pub trait TargetSource: Send + Sync + 'static {
     fn revision(&self) -> Option<u64> {
         None
     }
+    /// The instances whose targets may differ since the source answered
+    /// `revision` (a value of [`TargetSource::revision`]), each once: the
+    /// loop then re-reads only those ([`TargetSource::targets_of`]).
+    /// `None`: the source cannot tell, and the loop re-reads every target.
+    fn changed_since(&self, _revision: u64) -> Option<Vec<InstanceKey>> {
+        None
+    }
+    /// The current targets of `keys`; a key without one (the instance is
+    /// gone, or no longer this source's) is left out.
+    fn targets_of(&self, keys: &[InstanceKey]) -> Vec<InstanceTarget> {
+        self.targets()
+            .into_iter()
+            .filter(|t| keys.contains(&t.key()))
+            .collect()
+    }
 }
 
 /// Where the loop's results go.

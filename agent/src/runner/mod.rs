@@ -114,6 +114,8 @@ struct Running {
     /// Whether the task's instance is in a rollout now (for the gauge).
     in_rollout: Arc<AtomicBool>,
     task: JoinHandle<()>,
+    /// The pods of its current target.
+    pods: usize,
 }
 
 /// The agent loop. Build it, then [`AgentLoop::run`] it until shutdown.
@@ -173,19 +175,30 @@ impl AgentLoop {
         }
     }
 
-    /// Brings the tasks in line with the source's targets (re-read only
-    /// when its revision moved, or a task ended), then sets the gauges.
+    /// Brings the tasks in line with the source's targets, then sets the
+    /// gauges. The targets are re-read only when the source's revision
+    /// moved (or a task ended), and then only the instances the source
+    /// names as changed ([`TargetSource::changed_since`]), when it can.
     fn reconcile(&self, supervised: &mut Supervised) {
         if !self.source.ready() {
             return;
         }
         let revision = self.source.revision();
-        let unchanged = revision.is_some()
-            && revision == supervised.revision
-            && supervised.tasks.values().all(|r| !r.task.is_finished());
+        let tasks_alive = supervised.tasks.values().all(|r| !r.task.is_finished());
+        let unchanged = revision.is_some() && revision == supervised.revision && tasks_alive;
         if !unchanged {
+            let changed = match supervised.revision {
+                Some(previous) if tasks_alive && revision.is_some() => {
+                    self.source.changed_since(previous)
+                }
+                _ => None,
+            };
             supervised.revision = revision;
-            supervised.pods = self.apply_targets(&mut supervised.tasks);
+            match changed {
+                Some(keys) => self.apply_changed(&mut supervised.tasks, &keys),
+                None => self.apply_targets(&mut supervised.tasks),
+            }
+            supervised.pods = supervised.tasks.values().map(|r| r.pods).sum();
         }
         let running = &supervised.tasks;
         let in_rollout = running
@@ -203,74 +216,113 @@ impl AgentLoop {
         telemetry::publish_verdicts(verdicts);
     }
 
-    /// Reads the targets: stops the tasks of gone instances, hands the
+    /// Reads every target: stops the tasks of gone instances, hands the
     /// others their current target, starts the missing (or ended) ones.
-    /// Returns the pods of all targets.
-    fn apply_targets(&self, running: &mut BTreeMap<InstanceKey, Running>) -> usize {
-        let targets = self.source.targets();
-        let mut current: BTreeMap<InstanceKey, InstanceTarget> =
-            targets.into_iter().map(|t| (t.key(), t)).collect();
-        // Gone instances: stop their task, forget their state.
+    fn apply_targets(&self, running: &mut BTreeMap<InstanceKey, Running>) {
+        let current: BTreeMap<InstanceKey, InstanceTarget> = self
+            .source
+            .targets()
+            .into_iter()
+            .map(|t| (t.key(), t))
+            .collect();
         let gone: Vec<InstanceKey> = running
             .keys()
             .filter(|k| !current.contains_key(*k))
             .cloned()
             .collect();
-        for key in gone {
-            if let Some(r) = running.remove(&key) {
-                r.task.abort();
-            }
-            self.shared.sink.forget(&key);
-            tracing::info!(namespace = %key.namespace, instance = %key.name, "instance gone");
+        for key in &gone {
+            self.stop(running, key);
         }
         self.shared.view.retain(|k| current.contains_key(k));
-        let mut pods = 0usize;
-        for (key, mut target) in std::mem::take(&mut current) {
-            pods += target.pods.len();
-            match running.get(&key) {
-                Some(r) if !r.task.is_finished() => {
-                    // The task restored from the status when it started;
-                    // its own writes change it, and each copy would be
-                    // kept for nothing (and wake the task).
-                    target.previous_status = None;
-                    r.target.send_if_modified(|old| {
-                        if **old != target {
-                            *old = Arc::new(target);
-                            true
-                        } else {
-                            false
-                        }
-                    });
-                }
-                _ => {
-                    self.shared.sink.seed(&target);
-                    // The engine continues from the status as found; the
-                    // task's target keeps no copy of it (850 B an
-                    // instance at 10,000 pods, benches/PERFORMANCE.md).
-                    let engine = InstanceEngine::restore(
-                        target.previous_status.take().as_ref(),
-                        Arc::clone(&self.shared.engine),
-                    );
-                    let (tx, rx) = watch::channel(Arc::new(target));
-                    let in_rollout = Arc::new(AtomicBool::new(true));
-                    let task = tokio::spawn(instance_task(
-                        self.shared.clone(),
-                        rx,
-                        engine,
-                        Arc::clone(&in_rollout),
-                    ));
-                    running.insert(
-                        key,
-                        Running {
-                            target: tx,
-                            in_rollout,
-                            task,
-                        },
-                    );
+        for (key, target) in current {
+            self.place(running, key, target);
+        }
+    }
+
+    /// Re-reads the targets of `keys` only: a key the source no longer
+    /// has is stopped, the others handed their target or started.
+    fn apply_changed(&self, running: &mut BTreeMap<InstanceKey, Running>, keys: &[InstanceKey]) {
+        if keys.is_empty() {
+            return;
+        }
+        let mut current: BTreeMap<InstanceKey, InstanceTarget> = self
+            .source
+            .targets_of(keys)
+            .into_iter()
+            .map(|t| (t.key(), t))
+            .collect();
+        for key in keys {
+            match current.remove(key) {
+                Some(target) => self.place(running, key.clone(), target),
+                None => {
+                    self.stop(running, key);
+                    self.shared.view.retain(|k| k != key);
                 }
             }
         }
-        pods
+    }
+
+    /// Stops `key`'s task, if it has one, and forgets its state.
+    fn stop(&self, running: &mut BTreeMap<InstanceKey, Running>, key: &InstanceKey) {
+        if let Some(r) = running.remove(key) {
+            r.task.abort();
+            self.shared.sink.forget(key);
+            tracing::info!(namespace = %key.namespace, instance = %key.name, "instance gone");
+        }
+    }
+
+    /// Hands a running task its current target, or starts the task.
+    fn place(
+        &self,
+        running: &mut BTreeMap<InstanceKey, Running>,
+        key: InstanceKey,
+        mut target: InstanceTarget,
+    ) {
+        let pods = target.pods.len();
+        match running.get_mut(&key) {
+            Some(r) if !r.task.is_finished() => {
+                r.pods = pods;
+                // The task restored from the status when it started;
+                // its own writes change it, and each copy would be
+                // kept for nothing (and wake the task).
+                target.previous_status = None;
+                r.target.send_if_modified(|old| {
+                    if **old != target {
+                        *old = Arc::new(target);
+                        true
+                    } else {
+                        false
+                    }
+                });
+            }
+            _ => {
+                self.shared.sink.seed(&target);
+                // The engine continues from the status as found; the
+                // task's target keeps no copy of it (850 B an
+                // instance at 10,000 pods, benches/PERFORMANCE.md).
+                let engine = InstanceEngine::restore(
+                    target.previous_status.take().as_ref(),
+                    Arc::clone(&self.shared.engine),
+                );
+                let (tx, rx) = watch::channel(Arc::new(target));
+                let in_rollout = Arc::new(AtomicBool::new(true));
+                let task = tokio::spawn(instance_task(
+                    self.shared.clone(),
+                    rx,
+                    engine,
+                    Arc::clone(&in_rollout),
+                ));
+                running.insert(
+                    key,
+                    Running {
+                        target: tx,
+                        in_rollout,
+                        task,
+                        pods,
+                    },
+                );
+            }
+        }
     }
 }
 
@@ -281,7 +333,7 @@ struct Supervised {
     tasks: BTreeMap<InstanceKey, Running>,
     /// The source's revision at the last read of the targets.
     revision: Option<u64>,
-    /// The pods of the targets at that read.
+    /// The pods of the running tasks' targets.
     pods: usize,
 }
 
@@ -595,6 +647,123 @@ mod tests {
         assert!(sent.previous_status.is_none());
         drop(sent);
         for r in running.values() {
+            r.task.abort();
+        }
+    }
+
+    /// A source that names what changed, by key: counts full reads and
+    /// records which keys were re-read.
+    #[derive(Default)]
+    struct Named {
+        state: std::sync::Mutex<(u64, Vec<InstanceTarget>, Vec<(u64, InstanceKey)>)>,
+        full_reads: AtomicUsize,
+        asked: std::sync::Mutex<Vec<Vec<InstanceKey>>>,
+    }
+
+    impl TargetSource for Arc<Named> {
+        fn targets(&self) -> Vec<InstanceTarget> {
+            self.full_reads.fetch_add(1, Ordering::SeqCst);
+            self.state.lock().expect("lock").1.clone()
+        }
+        fn ready(&self) -> bool {
+            true
+        }
+        fn revision(&self) -> Option<u64> {
+            Some(self.state.lock().expect("lock").0)
+        }
+        fn changed_since(&self, revision: u64) -> Option<Vec<InstanceKey>> {
+            let state = self.state.lock().expect("lock");
+            Some(
+                state
+                    .2
+                    .iter()
+                    .filter(|(r, _)| *r > revision)
+                    .map(|(_, k)| k.clone())
+                    .collect(),
+            )
+        }
+        fn targets_of(&self, keys: &[InstanceKey]) -> Vec<InstanceTarget> {
+            self.asked.lock().expect("lock").push(keys.to_vec());
+            let state = self.state.lock().expect("lock");
+            state
+                .1
+                .iter()
+                .filter(|t| keys.contains(&t.key()))
+                .cloned()
+                .collect()
+        }
+    }
+
+    /// Once the targets are read, a change the source names re-reads that
+    /// instance only: a new image reaches its task, a gone instance's
+    /// task stops, the others are neither read nor touched.
+    #[tokio::test]
+    async fn only_the_instances_named_as_changed_are_re_read() {
+        let target = |name: &str, image: &str| InstanceTarget {
+            info: InstanceInfo {
+                namespace: "kura".into(),
+                name: name.into(),
+                expected_pods: 1,
+                generation: 1,
+            },
+            spec_image: image.into(),
+            pods: Vec::new(),
+            pods_dropped: 0,
+            previous_status: None,
+            status_warnings: Vec::new(),
+            gate_config: None,
+        };
+        let source = Arc::new(Named::default());
+        *source.state.lock().expect("lock") = (
+            1,
+            vec![target("a", "v1"), target("b", "v1"), target("c", "v1")],
+            vec![],
+        );
+        let agent_loop = AgentLoop::new(
+            LoopConfig {
+                cadence: Cadence::fixed(Duration::from_secs(60)),
+                ..LoopConfig::default()
+            },
+            Poller::new(PollConfig::default()),
+            Arc::new(Arc::clone(&source)),
+            Arc::new(MemorySink::new()),
+            FleetView::new(),
+            Arc::new(SystemClock),
+        );
+        let mut supervised = Supervised::default();
+        agent_loop.reconcile(&mut supervised);
+        assert_eq!(source.full_reads.load(Ordering::SeqCst), 1);
+        assert_eq!(supervised.tasks.len(), 3);
+        let key = |n: &str| InstanceKey::new("kura", n);
+        let mut a = supervised.tasks[&key("a")].target.subscribe();
+        let mut b = supervised.tasks[&key("b")].target.subscribe();
+        a.borrow_and_update();
+        b.borrow_and_update();
+
+        // Nothing moved: nothing is read.
+        agent_loop.reconcile(&mut supervised);
+        assert_eq!(source.full_reads.load(Ordering::SeqCst), 1);
+        assert!(source.asked.lock().expect("lock").is_empty());
+
+        // b's image moved, c is gone.
+        {
+            let mut state = source.state.lock().expect("lock");
+            state.1 = vec![target("a", "v1"), target("b", "v2")];
+            state.0 = 3;
+            state.2 = vec![(2, key("b")), (3, key("c"))];
+        }
+        agent_loop.reconcile(&mut supervised);
+        assert_eq!(source.full_reads.load(Ordering::SeqCst), 1, "no full read");
+        assert_eq!(
+            *source.asked.lock().expect("lock"),
+            vec![vec![key("b"), key("c")]]
+        );
+        assert!(!a.has_changed().expect("a runs"));
+        assert!(b.has_changed().expect("b runs"));
+        assert_eq!(b.borrow_and_update().spec_image, "v2");
+        assert!(!supervised.tasks.contains_key(&key("c")));
+        assert_eq!(supervised.tasks.len(), 2);
+        for r in supervised.tasks.values() {
             r.task.abort();
         }
     }

@@ -239,6 +239,7 @@ impl RunArgs {
                 .clone()
                 .filter(|s| !s.trim().is_empty()),
             pod_selector: self.pod_selector.clone().filter(|s| !s.trim().is_empty()),
+            targets: self.target_config(),
         }
     }
 

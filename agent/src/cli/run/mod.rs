@@ -193,10 +193,7 @@ pub async fn run_with_client(
         let _ = server_stopped.await;
     }));
 
-    let targets = sharding.narrow(Arc::new(ClusterTargets::new(
-        discovery,
-        args.target_config(),
-    )));
+    let targets = sharding.narrow(Arc::new(ClusterTargets::new(discovery)));
     let agent_loop = AgentLoop::new(
         loop_config,
         Poller::new(args.poll_config()),

@@ -1,0 +1,233 @@
+//! Lenient reading of a watched `KuraInstance`: the spec must parse (an
+//! instance whose spec does not is skipped with a reason), while each of
+//! `status.rolloutHealth`, `status.rolloutGate`, `status.conditions` and
+//! the controller's fields is parsed on its own, so one unreadable status
+//! field (say, written under an older CRD and partly pruned) neither hides
+//! the instance nor breaks the watch for every other instance. Pure.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kura_schemas::{KuraInstanceSpec, KuraInstanceStatus, RolloutGate, RolloutHealth};
+
+use crate::model::{GATE_CONFIG_ANNOTATION, InstanceInfo, InstanceKey};
+
+use super::wire::InstanceObject;
+
+/// An instance discovery could not use, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkippedInstance {
+    /// The instance (name or namespace may be empty when missing).
+    pub key: InstanceKey,
+    /// Why.
+    pub reason: String,
+}
+
+/// What an instance's targets are made of: a change here is a change of
+/// its target; anything else (its status, labels, other annotations) is
+/// not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceShape {
+    /// Namespace, name, `spec.replicas`, `metadata.generation`.
+    pub info: InstanceInfo,
+    /// `spec.image`.
+    pub spec_image: String,
+    /// The text of the gate-config annotation, as found.
+    pub gate_config: Option<String>,
+    /// Why a status field could not be read, one line each.
+    pub status_warnings: Vec<String>,
+}
+
+/// What discovery keeps of one instance: its shape (or why it is skipped)
+/// and its status as last seen, parsed (the agent's own writes move the
+/// status; they never move the shape).
+#[derive(Debug, Clone, PartialEq)]
+pub struct InstanceEntry {
+    /// The shape, or the reason the instance is skipped.
+    pub shape: Result<InstanceShape, String>,
+    /// The status as last seen, its unreadable fields `None`.
+    pub status: Option<KuraInstanceStatus>,
+}
+
+/// The key of a watched instance, when it has a name and a namespace.
+pub fn key_of(obj: &InstanceObject) -> Option<InstanceKey> {
+    Some(InstanceKey::new(
+        obj.metadata.namespace.clone()?,
+        obj.metadata.name.clone()?,
+    ))
+}
+
+/// Reads one instance.
+pub fn entry_of(obj: &InstanceObject) -> InstanceEntry {
+    let (status, status_warnings) = lenient_status(obj.status.as_ref());
+    match shape_of(obj, status_warnings) {
+        Ok(shape) => InstanceEntry {
+            shape: Ok(shape),
+            status,
+        },
+        Err(reason) => InstanceEntry {
+            shape: Err(reason),
+            status: None,
+        },
+    }
+}
+
+fn shape_of(obj: &InstanceObject, status_warnings: Vec<String>) -> Result<InstanceShape, String> {
+    let namespace = obj.metadata.namespace.clone().unwrap_or_default();
+    let name = obj.metadata.name.clone().unwrap_or_default();
+    if namespace.is_empty() || name.is_empty() {
+        return Err("metadata.name or metadata.namespace missing".to_owned());
+    }
+    let generation = obj
+        .metadata
+        .generation
+        .ok_or_else(|| "metadata.generation missing".to_owned())?;
+    let spec_value = obj.spec.clone().ok_or_else(|| "spec missing".to_owned())?;
+    let spec: KuraInstanceSpec =
+        serde_json::from_value(spec_value).map_err(|e| format!("spec invalid: {e}"))?;
+    let expected_pods = u32::try_from(spec.replicas)
+        .ok()
+        .filter(|r| *r >= 1)
+        .ok_or_else(|| format!("spec.replicas {} is below 1", spec.replicas))?;
+    Ok(InstanceShape {
+        info: InstanceInfo {
+            namespace,
+            name,
+            expected_pods,
+            generation,
+        },
+        spec_image: spec.image,
+        gate_config: obj
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(GATE_CONFIG_ANNOTATION))
+            .cloned(),
+        status_warnings,
+    })
+}
+
+/// Parses `status` field group by field group: `rolloutHealth`,
+/// `rolloutGate`, `conditions` and the controller's fields, each on its
+/// own.
+fn lenient_status(value: Option<&serde_json::Value>) -> (Option<KuraInstanceStatus>, Vec<String>) {
+    let mut warnings = Vec::new();
+    let Some(serde_json::Value::Object(map)) = value else {
+        if let Some(v) = value.filter(|v| !v.is_null()) {
+            warnings.push(format!("status is not an object: {v}"));
+        }
+        return (None, warnings);
+    };
+    let mut rest = map.clone();
+    let health = rest
+        .remove("rolloutHealth")
+        .filter(|v| !v.is_null())
+        .and_then(|v| {
+            serde_json::from_value::<RolloutHealth>(v)
+                .map_err(|e| warnings.push(format!("status.rolloutHealth unreadable: {e}")))
+                .ok()
+        });
+    let conditions = rest
+        .remove("conditions")
+        .filter(|v| !v.is_null())
+        .map(|v| lenient_conditions(v, &mut warnings))
+        .unwrap_or_default();
+    let gate = rest
+        .remove("rolloutGate")
+        .filter(|v| !v.is_null())
+        .and_then(|v| {
+            serde_json::from_value::<RolloutGate>(v)
+                .map_err(|e| warnings.push(format!("status.rolloutGate unreadable: {e}")))
+                .ok()
+        });
+    let mut status = serde_json::from_value::<KuraInstanceStatus>(serde_json::Value::Object(rest))
+        .unwrap_or_else(|e| {
+            warnings.push(format!("status (controller fields) unreadable: {e}"));
+            KuraInstanceStatus::default()
+        });
+    status.rollout_health = health;
+    status.rollout_gate = gate;
+    status.conditions = conditions;
+    (Some(status), warnings)
+}
+
+/// `status.conditions` entry by entry: one that does not read (another
+/// writer's odd entry) is left out with a warning, the others are kept.
+fn lenient_conditions(value: serde_json::Value, warnings: &mut Vec<String>) -> Vec<Condition> {
+    let serde_json::Value::Array(items) = value else {
+        warnings.push("status.conditions is not a list".to_owned());
+        return Vec::new();
+    };
+    items
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, item)| {
+            serde_json::from_value::<Condition>(item)
+                .map_err(|e| warnings.push(format!("status.conditions[{i}] unreadable: {e}")))
+                .ok()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// An instance of `replicas` pods with `status`.
+    pub(crate) fn instance(
+        ns: &str,
+        name: &str,
+        replicas: i64,
+        status: serde_json::Value,
+    ) -> InstanceObject {
+        serde_json::from_value(json!({
+            "apiVersion": "kura.tuist.dev/v1alpha1",
+            "kind": "KuraInstance",
+            "metadata": {"name": name, "namespace": ns, "generation": 3, "uid": format!("iu-{name}")},
+            "spec": {"image": "ghcr.io/tuist/kura:0.6.0", "replicas": replicas, "region": "eu"},
+            "status": status
+        }))
+        .expect("instance")
+    }
+
+    #[test]
+    fn invalid_instances_are_skipped_with_a_reason() {
+        let mut no_gen = instance("kura", "nogen", 1, json!(null));
+        no_gen.metadata.generation = None;
+        let mut bad_spec = instance("kura", "badspec", 1, json!(null));
+        bad_spec.spec = Some(json!({"replicas": 1}));
+        let reason = |o: &InstanceObject| entry_of(o).shape.err().unwrap_or_default();
+        assert!(reason(&bad_spec).starts_with("spec invalid"));
+        assert_eq!(reason(&no_gen), "metadata.generation missing");
+        assert_eq!(
+            reason(&instance("kura", "zero", 0, json!(null))),
+            "spec.replicas 0 is below 1"
+        );
+    }
+
+    #[test]
+    fn previous_status_is_read_field_group_by_field_group() {
+        let gate = json!({"targetImage": "img:2", "verdict": "healthy", "evaluatedAt": "2026-07-21T10:00:00Z"});
+        // rolloutHealth lost its required fields (an older CRD pruned them):
+        // the gate and the controller's fields must survive.
+        let inst = instance(
+            "kura",
+            "acme",
+            1,
+            json!({"phase": "Running", "rolloutHealth": {"ready": true}, "rolloutGate": gate}),
+        );
+        let entry = entry_of(&inst);
+        let status = entry.status.as_ref().expect("status");
+        assert_eq!(status.phase.as_deref(), Some("Running"));
+        assert_eq!(status.rollout_health, None);
+        assert_eq!(
+            status
+                .rollout_gate
+                .as_ref()
+                .map(|g| g.target_image.as_str()),
+            Some("img:2")
+        );
+        let shape = entry.shape.expect("shape");
+        assert_eq!(shape.status_warnings.len(), 1);
+        assert!(shape.status_warnings[0].starts_with("status.rolloutHealth unreadable"));
+    }
+}

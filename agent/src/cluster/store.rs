@@ -1,0 +1,749 @@
+//! The watches' caches, pure: what discovery keeps of every watched
+//! instance ([`InstanceEntry`]) and pod ([`PodFacts`], indexed by the
+//! instance they belong to), fed one watch event at a time, and a change
+//! log of the instances whose targets moved.
+//!
+//! Only a change of what a target is made of is a change: an instance's
+//! `spec.image`, `spec.replicas`, `metadata.generation`, gate-config
+//! annotation or readable status fields; a pod's name, UID, IP, Kura
+//! image, restart count, phase (finished or not), owner, or its deletion.
+//! The agent's own status writes, a heartbeat, a label or another
+//! manager's condition leave the [revision](FactStore::revision) where it
+//! is, so the loop re-reads nothing for them, and what did change is
+//! named per instance ([`FactStore::changed_since`]), so the loop re-reads
+//! only those instances.
+//!
+//! A re-list (the watch's `Init` … `InitDone`) is collected aside and
+//! swapped in whole when it completes, each instance whose entry or pods
+//! differ then logged as changed, like a reflector store's atomic swap.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+
+use kube::runtime::watcher;
+
+use crate::model::{InstanceKey, InstanceTarget};
+
+use super::instances::{InstanceEntry, SkippedInstance, entry_of, key_of};
+use super::pods::{PodFacts, TargetConfig, facts_of};
+use super::wire::{InstanceObject, PodObject};
+
+/// How many changes the log keeps: a reader further behind re-reads
+/// every target (at 10,000 pods, about 70 KB of keys).
+const CHANGE_LOG: usize = 1024;
+
+/// The result of [`FactStore::targets`].
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Targets {
+    /// Usable instances, sorted by namespace and name.
+    pub instances: Vec<InstanceTarget>,
+    /// Instances left out, with reasons.
+    pub skipped: Vec<SkippedInstance>,
+}
+
+/// A pod's key in its scope: namespace and name.
+type PodKey = (String, String);
+/// The pods of one instance, by name.
+type PodsOf = BTreeMap<String, PodFacts>;
+
+/// The instances and pods of one watch scope (a namespace, or all).
+#[derive(Debug, Default)]
+struct Scope {
+    instances: HashMap<InstanceKey, InstanceEntry>,
+    pods: HashMap<InstanceKey, PodsOf>,
+    owners: HashMap<PodKey, InstanceKey>,
+    /// A re-list of instances in progress.
+    instance_relist: Option<HashMap<InstanceKey, InstanceEntry>>,
+    /// A re-list of pods in progress.
+    pod_relist: Option<(HashMap<InstanceKey, PodsOf>, HashMap<PodKey, InstanceKey>)>,
+}
+
+/// What applying one instance event found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Applied {
+    /// An instance seen before now has another `spec.image` (an
+    /// instance seen for the first time is no change).
+    pub image_changed: bool,
+}
+
+/// The caches of every watch scope and the change log. See the module
+/// documentation.
+#[derive(Debug)]
+pub struct FactStore {
+    config: TargetConfig,
+    scopes: Vec<Scope>,
+    revision: u64,
+    log: VecDeque<(u64, InstanceKey)>,
+}
+
+impl FactStore {
+    /// An empty store of `scopes` watch scopes, reading pods with `config`.
+    pub fn new(scopes: usize, config: TargetConfig) -> Self {
+        FactStore {
+            config,
+            scopes: (0..scopes.max(1)).map(|_| Scope::default()).collect(),
+            revision: 0,
+            log: VecDeque::new(),
+        }
+    }
+
+    /// A number that moves exactly when some instance's target changed.
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// The instances whose targets changed after `revision` (once each),
+    /// or `None` when the log no longer reaches back that far.
+    pub fn changed_since(&self, revision: u64) -> Option<Vec<InstanceKey>> {
+        if revision > self.revision {
+            return None;
+        }
+        if revision == self.revision {
+            return Some(Vec::new());
+        }
+        match self.log.front() {
+            Some((first, _)) if *first <= revision + 1 => {}
+            _ => return None,
+        }
+        let mut seen = HashSet::new();
+        Some(
+            self.log
+                .iter()
+                .filter(|(r, _)| *r > revision)
+                .filter(|(_, k)| seen.insert(k.clone()))
+                .map(|(_, k)| k.clone())
+                .collect(),
+        )
+    }
+
+    fn mark(&mut self, key: InstanceKey) {
+        self.revision += 1;
+        self.log.push_back((self.revision, key));
+        while self.log.len() > CHANGE_LOG {
+            self.log.pop_front();
+        }
+    }
+
+    /// Applies one event of scope `scope`'s instance watch.
+    pub fn apply_instance(
+        &mut self,
+        scope: usize,
+        event: &watcher::Event<InstanceObject>,
+    ) -> Applied {
+        let Some(s) = self.scopes.get_mut(scope) else {
+            return Applied::default();
+        };
+        let mut changed = Vec::new();
+        let mut applied = Applied::default();
+        match event {
+            watcher::Event::Init => s.instance_relist = Some(HashMap::new()),
+            watcher::Event::InitApply(obj) => {
+                if let (Some(relist), Some(key)) = (s.instance_relist.as_mut(), key_of(obj)) {
+                    relist.insert(key, entry_of(obj));
+                }
+            }
+            watcher::Event::InitDone => {
+                if let Some(new) = s.instance_relist.take() {
+                    for (key, old) in &s.instances {
+                        match new.get(key) {
+                            None => changed.push(key.clone()),
+                            Some(n) => {
+                                if n.shape != old.shape {
+                                    changed.push(key.clone());
+                                }
+                                applied.image_changed |= image_moved(old, n);
+                            }
+                        }
+                    }
+                    changed.extend(
+                        new.keys()
+                            .filter(|k| !s.instances.contains_key(*k))
+                            .cloned(),
+                    );
+                    s.instances = new;
+                }
+            }
+            watcher::Event::Apply(obj) => {
+                if let Some(key) = key_of(obj) {
+                    let entry = entry_of(obj);
+                    match s.instances.get_mut(&key) {
+                        Some(old) => {
+                            applied.image_changed = image_moved(old, &entry);
+                            if old.shape != entry.shape {
+                                changed.push(key);
+                            }
+                            *old = entry;
+                        }
+                        None => {
+                            s.instances.insert(key.clone(), entry);
+                            changed.push(key);
+                        }
+                    }
+                }
+            }
+            watcher::Event::Delete(obj) => {
+                if let Some(key) = key_of(obj)
+                    && s.instances.remove(&key).is_some()
+                {
+                    changed.push(key);
+                }
+            }
+        }
+        for key in changed {
+            self.mark(key);
+        }
+        applied
+    }
+
+    /// Applies one event of scope `scope`'s pod watch.
+    pub fn apply_pod(&mut self, scope: usize, event: &watcher::Event<PodObject>) {
+        let config = &self.config;
+        let Some(s) = self.scopes.get_mut(scope) else {
+            return;
+        };
+        let mut changed = Vec::new();
+        match event {
+            watcher::Event::Init => s.pod_relist = Some((HashMap::new(), HashMap::new())),
+            watcher::Event::InitApply(pod) => {
+                if let (Some((pods, owners)), Some(pk), Some((owner, facts))) =
+                    (s.pod_relist.as_mut(), pod_key(pod), facts_of(pod, config))
+                {
+                    pods.entry(owner.clone())
+                        .or_default()
+                        .insert(pk.1.clone(), facts);
+                    owners.insert(pk, owner);
+                }
+            }
+            watcher::Event::InitDone => {
+                if let Some((pods, owners)) = s.pod_relist.take() {
+                    for (key, old) in &s.pods {
+                        if pods.get(key) != Some(old) {
+                            changed.push(key.clone());
+                        }
+                    }
+                    changed.extend(pods.keys().filter(|k| !s.pods.contains_key(*k)).cloned());
+                    s.pods = pods;
+                    s.owners = owners;
+                }
+            }
+            watcher::Event::Apply(pod) => {
+                if let Some(pk) = pod_key(pod) {
+                    let new = facts_of(pod, config);
+                    upsert_pod(s, pk, new, &mut changed);
+                }
+            }
+            watcher::Event::Delete(pod) => {
+                if let Some(pk) = pod_key(pod) {
+                    upsert_pod(s, pk, None, &mut changed);
+                }
+            }
+        }
+        for key in changed {
+            self.mark(key);
+        }
+    }
+
+    /// Every instance's current target (with the status it was last seen
+    /// with), sorted by namespace and name, and the instances skipped.
+    pub fn targets(&self) -> Targets {
+        let max = self.config.max_pods_per_instance;
+        let mut out = Targets::default();
+        for s in &self.scopes {
+            for (key, entry) in &s.instances {
+                match &entry.shape {
+                    Ok(_) => out.instances.extend(target(s.pods.get(key), entry, max)),
+                    Err(reason) => out.skipped.push(SkippedInstance {
+                        key: key.clone(),
+                        reason: reason.clone(),
+                    }),
+                }
+            }
+        }
+        out.instances.sort_by(|a, b| {
+            (&a.info.namespace, &a.info.name).cmp(&(&b.info.namespace, &b.info.name))
+        });
+        out.skipped.sort_by(|a, b| a.key.cmp(&b.key));
+        out
+    }
+
+    /// The current targets of `keys` that exist and are usable, with the
+    /// status each was last seen with.
+    pub fn targets_of(&self, keys: &[InstanceKey]) -> Vec<InstanceTarget> {
+        keys.iter()
+            .filter_map(|key| {
+                self.scopes.iter().find_map(|s| {
+                    let entry = s.instances.get(key)?;
+                    target(s.pods.get(key), entry, self.config.max_pods_per_instance)
+                })
+            })
+            .collect()
+    }
+
+    /// Every usable instance with its stored status, without pods.
+    pub fn stored(&self) -> Vec<InstanceTarget> {
+        let mut out: Vec<InstanceTarget> = self
+            .scopes
+            .iter()
+            .flat_map(|s| s.instances.values().filter_map(|e| target(None, e, 0)))
+            .collect();
+        out.sort_by(|a, b| {
+            (&a.info.namespace, &a.info.name).cmp(&(&b.info.namespace, &b.info.name))
+        });
+        out
+    }
+
+    /// One usable instance with its stored status, without pods.
+    pub fn stored_one(&self, key: &InstanceKey) -> Option<InstanceTarget> {
+        self.scopes
+            .iter()
+            .find_map(|s| target(None, s.instances.get(key)?, 0))
+    }
+
+    /// What the store holds: instances, pods.
+    #[cfg(test)]
+    pub fn counts(&self) -> (usize, usize) {
+        self.scopes.iter().fold((0, 0), |(i, p), s| {
+            (i + s.instances.len(), p + s.owners.len())
+        })
+    }
+}
+
+/// Whether `old` and `new` are one instance with another `spec.image`.
+fn image_moved(old: &InstanceEntry, new: &InstanceEntry) -> bool {
+    matches!((&old.shape, &new.shape), (Ok(a), Ok(b)) if a.spec_image != b.spec_image)
+}
+
+fn pod_key(pod: &PodObject) -> Option<PodKey> {
+    Some((pod.metadata.namespace.clone()?, pod.metadata.name.clone()?))
+}
+
+/// Puts a pod's new facts (`None`: it is gone, finished or no instance's)
+/// in place, noting in `changed` every instance whose pods moved.
+fn upsert_pod(
+    s: &mut Scope,
+    pk: PodKey,
+    new: Option<(InstanceKey, PodFacts)>,
+    changed: &mut Vec<InstanceKey>,
+) {
+    let old_owner = s.owners.get(&pk).cloned();
+    if let (Some(old), Some((owner, facts))) = (&old_owner, &new)
+        && old == owner
+    {
+        let pods = s.pods.entry(owner.clone()).or_default();
+        if pods.get(&pk.1) != Some(facts) {
+            pods.insert(pk.1.clone(), facts.clone());
+            changed.push(owner.clone());
+        }
+        return;
+    }
+    if let Some(old) = old_owner {
+        s.owners.remove(&pk);
+        if let Some(pods) = s.pods.get_mut(&old) {
+            pods.remove(&pk.1);
+            if pods.is_empty() {
+                s.pods.remove(&old);
+            }
+        }
+        changed.push(old);
+    }
+    if let Some((owner, facts)) = new {
+        s.pods
+            .entry(owner.clone())
+            .or_default()
+            .insert(pk.1.clone(), facts);
+        s.owners.insert(pk, owner.clone());
+        changed.push(owner);
+    }
+}
+
+/// The target of a usable instance; its pods from `pods` (the first
+/// `max` by name; the others counted as dropped).
+fn target(pods: Option<&PodsOf>, entry: &InstanceEntry, max: usize) -> Option<InstanceTarget> {
+    let shape = entry.shape.as_ref().ok()?;
+    let all = pods.map_or(0, BTreeMap::len);
+    let pods: Vec<_> = pods
+        .into_iter()
+        .flat_map(|p| p.values())
+        .take(max)
+        .map(PodFacts::target)
+        .collect();
+    Some(InstanceTarget {
+        info: shape.info.clone(),
+        spec_image: shape.spec_image.clone(),
+        pods_dropped: all - pods.len(),
+        pods,
+        previous_status: entry.status.clone(),
+        status_warnings: shape.status_warnings.clone(),
+        gate_config: shape.gate_config.clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::instances::tests::instance;
+    use crate::cluster::pods::tests::pod;
+    use crate::model::{
+        GATE_CONFIG_ANNOTATION, InstanceInfo, NoAddress, PodIdentity, SampleResult,
+    };
+    use jiff::Timestamp;
+    use serde_json::json;
+    use watcher::Event;
+
+    fn key(name: &str) -> InstanceKey {
+        InstanceKey::new("kura", name)
+    }
+
+    /// A store of one scope holding `instances` and `pods` from an initial
+    /// list.
+    fn listed(
+        instances: Vec<InstanceObject>,
+        pods: Vec<PodObject>,
+        cfg: TargetConfig,
+    ) -> FactStore {
+        let mut store = FactStore::new(1, cfg);
+        store.apply_instance(0, &Event::Init);
+        for i in instances {
+            store.apply_instance(0, &Event::InitApply(i));
+        }
+        store.apply_instance(0, &Event::InitDone);
+        store.apply_pod(0, &Event::Init);
+        for p in pods {
+            store.apply_pod(0, &Event::InitApply(p));
+        }
+        store.apply_pod(0, &Event::InitDone);
+        store
+    }
+
+    #[test]
+    fn pods_are_matched_by_statefulset_owner_and_namespace() {
+        let instances = vec![
+            instance("kura", "acme", 2, json!(null)),
+            instance("kura", "beta", 1, json!(null)),
+        ];
+        let pods = vec![
+            pod("kura", "acme-1", "acme", Some("10.0.0.2"), json!({})),
+            pod("kura", "acme-0", "acme", Some("10.0.0.1"), json!({})),
+            pod("other", "acme-0", "acme", Some("10.9.0.1"), json!({})),
+            pod("kura", "acme-x", "acme-other", Some("10.0.0.9"), json!({})),
+            pod(
+                "kura",
+                "done-0",
+                "acme",
+                Some("10.0.0.3"),
+                json!({"status": {"phase": "Succeeded"}}),
+            ),
+        ];
+        let t = listed(instances, pods, TargetConfig::default()).targets();
+        assert!(t.skipped.is_empty());
+        assert_eq!(t.instances.len(), 2);
+        let acme = &t.instances[0];
+        assert_eq!(
+            acme.info,
+            InstanceInfo {
+                namespace: "kura".into(),
+                name: "acme".into(),
+                expected_pods: 2,
+                generation: 3
+            }
+        );
+        assert_eq!(acme.spec_image, "ghcr.io/tuist/kura:0.6.0");
+        let names: Vec<_> = acme.pods.iter().map(|p| p.identity.name.as_str()).collect();
+        assert_eq!(names, ["acme-0", "acme-1"]);
+        assert_eq!(
+            acme.pods[0].addr,
+            Ok("10.0.0.1:4000".parse().expect("addr"))
+        );
+        assert_eq!(
+            acme.pods[0].identity,
+            PodIdentity {
+                name: "acme-0".into(),
+                uid: "u-acme-0".into(),
+                restart_count: 2,
+                image: Some("ghcr.io/tuist/kura:0.6.0".into()),
+                ip: Some("10.0.0.1".into()),
+            }
+        );
+        assert!(t.instances[1].pods.is_empty(), "beta has no pods");
+    }
+
+    #[test]
+    fn pods_without_address_become_failed_samples_not_silence() {
+        let t = listed(
+            vec![instance("kura", "acme", 2, json!(null))],
+            vec![
+                pod("kura", "acme-0", "acme", None, json!({})),
+                pod("kura", "acme-1", "acme", Some("fe80::1"), json!({})),
+                pod("kura", "acme-2", "acme", Some("not-an-ip"), json!({})),
+            ],
+            TargetConfig::default(),
+        )
+        .targets();
+        let acme = &t.instances[0];
+        assert_eq!(acme.pods[0].addr, Err(NoAddress::NoPodIp));
+        assert_eq!(
+            acme.pods[1].addr,
+            Ok("[fe80::1]:4000".parse().expect("addr"))
+        );
+        assert_eq!(
+            acme.pods[2].addr,
+            Err(NoAddress::InvalidPodIp("not-an-ip".into()))
+        );
+        assert_eq!(acme.pollable().len(), 1);
+        let now: Timestamp = "2026-07-21T10:00:00Z".parse().expect("ts");
+        let failed = acme.unreachable_samples(now);
+        assert_eq!(failed.len(), 2);
+        assert_eq!(failed[0].result, SampleResult::Error("no pod IP".into()));
+        assert_eq!(failed[0].received_at, now);
+    }
+
+    #[test]
+    fn the_gate_config_annotation_reaches_its_instance_only_as_written() {
+        let mut tuned = instance("kura", "tuned", 1, json!(null));
+        let text = r#"{"fdTimeoutBand": 3}"#;
+        tuned.metadata.annotations =
+            Some([(GATE_CONFIG_ANNOTATION.to_owned(), text.to_owned())].into());
+        let mut broken = instance("kura", "broken", 1, json!(null));
+        broken.metadata.annotations =
+            Some([(GATE_CONFIG_ANNOTATION.to_owned(), "{not json".to_owned())].into());
+        let plain = instance("kura", "plain", 1, json!(null));
+        let t = listed(vec![tuned, broken, plain], vec![], TargetConfig::default()).targets();
+        let by_name = |n: &str| {
+            t.instances
+                .iter()
+                .find(|i| i.info.name == n)
+                .and_then(|i| i.gate_config.clone())
+        };
+        assert_eq!(by_name("tuned").as_deref(), Some(text));
+        // Discovery never judges the text: an invalid one is the engine's
+        // to report, never a reason to skip the instance.
+        assert_eq!(by_name("broken").as_deref(), Some("{not json"));
+        assert_eq!(by_name("plain"), None);
+        assert!(t.skipped.is_empty());
+    }
+
+    #[test]
+    fn invalid_instances_are_listed_as_skipped_in_order() {
+        let mut no_gen = instance("kura", "nogen", 1, json!(null));
+        no_gen.metadata.generation = None;
+        let t = listed(
+            vec![instance("kura", "zero", 0, json!(null)), no_gen],
+            vec![],
+            TargetConfig::default(),
+        )
+        .targets();
+        assert!(t.instances.is_empty());
+        let reasons: Vec<_> = t
+            .skipped
+            .iter()
+            .map(|s| (s.key.name.as_str(), s.reason.as_str()))
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                ("nogen", "metadata.generation missing"),
+                ("zero", "spec.replicas 0 is below 1")
+            ]
+        );
+    }
+
+    #[test]
+    fn pods_beyond_the_cap_are_counted_not_kept() {
+        let pods = (0..5)
+            .map(|i| {
+                pod(
+                    "kura",
+                    &format!("acme-{i}"),
+                    "acme",
+                    Some("10.0.0.1"),
+                    json!({}),
+                )
+            })
+            .collect();
+        let cfg = TargetConfig {
+            max_pods_per_instance: 3,
+            ..TargetConfig::default()
+        };
+        let t = listed(vec![instance("kura", "acme", 3, json!(null))], pods, cfg).targets();
+        assert_eq!(t.instances[0].pods.len(), 3);
+        assert_eq!(t.instances[0].pods_dropped, 2);
+    }
+
+    #[test]
+    fn status_writes_labels_and_other_containers_change_nothing() {
+        let mut store = listed(
+            vec![instance("kura", "acme", 1, json!(null))],
+            vec![pod("kura", "acme-0", "acme", Some("10.0.0.1"), json!({}))],
+            TargetConfig::default(),
+        );
+        let rev = store.revision();
+        // The agent's own status write, and another manager's condition.
+        let gate = json!({"targetImage": "i", "verdict": "healthy", "evaluatedAt": "2026-07-21T10:00:00Z"});
+        store.apply_instance(
+            0,
+            &Event::Apply(instance(
+                "kura",
+                "acme",
+                1,
+                json!({"rolloutGate": gate, "conditions": [{"type": "Ready", "status": "True",
+                    "lastTransitionTime": "2026-07-21T10:00:00Z", "reason": "R", "message": ""}]}),
+            )),
+        );
+        // A pod's label, its conditions, the sidecar's restarts.
+        store.apply_pod(
+            0,
+            &Event::Apply(pod(
+                "kura",
+                "acme-0",
+                "acme",
+                Some("10.0.0.1"),
+                json!({"metadata": {"labels": {"x": "y"}},
+                       "status": {"conditions": [{"type": "Ready", "status": "False"}],
+                                  "containerStatuses": [{"name": "sidecar", "restartCount": 10},
+                                                        {"name": "kura", "restartCount": 2}]}}),
+            )),
+        );
+        assert_eq!(store.revision(), rev, "nothing a target is made of moved");
+        assert_eq!(store.changed_since(rev), Some(vec![]));
+        // The status is kept all the same, for a task that starts later.
+        let stored = store.stored_one(&key("acme")).expect("stored");
+        assert!(
+            stored
+                .previous_status
+                .and_then(|s| s.rollout_gate)
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn what_targets_are_made_of_moves_them_per_instance() {
+        let mut store = listed(
+            vec![
+                instance("kura", "acme", 1, json!(null)),
+                instance("kura", "beta", 1, json!(null)),
+            ],
+            vec![pod("kura", "acme-0", "acme", Some("10.0.0.1"), json!({}))],
+            TargetConfig::default(),
+        );
+        let rev = store.revision();
+        // A restart of acme's Kura container.
+        store.apply_pod(
+            0,
+            &Event::Apply(pod(
+                "kura",
+                "acme-0",
+                "acme",
+                Some("10.0.0.1"),
+                json!({"status": {"containerStatuses": [{"name": "kura", "restartCount": 3}]}}),
+            )),
+        );
+        assert_eq!(store.changed_since(rev), Some(vec![key("acme")]));
+        let rev = store.revision();
+        // beta's new generation and image: a change, and an image change.
+        let mut beta = instance("kura", "beta", 1, json!(null));
+        beta.metadata.generation = Some(4);
+        beta.spec = Some(json!({"image": "ghcr.io/tuist/kura:0.7.0", "replicas": 1}));
+        assert!(store.apply_instance(0, &Event::Apply(beta)).image_changed);
+        // A new pod of beta, and acme's pod deleted.
+        store.apply_pod(
+            0,
+            &Event::Apply(pod("kura", "beta-0", "beta", None, json!({}))),
+        );
+        store.apply_pod(
+            0,
+            &Event::Delete(pod("kura", "acme-0", "acme", Some("10.0.0.1"), json!({}))),
+        );
+        assert_eq!(
+            store.changed_since(rev),
+            Some(vec![key("beta"), key("acme")])
+        );
+        let t = store.targets_of(&[key("acme"), key("beta"), key("gone")]);
+        assert_eq!(t.len(), 2);
+        assert!(t[0].pods.is_empty());
+        assert_eq!(t[1].pods.len(), 1);
+        assert_eq!(t[1].info.generation, 4);
+        // Deleting an instance is a change; a log too far behind is none.
+        store.apply_instance(0, &Event::Delete(instance("kura", "beta", 1, json!(null))));
+        assert!(store.targets_of(&[key("beta")]).is_empty());
+        assert_eq!(store.changed_since(store.revision() + 1), None);
+        // A reader further behind than the log reaches re-reads all.
+        let before = store.revision();
+        for i in 0..=CHANGE_LOG {
+            let restarts =
+                json!({"status": {"containerStatuses": [{"name": "kura", "restartCount": i}]}});
+            store.apply_pod(
+                0,
+                &Event::Apply(pod("kura", "acme-0", "acme", None, restarts)),
+            );
+        }
+        assert_eq!(store.changed_since(before), None);
+        assert_eq!(
+            store.changed_since(store.revision() - 1),
+            Some(vec![key("acme")])
+        );
+    }
+
+    #[test]
+    fn spec_image_changes_are_told_apart_from_other_changes() {
+        let with_image = |name: &str, image: &str| {
+            let mut o = instance("kura", name, 1, json!(null));
+            o.spec = Some(json!({"image": image, "replicas": 1}));
+            o
+        };
+        let mut store = FactStore::new(1, TargetConfig::default());
+        let mut apply = |ev: Event<InstanceObject>| store.apply_instance(0, &ev).image_changed;
+        // First sight (initial list or a new instance): no change.
+        assert!(!apply(Event::Init));
+        assert!(!apply(Event::InitApply(with_image("a", "v1"))));
+        assert!(!apply(Event::InitDone));
+        assert!(!apply(Event::Apply(with_image("b", "v1"))));
+        // A status write: the same image, no change.
+        let mut written = with_image("a", "v1");
+        written.status = Some(json!({"phase": "Running"}));
+        assert!(!apply(Event::Apply(written)));
+        // An upgrade, then the same object again.
+        assert!(apply(Event::Apply(with_image("a", "v2"))));
+        assert!(!apply(Event::Apply(with_image("a", "v2"))));
+        // A re-list shows a change made while the watch was away, and
+        // forgets an instance deleted meanwhile.
+        assert!(!apply(Event::Init));
+        assert!(!apply(Event::InitApply(with_image("a", "v3"))));
+        assert!(apply(Event::InitDone));
+        assert!(
+            !apply(Event::Apply(with_image("b", "v9"))),
+            "b is new again"
+        );
+        assert!(!apply(Event::Delete(with_image("b", "v9"))));
+        assert!(!apply(Event::Apply(with_image("b", "v1"))));
+        // An invalid spec is neither an image nor a change.
+        let mut broken = with_image("c", "v1");
+        broken.spec = Some(json!({"replicas": 1}));
+        assert!(!apply(Event::Apply(broken)));
+    }
+
+    #[test]
+    fn a_relist_swaps_in_whole_and_names_what_differs() {
+        let mut store = listed(
+            vec![
+                instance("kura", "acme", 1, json!(null)),
+                instance("kura", "beta", 1, json!(null)),
+            ],
+            vec![
+                pod("kura", "acme-0", "acme", Some("10.0.0.1"), json!({})),
+                pod("kura", "beta-0", "beta", Some("10.0.0.2"), json!({})),
+            ],
+            TargetConfig::default(),
+        );
+        let rev = store.revision();
+        store.apply_pod(0, &Event::Init);
+        store.apply_pod(
+            0,
+            &Event::InitApply(pod("kura", "acme-0", "acme", Some("10.0.0.1"), json!({}))),
+        );
+        // While the re-list runs, the old pods still answer.
+        assert_eq!(store.targets_of(&[key("beta")])[0].pods.len(), 1);
+        store.apply_pod(0, &Event::InitDone);
+        assert_eq!(store.changed_since(rev), Some(vec![key("beta")]));
+        assert!(store.targets_of(&[key("beta")])[0].pods.is_empty());
+        assert_eq!(store.counts(), (2, 1));
+    }
+}

@@ -1,0 +1,260 @@
+//! The watched objects as the agent reads them off the wire: typed partial
+//! objects (kube's `#[resource(inherit = …)]`) that declare only the
+//! fields discovery reads, so a Pod's volumes, env, probes and managed
+//! fields, or an instance's other annotations, are skipped while the
+//! JSON is parsed instead of being built and dropped. Nothing here is
+//! kept: discovery turns each object into its facts ([`super::pods`],
+//! [`super::instances`]) as the event arrives.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use kube::Resource;
+use kura_schemas::KuraInstance;
+use serde::de::{IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+
+use crate::model::GATE_CONFIG_ANNOTATION;
+
+/// The metadata fields discovery and the watcher read; the rest
+/// (`managedFields`, labels, other annotations) is skipped.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct MetaRead {
+    name: Option<String>,
+    namespace: Option<String>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+    generation: Option<i64>,
+    owner_references: Option<Vec<OwnerReference>>,
+    #[serde(default, deserialize_with = "gate_annotation_only")]
+    annotations: Option<BTreeMap<String, String>>,
+    deletion_timestamp: Option<Time>,
+}
+
+/// Reads `metadata` keeping only what discovery uses.
+fn slim_meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
+    let m = MetaRead::deserialize(d)?;
+    Ok(ObjectMeta {
+        name: m.name,
+        namespace: m.namespace,
+        uid: m.uid,
+        resource_version: m.resource_version,
+        generation: m.generation,
+        owner_references: m.owner_references.map(|refs| {
+            refs.into_iter()
+                .filter(|o| o.kind == "StatefulSet")
+                .collect()
+        }),
+        annotations: m.annotations,
+        deletion_timestamp: m.deletion_timestamp,
+        ..ObjectMeta::default()
+    })
+}
+
+/// Reads `metadata.annotations` keeping only the gate-config annotation
+/// (a `last-applied-configuration` can be larger than the whole object
+/// otherwise kept).
+fn gate_annotation_only<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<BTreeMap<String, String>>, D::Error> {
+    struct Only;
+    impl<'de> Visitor<'de> for Only {
+        type Value = BTreeMap<String, String>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a map of annotations")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut kept = BTreeMap::new();
+            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                if key == GATE_CONFIG_ANNOTATION {
+                    kept.insert(key.into_owned(), map.next_value::<String>()?);
+                } else {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(kept)
+        }
+    }
+    struct MaybeOnly;
+    impl<'de> Visitor<'de> for MaybeOnly {
+        type Value = Option<BTreeMap<String, String>>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a map of annotations or null")
+        }
+        fn visit_none<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Self::Value, D2::Error> {
+            d.deserialize_map(Only).map(Some)
+        }
+    }
+    d.deserialize_option(MaybeOnly)
+}
+
+/// A Pod as discovery reads it: metadata (name, namespace, UID, the
+/// StatefulSet owner), each container's name, image and ports, and the
+/// phase, pod IP and each container's restart count.
+#[derive(Resource, Clone, Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+#[resource(inherit = "Pod")]
+pub struct PodObject {
+    /// The metadata kept (see the module documentation).
+    #[serde(deserialize_with = "slim_meta", default)]
+    pub metadata: ObjectMeta,
+    /// `spec`, its containers only.
+    #[serde(default)]
+    pub spec: Option<PodSpecRead>,
+    /// `status`, its phase, IP and container statuses only.
+    #[serde(default)]
+    pub status: Option<PodStatusRead>,
+}
+
+/// `spec` of a Pod, as read.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+pub struct PodSpecRead {
+    /// `spec.containers`.
+    #[serde(default)]
+    pub containers: Vec<ContainerRead>,
+}
+
+/// One container of a Pod's spec, as read.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+pub struct ContainerRead {
+    /// Its name.
+    #[serde(default)]
+    pub name: String,
+    /// Its image.
+    pub image: Option<String>,
+    /// Its ports.
+    pub ports: Option<Vec<PortRead>>,
+}
+
+/// One container port, as read.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+#[serde(rename_all = "camelCase")]
+pub struct PortRead {
+    /// Its name.
+    pub name: Option<String>,
+    /// Its number.
+    #[serde(default)]
+    pub container_port: i32,
+}
+
+/// `status` of a Pod, as read.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+#[serde(rename_all = "camelCase")]
+pub struct PodStatusRead {
+    /// `status.phase`.
+    pub phase: Option<String>,
+    /// `status.podIP`.
+    #[serde(rename = "podIP")]
+    pub pod_ip: Option<String>,
+    /// `status.containerStatuses`.
+    pub container_statuses: Option<Vec<ContainerStatusRead>>,
+}
+
+/// One container status, as read.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerStatusRead {
+    /// The container's name.
+    #[serde(default)]
+    pub name: String,
+    /// Its restart count.
+    #[serde(default)]
+    pub restart_count: i32,
+}
+
+/// A `KuraInstance` as discovery reads it: the metadata kept, `spec` and
+/// `status` as JSON (read leniently, field group by field group, by
+/// [`super::instances`]), nothing else.
+#[derive(Resource, Clone, Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+#[resource(inherit = "KuraInstance")]
+pub struct InstanceObject {
+    /// The metadata kept (see the module documentation).
+    #[serde(deserialize_with = "slim_meta", default)]
+    pub metadata: ObjectMeta,
+    /// `spec`, as sent.
+    #[serde(default)]
+    pub spec: Option<serde_json::Value>,
+    /// `status`, as sent.
+    #[serde(default)]
+    pub status: Option<serde_json::Value>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_pod_keeps_only_what_is_read() {
+        let pod: PodObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": "acme-0", "namespace": "kura", "uid": "u1", "resourceVersion": "7",
+                "labels": {"app": "kura"},
+                "annotations": {"a": "b", "kubectl.kubernetes.io/last-applied-configuration": "{}"},
+                "managedFields": [{"manager": "kube-controller-manager", "operation": "Update",
+                                   "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}],
+                "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "Node", "name": "n", "uid": "x"},
+                    {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "acme", "uid": "s"}
+                ]
+            },
+            "spec": {"containers": [{"name": "kura", "image": "k:1",
+                                     "env": [{"name": "A", "value": "B"}],
+                                     "ports": [{"name": "http", "containerPort": 4000}]}],
+                     "volumes": [{"name": "v", "emptyDir": {}}]},
+            "status": {"phase": "Running", "podIP": "10.0.0.1",
+                       "containerStatuses": [{"name": "kura", "restartCount": 2, "ready": true}]}
+        }))
+        .expect("pod");
+        assert_eq!(pod.metadata.name.as_deref(), Some("acme-0"));
+        assert_eq!(pod.metadata.resource_version.as_deref(), Some("7"));
+        assert!(pod.metadata.managed_fields.is_none());
+        assert!(pod.metadata.labels.is_none());
+        assert_eq!(pod.metadata.annotations, Some(BTreeMap::new()));
+        let owners = pod.metadata.owner_references.as_ref().expect("owners");
+        assert_eq!(owners.len(), 1);
+        assert_eq!(owners[0].name, "acme");
+        let status = pod.status.as_ref().expect("status");
+        assert_eq!(status.pod_ip.as_deref(), Some("10.0.0.1"));
+        assert_eq!(
+            status.container_statuses.as_ref().expect("statuses")[0].restart_count,
+            2
+        );
+    }
+
+    #[test]
+    fn an_instance_keeps_only_the_gate_annotation() {
+        let obj: InstanceObject = serde_json::from_value(json!({
+            "metadata": {"name": "a", "namespace": "n", "generation": 2,
+                         "annotations": {GATE_CONFIG_ANNOTATION: "{}", "other": "x"}},
+            "spec": {"image": "i", "replicas": 1}
+        }))
+        .expect("instance");
+        let annotations = obj.metadata.annotations.expect("annotations");
+        assert_eq!(annotations.len(), 1);
+        assert_eq!(
+            annotations.get(GATE_CONFIG_ANNOTATION).map(String::as_str),
+            Some("{}")
+        );
+        let null: InstanceObject =
+            serde_json::from_value(json!({"metadata": {"name": "a", "annotations": null}}))
+                .expect("null annotations");
+        assert_eq!(null.metadata.annotations, None);
+    }
+}
