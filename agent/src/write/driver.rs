@@ -184,8 +184,11 @@ fn finish(
 
 impl StatusSink for WriteHandle {
     fn seed(&self, target: &InstanceTarget) {
-        if let Some((written, at)) = target.previous_written() {
-            self.seed_written(target.key(), written, target.previous_conditions(), at);
+        match target.previous_written() {
+            Some((written, at)) => {
+                self.seed_written(target.key(), written, target.previous_conditions(), at);
+            }
+            None => self.with(|q| q.track(target.key(), Timestamp::now())),
         }
     }
     fn publish(&self, key: &InstanceKey, desired: DesiredStatus, now: Timestamp) {

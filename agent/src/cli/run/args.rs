@@ -129,7 +129,10 @@ pub struct RunArgs {
     #[arg(long, env = "KURA_AGENT_HEARTBEAT", default_value = "30s", value_parser = parse_positive_duration)]
     pub heartbeat: Duration,
 
-    /// Status writes per second, shared by all instances.
+    /// Status writes per second, shared by all instances: the floor. The
+    /// agent raises it to what the heartbeat needs for the instances it
+    /// writes (each status rewritten every `--heartbeat`, with 20 %
+    /// headroom for changes), so the heartbeat holds at any fleet size.
     #[arg(long, env = "KURA_AGENT_WRITE_RATE", default_value = "50", value_parser = parse_rate)]
     pub write_rate: f64,
 
