@@ -4,23 +4,55 @@
 //! task (restored from the published status) for one that joins it.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use jiff::Timestamp;
 
 use super::lease::Shard;
+use super::membership::Membership;
 use crate::model::{InstanceKey, InstanceTarget, TargetSource};
 
 /// A [`TargetSource`] keeping only the instances owned by this replica.
+///
+/// Its revision moves when the inner source's does or when the
+/// membership changes (a member joins, leaves, settles, or this replica's
+/// Lease lapses), so a group at rest re-reads nothing. While the
+/// membership stands, a change the inner source names per instance is
+/// re-read for those instances only; a new membership re-reads all.
 pub struct OwnedTargets {
     inner: Arc<dyn TargetSource>,
     shard: Arc<Shard>,
+    state: Mutex<Owned>,
 }
+
+/// The membership last seen (and how many were seen) and the instances
+/// owned at the last read.
+#[derive(Default)]
+struct Owned {
+    membership: Option<Membership>,
+    epoch: u64,
+    keys: BTreeSet<InstanceKey>,
+}
+
+/// Bits of the revision taken by the inner source's revision; the
+/// membership's epoch takes the rest.
+const INNER_BITS: u32 = 40;
+const INNER_MASK: u64 = (1 << INNER_BITS) - 1;
 
 impl OwnedTargets {
     /// `inner`'s targets, narrowed by `shard`.
     pub fn new(inner: Arc<dyn TargetSource>, shard: Arc<Shard>) -> Self {
-        OwnedTargets { inner, shard }
+        OwnedTargets {
+            inner,
+            shard,
+            state: Mutex::new(Owned::default()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Owned> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -35,6 +67,7 @@ impl TargetSource for OwnedTargets {
             .filter(|t| membership.owns(&t.key().to_string()))
             .collect();
         let keys: BTreeSet<InstanceKey> = owned.iter().map(InstanceTarget::key).collect();
+        self.lock().keys.clone_from(&keys);
         self.shard.record_owned(keys, &membership, now);
         owned
     }
@@ -45,6 +78,45 @@ impl TargetSource for OwnedTargets {
 
     fn image_changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
         self.inner.image_changes()
+    }
+
+    fn revision(&self) -> Option<u64> {
+        let inner = self.inner.revision()?;
+        let membership = self.shard.membership(Timestamp::now());
+        let mut state = self.lock();
+        if state.membership.as_ref() != Some(&membership) {
+            state.membership = Some(membership);
+            state.epoch += 1;
+        }
+        Some((state.epoch << INNER_BITS) | (inner & INNER_MASK))
+    }
+
+    fn changed_since(&self, revision: u64) -> Option<Vec<InstanceKey>> {
+        if revision >> INNER_BITS != self.lock().epoch {
+            return None;
+        }
+        self.inner.changed_since(revision & INNER_MASK)
+    }
+
+    fn targets_of(&self, keys: &[InstanceKey]) -> Vec<InstanceTarget> {
+        let now = Timestamp::now();
+        let membership = self.shard.membership(now);
+        let owned: Vec<InstanceTarget> = self
+            .inner
+            .targets_of(keys)
+            .into_iter()
+            .filter(|t| membership.owns(&t.key().to_string()))
+            .collect();
+        let all = {
+            let mut state = self.lock();
+            for key in keys {
+                state.keys.remove(key);
+            }
+            state.keys.extend(owned.iter().map(InstanceTarget::key));
+            state.keys.clone()
+        };
+        self.shard.record_owned(all, &membership, now);
+        owned
     }
 }
 
@@ -111,5 +183,48 @@ mod tests {
         );
         let view = shard.view(now);
         assert!(!view.ready && !view.own_lease.current && view.owned.is_empty());
+    }
+
+    /// A source whose revision and changes the test sets.
+    struct Moving(Mutex<(u64, Vec<InstanceKey>)>);
+
+    impl TargetSource for Moving {
+        fn targets(&self) -> Vec<InstanceTarget> {
+            vec![target("a")]
+        }
+        fn ready(&self) -> bool {
+            true
+        }
+        fn revision(&self) -> Option<u64> {
+            Some(self.0.lock().expect("lock").0)
+        }
+        fn changed_since(&self, _revision: u64) -> Option<Vec<InstanceKey>> {
+            Some(self.0.lock().expect("lock").1.clone())
+        }
+    }
+
+    #[tokio::test]
+    async fn the_revision_moves_with_the_source_and_the_membership_only() {
+        let (service, _handle) = tower_test::mock::pair::<
+            http::Request<kube::client::Body>,
+            http::Response<kube::client::Body>,
+        >();
+        let client = kube::Client::new(service, "default");
+        let config = ShardConfig::new("ns", "g", "me", Duration::from_secs(15)).expect("config");
+        let (shard, _driver) = Shard::start(client, config);
+        let inner = Arc::new(Moving(Mutex::new((5, vec![]))));
+        let owned = OwnedTargets::new(inner.clone(), shard);
+        let first = owned.revision().expect("revision");
+        assert_eq!(owned.revision(), Some(first), "nothing moved");
+        *inner.0.lock().expect("lock") = (6, vec![InstanceKey::new("kura", "a")]);
+        let second = owned.revision().expect("revision");
+        assert_ne!(second, first);
+        // The same membership: the inner source's changes pass through.
+        assert_eq!(
+            owned.changed_since(first),
+            Some(vec![InstanceKey::new("kura", "a")])
+        );
+        // A revision from another membership epoch re-reads all.
+        assert_eq!(owned.changed_since(second + (1 << INNER_BITS)), None);
     }
 }
