@@ -651,11 +651,14 @@ mod tests {
         }
     }
 
+    /// The revision, the targets and the change log of [`Named`].
+    type NamedState = (u64, Vec<InstanceTarget>, Vec<(u64, InstanceKey)>);
+
     /// A source that names what changed, by key: counts full reads and
     /// records which keys were re-read.
     #[derive(Default)]
     struct Named {
-        state: std::sync::Mutex<(u64, Vec<InstanceTarget>, Vec<(u64, InstanceKey)>)>,
+        state: std::sync::Mutex<NamedState>,
         full_reads: AtomicUsize,
         asked: std::sync::Mutex<Vec<Vec<InstanceKey>>>,
     }

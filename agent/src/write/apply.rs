@@ -19,9 +19,9 @@ use super::queue::JobResult;
 use crate::model::{DesiredStatus, InstanceKey, WriteGate, WriteRecord};
 use crate::telemetry;
 use jiff::Timestamp;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use kube::Client;
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use kura_schemas::KuraInstance;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -317,7 +317,6 @@ pub(crate) fn result_label(result: &Result<WriteOutcome, WriteError>) -> &'stati
 #[derive(Clone)]
 pub struct StatusWriter {
     client: Client,
-    resource: ApiResource,
     params: PatchParams,
     gate: Option<Arc<dyn WriteGate>>,
     set: ConditionSet,
@@ -328,7 +327,6 @@ impl StatusWriter {
     pub fn new(client: Client) -> Self {
         Self {
             client,
-            resource: ApiResource::erase::<KuraInstance>(&()),
             params: PatchParams::apply(FIELD_MANAGER).force(),
             gate: None,
             set: ConditionSet::default(),
@@ -412,19 +410,58 @@ impl StatusWriter {
             gate.check(key, Timestamp::now())
                 .map_err(WriteError::Fenced)?;
         }
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(self.client.clone(), &key.namespace, &self.resource);
+        let api: Api<Returned> = Api::namespaced(self.client.clone(), &key.namespace);
         let returned = api
             .patch_status(&key.name, &self.params, &Patch::Apply(&body))
             .await
             .map_err(classify)?;
-        Ok((check_returned(&body, &returned.data), returned.metadata.uid))
+        let status = serde_json::json!({ "status": returned.status });
+        Ok((check_returned(&body, &status), returned.metadata.uid))
     }
+}
+
+/// What a status write's answer is read for: the instance's UID and its
+/// status. Its managed fields (every manager's, often larger than the
+/// status) and its spec are skipped by the parser.
+#[derive(kube::Resource, Clone, Debug, serde::Deserialize)]
+#[resource(inherit = "KuraInstance")]
+struct Returned {
+    #[serde(deserialize_with = "uid_only", default)]
+    metadata: ObjectMeta,
+    #[serde(default)]
+    status: Value,
+}
+
+/// Reads `metadata`, keeping its UID only.
+fn uid_only<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
+    #[derive(serde::Deserialize)]
+    struct Uid {
+        uid: Option<String>,
+    }
+    let Uid { uid } = serde::Deserialize::deserialize(d)?;
+    Ok(ObjectMeta {
+        uid,
+        ..ObjectMeta::default()
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_answer_is_read_for_its_uid_and_status_only() {
+        let returned: Returned = serde_json::from_value(json!({
+            "apiVersion": "kura.tuist.dev/v1alpha1", "kind": "KuraInstance",
+            "metadata": {"name": "a", "uid": "u1", "managedFields": [{"manager": "m", "fieldsV1": {}}]},
+            "spec": {"image": "i"},
+            "status": {"rolloutGate": {"verdict": "healthy"}}
+        }))
+        .expect("answer");
+        assert_eq!(returned.metadata.uid.as_deref(), Some("u1"));
+        assert!(returned.metadata.managed_fields.is_none());
+        assert_eq!(returned.status["rolloutGate"]["verdict"], "healthy");
+    }
 
     #[test]
     fn missing_fields_names_every_lost_path() {
