@@ -11,7 +11,7 @@
 //! server; it never adds a pod the owner rule ([`super::pods`]) does not
 //! match.
 
-use crate::model::{InstanceKey, InstanceTarget};
+use crate::model::{InstanceKey, InstanceTarget, PodScope};
 use crate::telemetry;
 use futures::StreamExt;
 use kube::Client;
@@ -20,7 +20,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kura_schemas::KuraInstance;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::watch;
 
@@ -54,6 +54,65 @@ pub struct Discovery {
     watches: Vec<Arc<WatchState>>,
     /// Bumped whenever an instance watch shows a `spec.image` change.
     image_changes: Arc<watch::Sender<u64>>,
+    /// Which instances' pods are kept (all without one).
+    pod_scope: Option<Arc<dyn PodScope>>,
+    /// Per pod watch, the value of the scope's signal its last complete
+    /// list was made under ([`NOT_LISTED`] before the first).
+    pod_lists: Vec<Arc<AtomicU64>>,
+}
+
+/// No pod list complete yet.
+const NOT_LISTED: u64 = u64::MAX;
+
+/// The future that runs one pod watch: each event applied to the store
+/// with the scope's filter; when the scope changes, the watch starts
+/// again (a new list, swapped in whole when complete), and `listed` says
+/// under which value of the scope's signal the last list completed.
+fn pod_watch(
+    api: Api<PodObject>,
+    config: watcher::Config,
+    state: Arc<WatchState>,
+    store: Arc<Mutex<FactStore>>,
+    scope_index: usize,
+    pod_scope: Option<Arc<dyn PodScope>>,
+    listed: Arc<AtomicU64>,
+) -> DiscoveryDriver {
+    Box::pin(async move {
+        let mut changes = pod_scope.as_ref().map(|s| s.changes());
+        loop {
+            let epoch = changes.as_mut().map_or(0, |c| *c.borrow_and_update());
+            let scope = pod_scope.clone();
+            let facts = Arc::clone(&store);
+            let done = Arc::clone(&listed);
+            let run = driven(
+                watcher::watcher(api.clone(), config.clone()).default_backoff(),
+                Arc::clone(&state),
+                move |ev| {
+                    let keeps = |key: &InstanceKey| scope.as_ref().is_none_or(|s| s.keeps(key));
+                    locked(&facts).apply_pod(scope_index, ev, &keeps);
+                    if matches!(ev, watcher::Event::InitDone) {
+                        done.store(epoch, Ordering::Release);
+                    }
+                },
+            );
+            match changes.as_mut() {
+                None => return run.await,
+                Some(c) => {
+                    tokio::select! {
+                        () = run => return,
+                        changed = c.changed() => {
+                            if changed.is_err() {
+                                // The scope is gone: keep watching as is.
+                                changes = None;
+                            }
+                            tracing::info!(resource = PODS, scope = scope_index,
+                                "the pods this replica keeps changed: listing them again");
+                        }
+                    }
+                }
+            }
+        }
+    })
 }
 
 /// One watch's readiness, shared between its driver and [`Discovery`]:
@@ -160,7 +219,15 @@ impl Discovery {
     /// Sets up one instance watch and one pod watch per namespace (one of
     /// each for all namespaces when none is configured), each feeding its
     /// scope of the store. Returns the caches and the future to spawn.
-    pub fn start(client: Client, config: &DiscoveryConfig) -> (Discovery, DiscoveryDriver) {
+    ///
+    /// With a `pod_scope` (sharding), only the pods of the instances it
+    /// keeps are kept; when it changes, the pods are listed again
+    /// ([`Discovery::pods_current`] is false until that list is in).
+    pub fn start(
+        client: Client,
+        config: &DiscoveryConfig,
+        pod_scope: Option<Arc<dyn PodScope>>,
+    ) -> (Discovery, DiscoveryDriver) {
         let scopes: Vec<Option<&str>> = if config.namespaces.is_empty() {
             vec![None]
         } else {
@@ -173,6 +240,7 @@ impl Discovery {
         let mut watches = Vec::new();
         let image_changes = Arc::new(watch::Sender::new(0u64));
         let mut drivers: Vec<DiscoveryDriver> = Vec::new();
+        let mut pod_lists = Vec::new();
         for (i, scope) in scopes.into_iter().enumerate() {
             let instance_api: Api<InstanceObject> = match scope {
                 Some(ns) => Api::namespaced(client.clone(), ns),
@@ -211,11 +279,16 @@ impl Discovery {
 
             let state = Arc::new(WatchState::new(PODS, i));
             watches.push(Arc::clone(&state));
-            let facts = Arc::clone(&store);
-            drivers.push(driven(
-                watcher::watcher(pod_api, pod_cfg).default_backoff(),
+            let listed = Arc::new(AtomicU64::new(NOT_LISTED));
+            pod_lists.push(Arc::clone(&listed));
+            drivers.push(pod_watch(
+                pod_api,
+                pod_cfg,
                 state,
-                move |ev| locked(&facts).apply_pod(i, ev),
+                Arc::clone(&store),
+                i,
+                pod_scope.clone(),
+                listed,
             ));
         }
         let driver: DiscoveryDriver = Box::pin(async move {
@@ -226,6 +299,8 @@ impl Discovery {
                 store,
                 watches,
                 image_changes,
+                pod_scope,
+                pod_lists,
             },
             driver,
         )
@@ -246,6 +321,16 @@ impl Discovery {
             .filter(|w| !w.is_synced())
             .map(|w| w.describe())
             .collect()
+    }
+
+    /// Whether every pod watch's last complete list was made under the
+    /// pod scope as it stands (always, without a scope, once listed): the
+    /// targets then hold the pods of every instance the scope keeps.
+    pub fn pods_current(&self) -> bool {
+        let now = self.pod_scope.as_ref().map_or(0, |s| *s.changes().borrow());
+        self.pod_lists
+            .iter()
+            .all(|l| l.load(Ordering::Acquire) == now)
     }
 
     /// A signal that changes whenever a watch shows an instance whose
@@ -328,7 +413,7 @@ mod tests {
             pod_selector: Some("app.kubernetes.io/name=kura".into()),
             targets: TargetConfig::default(),
         };
-        let (discovery, driver) = Discovery::start(client, &config);
+        let (discovery, driver) = Discovery::start(client, &config, None);
         let driver = tokio::spawn(driver);
         assert!(!discovery.is_ready());
 

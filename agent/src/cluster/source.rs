@@ -27,7 +27,7 @@ impl TargetSource for ClusterTargets {
         targets.instances
     }
     fn ready(&self) -> bool {
-        self.discovery.is_ready()
+        self.discovery.is_ready() && self.discovery.pods_current()
     }
     fn image_changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
         Some(self.discovery.image_changes())

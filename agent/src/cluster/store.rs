@@ -194,9 +194,17 @@ impl FactStore {
         applied
     }
 
-    /// Applies one event of scope `scope`'s pod watch.
-    pub fn apply_pod(&mut self, scope: usize, event: &watcher::Event<PodObject>) {
+    /// Applies one event of scope `scope`'s pod watch; a pod of an
+    /// instance `keeps` refuses is not kept (it is gone from the store if
+    /// it was there).
+    pub fn apply_pod(
+        &mut self,
+        scope: usize,
+        event: &watcher::Event<PodObject>,
+        keeps: &dyn Fn(&InstanceKey) -> bool,
+    ) {
         let config = &self.config;
+        let facts_of = |pod: &PodObject| facts_of(pod, config).filter(|(owner, _)| keeps(owner));
         let Some(s) = self.scopes.get_mut(scope) else {
             return;
         };
@@ -205,7 +213,7 @@ impl FactStore {
             watcher::Event::Init => s.pod_relist = Some((HashMap::new(), HashMap::new())),
             watcher::Event::InitApply(pod) => {
                 if let (Some((pods, owners)), Some(pk), Some((owner, facts))) =
-                    (s.pod_relist.as_mut(), pod_key(pod), facts_of(pod, config))
+                    (s.pod_relist.as_mut(), pod_key(pod), facts_of(pod))
                 {
                     pods.entry(owner.clone())
                         .or_default()
@@ -227,7 +235,7 @@ impl FactStore {
             }
             watcher::Event::Apply(pod) => {
                 if let Some(pk) = pod_key(pod) {
-                    let new = facts_of(pod, config);
+                    let new = facts_of(pod);
                     upsert_pod(s, pk, new, &mut changed);
                 }
             }
@@ -389,6 +397,10 @@ mod tests {
     use serde_json::json;
     use watcher::Event;
 
+    fn all(_: &InstanceKey) -> bool {
+        true
+    }
+
     fn key(name: &str) -> InstanceKey {
         InstanceKey::new("kura", name)
     }
@@ -406,11 +418,11 @@ mod tests {
             store.apply_instance(0, &Event::InitApply(i));
         }
         store.apply_instance(0, &Event::InitDone);
-        store.apply_pod(0, &Event::Init);
+        store.apply_pod(0, &Event::Init, &all);
         for p in pods {
-            store.apply_pod(0, &Event::InitApply(p));
+            store.apply_pod(0, &Event::InitApply(p), &all);
         }
-        store.apply_pod(0, &Event::InitDone);
+        store.apply_pod(0, &Event::InitDone, &all);
         store
     }
 
@@ -601,6 +613,7 @@ mod tests {
                                   "containerStatuses": [{"name": "sidecar", "restartCount": 10},
                                                         {"name": "kura", "restartCount": 2}]}}),
             )),
+            &all,
         );
         assert_eq!(store.revision(), rev, "nothing a target is made of moved");
         assert_eq!(store.changed_since(rev), Some(vec![]));
@@ -635,6 +648,7 @@ mod tests {
                 Some("10.0.0.1"),
                 json!({"status": {"containerStatuses": [{"name": "kura", "restartCount": 3}]}}),
             )),
+            &all,
         );
         assert_eq!(store.changed_since(rev), Some(vec![key("acme")]));
         let rev = store.revision();
@@ -647,10 +661,12 @@ mod tests {
         store.apply_pod(
             0,
             &Event::Apply(pod("kura", "beta-0", "beta", None, json!({}))),
+            &all,
         );
         store.apply_pod(
             0,
             &Event::Delete(pod("kura", "acme-0", "acme", Some("10.0.0.1"), json!({}))),
+            &all,
         );
         assert_eq!(
             store.changed_since(rev),
@@ -673,6 +689,7 @@ mod tests {
             store.apply_pod(
                 0,
                 &Event::Apply(pod("kura", "acme-0", "acme", None, restarts)),
+                &all,
             );
         }
         assert_eq!(store.changed_since(before), None);
@@ -734,16 +751,52 @@ mod tests {
             TargetConfig::default(),
         );
         let rev = store.revision();
-        store.apply_pod(0, &Event::Init);
+        store.apply_pod(0, &Event::Init, &all);
         store.apply_pod(
             0,
             &Event::InitApply(pod("kura", "acme-0", "acme", Some("10.0.0.1"), json!({}))),
+            &all,
         );
         // While the re-list runs, the old pods still answer.
         assert_eq!(store.targets_of(&[key("beta")])[0].pods.len(), 1);
-        store.apply_pod(0, &Event::InitDone);
+        store.apply_pod(0, &Event::InitDone, &all);
         assert_eq!(store.changed_since(rev), Some(vec![key("beta")]));
         assert!(store.targets_of(&[key("beta")])[0].pods.is_empty());
         assert_eq!(store.counts(), (2, 1));
+    }
+
+    #[test]
+    fn only_the_pods_of_kept_instances_are_held() {
+        let only_acme = |k: &InstanceKey| k.name == "acme";
+        let mut store = FactStore::new(1, TargetConfig::default());
+        store.apply_pod(0, &Event::Init, &only_acme);
+        for (p, owner) in [("acme-0", "acme"), ("beta-0", "beta")] {
+            store.apply_pod(
+                0,
+                &Event::InitApply(pod("kura", p, owner, Some("10.0.0.1"), json!({}))),
+                &only_acme,
+            );
+        }
+        store.apply_pod(0, &Event::InitDone, &only_acme);
+        assert_eq!(store.counts(), (0, 1));
+        // A later event of a pod not kept is not kept either.
+        store.apply_pod(
+            0,
+            &Event::Apply(pod("kura", "beta-1", "beta", None, json!({}))),
+            &only_acme,
+        );
+        assert_eq!(store.counts(), (0, 1));
+        // The scope moved to beta: the list made under it swaps in whole.
+        let only_beta = |k: &InstanceKey| k.name == "beta";
+        store.apply_pod(0, &Event::Init, &only_beta);
+        for (p, owner) in [("acme-0", "acme"), ("beta-0", "beta"), ("beta-1", "beta")] {
+            store.apply_pod(
+                0,
+                &Event::InitApply(pod("kura", p, owner, Some("10.0.0.1"), json!({}))),
+                &only_beta,
+            );
+        }
+        store.apply_pod(0, &Event::InitDone, &only_beta);
+        assert_eq!(store.counts(), (0, 2));
     }
 }

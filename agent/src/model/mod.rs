@@ -24,7 +24,7 @@ mod transition;
 pub use clock::{Clock, ScaledClock, SystemClock};
 pub use key::InstanceKey;
 pub use limits::GateLimits;
-pub use ports::{StatusSink, TargetSource, WriteGate};
+pub use ports::{PodScope, StatusSink, TargetSource, WriteGate};
 pub use sample::{InstanceInfo, PodIdentity, PodSample, SampleResult};
 #[cfg(test)]
 pub(crate) use status::fixtures;

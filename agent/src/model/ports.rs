@@ -73,3 +73,15 @@ pub trait WriteGate: Send + Sync {
     /// `Ok` to write `key` at `now`.
     fn check(&self, key: &InstanceKey, now: Timestamp) -> Result<(), String>;
 }
+
+/// Which instances' pods the watches keep (sharding: the instances this
+/// replica owns or is about to own), so a replica holds no pod it will
+/// not sweep. Without one, every pod is kept.
+pub trait PodScope: Send + Sync + 'static {
+    /// Whether the pods of `key` are kept.
+    fn keeps(&self, key: &InstanceKey) -> bool;
+    /// A signal that changes whenever [`PodScope::keeps`] may answer
+    /// differently (its value counts the changes): the pods are then
+    /// listed again, and the targets are not read until that list is in.
+    fn changes(&self) -> watch::Receiver<u64>;
+}

@@ -28,7 +28,8 @@ use kube::{Client, ResourceExt};
 use serde::Serialize;
 
 use super::membership::{LeaseRecord, Membership, OwnLease, Timing, view_is_fresh};
-use crate::model::{InstanceKey, WriteGate};
+use super::rendezvous::owner;
+use crate::model::{InstanceKey, PodScope, WriteGate};
 use crate::telemetry;
 use crate::view::{MemberSummary, MembersSource, MembersSummary};
 
@@ -170,6 +171,9 @@ struct State {
     changes: VecDeque<OwnershipChange>,
     changes_total: u64,
     released: bool,
+    /// The membership the pods are kept for, and the targets read under
+    /// ([`Shard::refresh_scope`]).
+    scope: Option<Membership>,
 }
 
 /// The shared sharding handle. See the module documentation.
@@ -179,6 +183,28 @@ pub struct Shard {
     store: Store<Lease>,
     synced: AtomicBool,
     state: Mutex<State>,
+    /// Moves whenever the membership the pods are kept for changes.
+    scope_changes: tokio::sync::watch::Sender<u64>,
+}
+
+impl PodScope for Shard {
+    /// The pods of an instance this replica owns, or is about to own once
+    /// a joining member settles, under the scope's membership; none before
+    /// the first one.
+    fn keeps(&self, key: &InstanceKey) -> bool {
+        let s = self.lock();
+        let Some(m) = s.scope.as_ref() else {
+            return false;
+        };
+        let key = key.to_string();
+        [&m.live, &m.settled]
+            .into_iter()
+            .any(|members| owner(&key, members).is_some_and(|o| o.id == m.me))
+    }
+
+    fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.scope_changes.subscribe()
+    }
 }
 
 /// The future that renews this replica's Lease and watches the group's;
@@ -208,7 +234,9 @@ impl Shard {
                 changes: VecDeque::new(),
                 changes_total: 0,
                 released: false,
+                scope: None,
             }),
+            scope_changes: tokio::sync::watch::Sender::new(0),
             config,
             store: reader,
             synced: AtomicBool::new(false),
@@ -423,6 +451,42 @@ impl Shard {
             },
             now,
         )
+    }
+
+    /// Takes the membership at `now` as the one the pods are kept for and
+    /// the targets read under; when its members changed, the pod scope's
+    /// signal moves (the pods are listed again before the targets are
+    /// read). Called by the run loop's readiness check, so ownership
+    /// never moves before the pods it needs are listed.
+    pub fn refresh_scope(&self, now: Timestamp) {
+        let fresh = self.membership(now);
+        let changed = {
+            let mut s = self.lock();
+            let same = s.scope.as_ref().is_some_and(|m| {
+                m.me == fresh.me && m.live == fresh.live && m.settled == fresh.settled
+            });
+            if !same {
+                s.scope = Some(fresh);
+            }
+            !same
+        };
+        if changed {
+            self.scope_changes.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+
+    /// The membership the targets are read under: the members of the
+    /// last [`Shard::refresh_scope`], with this replica's own Lease as it
+    /// stands at `now`.
+    pub fn scoped_membership(&self, now: Timestamp) -> Membership {
+        let fresh = self.membership(now);
+        match self.lock().scope.clone() {
+            Some(scope) => Membership {
+                own_current: fresh.own_current,
+                ..scope
+            },
+            None => fresh,
+        }
     }
 
     /// Records the owned set the run loop acts on; counts and logs what was

@@ -59,7 +59,7 @@ impl OwnedTargets {
 impl TargetSource for OwnedTargets {
     fn targets(&self) -> Vec<InstanceTarget> {
         let now = Timestamp::now();
-        let membership = self.shard.membership(now);
+        let membership = self.shard.scoped_membership(now);
         let owned: Vec<InstanceTarget> = self
             .inner
             .targets()
@@ -72,7 +72,11 @@ impl TargetSource for OwnedTargets {
         owned
     }
 
+    /// Takes the membership as it stands for the pods kept first: when
+    /// it moved, the pods are listed again and the source is not ready
+    /// until they are in.
     fn ready(&self) -> bool {
+        self.shard.refresh_scope(Timestamp::now());
         self.inner.ready() && self.shard.is_ready()
     }
 
@@ -82,7 +86,7 @@ impl TargetSource for OwnedTargets {
 
     fn revision(&self) -> Option<u64> {
         let inner = self.inner.revision()?;
-        let membership = self.shard.membership(Timestamp::now());
+        let membership = self.shard.scoped_membership(Timestamp::now());
         let mut state = self.lock();
         if state.membership.as_ref() != Some(&membership) {
             state.membership = Some(membership);
@@ -100,7 +104,7 @@ impl TargetSource for OwnedTargets {
 
     fn targets_of(&self, keys: &[InstanceKey]) -> Vec<InstanceTarget> {
         let now = Timestamp::now();
-        let membership = self.shard.membership(now);
+        let membership = self.shard.scoped_membership(now);
         let owned: Vec<InstanceTarget> = self
             .inner
             .targets_of(keys)

@@ -17,7 +17,7 @@ use tokio::task::JoinHandle;
 use crate::cluster::{ClusterTargets, Discovery};
 use crate::debug::{DebugServer, DebugState};
 use crate::events::{EventSink, start_events};
-use crate::model::{InstanceKey, SystemClock, TargetSource};
+use crate::model::{InstanceKey, PodScope, SystemClock, TargetSource};
 use crate::poll::Poller;
 use crate::runner::AgentLoop;
 use crate::shard::{OwnedTargets, Shard, ShardConfig};
@@ -131,7 +131,11 @@ pub async fn run_with_client(
         gate = %serde_json::to_string(&loop_config.engine.gate).unwrap_or_default(),
         "starting kura-agent");
 
-    let (discovery, driver) = Discovery::start(client.clone(), &args.discovery_config());
+    let (discovery, driver) = Discovery::start(
+        client.clone(),
+        &args.discovery_config(),
+        sharding.pod_scope(),
+    );
     let driver = tokio::spawn(driver);
 
     let view = FleetView::new();
@@ -282,6 +286,14 @@ impl Sharding {
 
     fn is_on(&self) -> bool {
         self.shard.is_some()
+    }
+
+    /// The pods this replica keeps: those of the instances it owns or is
+    /// about to own (all of them without sharding).
+    fn pod_scope(&self) -> Option<Arc<dyn PodScope>> {
+        self.shard
+            .as_ref()
+            .map(|s| Arc::clone(s) as Arc<dyn PodScope>)
     }
 
     /// Why this replica may not act yet (readiness detail).
