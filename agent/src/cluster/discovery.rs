@@ -4,7 +4,8 @@
 //!
 //! Objects are read as typed partial objects ([`super::wire`]): a Pod's
 //! volumes, env, probes, managed fields and conditions are skipped by the
-//! parser and never stored. What is kept per pod is its [`PodFacts`]
+//! parser and never stored. What is kept per pod is its
+//! [`PodFacts`](super::pods::PodFacts)
 //! (identity and address), per instance its shape and its status as last
 //! seen, parsed ([`super::instances`]). The optional pod label selector
 //! (e.g. `app.kubernetes.io/name=kura`) only narrows the watch on the API
