@@ -593,6 +593,32 @@ impl FleetView {
             .collect()
     }
 
+    /// Since when each of `keys` stands as it does (`None`: not swept),
+    /// in the order given: what a page showing a few instances needs,
+    /// without copying every key as [`FleetView::since_all`] does.
+    pub fn since_of<'k>(
+        &self,
+        keys: impl IntoIterator<Item = &'k InstanceKey>,
+    ) -> Vec<Option<Since>> {
+        let state = self.read();
+        keys.into_iter()
+            .map(|k| state.histories.get(k).map(|h| h.since()))
+            .collect()
+    }
+
+    /// Reads every instance in place, by namespace and name, under the
+    /// read lock: for a reader that needs a few fields of every instance
+    /// (counts, sort keys) and copies out only the few it shows, where
+    /// [`FleetView::snapshot`] would copy all of them. `read` runs with
+    /// the lock held (sweeps wait to be recorded): it must be quick and
+    /// must not block.
+    pub fn read_instances<R>(
+        &self,
+        read: impl FnOnce(std::collections::btree_map::Values<'_, InstanceKey, InstanceView>) -> R,
+    ) -> R {
+        read(self.read().instances.values())
+    }
+
     /// What the histories occupy (the load harness reports it).
     pub fn history_footprint(&self) -> HistoryFootprint {
         let state = self.read();
