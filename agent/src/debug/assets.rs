@@ -49,6 +49,7 @@ form.filters label{display:flex;flex-direction:column;gap:2px;font-size:12px;col
 input,select,form button{font:inherit;padding:4px 8px;border:1px solid #b8bfcb;border-radius:6px;background:#fff;color:var(--fg)}
 input[type=search]{min-width:260px}
 #shown{color:var(--muted);padding-bottom:6px}
+#shown .pages{display:inline-flex;gap:14px;margin-left:16px}
 .scroll{overflow-x:auto;border:1px solid var(--line);border-radius:8px;background:var(--card)}
 table{border-collapse:collapse;width:100%;background:var(--card)}
 caption{text-align:left;padding:8px 10px;color:var(--muted);caption-side:top}
