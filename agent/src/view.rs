@@ -829,6 +829,45 @@ mod tests {
     }
 
     #[test]
+    fn instances_are_read_in_place_and_since_is_looked_up_for_the_keys_given() {
+        let v = FleetView::new();
+        let (a, b) = (InstanceKey::new("ns", "a"), InstanceKey::new("ns", "b"));
+        for (k, at) in [(&b, 0), (&a, 5)] {
+            v.record_sweep(
+                k,
+                SweepRecord {
+                    spec_image: "img",
+                    current_pods: &[],
+                    samples: &[],
+                    health: None,
+                    gate: None,
+                    notes: Vec::new(),
+                    limits: None,
+                    at: ts(at),
+                },
+            );
+        }
+        v.record_write(
+            &InstanceKey::new("ns", "c"),
+            LastWrite {
+                at: ts(9),
+                attempt: 0,
+                priority: false,
+                result: WriteRecord::Applied,
+            },
+        );
+        let names = v.read_instances(|all| all.map(|i| i.name.clone()).collect::<Vec<_>>());
+        assert_eq!(names, ["a", "b", "c"], "by namespace and name");
+        let missing = InstanceKey::new("ns", "c");
+        let since = v.since_of([&b, &missing, &a]);
+        assert_eq!(
+            since.iter().map(|s| s.map(|s| s.at)).collect::<Vec<_>>(),
+            [Some(ts(0)), None, Some(ts(5))],
+            "in the order given; no history for an instance never swept"
+        );
+    }
+
+    #[test]
     fn sweeps_feed_a_bounded_history_that_leaves_with_the_instance() {
         let v = FleetView::new();
         let k = InstanceKey::new("ns", "a");

@@ -213,7 +213,7 @@ const HEADERS: [(&str, Option<Column>, bool); 13] = [
 
 /// What the fleet page shows.
 pub struct Fleet<'a> {
-    /// The window of the fleet ([`fleet_window::gather`]).
+    /// The window of the fleet ([`gather`](crate::debug::fleet_window::gather)).
     pub window: &'a Window,
     /// The owning replica's name ([`html::owner`]), as the window was
     /// sorted with.
