@@ -440,6 +440,8 @@ fn window_nav(body: &mut String, window: &Window, query: &FleetQuery) {
     };
     let shown = if window.rows.is_empty() {
         format!("showing none of {of} (past the last row)")
+    } else if first == last {
+        format!("showing {} of {of}", thousands(first))
     } else {
         format!("showing {}–{} of {of}", thousands(first), thousands(last))
     };
