@@ -12,9 +12,10 @@
 # cells and every verdict colour its word; and, through the DevTools
 # protocol, that the pages request nothing outside the agent and log
 # nothing to the console (no error, no CSP violation), that auto-refresh
-# runs and pauses, and that filter and sort act in place. Screenshots and
-# the dumped DOMs go to ${KURA_BROWSER_OUT:-target/browser-check} (in the
-# CI clone). Time-bounded: the install 10 min, the fixture 2 min to get
+# runs and pauses, that filter and sort act in place, and that a window of
+# the fleet (?limit=2) is left to the server and kept by the refresh.
+# Screenshots and the dumped DOMs go to
+# ${KURA_BROWSER_OUT:-target/browser-check} (in the CI clone). Time-bounded: the install 10 min, the fixture 2 min to get
 # ready, the browser checks 5 min; warm it takes about 45 s (20 s of it the
 # fixture's simulated 20 minutes).
 set -euo pipefail

@@ -15,7 +15,9 @@ example; scripts/browser-check.sh starts it). Checks:
    every request the pages make goes to BASE_URL's origin, nothing is
    logged to the console (no error, no CSP violation, no exception), the
    auto-refresh fetches the page and stops when paused, the filter and the
-   sort act in place; with script off the fleet page is the plain table
+   sort act in place; a window of the fleet (?limit=2) is left to the
+   server (Apply shows, the refresh keeps the window, the next link goes
+   to the next window); with script off the fleet page is the plain table
    with its filter form; screenshots of both pages go to OUT_DIR.
 
 Exit 0 when every check passes, 1 otherwise (each failure printed).
@@ -389,6 +391,29 @@ def devtools_checks(base, out_dir, instance_url):
         )
         check(first == "kura/<img src=http://192.0.2.1/x.png>", f"fleet page: sorting by instance in place ({first})")
         clean("fleet page")
+
+        # A window of a fleet larger than it (?limit=2): the server filters,
+        # sorts and pages; the script leaves the form and the links to it,
+        # and its refresh keeps the window.
+        load(urllib.parse.urljoin(base, "/?limit=2"))
+        check(evaluate("document.querySelectorAll('#rows tr').length") == 2, "windowed fleet page: two rows")
+        check(evaluate("document.querySelector('#rows tr th').textContent") == HARD_STOP, "windowed fleet page: worst first")
+        check(evaluate("document.getElementById('shown').hasAttribute('data-window')") is True, "windowed fleet page: marked as a window")
+        check(evaluate("document.querySelector('#filters button[type=submit]').hidden") is False, "windowed fleet page: the Apply button shows (the server filters)")
+        check(b.wait_for(is_fetch, 12), "windowed fleet page: auto-refresh fetches the page")
+        b.pump(1.0)
+        fetched = [e["params"]["request"]["url"] for e in b.events if is_fetch(e)]
+        check(all("limit=2" in u for u in fetched), f"windowed fleet page: the refresh keeps the window ({fetched[:2]})")
+        check(evaluate("document.querySelectorAll('#rows tr').length") == 2, "windowed fleet page: two rows after a refresh")
+        clean("windowed fleet page")
+        b.events.clear()
+        evaluate("document.querySelector('#shown a[rel=next]').click()")
+        check(b.wait_for(lambda e: e.get("method") == "Page.loadEventFired", 30), "windowed fleet page: the next link loads")
+        check("offset=2" in (evaluate("location.search") or ""), "windowed fleet page: the next window's URL")
+        second = evaluate("document.querySelector('#rows tr th').textContent")
+        check(second not in (None, HARD_STOP), f"windowed fleet page: the next window starts further down ({second})")
+        check(evaluate("document.querySelector('#shown a[rel=prev]') !== null") is True, "windowed fleet page: a link back")
+        clean("windowed fleet page, second window")
 
         # The fleet page with script off (DevTools, since --dump-dom needs
         # script to serialise the page): the plain table and the form.

@@ -593,6 +593,32 @@ impl FleetView {
             .collect()
     }
 
+    /// Since when each of `keys` stands as it does (`None`: not swept),
+    /// in the order given: what a page showing a few instances needs,
+    /// without copying every key as [`FleetView::since_all`] does.
+    pub fn since_of<'k>(
+        &self,
+        keys: impl IntoIterator<Item = &'k InstanceKey>,
+    ) -> Vec<Option<Since>> {
+        let state = self.read();
+        keys.into_iter()
+            .map(|k| state.histories.get(k).map(|h| h.since()))
+            .collect()
+    }
+
+    /// Reads every instance in place, by namespace and name, under the
+    /// read lock: for a reader that needs a few fields of every instance
+    /// (counts, sort keys) and copies out only the few it shows, where
+    /// [`FleetView::snapshot`] would copy all of them. `read` runs with
+    /// the lock held (sweeps wait to be recorded): it must be quick and
+    /// must not block.
+    pub fn read_instances<R>(
+        &self,
+        read: impl FnOnce(std::collections::btree_map::Values<'_, InstanceKey, InstanceView>) -> R,
+    ) -> R {
+        read(self.read().instances.values())
+    }
+
     /// What the histories occupy (the load harness reports it).
     pub fn history_footprint(&self) -> HistoryFootprint {
         let state = self.read();
@@ -800,6 +826,45 @@ mod tests {
             panic!("a valid sample")
         };
         assert_eq!(view.pods[1].report.as_deref(), Some(&**sent));
+    }
+
+    #[test]
+    fn instances_are_read_in_place_and_since_is_looked_up_for_the_keys_given() {
+        let v = FleetView::new();
+        let (a, b) = (InstanceKey::new("ns", "a"), InstanceKey::new("ns", "b"));
+        for (k, at) in [(&b, 0), (&a, 5)] {
+            v.record_sweep(
+                k,
+                SweepRecord {
+                    spec_image: "img",
+                    current_pods: &[],
+                    samples: &[],
+                    health: None,
+                    gate: None,
+                    notes: Vec::new(),
+                    limits: None,
+                    at: ts(at),
+                },
+            );
+        }
+        v.record_write(
+            &InstanceKey::new("ns", "c"),
+            LastWrite {
+                at: ts(9),
+                attempt: 0,
+                priority: false,
+                result: WriteRecord::Applied,
+            },
+        );
+        let names = v.read_instances(|all| all.map(|i| i.name.clone()).collect::<Vec<_>>());
+        assert_eq!(names, ["a", "b", "c"], "by namespace and name");
+        let missing = InstanceKey::new("ns", "c");
+        let since = v.since_of([&b, &missing, &a]);
+        assert_eq!(
+            since.iter().map(|s| s.map(|s| s.at)).collect::<Vec<_>>(),
+            [Some(ts(0)), None, Some(ts(5))],
+            "in the order given; no history for an instance never swept"
+        );
     }
 
     #[test]

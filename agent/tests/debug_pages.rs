@@ -2,7 +2,8 @@
 //! (aggregation and gate) through the fleet view: order (hard stops first),
 //! verdict words and evidence, the verdict sentence, the gated-signal
 //! table, the history chart (band line, points, verdict strip), the pods,
-//! filters and sorting without script, the CSP and escaping.
+//! filters and sorting without script, a fleet shown whole when it fits
+//! the window and as a window when it does not, the CSP and escaping.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -330,6 +331,28 @@ async fn filters_and_sorting_work_without_script() {
     assert!(first.contains("kura/calm"), "{first}");
     assert!(r.body.contains("data-sort=\"instance\" data-dir=\"asc\""));
     assert!(r.body.contains("aria-sort=\"ascending\""));
+    // A fleet that fits the window is shown whole (an offset changes
+    // nothing); a smaller window makes it a window of the fleet.
+    let r = get(addr, "/?offset=2").await;
+    assert_eq!(rows(&r.body).len(), 4);
+    assert!(
+        r.body
+            .contains("<div id=\"shown\" data-live>showing 4 of 4</div>")
+    );
+    let r = get(addr, "/?limit=3&verdict=healthy").await;
+    assert_eq!(rows(&r.body).len(), 1, "filtered before the window");
+    assert!(rows(&r.body)[0].contains("kura/calm"));
+    assert!(
+        r.body.contains(
+            "<div id=\"shown\" data-live data-window>showing 1 of 1 matching of 4 instances<nav"
+        ),
+        "{}",
+        r.body
+    );
+    let r = get(addr, "/?limit=3&offset=3").await;
+    let last = rows(&r.body);
+    assert_eq!(last.len(), 1);
+    assert!(last[0].contains("kura/calm") && !last[0].contains(" hidden"));
     // Without script the page refreshes itself, and a link pauses it.
     assert!(r.body.contains("<noscript><meta http-equiv=\"refresh\""));
     let r = get(addr, "/?refresh=off").await;

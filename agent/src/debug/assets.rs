@@ -3,12 +3,15 @@
 //! inside a cluster).
 //!
 //! The script is an enhancement only. Without it the fleet table is the
-//! server's (filtered with `hidden` rows and sorted by the query string,
-//! its headers are sort links and its filters a plain GET form) and the
-//! page refreshes itself by a `<noscript>` meta refresh that a link turns
-//! off. With it, filters and sorting act in place, and every element
-//! marked `data-live` is refreshed from the server every 5 s unless the
-//! pause button is pressed.
+//! server's (filtered, sorted and windowed by the query string, its
+//! headers are sort links and its filters a plain GET form) and the page
+//! refreshes itself by a `<noscript>` meta refresh that a link turns off.
+//! With it, filters and sorting act in place when the whole fleet is on
+//! the page; when the page shows a window of a larger fleet (`#shown`
+//! carries `data-window`) the form and the header links go to the server.
+//! Every element marked `data-live` is refreshed from the server (the
+//! current URL: same filters, sort and window) every 5 s unless the pause
+//! button is pressed.
 
 /// The style sheet. Verdict colours pair with words everywhere: a colour
 /// never carries a verdict alone.
@@ -46,6 +49,7 @@ form.filters label{display:flex;flex-direction:column;gap:2px;font-size:12px;col
 input,select,form button{font:inherit;padding:4px 8px;border:1px solid #b8bfcb;border-radius:6px;background:#fff;color:var(--fg)}
 input[type=search]{min-width:260px}
 #shown{color:var(--muted);padding-bottom:6px}
+#shown .pages{display:inline-flex;gap:14px;margin-left:16px}
 .scroll{overflow-x:auto;border:1px solid var(--line);border-radius:8px;background:var(--card)}
 table{border-collapse:collapse;width:100%;background:var(--card)}
 caption{text-align:left;padding:8px 10px;color:var(--muted);caption-side:top}
@@ -103,6 +107,7 @@ pub const SCRIPT: &str = r#"
 (function () {
   "use strict";
   var d = document, table = d.getElementById("fleet"), form = d.getElementById("filters");
+  function windowed() { var s = d.getElementById("shown"); return !!(s && s.hasAttribute("data-window")); }
   function rows() { return table ? Array.prototype.slice.call(table.tBodies[0].rows) : []; }
   function setUrl(changes) {
     var u = new URL(location.href);
@@ -110,7 +115,7 @@ pub const SCRIPT: &str = r#"
     history.replaceState(null, "", u);
   }
   function filter() {
-    if (!table || !form) return;
+    if (!table || !form || windowed()) return;
     var ns = form.elements.ns.value, v = form.elements.verdict.value, q = form.elements.q.value.trim().toLowerCase(), shown = 0, all = rows();
     all.forEach(function (r) {
       var ok = (!ns || r.getAttribute("data-ns") === ns) && (!v || r.getAttribute("data-standing") === v) && (!q || r.textContent.toLowerCase().indexOf(q) >= 0);
@@ -120,7 +125,7 @@ pub const SCRIPT: &str = r#"
   }
   function key(r, i) { var c = r.cells[i]; return c ? c.getAttribute("data-k") || "" : ""; }
   function sort() {
-    if (!table) return;
+    if (!table || windowed()) return;
     var th = table.querySelector("thead th[aria-sort]"); if (!th) return;
     var i = th.cellIndex, desc = th.getAttribute("aria-sort") === "descending", body = table.tBodies[0];
     rows().map(function (r, n) { return [r, n]; }).sort(function (a, b) {
@@ -131,7 +136,7 @@ pub const SCRIPT: &str = r#"
     }).forEach(function (p) { body.appendChild(p[0]); });
   }
   if (table) table.tHead.addEventListener("click", function (e) {
-    var a = e.target.closest("a"); if (!a) return;
+    var a = e.target.closest("a"); if (!a || windowed()) return;
     e.preventDefault();
     var th = a.closest("th"), was = th.getAttribute("aria-sort");
     var dir = was ? (was === "ascending" ? "desc" : "asc") : th.getAttribute("data-dir");
@@ -141,9 +146,10 @@ pub const SCRIPT: &str = r#"
     sort();
   });
   if (form) {
-    var apply = form.querySelector("button[type=submit]"); if (apply) apply.hidden = true;
-    form.addEventListener("submit", function (e) { e.preventDefault(); });
+    var apply = form.querySelector("button[type=submit]"); if (apply) apply.hidden = !windowed();
+    form.addEventListener("submit", function (e) { if (!windowed()) e.preventDefault(); });
     form.addEventListener("input", function () {
+      if (windowed()) return;
       filter();
       setUrl({ ns: form.elements.ns.value, verdict: form.elements.verdict.value, q: form.elements.q.value.trim() });
     });
@@ -169,6 +175,7 @@ pub const SCRIPT: &str = r#"
         if (fresh) el.replaceWith(d.adoptNode(fresh));
       });
       sort(); filter();
+      if (apply) apply.hidden = !windowed();
     }).catch(function () {
       var u = d.getElementById("updated"); if (u) u.textContent = "refresh failed; retrying";
     });

@@ -2,7 +2,8 @@
 //! metrics recorder and never changes either.
 //!
 //! - [`server`]: the hyper server and its routes;
-//! - the HTML pages: [`fleet_page`] (`/`) and [`instance_page`]
+//! - the HTML pages: [`fleet_page`] (`/`; its query in [`fleet_query`],
+//!   the window of rows it shows in [`fleet_window`]) and [`instance_page`]
 //!   (`/instances/{namespace}/{name}`), built from [`html`] (escaping,
 //!   formatting, the page shell and its CSP), [`assets`] (the one style
 //!   sheet and script, inlined), [`signals`] (evidence in words, the gated
@@ -23,6 +24,8 @@ mod assets;
 mod chart;
 mod connections;
 mod fleet_page;
+mod fleet_query;
+mod fleet_window;
 mod html;
 mod instance_metrics;
 mod instance_page;

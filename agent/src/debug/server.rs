@@ -9,7 +9,7 @@
 //! | `GET /debug/instances/{namespace}/{name}` | JSON: the instance with per-pod last samples (`source: live`), or its stored status when another replica sweeps it (`source: cluster`) |
 //! | `GET /api/v1/instances/{namespace}/{name}/verdict` | JSON: the stable verdict document (schemas/json/instance-verdict.schema.json); 404 only for an instance this replica neither sweeps nor watches |
 //! | `GET /debug/members` | JSON: sharding members, Leases, owned instances, ownership changes (404 when sharding is off) |
-//! | `GET /` | HTML fleet page (query: `ns`, `verdict`, `q`, `sort`, `dir`, `refresh=off`) |
+//! | `GET /` | HTML fleet page (query: `ns`, `verdict`, `q`, `sort`, `dir`, `limit`, `offset`, `refresh=off`) |
 //! | `GET /instances/{namespace}/{name}` | HTML instance page (404 page when unknown) |
 //! | `GET /instances/{namespace}/{name}/metrics` | the instance's `kura_instance_*` series (Prometheus text) |
 //!
@@ -26,7 +26,9 @@
 
 use crate::debug::answers;
 use crate::debug::connections::ConnectionSlots;
-use crate::debug::fleet_page::{self, Fleet, FleetQuery};
+use crate::debug::fleet_page::{self, Fleet};
+use crate::debug::fleet_query::FleetQuery;
+use crate::debug::fleet_window;
 use crate::debug::html;
 use crate::debug::instance_metrics;
 use crate::debug::instance_page::{self, Instance};
@@ -141,18 +143,19 @@ pub fn respond(
     let segments: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
     let response = match segments.as_slice() {
         [] | [""] => {
-            let instances = state.view.snapshot();
-            let since = state.view.since_all();
+            let query = FleetQuery::parse(query);
             let members = state.view.members().map(|m| m.members_summary(now));
+            let owner = html::owner(members.as_ref());
+            let window = fleet_window::gather(&state.view, &query, &owner, now);
             let readiness = state.view.readiness();
             let fleet = Fleet {
-                instances: &instances,
-                since: &since,
+                window: &window,
+                owner: &owner,
                 readiness: &readiness,
                 members: members.as_ref(),
                 now,
             };
-            let body = fleet_page::render(&fleet, &FleetQuery::parse(query));
+            let body = fleet_page::render(&fleet, &query);
             page(StatusCode::OK, body)
         }
         ["instances", namespace, name] => {
