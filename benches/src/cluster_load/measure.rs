@@ -209,14 +209,6 @@ pub fn audit_requests(
     Ok(out)
 }
 
-/// The audit policy `scripts/cluster-load.sh` gives the API server: every
-/// request of `user` at `Metadata`, nothing else.
-pub fn audit_policy(user: &str) -> String {
-    format!(
-        "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [\"RequestReceived\"]\nrules:\n- level: Metadata\n  users: [\"{user}\"]\n- level: None\n"
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -84,7 +84,8 @@ pub struct ClusterLoadConfig {
     pub agent_user: String,
     /// The `kura-agent` binary measured.
     pub agent_bin: PathBuf,
-    /// The API server's audit log (policy: [`measure::audit_policy`]).
+    /// The API server's audit log (`scripts/cluster-load.sh` sets a policy
+    /// that logs the agent's user at `Metadata`, nothing else).
     pub audit_log: Option<PathBuf>,
     /// The directory of `pod.json` and `pod-status.json`.
     pub fixtures: PathBuf,
