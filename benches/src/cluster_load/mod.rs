@@ -1,0 +1,1002 @@
+//! The real-cluster tier (issue 28): the shipped `kura-agent run`, default
+//! settings, against a real kube-apiserver holding N `KuraInstance`s and
+//! their realistic Pods, with kura-sim stand-ins answering each Pod's
+//! `/status/rollout` on its `podIP`. What `cluster-load` measures:
+//!
+//! - **start-up**: from the agent's start until every instance has
+//!   `status.rolloutHealth` (seconds, CPU share, API requests);
+//! - **at rest**: a window after a settle period, nothing changing;
+//! - **rollout**: a window from the moment a share of the instances
+//!   (5 % by default) get a new `spec.image` and their pods are updated one
+//!   at a time, highest ordinal first, as a StatefulSet rolling update does
+//!   (new image in the Pod's spec and status, restart count + 1, the
+//!   stand-in restarted so its counters start over).
+//!
+//! For each: CPU share of one core (user + system time over the window),
+//! median and largest `VmRSS` sampled each half second, the peak (`VmHWM`),
+//! polls, status writes and Events per second from the agent's own
+//! `/metrics`, and (with the API server's audit log, as
+//! `scripts/cluster-load.sh` configures it) the API requests the agent's
+//! user made per second, by verb and resource.
+//!
+//! The objects: `testdata/cluster-load/pod.json` and `pod-status.json`,
+//! applied server-side by `kube-controller-manager` and `kubelet` as field
+//! managers, so each Pod carries realistic managed fields; instances applied
+//! by `kura-fleet-controller` with their controller status.
+
+pub mod error;
+pub mod measure;
+pub mod objects;
+pub mod stand_ins;
+
+use crate::cluster_load::error::ClusterLoadError;
+use crate::cluster_load::measure::{
+    AgentMetrics, RequestCounts, RssSampler, audit_requests, median, peak_rss_of,
+};
+use crate::cluster_load::objects::{
+    CONTROLLER_MANAGER, FLEET_MANAGER, KUBELET_MANAGER, NEW_IMAGE, OLD_IMAGE, PodName,
+    PodTemplates, ROLLED_LABEL, instance, instance_name, instance_status,
+};
+use crate::cluster_load::stand_ins::StandIns;
+use crate::proc_stats::{cpu_time_of, mib};
+use crate::sim_process::Generations;
+use futures::{StreamExt, TryStreamExt};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config, CustomResourceExt};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How often the harness lists the instances while it waits for their
+/// status.
+const LIST_EVERY: Duration = Duration::from_secs(2);
+/// How often the agent's RSS is sampled.
+const RSS_EVERY: Duration = Duration::from_millis(500);
+
+/// What to run and for how long.
+#[derive(Debug, Clone)]
+pub struct ClusterLoadConfig {
+    /// `KuraInstance`s to create.
+    pub instances: usize,
+    /// Pods per instance (StatefulSet replicas).
+    pub pods_per_instance: usize,
+    /// Namespace of the instances and pods (created).
+    pub namespace: String,
+    /// The admin kubeconfig (the harness's own client; the agent's too
+    /// unless `agent_context` is set).
+    pub kubeconfig: PathBuf,
+    /// A context of the kubeconfig for the agent (its user gets the
+    /// chart's cluster-wide permissions, bound to `agent_user`).
+    pub agent_context: Option<String>,
+    /// The user name the API server knows the agent by (for the RBAC
+    /// binding and the audit log).
+    pub agent_user: String,
+    /// The `kura-agent` binary measured.
+    pub agent_bin: PathBuf,
+    /// The API server's audit log (`scripts/cluster-load.sh` sets a policy
+    /// that logs the agent's user at `Metadata`, nothing else).
+    pub audit_log: Option<PathBuf>,
+    /// The directory of `pod.json` and `pod-status.json`.
+    pub fixtures: PathBuf,
+    /// Work directory: the agent's kubeconfig and log.
+    pub work_dir: PathBuf,
+    /// This executable (it runs the stand-ins as `serve-pods`).
+    pub exe: PathBuf,
+    /// The port the stand-ins listen on (the agent's default `--port`).
+    pub port: u16,
+    /// Second octet of the first stand-in process's addresses.
+    pub first_octet: u8,
+    /// Report generation(s) of the stand-ins.
+    pub generations: Generations,
+    /// Requests in flight while the objects are created.
+    pub create_concurrency: usize,
+    /// At most this long for every instance to get a status.
+    pub status_timeout: Duration,
+    /// Wait this long after every instance has a status before measuring.
+    pub settle: Duration,
+    /// The at-rest window.
+    pub rest: Duration,
+    /// The rollout window.
+    pub rollout: Duration,
+    /// Share of the instances rolled to a new image.
+    pub rollout_fraction: f64,
+    /// Time between two pods of one instance in the rolling update.
+    pub pod_gap: Duration,
+}
+
+/// The figures of one phase.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct PhaseFigures {
+    /// Wall time of the window.
+    pub seconds: f64,
+    /// CPU share of one core over the window, in %.
+    pub cpu_percent: f64,
+    /// Median `VmRSS` sampled in the window.
+    pub rss_median_mib: f64,
+    /// Largest `VmRSS` sampled in the window.
+    pub rss_max_mib: f64,
+    /// `VmHWM` at the end of the window (the peak since the start).
+    pub peak_rss_mib: f64,
+    /// Polls per second (`kura_agent_polls_total`).
+    pub polls_per_s: f64,
+    /// Failed polls in the window.
+    pub failed_polls: f64,
+    /// Status writes applied per second (`kura_agent_status_writes_total{result="applied"}`).
+    pub status_writes_per_s: f64,
+    /// Events published per second (`kura_agent_events_total`).
+    pub events_per_s: f64,
+    /// API requests per second of the agent's user (audit log).
+    pub api_requests_per_s: Option<f64>,
+    /// Those requests by `verb resource[/subresource]`, per second.
+    pub api_by_kind: BTreeMap<String, f64>,
+}
+
+/// Everything one run measured.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct ClusterLoadReport {
+    /// The binary measured.
+    pub agent_bin: String,
+    /// Instances.
+    pub instances: usize,
+    /// Pods.
+    pub pods: usize,
+    /// One Pod's JSON as the API server returns it, in bytes.
+    pub pod_json_bytes: usize,
+    /// Its `metadata.managedFields`, in bytes.
+    pub pod_managed_fields_bytes: usize,
+    /// Seconds to create every object (not measured on the agent).
+    pub create_seconds: f64,
+    /// Seconds from the agent's start until every instance had
+    /// `status.rolloutHealth`.
+    pub status_seconds: f64,
+    /// Instances rolled in the rollout phase.
+    pub rollout_instances: usize,
+    /// Seconds from the rollout's start until every rolled instance was
+    /// judged healthy on the new image with `RolloutHealthy` True (`None`:
+    /// not within the window).
+    pub rollout_healthy_seconds: Option<f64>,
+    /// `VmHWM` at the end of the run.
+    pub peak_rss_mib: f64,
+    /// Start-up: from the agent's start until every instance had a status.
+    pub startup: PhaseFigures,
+    /// At rest.
+    pub rest: PhaseFigures,
+    /// With `rollout_instances` instances in a rollout.
+    pub rollout: PhaseFigures,
+    /// Lines of the agent's log at level WARN.
+    pub log_warnings: usize,
+    /// Lines of the agent's log at level ERROR.
+    pub log_errors: usize,
+}
+
+/// Limits a run is checked against (each only when set).
+#[derive(Debug, Clone, Default)]
+pub struct Bounds {
+    /// Peak RSS over the run, MiB.
+    pub max_peak_rss_mib: Option<f64>,
+    /// CPU share at rest, %.
+    pub max_rest_cpu_percent: Option<f64>,
+    /// CPU share in the rollout phase, %.
+    pub max_rollout_cpu_percent: Option<f64>,
+    /// Seconds until every instance has a status.
+    pub max_status_seconds: Option<f64>,
+}
+
+impl Bounds {
+    /// The bounds `report` misses, as sentences.
+    pub fn missed(&self, report: &ClusterLoadReport) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut check = |what: &str, value: f64, bound: Option<f64>, unit: &str| {
+            if let Some(b) = bound
+                && value > b
+            {
+                out.push(format!(
+                    "{what} {value:.1}{unit} is above the bound {b}{unit}"
+                ));
+            }
+        };
+        check(
+            "peak RSS",
+            report.peak_rss_mib,
+            self.max_peak_rss_mib,
+            " MiB",
+        );
+        check(
+            "CPU at rest",
+            report.rest.cpu_percent,
+            self.max_rest_cpu_percent,
+            " %",
+        );
+        check(
+            "CPU in the rollout",
+            report.rollout.cpu_percent,
+            self.max_rollout_cpu_percent,
+            " %",
+        );
+        check(
+            "time until every instance has a status",
+            report.status_seconds,
+            self.max_status_seconds,
+            " s",
+        );
+        out
+    }
+}
+
+/// The `KuraInstance` resource.
+fn instances_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kura.tuist.dev", "v1alpha1", "KuraInstance"),
+        "kurainstances",
+    )
+}
+
+/// A client for `context` of the kubeconfig at `path` (current context when
+/// `None`).
+async fn client(path: &Path, context: Option<&str>) -> Result<Client, ClusterLoadError> {
+    let err = |source| ClusterLoadError::Kubeconfig {
+        path: path.to_path_buf(),
+        source,
+    };
+    let kubeconfig = Kubeconfig::read_from(path).map_err(err)?;
+    let options = KubeConfigOptions {
+        context: context.map(str::to_owned),
+        ..KubeConfigOptions::default()
+    };
+    let mut config = Config::from_custom_kubeconfig(kubeconfig, &options)
+        .await
+        .map_err(err)?;
+    config.read_timeout = Some(Duration::from_secs(120));
+    Client::try_from(config).map_err(ClusterLoadError::Client)
+}
+
+/// The agent process and how to reach it.
+struct AgentProcess {
+    child: Child,
+    pid: u32,
+    debug: SocketAddr,
+    log: PathBuf,
+}
+
+impl AgentProcess {
+    fn alive(&mut self) -> Result<(), ClusterLoadError> {
+        match self.child.try_wait() {
+            Ok(None) => Ok(()),
+            Ok(Some(status)) => Err(ClusterLoadError::AgentExited(format!(
+                "{status}; log {}",
+                self.log.display()
+            ))),
+            Err(e) => Err(ClusterLoadError::AgentExited(e.to_string())),
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Ok(pid) = i32::try_from(self.pid) {
+            // SAFETY: kill has no memory-safety preconditions; the pid is
+            // our own child's, not yet reaped.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            self.stop();
+        }
+    }
+}
+
+/// A moment of the run: wall time and the agent's counters.
+struct Mark {
+    at: Instant,
+    ts: Timestamp,
+    cpu: Duration,
+    metrics: AgentMetrics,
+}
+
+impl Mark {
+    fn take(agent: &mut AgentProcess) -> Result<Mark, ClusterLoadError> {
+        agent.alive()?;
+        let metrics = AgentMetrics::scrape(agent.debug)?;
+        Ok(Mark {
+            at: Instant::now(),
+            ts: Timestamp::now(),
+            cpu: cpu_time_of(agent.pid).unwrap_or_default(),
+            metrics,
+        })
+    }
+}
+
+/// The figures between two marks.
+fn figures(from: &Mark, to: &Mark, rss: &RssSampler, pid: u32) -> PhaseFigures {
+    let secs = to.at.duration_since(from.at).as_secs_f64().max(1e-9);
+    let delta =
+        |name: &str, label: &str| to.metrics.sum(name, label) - from.metrics.sum(name, label);
+    let samples = rss.between(from.at, to.at);
+    let polls = delta("kura_agent_polls_total", "");
+    PhaseFigures {
+        seconds: secs,
+        cpu_percent: 100.0 * to.cpu.saturating_sub(from.cpu).as_secs_f64() / secs,
+        rss_median_mib: mib(median(&samples)),
+        rss_max_mib: mib(samples.iter().copied().max().unwrap_or(0)),
+        peak_rss_mib: mib(peak_rss_of(pid).unwrap_or(0)),
+        polls_per_s: polls / secs,
+        failed_polls: polls - delta("kura_agent_polls_total", "result=\"ok\""),
+        status_writes_per_s: delta("kura_agent_status_writes_total", "result=\"applied\"") / secs,
+        events_per_s: delta("kura_agent_events_total", "") / secs,
+        api_requests_per_s: None,
+        api_by_kind: BTreeMap::new(),
+    }
+}
+
+/// Run the whole measurement.
+pub async fn run(config: &ClusterLoadConfig) -> Result<ClusterLoadReport, ClusterLoadError> {
+    let admin = client(&config.kubeconfig, None).await?;
+    let templates = PodTemplates::load(&config.fixtures)?;
+    std::fs::create_dir_all(&config.work_dir).map_err(|source| ClusterLoadError::WorkDir {
+        path: config.work_dir.clone(),
+        source,
+    })?;
+    let n = config.instances;
+    let ppi = config.pods_per_instance.max(1);
+    let mut report = ClusterLoadReport {
+        agent_bin: config.agent_bin.display().to_string(),
+        instances: n,
+        pods: n * ppi,
+        ..ClusterLoadReport::default()
+    };
+
+    // ---- the cluster's objects ----------------------------------------
+    let created = Instant::now();
+    apply_crd(&admin).await?;
+    let ns_api: Api<Namespace> = Api::all(admin.clone());
+    ns_api
+        .patch(
+            &config.namespace,
+            &PatchParams::apply(FLEET_MANAGER),
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": config.namespace}})),
+        )
+        .await
+        .map_err(ClusterLoadError::api("create the namespace"))?;
+    if config.agent_context.is_some() {
+        grant_agent(&admin, &config.agent_user).await?;
+    }
+    eprintln!("cluster-load: creating {n} instances and {} pods", n * ppi);
+    let instances: Api<DynamicObject> =
+        Api::namespaced_with(admin.clone(), &config.namespace, &instances_resource());
+    let ns = config.namespace.as_str();
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let api = instances.clone();
+            async move {
+                let name = instance_name(i);
+                let pp = PatchParams::apply(FLEET_MANAGER).force();
+                api.patch(
+                    &name,
+                    &pp,
+                    &Patch::Apply(instance(ns, i, ppi, OLD_IMAGE, false)),
+                )
+                .await
+                .map_err(ClusterLoadError::api(format!("apply instance {name}")))?;
+                api.patch_status(
+                    &name,
+                    &pp,
+                    &Patch::Apply(instance_status(ns, i, ppi, OLD_IMAGE)),
+                )
+                .await
+                .map_err(ClusterLoadError::api(format!(
+                    "apply instance status {name}"
+                )))?;
+                Ok::<_, ClusterLoadError>(())
+            }
+        })
+        .buffer_unordered(config.create_concurrency.max(1))
+        .try_collect::<Vec<()>>()
+        .await?;
+    let (already, _) = count_with_status(&instances, None).await?;
+    if already > 0 {
+        return Err(ClusterLoadError::Protocol(format!(
+            "{already} instances in namespace {ns} already have a status (an earlier run's): use a fresh namespace or API server"
+        )));
+    }
+    let pods: Api<DynamicObject> =
+        Api::namespaced_with(admin.clone(), ns, &ApiResource::erase::<Pod>(&()));
+    let names: Vec<PodName> = (0..n)
+        .flat_map(|i| (0..ppi).map(move |o| PodName::new(ns, i, o)))
+        .collect();
+    let uids: Vec<(String, String)> = futures::stream::iter(names.iter())
+        .map(|p| {
+            let api = pods.clone();
+            let templates = &templates;
+            async move {
+                let body = templates.pod(p, OLD_IMAGE)?;
+                let obj = api
+                    .patch(
+                        &p.pod,
+                        &PatchParams::apply(CONTROLLER_MANAGER).force(),
+                        &Patch::Apply(body),
+                    )
+                    .await
+                    .map_err(ClusterLoadError::api(format!("apply pod {}", p.pod)))?;
+                Ok::<_, ClusterLoadError>((p.pod.clone(), obj.metadata.uid.unwrap_or_default()))
+            }
+        })
+        .buffered(config.create_concurrency.max(1))
+        .try_collect()
+        .await?;
+    let stand_ins = StandIns::spawn(
+        &config.exe,
+        &uids,
+        config.first_octet,
+        config.port,
+        config.generations,
+    )?;
+    let started = Timestamp::now()
+        .checked_sub(jiff::SignedDuration::from_hours(1))
+        .unwrap_or(Timestamp::UNIX_EPOCH);
+    futures::stream::iter(names.iter())
+        .map(|p| {
+            let api = pods.clone();
+            let templates = &templates;
+            let ip = stand_ins.addr(&p.pod).map(|a| a.ip());
+            async move {
+                let Some(std::net::IpAddr::V4(ip)) = ip else {
+                    return Err(ClusterLoadError::Protocol(format!(
+                        "no IPv4 stand-in for {}",
+                        p.pod
+                    )));
+                };
+                let body = templates.status(p, OLD_IMAGE, ip, 0, started)?;
+                api.patch_status(
+                    &p.pod,
+                    &PatchParams::apply(KUBELET_MANAGER).force(),
+                    &Patch::Apply(body),
+                )
+                .await
+                .map_err(ClusterLoadError::api(format!("apply pod status {}", p.pod)))?;
+                Ok(())
+            }
+        })
+        .buffer_unordered(config.create_concurrency.max(1))
+        .try_collect::<Vec<()>>()
+        .await?;
+    if let Some(first) = names.first() {
+        let pod = pods
+            .get(&first.pod)
+            .await
+            .map_err(ClusterLoadError::api("get a pod"))?;
+        report.pod_json_bytes = serde_json::to_vec(&pod).map(|v| v.len()).unwrap_or(0);
+        report.pod_managed_fields_bytes = serde_json::to_vec(&pod.metadata.managed_fields)
+            .map(|v| v.len())
+            .unwrap_or(0);
+    }
+    report.create_seconds = created.elapsed().as_secs_f64();
+    eprintln!(
+        "cluster-load: created in {:.1} s; a Pod is {:.1} KB of JSON, {:.1} KB of it managed fields",
+        report.create_seconds,
+        report.pod_json_bytes as f64 / 1000.0,
+        report.pod_managed_fields_bytes as f64 / 1000.0
+    );
+
+    // ---- the agent ------------------------------------------------------
+    // The start-up window opens before the agent starts: its first lists
+    // and watches count.
+    let start_mark = Mark {
+        at: Instant::now(),
+        ts: Timestamp::now(),
+        cpu: Duration::ZERO,
+        metrics: AgentMetrics::default(),
+    };
+    let mut agent = start_agent(config)?;
+    let rss = RssSampler::start(agent.pid, RSS_EVERY);
+    eprintln!(
+        "cluster-load: agent {} started (pid {}, debug {}); waiting for every instance's status",
+        config.agent_bin.display(),
+        agent.pid,
+        agent.debug
+    );
+    let deadline = start_mark.at + config.status_timeout;
+    loop {
+        agent.alive()?;
+        let with = count_with_status(&instances, None).await?;
+        if with.0 >= n {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(ClusterLoadError::Timeout(format!(
+                "{} of {n} instances had status.rolloutHealth after {:?}",
+                with.0, config.status_timeout
+            )));
+        }
+        tokio::time::sleep(LIST_EVERY).await;
+    }
+    let status_mark = Mark::take(&mut agent)?;
+    report.status_seconds = status_mark.at.duration_since(start_mark.at).as_secs_f64();
+    report.startup = figures(&start_mark, &status_mark, &rss, agent.pid);
+    eprintln!(
+        "cluster-load: every instance has a status after {:.1} s; settling {:?}",
+        report.status_seconds, config.settle
+    );
+
+    // ---- at rest --------------------------------------------------------
+    tokio::time::sleep(config.settle).await;
+    let rest_from = Mark::take(&mut agent)?;
+    eprintln!("cluster-load: at rest for {:?}", config.rest);
+    tokio::time::sleep(config.rest).await;
+    let rest_to = Mark::take(&mut agent)?;
+    report.rest = figures(&rest_from, &rest_to, &rss, agent.pid);
+
+    // ---- rollout --------------------------------------------------------
+    let k = if config.rollout_fraction > 0.0 {
+        ((n as f64 * config.rollout_fraction).round() as usize).clamp(1, n.max(1))
+    } else {
+        0
+    };
+    report.rollout_instances = k;
+    let rolled: Vec<usize> = (0..k).map(|j| j * n / k.max(1)).collect();
+    eprintln!(
+        "cluster-load: rolling {k} instances to {NEW_IMAGE} (one pod every {:?}), window {:?}",
+        config.pod_gap, config.rollout
+    );
+    let stand_ins = Arc::new(Mutex::new(stand_ins));
+    let roll_from = Mark::take(&mut agent)?;
+    let roll = tokio::spawn(
+        Roll {
+            instances: instances.clone(),
+            pods: pods.clone(),
+            templates: Arc::new(templates.clone()),
+            stand_ins: Arc::clone(&stand_ins),
+            namespace: ns.to_owned(),
+            pods_per_instance: ppi,
+            gap: config.pod_gap,
+        }
+        .run(rolled),
+    );
+    let window_end = roll_from.at + config.rollout;
+    let mut roll_result = None;
+    let mut roll = Some(roll);
+    while Instant::now() < window_end {
+        agent.alive()?;
+        if let Some(handle) = roll.take_if(|h| h.is_finished()) {
+            roll_result = Some(handle.await);
+        }
+        if report.rollout_healthy_seconds.is_none() && roll.is_none() && k > 0 {
+            let (_, healthy) = count_with_status(&instances, Some(ROLLED_LABEL)).await?;
+            if healthy >= k {
+                report.rollout_healthy_seconds = Some(roll_from.at.elapsed().as_secs_f64());
+            }
+        }
+        let left = window_end.saturating_duration_since(Instant::now());
+        tokio::time::sleep(LIST_EVERY.min(left)).await;
+    }
+    let roll_to = Mark::take(&mut agent)?;
+    report.rollout = figures(&roll_from, &roll_to, &rss, agent.pid);
+    match roll_result {
+        Some(Ok(r)) => r?,
+        Some(Err(e)) => return Err(ClusterLoadError::Protocol(format!("rollout task: {e}"))),
+        None => {
+            if let Some(handle) = roll.take() {
+                eprintln!("cluster-load: the rolling update outlasted the window; waiting for it");
+                handle
+                    .await
+                    .map_err(|e| ClusterLoadError::Protocol(format!("rollout task: {e}")))??;
+            }
+        }
+    }
+    report.peak_rss_mib = mib(peak_rss_of(agent.pid).unwrap_or(0));
+    agent.stop();
+    drop(rss);
+
+    // ---- API requests ---------------------------------------------------
+    if let Some(log) = &config.audit_log {
+        let windows = [
+            (start_mark.ts, status_mark.ts),
+            (rest_from.ts, rest_to.ts),
+            (roll_from.ts, roll_to.ts),
+        ];
+        let counts = audit_requests(log, &config.agent_user, &windows)?;
+        for (phase, c) in [&mut report.startup, &mut report.rest, &mut report.rollout]
+            .into_iter()
+            .zip(counts)
+        {
+            apply_counts(phase, &c);
+        }
+    }
+    let (warnings, errors) = log_levels(&agent.log);
+    report.log_warnings = warnings;
+    report.log_errors = errors;
+    Ok(report)
+}
+
+fn apply_counts(phase: &mut PhaseFigures, c: &RequestCounts) {
+    let secs = phase.seconds.max(1e-9);
+    phase.api_requests_per_s = Some(c.total as f64 / secs);
+    phase.api_by_kind = c
+        .by_kind
+        .iter()
+        .map(|(k, v)| (k.clone(), *v as f64 / secs))
+        .collect();
+}
+
+/// Lines at WARN and ERROR in the agent's JSON log.
+fn log_levels(path: &Path) -> (usize, usize) {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return (0, 0);
+    };
+    let count = |level: &str| text.lines().filter(|l| l.contains(level)).count();
+    (count("\"level\":\"WARN\""), count("\"level\":\"ERROR\""))
+}
+
+/// Apply the shipped CRD and wait until it is established.
+async fn apply_crd(client: &Client) -> Result<(), ClusterLoadError> {
+    let crd =
+        serde_json::to_value(kura_schemas::KuraInstance::crd()).map_err(ClusterLoadError::Crd)?;
+    let name = crd["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    api.patch(
+        &name,
+        &PatchParams::apply("cluster-load").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .map_err(ClusterLoadError::api("apply the CRD"))?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let got = api
+            .get(&name)
+            .await
+            .map_err(ClusterLoadError::api("get the CRD"))?;
+        let established = got
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True");
+        if established {
+            // The resource is served a moment after it is established.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(ClusterLoadError::Timeout(
+                "the CRD to be established".to_owned(),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The chart's cluster-wide permissions (`kha.watchRules`), bound to `user`.
+async fn grant_agent(client: &Client, user: &str) -> Result<(), ClusterLoadError> {
+    let name = "kura-load-agent";
+    let pp = PatchParams::apply("cluster-load").force();
+    let roles: Api<ClusterRole> = Api::all(client.clone());
+    roles
+        .patch(
+            name,
+            &pp,
+            &Patch::Apply(json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": name},
+                "rules": [
+                    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+                    {"apiGroups": ["kura.tuist.dev"], "resources": ["kurainstances"], "verbs": ["get", "list", "watch"]},
+                    {"apiGroups": ["kura.tuist.dev"], "resources": ["kurainstances/status"], "verbs": ["patch"]},
+                    {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}
+                ]
+            })),
+        )
+        .await
+        .map_err(ClusterLoadError::api("apply the agent's ClusterRole"))?;
+    let bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
+    bindings
+        .patch(
+            name,
+            &pp,
+            &Patch::Apply(json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": name},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
+            })),
+        )
+        .await
+        .map_err(ClusterLoadError::api("bind the agent's ClusterRole"))?;
+    Ok(())
+}
+
+/// Start `kura-agent run` with its default settings: no `KURA_AGENT_*`
+/// variable from this environment, only the debug address moved to a free
+/// loopback port (the default `[::]:8080` may be taken on a shared
+/// machine) and, with `agent_context`, a kubeconfig whose current context
+/// is that one.
+fn start_agent(config: &ClusterLoadConfig) -> Result<AgentProcess, ClusterLoadError> {
+    let work = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ClusterLoadError::WorkDir { path, source }
+    };
+    let kubeconfig = match &config.agent_context {
+        None => config.kubeconfig.clone(),
+        Some(context) => {
+            let text = std::fs::read_to_string(&config.kubeconfig).map_err(|source| {
+                ClusterLoadError::Fixture {
+                    path: config.kubeconfig.clone(),
+                    source,
+                }
+            })?;
+            let mut doc: serde_yaml::Value = serde_yaml::from_str(&text)
+                .map_err(|e| ClusterLoadError::Protocol(format!("kubeconfig is not YAML: {e}")))?;
+            doc["current-context"] = serde_yaml::Value::String(context.clone());
+            let path = config.work_dir.join("agent.kubeconfig");
+            let out = serde_yaml::to_string(&doc)
+                .map_err(|e| ClusterLoadError::Protocol(format!("kubeconfig: {e}")))?;
+            std::fs::write(&path, out).map_err(work(&path))?;
+            path
+        }
+    };
+    let port = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .and_then(|l| l.local_addr())
+        .map_err(work(&config.work_dir))?
+        .port();
+    let debug = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let log = config.work_dir.join("agent.log");
+    let out = std::fs::File::create(&log).map_err(work(&log))?;
+    let err = out.try_clone().map_err(work(&log))?;
+    let mut cmd = Command::new(&config.agent_bin);
+    cmd.arg("run");
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("KURA_AGENT_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.env("KUBECONFIG", &kubeconfig)
+        .env("KURA_AGENT_DEBUG_LISTEN", debug.to_string())
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err);
+    let child = cmd.spawn().map_err(|source| ClusterLoadError::AgentStart {
+        path: config.agent_bin.clone(),
+        source,
+    })?;
+    let pid = child.id();
+    let mut agent = AgentProcess {
+        child,
+        pid,
+        debug,
+        log,
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while AgentMetrics::scrape(debug).is_err() {
+        agent.alive()?;
+        if Instant::now() > deadline {
+            return Err(ClusterLoadError::Timeout(
+                "the agent's debug server to answer".to_owned(),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(agent)
+}
+
+/// (instances with `status.rolloutHealth`, instances judged healthy on
+/// [`NEW_IMAGE`] with `RolloutHealthy` True), over every instance or those
+/// carrying `label`.
+async fn count_with_status(
+    api: &Api<DynamicObject>,
+    label: Option<&str>,
+) -> Result<(usize, usize), ClusterLoadError> {
+    let mut lp = ListParams::default().match_any();
+    if let Some(l) = label {
+        lp = lp.labels(l);
+    }
+    let list = api
+        .list(&lp)
+        .await
+        .map_err(ClusterLoadError::api("list the instances"))?;
+    let mut with = 0;
+    let mut healthy_new = 0;
+    for obj in &list.items {
+        let status = &obj.data["status"];
+        if status.get("rolloutHealth").is_some_and(|v| !v.is_null()) {
+            with += 1;
+        }
+        let gate = &status["rolloutGate"];
+        let condition_true = status["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "RolloutHealthy" && c["status"] == "True")
+        });
+        if gate["targetImage"] == NEW_IMAGE && gate["verdict"] == "healthy" && condition_true {
+            healthy_new += 1;
+        }
+    }
+    Ok((with, healthy_new))
+}
+
+/// The rolling update of the rollout phase.
+#[derive(Clone)]
+struct Roll {
+    instances: Api<DynamicObject>,
+    pods: Api<DynamicObject>,
+    templates: Arc<PodTemplates>,
+    stand_ins: Arc<Mutex<StandIns>>,
+    namespace: String,
+    pods_per_instance: usize,
+    gap: Duration,
+}
+
+impl Roll {
+    /// Each rolled instance gets [`NEW_IMAGE`], then its pods, highest
+    /// ordinal first, one every `gap`: the Pod's spec and status on the new
+    /// image, restart count 1, its stand-in restarted. Instances roll side
+    /// by side.
+    async fn run(self, rolled: Vec<usize>) -> Result<(), ClusterLoadError> {
+        let tasks: Vec<_> = rolled
+            .into_iter()
+            .map(|i| tokio::spawn(self.clone().one(i)))
+            .collect();
+        for t in tasks {
+            t.await
+                .map_err(|e| ClusterLoadError::Protocol(format!("rollout task: {e}")))??;
+        }
+        Ok(())
+    }
+
+    async fn one(self, i: usize) -> Result<(), ClusterLoadError> {
+        let ns = self.namespace.as_str();
+        let ppi = self.pods_per_instance;
+        self.instances
+            .patch(
+                &instance_name(i),
+                &PatchParams::apply(FLEET_MANAGER).force(),
+                &Patch::Apply(instance(ns, i, ppi, NEW_IMAGE, true)),
+            )
+            .await
+            .map_err(ClusterLoadError::api("set a new spec.image"))?;
+        for ordinal in (0..ppi).rev() {
+            let p = PodName::new(ns, i, ordinal);
+            let body = self.templates.pod(&p, NEW_IMAGE)?;
+            self.pods
+                .patch(
+                    &p.pod,
+                    &PatchParams::apply(CONTROLLER_MANAGER).force(),
+                    &Patch::Apply(body),
+                )
+                .await
+                .map_err(ClusterLoadError::api(format!("roll pod {}", p.pod)))?;
+            let ip = {
+                let mut s = self.stand_ins.lock().map_err(|_| {
+                    ClusterLoadError::Protocol("stand-ins lock poisoned".to_owned())
+                })?;
+                s.restart(&p.pod)?;
+                s.addr(&p.pod).map(|a| a.ip())
+            };
+            let Some(std::net::IpAddr::V4(ip)) = ip else {
+                return Err(ClusterLoadError::Protocol(format!(
+                    "no stand-in for {}",
+                    p.pod
+                )));
+            };
+            let body = self
+                .templates
+                .status(&p, NEW_IMAGE, ip, 1, Timestamp::now())?;
+            self.pods
+                .patch_status(
+                    &p.pod,
+                    &PatchParams::apply(KUBELET_MANAGER).force(),
+                    &Patch::Apply(body),
+                )
+                .await
+                .map_err(ClusterLoadError::api(format!("roll pod status {}", p.pod)))?;
+            if ordinal > 0 {
+                tokio::time::sleep(self.gap).await;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The report as a table, for people.
+pub fn table(r: &ClusterLoadReport) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "cluster-load: {} instances, {} pods (a Pod: {:.1} KB of JSON, {:.1} KB managed fields), agent {}\n",
+        r.instances,
+        r.pods,
+        r.pod_json_bytes as f64 / 1000.0,
+        r.pod_managed_fields_bytes as f64 / 1000.0,
+        r.agent_bin
+    ));
+    out.push_str(&format!(
+        "every instance had a status after {:.1} s; {} instances rolled{}\n",
+        r.status_seconds,
+        r.rollout_instances,
+        match r.rollout_healthy_seconds {
+            Some(s) => format!(", all judged healthy on the new image after {s:.1} s"),
+            None => ", not all judged healthy on the new image within the window".to_owned(),
+        }
+    ));
+    out.push_str(&format!(
+        "{:<22} {:>6} {:>6} {:>10} {:>9} {:>9} {:>8} {:>7} {:>9} {:>9} {:>10}\n",
+        "phase",
+        "secs",
+        "CPU %",
+        "RSS median",
+        "RSS max",
+        "peak RSS",
+        "polls/s",
+        "failed",
+        "writes/s",
+        "events/s",
+        "API req/s"
+    ));
+    for (name, p) in [
+        ("start-up (to status)", &r.startup),
+        ("at rest", &r.rest),
+        ("rollout", &r.rollout),
+    ] {
+        out.push_str(&format!(
+            "{:<22} {:>6.1} {:>6.1} {:>6.1} MiB {:>5.1} MiB {:>5.1} MiB {:>8.1} {:>7} {:>9.2} {:>9.2} {:>10}\n",
+            name,
+            p.seconds,
+            p.cpu_percent,
+            p.rss_median_mib,
+            p.rss_max_mib,
+            p.peak_rss_mib,
+            p.polls_per_s,
+            p.failed_polls,
+            p.status_writes_per_s,
+            p.events_per_s,
+            p.api_requests_per_s
+                .map_or_else(|| "n/a".to_owned(), |v| format!("{v:.2}")),
+        ));
+    }
+    for (name, p) in [
+        ("start-up", &r.startup),
+        ("at rest", &r.rest),
+        ("rollout", &r.rollout),
+    ] {
+        if !p.api_by_kind.is_empty() {
+            let kinds: Vec<String> = p
+                .api_by_kind
+                .iter()
+                .map(|(k, v)| format!("{k} {v:.2}"))
+                .collect();
+            out.push_str(&format!("API requests/s {name}: {}\n", kinds.join(", ")));
+        }
+    }
+    out.push_str(&format!(
+        "peak RSS over the run: {:.1} MiB; agent log: {} warnings, {} errors\n",
+        r.peak_rss_mib, r.log_warnings, r.log_errors
+    ));
+    out
+}
+
+/// The report as one JSON line, for machines.
+pub fn json_line(r: &ClusterLoadReport) -> String {
+    json!({"cluster_load": r}).to_string()
+}
