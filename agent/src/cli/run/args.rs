@@ -131,8 +131,9 @@ pub struct RunArgs {
 
     /// Status writes per second, shared by all instances: the floor. The
     /// agent raises it to what the heartbeat needs for the instances it
-    /// writes (each status rewritten every `--heartbeat`, with 20 %
-    /// headroom for changes), so the heartbeat holds at any fleet size.
+    /// writes (2 writes per instance per `--heartbeat`: each status
+    /// rewritten every heartbeat, with as much again for changes and for
+    /// first statuses at start-up), so the heartbeat holds at any size.
     #[arg(long, env = "KURA_AGENT_WRITE_RATE", default_value = "50", value_parser = parse_rate)]
     pub write_rate: f64,
 
