@@ -686,6 +686,7 @@ mod tests {
 
     fn failed(name: &str, at: i64, why: &str) -> PodSample {
         PodSample {
+            replication_lag_entries: None,
             pod: PodIdentity {
                 name: name.into(),
                 uid: format!("u-{name}"),
@@ -748,6 +749,7 @@ mod tests {
         let report =
             kura_schemas::parse_report(&std::fs::read(path).expect("fixture")).expect("report");
         PodSample {
+            replication_lag_entries: None,
             pod: PodIdentity {
                 name: name.into(),
                 uid: format!("u-{name}"),

@@ -81,6 +81,7 @@ impl Sim {
             .iter()
             .enumerate()
             .map(|(i, node)| PodSample {
+                replication_lag_entries: None,
                 pod: PodIdentity {
                     name: format!("{}-{i}", self.info.name),
                     uid: format!("uid-{}-{i}", self.info.name),
@@ -379,7 +380,7 @@ async fn the_instance_page_tells_the_story() {
         .nth(1)
         .and_then(|s| s.split("</table>").next())
         .expect("signals table");
-    assert_eq!(signals.matches("<tr").count(), 14, "header + 13 checks");
+    assert_eq!(signals.matches("<tr").count(), 17, "header + 16 checks");
     assert_eq!(signals.matches("result fail").count(), 1);
     assert!(signals.contains(
         "<tr class=\"failing\"><td>14</td><th scope=\"row\"><code>fd_timeouts_regressed</code>"

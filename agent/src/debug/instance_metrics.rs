@@ -435,11 +435,13 @@ mod tests {
             baseline_image: Some("img:1".into()),
             baseline_captured_at: Some(ts("2026-07-21T09:00:00Z")),
             baseline: BaselineCounters {
+                replication_lag_entries: None,
                 outbox_messages: Some(60),
                 fd_timeout_count: Some(5),
                 peer_connection_failures: None,
             },
             effective_baseline: BaselineCounters {
+                replication_lag_entries: None,
                 outbox_messages: Some(60),
                 fd_timeout_count: Some(3),
                 peer_connection_failures: None,

@@ -6,7 +6,6 @@
 use std::fmt::Write as _;
 
 use jiff::Timestamp;
-use kura_schemas::Signal;
 
 use crate::debug::chart;
 use crate::debug::html::{
@@ -66,12 +65,7 @@ pub fn sentence(v: &InstanceView, history: Option<&HistoryView>, now: Timestamp)
     match g.evidence.first() {
         Some(e) => {
             let _ = write!(out, ": {}", escape(&evidence_line(e)));
-            let counter = matches!(
-                e.signal,
-                Signal::FdTimeoutsRegressed
-                    | Signal::PeerConnectionFailuresRegressed
-                    | Signal::OutboxRegressed
-            );
+            let counter = e.signal.is_banded();
             if counter && let Some(c) = &captured {
                 let _ = write!(out, " {c}");
             }

@@ -462,6 +462,7 @@ mod tests {
             max_sample_age_seconds: 180,
             future_skew_seconds: 60,
             outbox_band_top: Some(60),
+            replication_lag_band_top: None,
             fd_timeout_band_top: Some(fd_top),
             peer_failure_band_top: None,
             counters_compared: compared,
