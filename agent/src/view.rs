@@ -525,6 +525,10 @@ impl FleetView {
                 .as_ref()
                 .and_then(|h| h.peer_connection_failures),
             outbox: sweep.health.as_deref().and_then(|h| h.outbox_messages),
+            replication_lag: sweep
+                .health
+                .as_deref()
+                .and_then(|h| h.replication_lag_entries),
             limits: sweep.limits,
         };
         let mut state = self.write();

@@ -98,35 +98,35 @@ type ServingAuthority struct {
 // missing field the checks need fails its check, it never passes. Pods and
 // RetiredCounters are carried as they are; the gate does not read them.
 type Health struct {
-	SchemaVersion                *uint32         `json:"schemaVersion,omitempty"`
-	ObservedAt                   *time.Time      `json:"observedAt,omitempty"`
-	SampledAt                    *time.Time      `json:"sampledAt,omitempty"`
-	ObservedGeneration           *int64          `json:"observedGeneration,omitempty"`
-	ExpectedPods                 *uint32         `json:"expectedPods,omitempty"`
-	SampledPods                  *uint32         `json:"sampledPods,omitempty"`
-	Ready                        *bool           `json:"ready,omitempty"`
-	Serving                      *bool           `json:"serving,omitempty"`
-	WriterLockOwned              *bool           `json:"writerLockOwned,omitempty"`
-	InitialDiscoveryCompleted    *bool           `json:"initialDiscoveryCompleted,omitempty"`
-	GenerationConsistent         *bool           `json:"generationConsistent,omitempty"`
-	RingConsistent               *bool           `json:"ringConsistent,omitempty"`
-	RingMembers                  *uint64         `json:"ringMembers,omitempty"`
-	BootstrapInflightPeers       *uint64         `json:"bootstrapInflightPeers,omitempty"`
-	BackfillInitialCycle         *string         `json:"backfillInitialCycle,omitempty"`
-	BackfillingPeers             *uint64         `json:"backfillingPeers,omitempty"`
-	BackfillDegraded             *bool           `json:"backfillDegraded,omitempty"`
-	BackfillBudgetExhaustedPeers *uint64         `json:"backfillBudgetExhaustedPeers,omitempty"`
-	OutboxMessages               *uint64         `json:"outboxMessages,omitempty"`
-	ReplicationLagEntries        *uint64         `json:"replicationLagEntries,omitempty"`
+	SchemaVersion                *uint32           `json:"schemaVersion,omitempty"`
+	ObservedAt                   *time.Time        `json:"observedAt,omitempty"`
+	SampledAt                    *time.Time        `json:"sampledAt,omitempty"`
+	ObservedGeneration           *int64            `json:"observedGeneration,omitempty"`
+	ExpectedPods                 *uint32           `json:"expectedPods,omitempty"`
+	SampledPods                  *uint32           `json:"sampledPods,omitempty"`
+	Ready                        *bool             `json:"ready,omitempty"`
+	Serving                      *bool             `json:"serving,omitempty"`
+	WriterLockOwned              *bool             `json:"writerLockOwned,omitempty"`
+	InitialDiscoveryCompleted    *bool             `json:"initialDiscoveryCompleted,omitempty"`
+	GenerationConsistent         *bool             `json:"generationConsistent,omitempty"`
+	RingConsistent               *bool             `json:"ringConsistent,omitempty"`
+	RingMembers                  *uint64           `json:"ringMembers,omitempty"`
+	BootstrapInflightPeers       *uint64           `json:"bootstrapInflightPeers,omitempty"`
+	BackfillInitialCycle         *string           `json:"backfillInitialCycle,omitempty"`
+	BackfillingPeers             *uint64           `json:"backfillingPeers,omitempty"`
+	BackfillDegraded             *bool             `json:"backfillDegraded,omitempty"`
+	BackfillBudgetExhaustedPeers *uint64           `json:"backfillBudgetExhaustedPeers,omitempty"`
+	OutboxMessages               *uint64           `json:"outboxMessages,omitempty"`
+	ReplicationLagEntries        *uint64           `json:"replicationLagEntries,omitempty"`
 	ServingAuthority             *ServingAuthority `json:"servingAuthority,omitempty"`
-	FdTimeoutCount               *uint64         `json:"fdTimeoutCount,omitempty"`
-	PeerConnectionFailures       *uint64         `json:"peerConnectionFailures,omitempty"`
-	MemoryPressureState          *uint8          `json:"memoryPressureState,omitempty"`
-	InflightRequests             *uint64         `json:"inflightRequests,omitempty"`
-	CounterResets                *uint64         `json:"counterResets,omitempty"`
-	Pods                         json.RawMessage `json:"pods,omitempty"`
-	RetiredCounters              json.RawMessage `json:"retiredCounters,omitempty"`
-	Agent                        *string         `json:"agent,omitempty"`
+	FdTimeoutCount               *uint64           `json:"fdTimeoutCount,omitempty"`
+	PeerConnectionFailures       *uint64           `json:"peerConnectionFailures,omitempty"`
+	MemoryPressureState          *uint8            `json:"memoryPressureState,omitempty"`
+	InflightRequests             *uint64           `json:"inflightRequests,omitempty"`
+	CounterResets                *uint64           `json:"counterResets,omitempty"`
+	Pods                         json.RawMessage   `json:"pods,omitempty"`
+	RetiredCounters              json.RawMessage   `json:"retiredCounters,omitempty"`
+	Agent                        *string           `json:"agent,omitempty"`
 }
 
 // VerdictKind is pass, soak or hard_stop.
