@@ -390,14 +390,14 @@ async fn the_instance_page_tells_the_story() {
         "{signals}"
     );
 
-    // The chart: three panels with points and a band line, the strip, and
-    // the strip's runs in words.
+    // The chart: four panels (the replication lag next to the outbox) with
+    // points and a band line, the strip, and the strip's runs in words.
     let history = r
         .body
         .split("id=\"history\" data-live>")
         .nth(1)
         .expect("history");
-    assert_eq!(history.matches("<figure class=\"chart\"").count(), 3);
+    assert_eq!(history.matches("<figure class=\"chart\"").count(), 4);
     assert!(
         history.matches("<polyline class=\"band\"").count() >= 2,
         "fd and peer bands"
