@@ -498,9 +498,13 @@ mod tests {
         // The cluster widens the fd band; the annotation only changes the
         // outbox band, so the cluster's fd band still holds.
         let mut engine = InstanceEngine::new(cluster(5));
-        engine.set_gate_annotation(Some(r#"{"outboxBandMinimum": 7}"#));
+        engine.set_gate_annotation(Some(
+            r#"{"outboxBandMinimum": 7, "replicationLagBandPercent": 20, "replicationLagBandMinimum": 9}"#,
+        ));
         assert_eq!(engine.gate_config().fd_timeout_band, 5);
         assert_eq!(engine.gate_config().outbox_band_minimum, 7);
+        assert_eq!(engine.gate_config().replication_lag_band_percent, 20);
+        assert_eq!(engine.gate_config().replication_lag_band_minimum, 9);
         let gate = upgrade_with_fd_growth(&mut engine, "merged");
         assert_eq!(gate.verdict, AgentVerdict::Healthy);
     }

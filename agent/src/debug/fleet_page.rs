@@ -288,9 +288,16 @@ fn row(v: &InstanceView, since: Option<&Since>, owner: &str, now: Timestamp) -> 
             Key::Num(i64::from(u8::from(h.ready) * 2 + u8::from(h.serving)))
         }),
         html: format!(
-            "{} / {}",
+            "{} / {}{}",
             yes_no(h.map(|h| h.ready)),
-            yes_no(h.map(|h| h.serving))
+            yes_no(h.map(|h| h.serving)),
+            // Ready and serving say nothing of who may write: on a fenced
+            // instance, the grant's state beside them.
+            h.and_then(|h| h.serving_authority.as_ref())
+                .map_or_else(String::new, |a| format!(
+                    "<span class=\"since\">{}</span>",
+                    escape(&kura_schemas::FenceEvidence::from(a).describe())
+                ))
         ),
         class: "",
     });
