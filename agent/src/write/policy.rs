@@ -313,4 +313,60 @@ mod tests {
         assert!(!is_priority_change(Some(&prev), &f));
         assert!(is_priority_change(None, &f));
     }
+
+    #[test]
+    fn losing_the_writer_or_fencing_goes_first_and_new_fields_are_material() {
+        use kura_schemas::ServingAuthorityHealth;
+        let fence = |writers: u32, phase: &str| {
+            Some(ServingAuthorityHealth {
+                enabled_pods: 2,
+                valid_writers: writers,
+                phase: phase.into(),
+                epoch: u64::from(writers),
+            })
+        };
+        let with = |a: Option<ServingAuthorityHealth>| RolloutHealth {
+            serving_authority: a,
+            ..base()
+        };
+        let serving = with(fence(1, "Serving"));
+        assert!(is_priority_change(
+            Some(&serving),
+            &with(fence(0, "Revoking"))
+        ));
+        assert!(is_priority_change(
+            Some(&base()),
+            &with(fence(0, "Preparing"))
+        ));
+        assert!(is_priority_change(
+            Some(&with(fence(0, "Revoking"))),
+            &with(fence(0, "Fencing"))
+        ));
+        // Already without a writer, or already fenced: not urgent again.
+        assert!(!is_priority_change(
+            Some(&with(fence(0, "Revoking"))),
+            &with(fence(0, "Quiescing"))
+        ));
+        assert!(!is_priority_change(
+            Some(&with(fence(0, "Fencing"))),
+            &with(fence(0, "Fencing"))
+        ));
+        // A writer coming back is not urgent, but it is material.
+        assert!(!is_priority_change(
+            Some(&with(fence(0, "Revoking"))),
+            &serving
+        ));
+        assert!(material_change(&with(fence(0, "Revoking")), &serving));
+        let lag = RolloutHealth {
+            replication_lag_entries: Some(5),
+            ..base()
+        };
+        assert!(material_change(&base(), &lag));
+        let mut pods = base();
+        pods.pods[0].fence = Some(kura_schemas::PodFence {
+            enabled: Some(true),
+            ..Default::default()
+        });
+        assert!(material_change(&base(), &pods));
+    }
 }
