@@ -155,10 +155,13 @@ pub struct PodHealth {
     /// `replica` links' `lag_entries`); absent when not measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replication_lag_entries: Option<u64>,
+    // Boxed: a pod entry is kept in several copies per pod (the
+    // aggregation state, the published and the written aggregate), and
+    // most pods run without fenced serving.
     /// The pod's fence state; absent when the pod reports no
     /// `serving_authority`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fence: Option<PodFence>,
+    pub fence: Option<Box<PodFence>>,
     /// Clamped fd timeouts: offset + last raw.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fd_timeout_count: Option<u64>,

@@ -101,10 +101,14 @@ impl TrackedPod {
         d.memory_pressure_state = Some(report.memory_pressure_state);
         d.outbox_messages = report.outbox_messages;
         d.replication_lag_entries = replication_lag_entries;
-        d.fence = report
+        let fence = report
             .serving_authority
             .as_ref()
             .map(kura_schemas::PodFence::from);
+        // Kept when unchanged: no new allocation per sweep.
+        if d.fence.as_deref() != fence.as_ref() {
+            d.fence = fence.map(Box::new);
+        }
         self.publish_counters();
         reset || identity_changed
     }

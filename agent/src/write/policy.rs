@@ -363,10 +363,10 @@ mod tests {
         };
         assert!(material_change(&base(), &lag));
         let mut pods = base();
-        pods.pods[0].fence = Some(kura_schemas::PodFence {
+        pods.pods[0].fence = Some(Box::new(kura_schemas::PodFence {
             enabled: Some(true),
             ..Default::default()
-        });
+        }));
         assert!(material_change(&base(), &pods));
     }
 }
