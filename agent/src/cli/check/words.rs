@@ -92,4 +92,34 @@ mod tests {
         );
         assert_eq!(count(None), "null");
     }
+
+    #[test]
+    fn the_new_signals_read_as_the_gate_words_them() {
+        let lag = Evidence {
+            observed: Some(71),
+            band_top: Some(70),
+            baseline: Some(20),
+            ..Evidence::new("kura/acme-eu", Signal::ReplicationLagRegressed)
+        };
+        assert_eq!(
+            describe(&lag),
+            "replication_lag_regressed on kura/acme-eu: replicationLagEntries 71 above band top 70, baseline 20"
+        );
+        let fence = kura_schemas::FenceEvidence {
+            phase: "Fencing".into(),
+            enabled_pods: 2,
+            valid_writers: 0,
+            epoch: 0,
+        };
+        let fenced = Evidence {
+            observed: Some(0),
+            detail: Some(fence.describe()),
+            fence: Some(fence),
+            ..Evidence::new("kura/acme-eu", Signal::ServingFenced)
+        };
+        assert_eq!(
+            describe(&fenced),
+            "serving_fenced on kura/acme-eu: servingAuthority.validWriters 0, grant phase Fencing, 2 pods with fenced serving, 0 valid writers, highest epoch 0"
+        );
+    }
 }
