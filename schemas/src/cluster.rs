@@ -7,7 +7,10 @@
 //! the wrong type (a negative or fractional `lag_entries`, a non-string
 //! `kind`, `peer`, `region`, `phase` or `frontier`, a non-boolean `settled`,
 //! a `frontier_ms` that is not a count) makes the body invalid, and so does
-//! a repeated key anywhere.
+//! `sync_links` given twice or a key repeated anywhere inside it. The other
+//! keys are skipped unread (no tree is built of them: a body lists every
+//! member and consumer URL, and the agent reads one per pull-sync pod per
+//! sweep), as the report parser skips unknown keys.
 //! Lenient elsewhere: unknown keys are ignored, an unknown `kind` or `phase`
 //! is kept verbatim (bounded) and not summed.
 //!
@@ -23,9 +26,11 @@
 
 use crate::api_int::{self, API_INT_MAX};
 use crate::report::{DEFAULT_BODY_LIMIT, MAX_TEXT_LEN};
-use crate::strict_json::{self, StrictJsonError};
-use serde::Serialize;
+use crate::strict_json::{self, StrictJsonError, StrictValue};
+use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
+use serde::{Deserializer as _, Serialize};
 use serde_json::{Map, Value};
+use std::cell::RefCell;
 
 /// The path a pull-sync Kura node serves its cluster status on.
 pub const CLUSTER_PATH: &str = "/status/cluster";
@@ -117,14 +122,107 @@ pub fn parse_cluster_status_limited(
             limit,
         });
     }
-    cluster_from_value(&strict_json::from_slice(body)?)
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        // Not an object: say what it is instead.
+        return Err(match strict_json::from_slice(body) {
+            Ok(_) => ClusterError::NotAnObject,
+            Err(e) => ClusterError::Malformed(e),
+        });
+    }
+    let duplicate = RefCell::new(None);
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let read = de
+        .deserialize_map(SyncLinksOnly {
+            duplicate: &duplicate,
+        })
+        .and_then(|links| de.end().map(|()| links));
+    match read {
+        Ok(links) => links_from(links.as_ref()),
+        Err(e) => Err(ClusterError::Malformed(match duplicate.into_inner() {
+            Some(key) => StrictJsonError::DuplicateKey {
+                key,
+                line: e.line(),
+                column: e.column(),
+            },
+            None => StrictJsonError::Syntax {
+                message: e.to_string(),
+                line: e.line(),
+                column: e.column(),
+            },
+        })),
+    }
+}
+
+/// Reads a body's top-level object, keeping only `sync_links` (strictly:
+/// a key repeated inside it is recorded in `duplicate`) and skipping every
+/// other key unread.
+struct SyncLinksOnly<'a> {
+    duplicate: &'a RefCell<Option<String>>,
+}
+
+impl<'de> Visitor<'de> for SyncLinksOnly<'_> {
+    type Value = Option<Value>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a cluster status object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<Value>, A::Error> {
+        let mut links = None;
+        while let Some(is_links) = map.next_key_seed(IsSyncLinks)? {
+            if !is_links {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            }
+            if links.is_some() {
+                self.duplicate
+                    .borrow_mut()
+                    .get_or_insert_with(|| "sync_links".to_owned());
+                return Err(de::Error::custom(
+                    "key \"sync_links\" appears more than once",
+                ));
+            }
+            links = Some(map.next_value_seed(StrictValue {
+                duplicate: self.duplicate,
+            })?);
+        }
+        Ok(links)
+    }
+}
+
+/// Whether an object key is `sync_links`, read without allocating.
+struct IsSyncLinks;
+
+impl<'de> DeserializeSeed<'de> for IsSyncLinks {
+    type Value = bool;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl Visitor<'_> for IsSyncLinks {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a key")
+    }
+
+    fn visit_str<E: de::Error>(self, key: &str) -> Result<bool, E> {
+        Ok(key == "sync_links")
+    }
 }
 
 /// Validate an already-decoded JSON value as a `/status/cluster` body (the
 /// `cluster` of a `kura-agent aggregate` input document).
 pub fn cluster_from_value(value: &Value) -> Result<ClusterStatus, ClusterError> {
     let obj = value.as_object().ok_or(ClusterError::NotAnObject)?;
-    let sync_links = match obj.get("sync_links") {
+    links_from(obj.get("sync_links"))
+}
+
+/// The body's `sync_links` value (absent: `None`) as links.
+fn links_from(links: Option<&Value>) -> Result<ClusterStatus, ClusterError> {
+    let sync_links = match links {
         None => None,
         Some(Value::Array(rows)) => Some(
             rows.iter()
@@ -300,6 +398,20 @@ mod tests {
             parse_cluster_status_limited(b"{}", 1),
             Err(ClusterError::TooLarge { size: 2, limit: 1 })
         ));
+        assert!(matches!(
+            lag(r#"{"sync_links":[],"sync_links":[]}"#),
+            Err(ClusterError::Malformed(
+                StrictJsonError::DuplicateKey { .. }
+            ))
+        ));
+        assert!(matches!(
+            lag(r#"{"sync_links":[]} x"#),
+            Err(ClusterError::Malformed(_))
+        ));
+        assert!(matches!(lag("\u{feff}{}"), Err(ClusterError::Malformed(_))));
+        // A key repeated outside sync_links is skipped unread, as the
+        // report parser skips unknown keys.
+        assert_eq!(lag(r#"{"node":1,"node":2,"sync_links":[]}"#), Ok(Some(0)));
     }
 
     #[test]
