@@ -10,7 +10,9 @@
 # strict_json (the strict reader against serde_json), replay (kura-gate
 # replay documents, so the gate over arbitrary tick sequences: every
 # non-pass verdict names a signal), aggregate_document (kura-agent aggregate
-# documents: published counters never decrease, totals stay <= 2^63-1).
+# documents: published counters never decrease, totals stay <= 2^63-1),
+# cluster_status (the /status/cluster parser: the lag is the replica links'
+# sum, <= 2^63-1).
 #
 # - KURA_FUZZ_SECONDS per target (default 10), KURA_FUZZ_JOBS targets at
 #   once (default: the number of cores). With the rebuild of the workspace's
@@ -57,7 +59,7 @@ fuzz=$cache/cargo/bin/cargo-fuzz
 } 9>"$cache/.cargo-fuzz.lock"
 
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(node_report strict_json replay aggregate_document)
+[ ${#targets[@]} -gt 0 ] || targets=(node_report strict_json replay aggregate_document cluster_status)
 
 work=$(mktemp -d)
 artifacts=${KURA_FUZZ_ARTIFACTS:-$work/artifacts}
@@ -99,6 +101,7 @@ seeds() { # TARGET -> seed files
     strict_json) ls testdata/reports/*.json testdata/gate/*.json testdata/aggregate/*.json ;;
     replay) ls testdata/gate/*.json ;;
     aggregate_document) ls testdata/aggregate/*.json testdata/aggregate/invalid/*.json 2>/dev/null ;;
+    cluster_status) ls testdata/cluster/*.json ;;
     *) die "unknown target $1" ;;
   esac
 }

@@ -266,6 +266,9 @@ pub fn gate_limits(config: &GateConfig, gate: &RolloutGate) -> GateLimits {
         max_sample_age_seconds: config.max_sample_age_seconds,
         future_skew_seconds: config.future_skew_seconds,
         outbox_band_top: base.outbox_messages.map(|b| config.outbox_band_top(b)),
+        replication_lag_band_top: base
+            .replication_lag_entries
+            .map(|b| config.replication_lag_band_top(b)),
         fd_timeout_band_top: base.fd_timeout_count.map(|b| config.fd_timeout_band_top(b)),
         peer_failure_band_top: base
             .peer_connection_failures
@@ -300,11 +303,13 @@ mod tests {
             baseline_image: Some("img:1".into()),
             baseline_captured_at: None,
             baseline: BaselineCounters {
+                replication_lag_entries: None,
                 outbox_messages: Some(1000),
                 fd_timeout_count: Some(9),
                 peer_connection_failures: None,
             },
             effective_baseline: BaselineCounters {
+                replication_lag_entries: None,
                 outbox_messages: Some(1000),
                 fd_timeout_count: Some(8),
                 peer_connection_failures: None,
@@ -362,6 +367,7 @@ mod tests {
         v["fd_timeout_count"] = serde_json::json!(fd);
         let report = parse_report(&serde_json::to_vec(&v).expect("bytes")).expect("report");
         PodSample {
+            replication_lag_entries: None,
             pod: PodIdentity {
                 name: format!("acme-{i}"),
                 uid: format!("u-{i}"),
@@ -425,6 +431,7 @@ mod tests {
 
     fn sample(node: &SimNode, received_at: Timestamp) -> Vec<PodSample> {
         vec![PodSample {
+            replication_lag_entries: None,
             pod: PodIdentity {
                 name: "p-0".into(),
                 uid: "u-0".into(),
@@ -491,9 +498,13 @@ mod tests {
         // The cluster widens the fd band; the annotation only changes the
         // outbox band, so the cluster's fd band still holds.
         let mut engine = InstanceEngine::new(cluster(5));
-        engine.set_gate_annotation(Some(r#"{"outboxBandMinimum": 7}"#));
+        engine.set_gate_annotation(Some(
+            r#"{"outboxBandMinimum": 7, "replicationLagBandPercent": 20, "replicationLagBandMinimum": 9}"#,
+        ));
         assert_eq!(engine.gate_config().fd_timeout_band, 5);
         assert_eq!(engine.gate_config().outbox_band_minimum, 7);
+        assert_eq!(engine.gate_config().replication_lag_band_percent, 20);
+        assert_eq!(engine.gate_config().replication_lag_band_minimum, 9);
         let gate = upgrade_with_fd_growth(&mut engine, "merged");
         assert_eq!(gate.verdict, AgentVerdict::Healthy);
     }

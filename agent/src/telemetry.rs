@@ -17,6 +17,9 @@ use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder};
 
 /// Polls by `result` ([`POLL_RESULTS`]).
 pub const POLLS_TOTAL: &str = "kura_agent_polls_total";
+/// `GET /status/cluster` reads of pull-sync pods by `result`
+/// ([`CLUSTER_READ_RESULTS`]).
+pub const CLUSTER_READS_TOTAL: &str = "kura_agent_cluster_reads_total";
 /// Retries of a poll after a connection-level failure (counted apart from
 /// the failures themselves).
 pub const POLL_RETRIES_TOTAL: &str = "kura_agent_poll_retries_total";
@@ -79,7 +82,7 @@ pub const EVENTS_TOTAL: &str = "kura_agent_events_total";
 
 /// The `result` label values of [`POLLS_TOTAL`]: `ok`, or why the poll
 /// failed.
-pub const POLL_RESULTS: [&str; 9] = [
+pub const POLL_RESULTS: [&str; 10] = [
     "ok",
     "timeout",
     "refused",
@@ -88,6 +91,23 @@ pub const POLL_RESULTS: [&str; 9] = [
     "too_large",
     "body_error",
     "invalid_report",
+    "identity_mismatch",
+    "invalid_cluster",
+];
+
+/// The `result` label values of [`CLUSTER_READS_TOTAL`]: `ok`,
+/// `not_measured` (HTTP 404 or no `sync_links`: the lag is absent), or why
+/// the read failed (the pod's sample then fails too).
+pub const CLUSTER_READ_RESULTS: [&str; 10] = [
+    "ok",
+    "not_measured",
+    "timeout",
+    "refused",
+    "connect_error",
+    "http_status",
+    "too_large",
+    "body_error",
+    "invalid_cluster",
     "identity_mismatch",
 ];
 
@@ -181,7 +201,7 @@ const fn plain(name: &'static str, kind: Kind, help: &'static str) -> Metric {
 }
 
 /// Every `kura_agent_*` metric, once each.
-pub const METRICS: [Metric; 24] = [
+pub const METRICS: [Metric; 25] = [
     Metric {
         name: POLLS_TOTAL,
         kind: Kind::Counter,
@@ -189,6 +209,15 @@ pub const METRICS: [Metric; 24] = [
         label: Some(Label {
             name: "result",
             values: || POLL_RESULTS.to_vec(),
+        }),
+    },
+    Metric {
+        name: CLUSTER_READS_TOTAL,
+        kind: Kind::Counter,
+        help: "GET /status/cluster reads of pull-sync pods by result.",
+        label: Some(Label {
+            name: "result",
+            values: || CLUSTER_READ_RESULTS.to_vec(),
         }),
     },
     plain(

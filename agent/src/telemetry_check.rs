@@ -168,6 +168,9 @@ fn every_poll_error() -> Vec<PollError> {
         PollError::InvalidReport(invalid),
         PollError::IdentityMismatch,
         PollError::NoAddress,
+        PollError::InvalidCluster(
+            kura_schemas::parse_cluster_status(b"[]").expect_err("an array is no cluster body"),
+        ),
     ];
     for e in &all {
         match e {
@@ -183,6 +186,7 @@ fn every_poll_error() -> Vec<PollError> {
             | PollError::TransferCoding
             | PollError::InvalidReport(_)
             | PollError::IdentityMismatch
+            | PollError::InvalidCluster(_)
             | PollError::NoAddress => {}
         }
     }
@@ -234,6 +238,20 @@ fn computed_values(metric: &str, expr: &str) -> Option<Vec<&'static str>> {
                 every_poll_error()
                     .into_iter()
                     .map(|e| crate::poll::poller::result_label(&Err(e))),
+            );
+            v
+        }
+        (telemetry::CLUSTER_READS_TOTAL, "cluster_label(&read)") => {
+            let mut v = vec![
+                crate::poll::poller::cluster_label(&Ok(Some(0))),
+                crate::poll::poller::cluster_label(&Ok(None)),
+            ];
+            v.extend(
+                every_poll_error()
+                    .into_iter()
+                    // A report-only failure cannot come out of a cluster read.
+                    .filter(|e| !matches!(e, PollError::InvalidReport(_)))
+                    .map(|e| crate::poll::poller::cluster_label(&Err(e))),
             );
             v
         }

@@ -525,6 +525,10 @@ impl FleetView {
                 .as_ref()
                 .and_then(|h| h.peer_connection_failures),
             outbox: sweep.health.as_deref().and_then(|h| h.outbox_messages),
+            replication_lag: sweep
+                .health
+                .as_deref()
+                .and_then(|h| h.replication_lag_entries),
             limits: sweep.limits,
         };
         let mut state = self.write();
@@ -712,6 +716,7 @@ mod tests {
 
     fn failed(name: &str, at: i64, why: &str) -> PodSample {
         PodSample {
+            replication_lag_entries: None,
             pod: PodIdentity {
                 name: name.into(),
                 uid: format!("u-{name}"),
@@ -774,6 +779,7 @@ mod tests {
         let report =
             kura_schemas::parse_report(&std::fs::read(path).expect("fixture")).expect("report");
         PodSample {
+            replication_lag_entries: None,
             pod: PodIdentity {
                 name: name.into(),
                 uid: format!("u-{name}"),

@@ -44,6 +44,7 @@ fn report(count: u64) -> NodeReport {
 
 fn sample(name: &str, at: Timestamp, count: u64) -> PodSample {
     PodSample {
+        replication_lag_entries: None,
         pod: PodIdentity {
             name: name.into(),
             uid: format!("uid-{name}"),

@@ -181,6 +181,7 @@ fn materialize(
                 SampleResult::Report(Box::new(report(&templates, p, plan.ready[i])))
             };
             samples.push(PodSample {
+                replication_lag_entries: None,
                 pod: PodIdentity {
                     name: format!("acme-{i:02}"),
                     uid: format!("uid-{}", p.uid),

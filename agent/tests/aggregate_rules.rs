@@ -36,6 +36,7 @@ fn report(fd: u64, discovery: Option<bool>) -> NodeReport {
 
 fn sample(name: &str, at: Timestamp, result: SampleResult) -> PodSample {
     PodSample {
+        replication_lag_entries: None,
         pod: PodIdentity {
             name: name.into(),
             uid: format!("uid-{name}"),

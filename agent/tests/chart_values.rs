@@ -96,7 +96,11 @@ fn the_schemas_gate_is_the_gates_configuration() {
     assert_eq!(keys, want, "values.schema.json's gate keys");
     let p = &gate["properties"];
     assert_eq!(p["maxSampleAgeSeconds"]["minimum"], 1);
-    for key in ["outboxBandPercent", "peerFailureBandPercent"] {
+    for key in [
+        "outboxBandPercent",
+        "replicationLagBandPercent",
+        "peerFailureBandPercent",
+    ] {
         assert_eq!(
             p[key]["maximum"],
             kura_gate::config::MAX_BAND_PERCENT,
@@ -113,6 +117,7 @@ fn the_schemas_gate_is_the_gates_configuration() {
     let at_limits = serde_json::json!({
         "soakSeconds": [0], "waveDeadlineSeconds": 0, "maxSampleAgeSeconds": 1,
         "futureSkewSeconds": 0, "outboxBandPercent": 1000, "outboxBandMinimum": 0,
+        "replicationLagBandPercent": 1000, "replicationLagBandMinimum": 0,
         "fdTimeoutBand": 0, "peerFailureBandPercent": 1000, "peerFailureBandMinimum": 0
     });
     assert!(kura_gate::parse_config_over(&kura_gate::GateConfig::default(), &at_limits).is_ok());

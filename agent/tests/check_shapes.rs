@@ -25,8 +25,9 @@ fn fixture(name: &str) -> Bytes {
     Bytes::from(std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
 }
 
-/// A node on 127.0.0.1 that answers every request with `body`, as a Kura
-/// node answers `/status/rollout`.
+/// A node on 127.0.0.1 that answers `/status/rollout` (and every other path
+/// but `/status/cluster`) with `body`, and `/status/cluster` with `cluster`
+/// (HTTP 404 when `None`), as a Kura node does.
 struct FixtureNode {
     url: String,
     task: tokio::task::JoinHandle<()>,
@@ -34,9 +35,13 @@ struct FixtureNode {
 
 impl FixtureNode {
     async fn start(body: Bytes) -> FixtureNode {
+        FixtureNode::start_with_cluster(body, None).await
+    }
+
+    async fn start_with_cluster(body: Bytes, cluster: Option<Bytes>) -> FixtureNode {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
-        let shared = Arc::new(body);
+        let shared = Arc::new((body, cluster));
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
@@ -44,9 +49,19 @@ impl FixtureNode {
                 };
                 let shared = Arc::clone(&shared);
                 tokio::spawn(async move {
-                    let service = service_fn(move |_req: Request<hyper::body::Incoming>| {
-                        let body = Bytes::clone(&shared);
+                    let service = service_fn(move |req: Request<hyper::body::Incoming>| {
+                        let (report, cluster) = &*shared;
+                        let answer = if req.uri().path() == "/status/cluster" {
+                            cluster.clone()
+                        } else {
+                            Some(report.clone())
+                        };
                         async move {
+                            let Some(body) = answer else {
+                                let mut r = Response::new(Full::new(Bytes::from_static(b"no")));
+                                *r.status_mut() = hyper::StatusCode::NOT_FOUND;
+                                return Ok::<_, Infallible>(r);
+                            };
                             let mut r = Response::new(Full::new(body));
                             r.headers_mut().insert(
                                 hyper::header::CONTENT_TYPE,
@@ -112,9 +127,9 @@ async fn every_contract_shape_is_sampled_and_passes() {
         "g3-outbox-capacity.json",
         "g3-fullness-above-100.json",
         "g4-pull-sync.json",
-        "g4-serving-authority.json",
         "newest-unfenced.json",
-        "newest-fenced.json",
+        "kura-g4-sibling-predates-pull.json",
+        "kura-newest-fenced-quiescing-source.json",
     ];
     for shape in shapes {
         let node = FixtureNode::start(fixture(shape)).await;
@@ -197,4 +212,101 @@ async fn a_ready_serving_node_with_a_pending_cycle_holds_check_until_it_complete
     }
     assert_eq!(lines.last().unwrap()["verdict"], "pass");
     drop(node);
+}
+
+/// The fenced-serving shapes of contract/examples against `check` on
+/// loopback nodes: the grant in `Fencing` (every pod ready and serving) is
+/// the hard stop `serving_fenced`; a lone standby (no valid writer) holds
+/// on `no_valid_writer` until the deadline; a node that reports
+/// `enabled: true` without `valid` is no writer either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_shapes_stop_or_hold_check() {
+    for (shape, hard) in [
+        ("kura-newest-fenced-fencing-no-valid-writer.json", true),
+        ("newest-fenced.json", true),
+        ("kura-newest-fenced-standby.json", false),
+        ("kura-newest-fenced-revoked-source.json", false),
+        ("g4-serving-authority.json", false),
+    ] {
+        let node = FixtureNode::start(fixture(shape)).await;
+        let (code, lines, err) = check(
+            &[&node.url],
+            &[
+                "--soak",
+                "200ms",
+                "--interval",
+                "100ms",
+                "--timeout",
+                "1200ms",
+            ],
+        )
+        .await;
+        assert_eq!(code, 1, "{shape}: {lines:?} {err}");
+        let last = lines.last().unwrap();
+        for line in &lines {
+            assert_eq!(line["health"]["ready"], true, "{shape}: still ready");
+            assert_eq!(line["health"]["serving"], true, "{shape}: still serving");
+        }
+        if hard {
+            assert_eq!(last["signal"], "serving_fenced", "{shape}: {last}");
+            let e = &last["evidence"][0];
+            assert_eq!(e["fence"]["phase"], "Fencing", "{shape}: {e}");
+            assert!(
+                e["detail"].as_str().unwrap().contains("grant phase"),
+                "{shape}: {e}"
+            );
+        } else {
+            assert_eq!(last["signal"], "wave_deadline_exceeded", "{shape}: {last}");
+            assert_eq!(
+                last["lastFailingSignal"], "no_valid_writer",
+                "{shape}: {last}"
+            );
+        }
+    }
+}
+
+/// A pull-sync node's replication lag comes from `/status/cluster` (the
+/// contract's example body: 3 on its replica link, the region link not
+/// summed); a node without the route has no lag (null, never 0), and a
+/// cluster body that is not valid fails every sample.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_reads_the_lag_of_pull_sync_nodes() {
+    let cluster = std::fs::read(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../testdata/cluster/kura-cluster-status-pull-sync.json"),
+    )
+    .unwrap();
+    let with_route =
+        FixtureNode::start_with_cluster(fixture("g4-pull-sync.json"), Some(cluster.into())).await;
+    let without = FixtureNode::start_with_cluster(fixture("g4-pull-sync.json"), None).await;
+    let (code, lines, err) = check(
+        &[&with_route.url, &without.url],
+        &["--soak", "300ms", "--interval", "100ms", "--timeout", "5s"],
+    )
+    .await;
+    assert_eq!(code, 0, "{:?} {err}", lines.last());
+    for line in &lines {
+        assert_eq!(line["health"]["replicationLagEntries"], 3, "{line}");
+    }
+    let broken = FixtureNode::start_with_cluster(
+        fixture("g4-pull-sync.json"),
+        Some(Bytes::from_static(
+            br#"{"sync_links":[{"kind":"replica","lag_entries":-1}]}"#,
+        )),
+    )
+    .await;
+    let (code, lines, _) = check(
+        &[&broken.url],
+        &[
+            "--soak",
+            "200ms",
+            "--interval",
+            "100ms",
+            "--timeout",
+            "800ms",
+        ],
+    )
+    .await;
+    assert_eq!(code, 1, "{lines:?}");
+    assert_eq!(lines[0]["health"]["sampledPods"], 0, "{}", lines[0]);
 }

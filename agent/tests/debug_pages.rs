@@ -82,6 +82,7 @@ impl Sim {
             .iter()
             .enumerate()
             .map(|(i, node)| PodSample {
+                replication_lag_entries: None,
                 pod: PodIdentity {
                     name: format!("{}-{i}", self.info.name),
                     uid: format!("uid-{}-{i}", self.info.name),
@@ -402,7 +403,7 @@ async fn the_instance_page_tells_the_story() {
         .nth(1)
         .and_then(|s| s.split("</table>").next())
         .expect("signals table");
-    assert_eq!(signals.matches("<tr").count(), 14, "header + 13 checks");
+    assert_eq!(signals.matches("<tr").count(), 17, "header + 16 checks");
     assert_eq!(signals.matches("result fail").count(), 1);
     assert!(signals.contains(
         "<tr class=\"failing\"><td>14</td><th scope=\"row\"><code>fd_timeouts_regressed</code>"
@@ -412,14 +413,14 @@ async fn the_instance_page_tells_the_story() {
         "{signals}"
     );
 
-    // The chart: three panels with points and a band line, the strip, and
-    // the strip's runs in words.
+    // The chart: four panels (the replication lag next to the outbox) with
+    // points and a band line, the strip, and the strip's runs in words.
     let history = r
         .body
         .split("id=\"history\" data-live>")
         .nth(1)
         .expect("history");
-    assert_eq!(history.matches("<figure class=\"chart\"").count(), 3);
+    assert_eq!(history.matches("<figure class=\"chart\"").count(), 4);
     assert!(
         history.matches("<polyline class=\"band\"").count() >= 2,
         "fd and peer bands"

@@ -20,6 +20,8 @@ fn ts(s: &str) -> Timestamp {
 
 fn health(ready: bool) -> RolloutHealth {
     RolloutHealth {
+        replication_lag_entries: None,
+        serving_authority: None,
         schema_version: 1,
         observed_at: ts("2026-07-21T10:00:10Z"),
         sampled_at: Some(ts("2026-07-21T10:00:09Z")),
@@ -91,6 +93,7 @@ async fn start() -> Fixture {
     let key = InstanceKey::new("kura", "acme-eu");
     let pods = ["acme-eu-0".to_owned(), "acme-eu-1".to_owned()];
     let samples = [PodSample {
+        replication_lag_entries: None,
         pod: PodIdentity {
             name: "acme-eu-1".into(),
             uid: "u-1".into(),
@@ -352,6 +355,7 @@ async fn pod_rows_show_outbox_capacity_fullness_and_fence_state() {
         SampleResult::Report(Box::new(report))
     };
     let sample = |name: &str, result: SampleResult| PodSample {
+        replication_lag_entries: None,
         pod: PodIdentity {
             name: name.into(),
             uid: format!("u-{name}"),

@@ -2650,3 +2650,142 @@ async fn kstatus_conditions_make_kstatus_read_the_rollout() {
     assert_eq!(kstatus_of(&object().await).0, "Current");
     agent.stop().await;
 }
+
+/// Issue 29 on the real API server: the CRD declares `servingAuthority`,
+/// `replicationLagEntries` and the pods' `fence` (they come back from a
+/// status write instead of being pruned), a pull-sync instance whose lag
+/// grows above its band after an image change is
+/// `unhealthy/replication_lag_regressed`, and a fenced instance whose
+/// primary restarts (the grant moves to `Fencing`, every pod still ready
+/// and serving) is `hard_stop/serving_fenced`, with `RolloutHardStopped`
+/// naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real API server: scripts/e2e.sh"]
+async fn fenced_serving_and_replication_lag_reach_the_status() {
+    let client = admin().await;
+    ensure_crd(&client).await;
+    let ns = create_namespace(&client, "e2e-fence").await;
+    let v1 = "ghcr.io/tuist/kura:1.0.0";
+    let v2 = "ghcr.io/tuist/kura:1.1.0";
+    let fleet = Fleet::create(
+        &client,
+        &ns,
+        &["fenced".to_owned()],
+        2,
+        v1,
+        Ipv4Addr::new(127, 37, 0, 1),
+    )
+    .await;
+    let primary = fleet.pod("fenced-0");
+    let standby = fleet.pod("fenced-1");
+    for (pod, valid) in [(&primary, true), (&standby, false)] {
+        pod.update(|n| {
+            n.fenced_serving = true;
+            n.fence_valid = valid;
+            n.fence_epoch = 3;
+            n.fence_phase = "Serving".into();
+            n.replication_lag_entries = Some(10);
+        });
+    }
+    let mut agent = start_agent(run_args(&ns, fleet.port, &[]), admin_config().await);
+    let s = wait_status(&client, &ns, "fenced", "a fenced aggregate", T, |s| {
+        s["rolloutHealth"]["servingAuthority"]["validWriters"] == 1
+            && s["rolloutGate"]["verdict"] == "healthy"
+    })
+    .await;
+    // Read back from the API server: nothing of it was pruned.
+    let h = &s["rolloutHealth"];
+    assert_eq!(
+        h["servingAuthority"],
+        json!({"enabledPods": 2, "validWriters": 1, "phase": "Serving", "epoch": 3}),
+        "{h}"
+    );
+    assert_eq!(h["replicationLagEntries"], 20, "{h}");
+    let pods = h["pods"].as_array().expect("pods");
+    for p in pods {
+        assert_eq!(p["replicationLagEntries"], 10, "{p}");
+        assert_eq!(p["fence"]["enabled"], true, "{p}");
+        assert_eq!(p["fence"]["phase"], "Serving", "{p}");
+    }
+    assert_eq!(
+        pods.iter()
+            .filter(|p| p["fence"]["valid"] == true && p["fence"]["epoch"] == 3)
+            .count(),
+        1,
+        "one writer: {pods:?}"
+    );
+
+    // The rollout: the baseline keeps the lag; the lag then grows above
+    // its band (20 + max(2, 50) = 70).
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &kura_agent::cluster::kura_instance_resource(),
+    );
+    api.patch(
+        "fenced",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"image": v2}})),
+    )
+    .await
+    .expect("change spec.image");
+    let s = wait_status(&client, &ns, "fenced", "baseline captured", T, |s| {
+        s["rolloutGate"]["targetImage"] == v2
+    })
+    .await;
+    assert_eq!(s["rolloutGate"]["baseline"]["replicationLagEntries"], 20);
+    assert_eq!(
+        s["rolloutGate"]["soakEligible"], true,
+        "{}",
+        s["rolloutGate"]
+    );
+    standby.update(|n| n.replication_lag_entries = Some(61));
+    let s = wait_status(&client, &ns, "fenced", "lag regression", T, |s| {
+        s["rolloutGate"]["signal"] == "replication_lag_regressed"
+    })
+    .await;
+    assert_eq!(s["rolloutGate"]["verdict"], "unhealthy");
+    let ev = &s["rolloutGate"]["evidence"][0];
+    assert_eq!(
+        (&ev["observed"], &ev["bandTop"], &ev["baseline"]),
+        (&json!(71), &json!(70), &json!(20)),
+        "{ev}"
+    );
+    let healthy = condition(&s, "RolloutHealthy").expect("RolloutHealthy");
+    assert_eq!(healthy["reason"], "ReplicationLagRegressed", "{healthy}");
+
+    // The primary restarts, as the rollout restarts it: Kura's controller
+    // moves the grant to Fencing; every pod stays ready and serving.
+    standby.update(|n| n.replication_lag_entries = Some(10));
+    primary.restart();
+    for pod in [&primary, &standby] {
+        pod.update(|n| n.fence_phase = "Fencing".into());
+    }
+    let s = wait_status(&client, &ns, "fenced", "the fence", T, |s| {
+        s["rolloutGate"]["signal"] == "serving_fenced"
+    })
+    .await;
+    assert_eq!(s["rolloutGate"]["verdict"], "hard_stop");
+    assert_eq!(s["rolloutHealth"]["ready"], true);
+    assert_eq!(s["rolloutHealth"]["serving"], true);
+    assert_eq!(
+        s["rolloutHealth"]["servingAuthority"],
+        json!({"enabledPods": 2, "validWriters": 0, "phase": "Fencing", "epoch": 0})
+    );
+    let ev = &s["rolloutGate"]["evidence"][0];
+    assert_eq!(
+        ev["fence"],
+        json!({"phase": "Fencing", "enabledPods": 2, "validWriters": 0, "epoch": 0}),
+        "{ev}"
+    );
+    let stopped = condition(&s, "RolloutHardStopped").expect("RolloutHardStopped");
+    assert_eq!(stopped["status"], "True", "{stopped}");
+    assert_eq!(stopped["reason"], "ServingFenced", "{stopped}");
+    assert!(
+        stopped["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("grant phase Fencing")),
+        "{stopped}"
+    );
+    agent.stop().await;
+}

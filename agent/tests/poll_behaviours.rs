@@ -267,3 +267,82 @@ async fn restart_over_a_kept_alive_connection_reads_the_new_incarnation() {
     assert_ne!(before.incarnation(), after.incarnation());
     assert_eq!(pod.identity().restart_count, 1);
 }
+
+/// The sample of one sweep of one pod.
+async fn sweep_one(poller: &Poller, pod: &SimPodHandle) -> kura_agent::model::PodSample {
+    poller
+        .sweep(&[(pod.identity(), pod.addr())])
+        .await
+        .remove(0)
+}
+
+#[tokio::test]
+async fn a_pull_sync_pod_is_asked_for_its_lag_on_the_same_connection() {
+    let (_sim, pod) = one(Behaviour::Normal).await;
+    pod.update(|n| n.replication_lag_entries = Some(42));
+    assert!(pod.node().pulls(), "the default node replicates by pull");
+    let poller = Poller::new(config(1000));
+    let s = sweep_one(&poller, &pod).await;
+    assert!(
+        matches!(s.result, SampleResult::Report(_)),
+        "{:?}",
+        s.result
+    );
+    // The replica link's lag only: the region link's 1000 is not summed.
+    assert_eq!(s.replication_lag_entries, Some(42));
+    assert_eq!(pod.stats().requests(), 2, "report, then cluster status");
+    assert_eq!(pod.stats().connections(), 1, "one kept connection for both");
+    // Next sweep: the lag moved, still one connection.
+    pod.update(|n| n.replication_lag_entries = Some(7));
+    assert_eq!(
+        sweep_one(&poller, &pod).await.replication_lag_entries,
+        Some(7)
+    );
+    assert_eq!(pod.stats().connections(), 1);
+}
+
+#[tokio::test]
+async fn a_push_pod_is_never_asked_for_its_cluster_status() {
+    let (_sim, pod) = one(Behaviour::Normal).await;
+    pod.update(|n| n.report_generation = kura_sim::ReportGeneration::G3);
+    let poller = Poller::new(config(1000));
+    let s = sweep_one(&poller, &pod).await;
+    match &s.result {
+        SampleResult::Report(r) => assert_eq!(r.outbox_messages, Some(0)),
+        SampleResult::Error(e) => panic!("{e}"),
+    }
+    assert_eq!(s.replication_lag_entries, None);
+    assert_eq!(pod.stats().requests(), 1, "/status/rollout only");
+}
+
+#[tokio::test]
+async fn a_missing_route_is_absent_lag_and_any_other_failure_fails_the_sample() {
+    let (_sim, pod) = one(Behaviour::Normal).await;
+    pod.update(|n| n.replication_lag_entries = None);
+    let poller = Poller::new(config(1000));
+    let s = sweep_one(&poller, &pod).await;
+    assert!(
+        matches!(s.result, SampleResult::Report(_)),
+        "404 keeps the report"
+    );
+    assert_eq!(s.replication_lag_entries, None, "not measured, never 0");
+
+    pod.update(|n| {
+        n.replication_lag_entries = Some(3);
+        n.cluster_status = 503;
+    });
+    let s = sweep_one(&poller, &pod).await;
+    match &s.result {
+        SampleResult::Error(e) => assert_eq!(e, "/status/cluster: http 503"),
+        SampleResult::Report(_) => panic!("a failed cluster read must fail the sample"),
+    }
+    assert_eq!(s.replication_lag_entries, None);
+    assert_eq!(
+        poller
+            .cluster_lag(pod.addr(), None)
+            .await
+            .unwrap_err()
+            .reason(),
+        "http_status"
+    );
+}

@@ -147,3 +147,77 @@ async fn mixed_generations_upgrade_into_g4() {
     assert!(sim.timeline_done());
     assert_eq!(shapes(reports(&sim).await), [4, 4, 1, 4, 4]);
 }
+
+/// The fenced-serving scenario through the real poller, aggregation and
+/// gate (compressed 20 times): healthy with one writer, `no_valid_writer`
+/// while the handover revokes the source, healthy again (the soak clock
+/// starts afresh) once the destination holds the grant at epoch 4, and the
+/// hard stop `serving_fenced` after the primary restarted, every pod still
+/// ready and serving. The pull-sync lag scenario: the lag from
+/// `/status/cluster`, the pod without the route adding nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_serving_scenario_holds_then_stops_the_gate() {
+    use kura_agent::aggregate::{AggregateConfig, InstanceAggregator};
+    use kura_agent::model::InstanceInfo;
+    use kura_schemas::{AgentVerdict, Signal};
+
+    let sc = Scenario::load(&dir().join("fenced-serving.json")).unwrap();
+    let sim = Simulator::from_scenario(&sc, Some(0.05)).await.unwrap();
+    let instance = InstanceInfo {
+        namespace: "kura".into(),
+        name: "fenced".into(),
+        expected_pods: 3,
+        generation: 1,
+    };
+    let mut agg = InstanceAggregator::new(AggregateConfig::default());
+    let p = poller();
+    let config = kura_gate::GateConfig::default();
+    let mut seen: Vec<(Option<Signal>, AgentVerdict, u32, u64)> = Vec::new();
+    let started = std::time::Instant::now();
+    let mut gate = None;
+    while started.elapsed() < Duration::from_millis(1600) {
+        let now = jiff::Timestamp::now();
+        let samples = p.sweep(&sim.targets()).await;
+        let h = agg.sweep(&instance, &samples, now, "test");
+        assert!(h.ready && h.serving, "ready and serving throughout: {h:?}");
+        let g = kura_gate::judge_instance(
+            "kura/fenced",
+            gate.as_ref(),
+            "img:1",
+            None,
+            Some(&h),
+            now,
+            &config,
+        );
+        let a = h.serving_authority.clone().expect("fenced serving");
+        let step = (g.signal, g.verdict, a.valid_writers, a.epoch);
+        if seen.last() != Some(&step) {
+            seen.push(step);
+        }
+        gate = Some(g);
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    let signals: Vec<Option<Signal>> = seen.iter().map(|s| s.0).collect();
+    let healthy_at = |epoch: u64| {
+        seen.iter()
+            .position(|s| s.1 == AgentVerdict::Healthy && s.2 == 1 && s.3 == epoch)
+    };
+    let first = healthy_at(3).expect("healthy with the epoch-3 writer first");
+    let held = signals
+        .iter()
+        .position(|s| *s == Some(Signal::NoValidWriter))
+        .expect("held during the handover");
+    let again = healthy_at(4).expect("healthy again with the epoch-4 writer");
+    let fenced = signals
+        .iter()
+        .position(|s| *s == Some(Signal::ServingFenced))
+        .expect("the fence");
+    assert!(first < held && held < again && again < fenced, "{seen:?}");
+    assert_eq!(seen[fenced].1, AgentVerdict::HardStop);
+
+    let sc = Scenario::load(&dir().join("pull-sync-lag.json")).unwrap();
+    let sim = Simulator::from_scenario(&sc, Some(1.0)).await.unwrap();
+    let samples = p.sweep(&sim.targets()).await;
+    let lags: Vec<Option<u64>> = samples.iter().map(|s| s.replication_lag_entries).collect();
+    assert_eq!(lags, [Some(3), Some(5), None]);
+}

@@ -19,6 +19,8 @@ fn ts(s: &str) -> Timestamp {
 fn desired() -> DesiredStatus {
     DesiredStatus::new(
         RolloutHealth {
+            replication_lag_entries: None,
+            serving_authority: None,
             schema_version: 1,
             observed_at: ts("2026-07-21T10:00:10Z"),
             sampled_at: Some(ts("2026-07-21T10:00:09Z")),

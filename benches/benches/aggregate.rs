@@ -50,6 +50,7 @@ fn sweeps(pods: usize, sweeps: usize) -> Vec<(Timestamp, Vec<PodSample>)> {
                         SampleResult::Report(Box::new(r))
                     };
                     PodSample {
+                        replication_lag_entries: None,
                         pod: PodIdentity {
                             name: format!("acme-eu-{p}"),
                             uid: format!("0f6e2a9c-1b3d-4c5e-8f7a-9b0c1d2e3f{p:02}"),
@@ -100,6 +101,7 @@ fn reverse_sweep(pods: usize, at: Timestamp) -> Vec<PodSample> {
     (0..pods)
         .rev()
         .map(|p| PodSample {
+            replication_lag_entries: None,
             pod: PodIdentity {
                 name: format!("acme-eu-{p:06}"),
                 uid: format!("uid-{p}"),

@@ -83,6 +83,7 @@ fn story(view: &FleetView, instances: usize, sweeps: usize) -> Timestamp {
                 .iter()
                 .enumerate()
                 .map(|(p, node)| PodSample {
+                    replication_lag_entries: None,
                     pod: PodIdentity {
                         name: format!("{}-{p}", info.name),
                         uid: format!("uid-{}-{p}", info.name),

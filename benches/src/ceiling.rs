@@ -1,6 +1,9 @@
 //! The loopback ceiling: the same pods fetched with a plain hyper-util
 //! client at the same concurrency — a bare `GET`, the body read and
 //! dropped, no parsing, no aggregation, no timeout, no retry, no metrics.
+//! Like the agent, it also fetches `/status/cluster` from a pull-sync pod
+//! (a report without `"outbox_messages"`, found by a byte search), under
+//! the same permit, so the ratio compares like with like.
 
 use bytes::Bytes;
 use http::{Request, StatusCode, Uri};
@@ -8,7 +11,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
-use kura_schemas::REPORT_PATH;
+use kura_schemas::{CLUSTER_PATH, REPORT_PATH};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
@@ -19,6 +22,9 @@ use tokio::sync::Semaphore;
 /// same 2 KiB in every fleet-load run so far.
 const READ_BUFFER: usize = 2048;
 
+/// The key whose absence marks a pull-sync report.
+const OUTBOX_KEY: &[u8] = b"\"outbox_messages\"";
+
 /// A bare keep-alive client with a bound on requests in flight, and the
 /// agent's connection settings where they apply (no delay, one idle
 /// connection per pod).
@@ -26,7 +32,8 @@ const READ_BUFFER: usize = 2048;
 pub struct BareClient {
     client: Client<HttpConnector, Empty<Bytes>>,
     permits: Semaphore,
-    uris: Vec<Uri>,
+    /// Per pod: its report URI and its cluster status URI.
+    uris: Vec<(Uri, Uri)>,
 }
 
 /// What one bare sweep produced.
@@ -55,7 +62,11 @@ impl BareClient {
         // ceiling than building them per request.
         let uris = addrs
             .iter()
-            .filter_map(|a| format!("http://{a}{REPORT_PATH}").parse().ok())
+            .filter_map(|a| {
+                let report = format!("http://{a}{REPORT_PATH}").parse().ok()?;
+                let cluster = format!("http://{a}{CLUSTER_PATH}").parse().ok()?;
+                Some((report, cluster))
+            })
             .collect();
         BareClient {
             client,
@@ -67,7 +78,8 @@ impl BareClient {
     /// GET every pod once.
     pub async fn sweep(&self) -> BareOutcome {
         let started = Instant::now();
-        let results = futures::future::join_all(self.uris.iter().map(|u| self.get(u))).await;
+        let results =
+            futures::future::join_all(self.uris.iter().map(|(r, c)| self.get(r, c))).await;
         let ok = results.iter().filter(|ok| **ok).count();
         BareOutcome {
             wall: started.elapsed(),
@@ -76,16 +88,24 @@ impl BareClient {
         }
     }
 
-    async fn get(&self, uri: &Uri) -> bool {
+    async fn get(&self, report: &Uri, cluster: &Uri) -> bool {
         let Ok(_permit) = self.permits.acquire().await else {
             return false;
         };
-        let Ok(req) = Request::get(uri.clone()).body(Empty::new()) else {
+        let Some(body) = self.fetch(report).await else {
             return false;
         };
+        let pulls = !body.windows(OUTBOX_KEY.len()).any(|w| w == OUTBOX_KEY);
+        !pulls || self.fetch(cluster).await.is_some()
+    }
+
+    async fn fetch(&self, uri: &Uri) -> Option<Bytes> {
+        let req = Request::get(uri.clone()).body(Empty::new()).ok()?;
         match self.client.request(req).await {
-            Ok(resp) if resp.status() == StatusCode::OK => resp.into_body().collect().await.is_ok(),
-            _ => false,
+            Ok(resp) if resp.status() == StatusCode::OK => {
+                resp.into_body().collect().await.ok().map(|b| b.to_bytes())
+            }
+            _ => None,
         }
     }
 }

@@ -9,15 +9,17 @@ import (
 // from DefaultConfig and change what differs.
 type Config struct {
 	// SoakSeconds: entry n is wave n's soak; the last repeats.
-	SoakSeconds            []uint64 `json:"soakSeconds"`
-	WaveDeadlineSeconds    uint64   `json:"waveDeadlineSeconds"`
-	MaxSampleAgeSeconds    uint64   `json:"maxSampleAgeSeconds"`
-	FutureSkewSeconds      uint64   `json:"futureSkewSeconds"`
-	OutboxBandPercent      uint64   `json:"outboxBandPercent"`
-	OutboxBandMinimum      uint64   `json:"outboxBandMinimum"`
-	FdTimeoutBand          uint64   `json:"fdTimeoutBand"`
-	PeerFailureBandPercent uint64   `json:"peerFailureBandPercent"`
-	PeerFailureBandMinimum uint64   `json:"peerFailureBandMinimum"`
+	SoakSeconds               []uint64 `json:"soakSeconds"`
+	WaveDeadlineSeconds       uint64   `json:"waveDeadlineSeconds"`
+	MaxSampleAgeSeconds       uint64   `json:"maxSampleAgeSeconds"`
+	FutureSkewSeconds         uint64   `json:"futureSkewSeconds"`
+	OutboxBandPercent         uint64   `json:"outboxBandPercent"`
+	OutboxBandMinimum         uint64   `json:"outboxBandMinimum"`
+	ReplicationLagBandPercent uint64   `json:"replicationLagBandPercent"`
+	ReplicationLagBandMinimum uint64   `json:"replicationLagBandMinimum"`
+	FdTimeoutBand             uint64   `json:"fdTimeoutBand"`
+	PeerFailureBandPercent    uint64   `json:"peerFailureBandPercent"`
+	PeerFailureBandMinimum    uint64   `json:"peerFailureBandMinimum"`
 }
 
 // Deployment is a server's deployment as the orchestrator sees it.
@@ -78,8 +80,17 @@ type Baseline struct {
 // Counters are the baseline counters (nil: never compared).
 type Counters struct {
 	OutboxMessages         *uint64 `json:"outboxMessages"`
+	ReplicationLagEntries  *uint64 `json:"replicationLagEntries"`
 	FdTimeoutCount         *uint64 `json:"fdTimeoutCount"`
 	PeerConnectionFailures *uint64 `json:"peerConnectionFailures"`
+}
+
+// ServingAuthority is an aggregate's fence state (fenced serving only).
+type ServingAuthority struct {
+	EnabledPods  uint32 `json:"enabledPods"`
+	ValidWriters uint32 `json:"validWriters"`
+	Phase        string `json:"phase"`
+	Epoch        uint64 `json:"epoch"`
 }
 
 // Health is a rollout-health aggregate (contract rollout-health.md,
@@ -87,33 +98,35 @@ type Counters struct {
 // missing field the checks need fails its check, it never passes. Pods and
 // RetiredCounters are carried as they are; the gate does not read them.
 type Health struct {
-	SchemaVersion                *uint32         `json:"schemaVersion,omitempty"`
-	ObservedAt                   *time.Time      `json:"observedAt,omitempty"`
-	SampledAt                    *time.Time      `json:"sampledAt,omitempty"`
-	ObservedGeneration           *int64          `json:"observedGeneration,omitempty"`
-	ExpectedPods                 *uint32         `json:"expectedPods,omitempty"`
-	SampledPods                  *uint32         `json:"sampledPods,omitempty"`
-	Ready                        *bool           `json:"ready,omitempty"`
-	Serving                      *bool           `json:"serving,omitempty"`
-	WriterLockOwned              *bool           `json:"writerLockOwned,omitempty"`
-	InitialDiscoveryCompleted    *bool           `json:"initialDiscoveryCompleted,omitempty"`
-	GenerationConsistent         *bool           `json:"generationConsistent,omitempty"`
-	RingConsistent               *bool           `json:"ringConsistent,omitempty"`
-	RingMembers                  *uint64         `json:"ringMembers,omitempty"`
-	BootstrapInflightPeers       *uint64         `json:"bootstrapInflightPeers,omitempty"`
-	BackfillInitialCycle         *string         `json:"backfillInitialCycle,omitempty"`
-	BackfillingPeers             *uint64         `json:"backfillingPeers,omitempty"`
-	BackfillDegraded             *bool           `json:"backfillDegraded,omitempty"`
-	BackfillBudgetExhaustedPeers *uint64         `json:"backfillBudgetExhaustedPeers,omitempty"`
-	OutboxMessages               *uint64         `json:"outboxMessages,omitempty"`
-	FdTimeoutCount               *uint64         `json:"fdTimeoutCount,omitempty"`
-	PeerConnectionFailures       *uint64         `json:"peerConnectionFailures,omitempty"`
-	MemoryPressureState          *uint8          `json:"memoryPressureState,omitempty"`
-	InflightRequests             *uint64         `json:"inflightRequests,omitempty"`
-	CounterResets                *uint64         `json:"counterResets,omitempty"`
-	Pods                         json.RawMessage `json:"pods,omitempty"`
-	RetiredCounters              json.RawMessage `json:"retiredCounters,omitempty"`
-	Agent                        *string         `json:"agent,omitempty"`
+	SchemaVersion                *uint32           `json:"schemaVersion,omitempty"`
+	ObservedAt                   *time.Time        `json:"observedAt,omitempty"`
+	SampledAt                    *time.Time        `json:"sampledAt,omitempty"`
+	ObservedGeneration           *int64            `json:"observedGeneration,omitempty"`
+	ExpectedPods                 *uint32           `json:"expectedPods,omitempty"`
+	SampledPods                  *uint32           `json:"sampledPods,omitempty"`
+	Ready                        *bool             `json:"ready,omitempty"`
+	Serving                      *bool             `json:"serving,omitempty"`
+	WriterLockOwned              *bool             `json:"writerLockOwned,omitempty"`
+	InitialDiscoveryCompleted    *bool             `json:"initialDiscoveryCompleted,omitempty"`
+	GenerationConsistent         *bool             `json:"generationConsistent,omitempty"`
+	RingConsistent               *bool             `json:"ringConsistent,omitempty"`
+	RingMembers                  *uint64           `json:"ringMembers,omitempty"`
+	BootstrapInflightPeers       *uint64           `json:"bootstrapInflightPeers,omitempty"`
+	BackfillInitialCycle         *string           `json:"backfillInitialCycle,omitempty"`
+	BackfillingPeers             *uint64           `json:"backfillingPeers,omitempty"`
+	BackfillDegraded             *bool             `json:"backfillDegraded,omitempty"`
+	BackfillBudgetExhaustedPeers *uint64           `json:"backfillBudgetExhaustedPeers,omitempty"`
+	OutboxMessages               *uint64           `json:"outboxMessages,omitempty"`
+	ReplicationLagEntries        *uint64           `json:"replicationLagEntries,omitempty"`
+	ServingAuthority             *ServingAuthority `json:"servingAuthority,omitempty"`
+	FdTimeoutCount               *uint64           `json:"fdTimeoutCount,omitempty"`
+	PeerConnectionFailures       *uint64           `json:"peerConnectionFailures,omitempty"`
+	MemoryPressureState          *uint8            `json:"memoryPressureState,omitempty"`
+	InflightRequests             *uint64           `json:"inflightRequests,omitempty"`
+	CounterResets                *uint64           `json:"counterResets,omitempty"`
+	Pods                         json.RawMessage   `json:"pods,omitempty"`
+	RetiredCounters              json.RawMessage   `json:"retiredCounters,omitempty"`
+	Agent                        *string           `json:"agent,omitempty"`
 }
 
 // VerdictKind is pass, soak or hard_stop.
@@ -154,6 +167,16 @@ type Evidence struct {
 	BandTop  *uint64 `json:"bandTop"`
 	Baseline *uint64 `json:"baseline"`
 	Detail   *string `json:"detail,omitempty"`
+	// Fence: the fence state behind serving_fenced and no_valid_writer.
+	Fence *FenceEvidence `json:"fence,omitempty"`
+}
+
+// FenceEvidence is the fence state a fencing check saw.
+type FenceEvidence struct {
+	Phase        string `json:"phase"`
+	EnabledPods  uint32 `json:"enabledPods"`
+	ValidWriters uint32 `json:"validWriters"`
+	Epoch        uint64 `json:"epoch"`
 }
 
 // InstanceInput is the per-instance judgement's input.

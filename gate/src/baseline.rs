@@ -39,10 +39,11 @@ impl Baseline {
     }
 }
 
-/// The three compared counters of an aggregate (null when absent).
+/// The four compared values of an aggregate (null when absent).
 pub fn counters_of(health: Option<&HealthView>) -> BaselineCounters {
     BaselineCounters {
         outbox_messages: health.and_then(|h| h.outbox_messages),
+        replication_lag_entries: health.and_then(|h| h.replication_lag_entries),
         fd_timeout_count: health.and_then(|h| h.fd_timeout_count),
         peer_connection_failures: health.and_then(|h| h.peer_connection_failures),
     }

@@ -1,9 +1,9 @@
-//! The fifteen server checks (contract/gate.md, "Checking one server"),
+//! The eighteen server checks (contract/gate.md, "Checking one server"),
 //! soak eligibility and counter-reset handling. Shared by the wave judge and
 //! the agent's per-instance judge.
 
 use jiff::{SignedDuration, Timestamp};
-use kura_schemas::{BaselineCounters, Evidence, Signal};
+use kura_schemas::{BaselineCounters, Evidence, FenceEvidence, ServingAuthorityHealth, Signal};
 
 use crate::config::GateConfig;
 use crate::health_view::HealthView;
@@ -45,8 +45,9 @@ pub fn freshness(health: Option<&HealthView>, now: Timestamp, config: &GateConfi
 
 /// Whether an aggregate captured at `captured_at` makes its server
 /// soak-eligible: present, fresh at capture, every pod sampled, `ready`,
-/// `serving`, `ringConsistent` and memory pressure below 2. A missing field
-/// makes the server ineligible.
+/// `serving`, `ringConsistent`, memory pressure below 2 and, on an instance
+/// that runs fenced serving, at least one valid writer and a grant not in
+/// `Fencing`. A missing field makes the server ineligible.
 pub fn soak_eligible(
     health: Option<&HealthView>,
     captured_at: Timestamp,
@@ -64,6 +65,20 @@ pub fn soak_eligible(
         && h.serving == Some(true)
         && h.ring_consistent == Some(true)
         && matches!(h.memory_pressure_state, Some(p) if p < 2)
+        && h.serving_authority
+            .as_ref()
+            .is_none_or(|a| a.valid_writers >= 1 && !a.is_fencing())
+}
+
+/// The evidence of checks 16 and 17 for a fence state.
+fn fence_evidence(server: &str, signal: Signal, a: &ServingAuthorityHealth) -> Evidence {
+    let fence = FenceEvidence::from(a);
+    Evidence {
+        observed: Some(u64::from(a.valid_writers)),
+        detail: Some(fence.describe()),
+        fence: Some(fence),
+        ..Evidence::new(server, signal)
+    }
 }
 
 /// Counter-reset handling: a fd-timeout or peer-failure count below its
@@ -92,9 +107,10 @@ fn lower(baseline: &mut Option<u64>, current: Option<u64>) -> bool {
 }
 
 /// Runs the server checks in contract order and returns the evidence of the
-/// first failure, or `None` when every check passes.
+/// first failure, or `None` when every check passes: the hard-stop checks
+/// first (1, then 16), then 2 to 15, 17 and 18 in table order.
 ///
-/// `counters` is the effective baseline the counter checks (13 to 15)
+/// `counters` is the effective baseline the counter checks (13 to 15, 18)
 /// compare with; `None` skips them (no baseline, or not soak-eligible), and
 /// a null counter inside it is never compared. A missing
 /// `memoryPressureState` is not a hard stop but makes the sample
@@ -117,6 +133,12 @@ pub fn check_server(
             band_top: Some(1),
             ..ev(Signal::MemoryPressureCritical)
         });
+    }
+    // 16. the fenced-serving grant in `Fencing`: no pod may write (hard stop)
+    if let Some(a) = health.and_then(|h| h.serving_authority.as_ref())
+        && a.is_fencing()
+    {
+        return Some(fence_evidence(server, Signal::ServingFenced, a));
     }
     // 2 to 4. presence and time
     match freshness(health, now, config) {
@@ -233,7 +255,43 @@ pub fn check_server(
             ..ev(Signal::BackfillBudgetExhausted)
         });
     }
+    if let Some(e) = counters.and_then(|c| counter_checks(server, h, c, config)) {
+        return Some(e);
+    }
+    // 17. fenced serving with no valid writer (a handover in flight, a grant
+    // not yet active): held until a pod holds a valid grant again
+    if let Some(a) = h.serving_authority.as_ref()
+        && a.valid_writers == 0
+    {
+        return Some(fence_evidence(server, Signal::NoValidWriter, a));
+    }
+    // 18. replication lag (skipped when baseline or current is null)
     let counters = counters?;
+    if let (Some(base), Some(current)) =
+        (counters.replication_lag_entries, h.replication_lag_entries)
+    {
+        let top = config.replication_lag_band_top(base);
+        if current > top {
+            return Some(Evidence {
+                observed: Some(current),
+                band_top: Some(top),
+                baseline: Some(base),
+                ..ev(Signal::ReplicationLagRegressed)
+            });
+        }
+    }
+    None
+}
+
+/// Checks 13 to 15: the outbox, fd timeouts and peer failures against
+/// their bands above the effective baseline.
+fn counter_checks(
+    server: &str,
+    h: &HealthView,
+    counters: &BaselineCounters,
+    config: &GateConfig,
+) -> Option<Evidence> {
+    let ev = |signal: Signal| Evidence::new(server, signal);
     // 13. outbox (skipped when baseline or current is null)
     if let (Some(base), Some(current)) = (counters.outbox_messages, h.outbox_messages) {
         let top = config.outbox_band_top(base);

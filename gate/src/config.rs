@@ -24,6 +24,11 @@ pub struct GateConfig {
     pub outbox_band_percent: u64,
     /// Outbox band: minimum headroom. Default 50.
     pub outbox_band_minimum: u64,
+    /// Replication-lag band (pull-sync nodes): percentage of the baseline
+    /// added on top. Default 10.
+    pub replication_lag_band_percent: u64,
+    /// Replication-lag band: minimum headroom. Default 50.
+    pub replication_lag_band_minimum: u64,
     /// fd-timeout band: headroom above the baseline. Default 0 (no growth).
     pub fd_timeout_band: u64,
     /// Peer-failure band: percentage of the baseline added on top. Default 10.
@@ -41,6 +46,8 @@ impl Default for GateConfig {
             future_skew_seconds: 60,
             outbox_band_percent: 10,
             outbox_band_minimum: 50,
+            replication_lag_band_percent: 10,
+            replication_lag_band_minimum: 50,
             fd_timeout_band: 0,
             peer_failure_band_percent: 10,
             peer_failure_band_minimum: 25,
@@ -63,6 +70,15 @@ impl GateConfig {
     /// Top of the outbox band for `baseline` (inclusive).
     pub fn outbox_band_top(&self, baseline: u64) -> u64 {
         percent_band(baseline, self.outbox_band_percent, self.outbox_band_minimum)
+    }
+
+    /// Top of the replication-lag band for `baseline` (inclusive).
+    pub fn replication_lag_band_top(&self, baseline: u64) -> u64 {
+        percent_band(
+            baseline,
+            self.replication_lag_band_percent,
+            self.replication_lag_band_minimum,
+        )
     }
 
     /// Top of the fd-timeout band for `baseline` (inclusive), saturating at
@@ -102,6 +118,10 @@ impl GateConfig {
         }
         for (key, percent) in [
             ("outboxBandPercent", self.outbox_band_percent),
+            (
+                "replicationLagBandPercent",
+                self.replication_lag_band_percent,
+            ),
             ("peerFailureBandPercent", self.peer_failure_band_percent),
         ] {
             if percent > MAX_BAND_PERCENT {
@@ -124,13 +144,15 @@ pub const MAX_BAND_PERCENT: u64 = 1000;
 
 /// Every key of a configuration document, in document order (the
 /// camelCase names of [`GateConfig`]'s fields).
-pub const CONFIG_KEYS: [&str; 9] = [
+pub const CONFIG_KEYS: [&str; 11] = [
     "soakSeconds",
     "waveDeadlineSeconds",
     "maxSampleAgeSeconds",
     "futureSkewSeconds",
     "outboxBandPercent",
     "outboxBandMinimum",
+    "replicationLagBandPercent",
+    "replicationLagBandMinimum",
     "fdTimeoutBand",
     "peerFailureBandPercent",
     "peerFailureBandMinimum",
@@ -161,6 +183,17 @@ mod tests {
         assert_eq!(config.peer_failure_band_top(0), 25);
         assert_eq!(config.peer_failure_band_top(300), 330);
         assert_eq!(config.fd_timeout_band_top(90), 90);
+        assert_eq!(config.replication_lag_band_top(0), 50);
+        assert_eq!(config.replication_lag_band_top(1001), 1102);
+        let apart = GateConfig {
+            replication_lag_band_percent: 50,
+            replication_lag_band_minimum: 0,
+            ..GateConfig::default()
+        };
+        assert_eq!(apart.replication_lag_band_top(100), 150);
+        assert_eq!(apart.outbox_band_top(100), 150);
+        assert_eq!(apart.replication_lag_band_top(10), 15);
+        assert_eq!(apart.outbox_band_top(10), 60);
     }
 
     #[test]
@@ -210,6 +243,13 @@ mod tests {
                 ..GateConfig::default()
             }),
             "outboxBandPercent"
+        );
+        assert_eq!(
+            key_of(GateConfig {
+                replication_lag_band_percent: 1001,
+                ..GateConfig::default()
+            }),
+            "replicationLagBandPercent"
         );
         assert_eq!(
             key_of(GateConfig {

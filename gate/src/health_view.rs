@@ -4,7 +4,7 @@
 //! null, and a null such field fails its check: it never passes.
 
 use jiff::Timestamp;
-use kura_schemas::RolloutHealth;
+use kura_schemas::{RolloutHealth, ServingAuthorityHealth};
 use serde::{Deserialize, Serialize};
 
 /// The fields of `status.rolloutHealth` (camelCase) the server checks read.
@@ -33,6 +33,10 @@ pub struct HealthView {
     pub backfill_budget_exhausted_peers: Option<u64>,
     /// Outbox backlog; null when no pod reports it.
     pub outbox_messages: Option<u64>,
+    /// Replication lag of pull-sync pods; null when no pod reports it.
+    pub replication_lag_entries: Option<u64>,
+    /// Fence state of an instance that runs fenced serving; null otherwise.
+    pub serving_authority: Option<ServingAuthorityHealth>,
     /// Reset-clamped fd timeouts.
     pub fd_timeout_count: Option<u64>,
     /// Reset-clamped peer connection failures; null when never reported.
@@ -55,6 +59,8 @@ impl From<&RolloutHealth> for HealthView {
             backfill_degraded: Some(health.backfill_degraded),
             backfill_budget_exhausted_peers: health.backfill_budget_exhausted_peers,
             outbox_messages: health.outbox_messages,
+            replication_lag_entries: health.replication_lag_entries,
+            serving_authority: health.serving_authority.clone(),
             fd_timeout_count: Some(health.fd_timeout_count),
             peer_connection_failures: health.peer_connection_failures,
             memory_pressure_state: Some(health.memory_pressure_state),
@@ -78,6 +84,8 @@ impl HealthView {
             backfill_degraded: Some(false),
             backfill_budget_exhausted_peers: Some(0),
             outbox_messages: Some(0),
+            replication_lag_entries: Some(0),
+            serving_authority: None,
             fd_timeout_count: Some(0),
             peer_connection_failures: Some(0),
             memory_pressure_state: Some(0),

@@ -29,7 +29,7 @@
 //!   (the agent does, for the `kura.tuist.dev/gate-config` annotation).
 
 use jiff::Timestamp;
-use kura_schemas::{AgentVerdict, BaselineCounters, RolloutGate, RolloutHealth, Signal};
+use kura_schemas::{AgentVerdict, BaselineCounters, RolloutGate, RolloutHealth};
 
 use crate::baseline::counters_of;
 use crate::checks::{Freshness, check_server, freshness, lower_on_reset, soak_eligible};
@@ -108,7 +108,7 @@ pub fn judge_instance(
             gate.evidence = Vec::new();
         }
         Some(evidence) => {
-            gate.verdict = if evidence.signal == Signal::MemoryPressureCritical {
+            gate.verdict = if evidence.signal.is_hard_stop() {
                 AgentVerdict::HardStop
             } else {
                 AgentVerdict::Unhealthy

@@ -21,6 +21,8 @@ kura-gate replay FILE reads one JSON document (FILE, or - for standard input):
   {\"config\": {\"soakSeconds\": [900, 300], \"waveDeadlineSeconds\": 3600,
               \"maxSampleAgeSeconds\": 180, \"futureSkewSeconds\": 60,
               \"outboxBandPercent\": 10, \"outboxBandMinimum\": 50,
+              \"replicationLagBandPercent\": 10,
+              \"replicationLagBandMinimum\": 50,
               \"fdTimeoutBand\": 0, \"peerFailureBandPercent\": 10,
               \"peerFailureBandMinimum\": 25},
    \"ticks\": [{\"now\": T, \"wave\": 0, \"waveStartedAt\": T, \"attempt\": 0,
@@ -35,7 +37,8 @@ or null; only the fields the checks read matter, a missing one is null and a
 missing required one (ready, serving, sampledPods, fdTimeoutCount, ...) fails
 its check. A null baseline means not soak-eligible; a baseline captured
 earlier may be given as {\"capturedAt\": T, \"counters\": {\"outboxMessages\": N,
-\"fdTimeoutCount\": N, \"peerConnectionFailures\": N}, \"soakEligible\": B}
+\"replicationLagEntries\": N, \"fdTimeoutCount\": N,
+\"peerConnectionFailures\": N}, \"soakEligible\": B}
 instead of its aggregate. Unknown keys outside health are refused.
 
 It writes one JSON line per tick and exits 0:
@@ -52,9 +55,10 @@ byte-order mark is skipped.
 
 Rules (contract/gate.md): destroyed servers and servers of later waves are out
 of scope; hard stops come first (deployment_failed, server_regressed_to_failed,
-memory_pressure_critical); then every server of the current wave must be
+memory_pressure_critical, serving_fenced); then every server of the current wave must be
 converged and every converged soak-eligible server of the scope must pass the
-fourteen server checks. Converged and healthy for the wave's soak: pass; any
+server checks (contract/gate.md, 1 to 18; the hard-stop checks 1 and 16
+first). Converged and healthy for the wave's soak: pass; any
 failing tick restarts the clock; still incomplete waveDeadlineSeconds after
 waveStartedAt: hard_stop wave_deadline_exceeded. A hard stop latches until a
 tick with a higher attempt, which starts fresh. An empty wave passes on its

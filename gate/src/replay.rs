@@ -282,12 +282,20 @@ fn parse_config_fields(
             ));
         }
     }
-    let fields: [(&str, &mut u64); 8] = [
+    let fields: [(&str, &mut u64); 10] = [
         ("waveDeadlineSeconds", &mut config.wave_deadline_seconds),
         ("maxSampleAgeSeconds", &mut config.max_sample_age_seconds),
         ("futureSkewSeconds", &mut config.future_skew_seconds),
         ("outboxBandPercent", &mut config.outbox_band_percent),
         ("outboxBandMinimum", &mut config.outbox_band_minimum),
+        (
+            "replicationLagBandPercent",
+            &mut config.replication_lag_band_percent,
+        ),
+        (
+            "replicationLagBandMinimum",
+            &mut config.replication_lag_band_minimum,
+        ),
         ("fdTimeoutBand", &mut config.fd_timeout_band),
         (
             "peerFailureBandPercent",
@@ -493,7 +501,12 @@ fn parse_baseline(
     let cp = format!("{p}counters.");
     at.only(
         counters,
-        &["outboxMessages", "fdTimeoutCount", "peerConnectionFailures"],
+        &[
+            "outboxMessages",
+            "replicationLagEntries",
+            "fdTimeoutCount",
+            "peerConnectionFailures",
+        ],
         &cp,
     )?;
     let soak_eligible = match b.get("soakEligible") {
@@ -510,6 +523,7 @@ fn parse_baseline(
         captured_at,
         counters: BaselineCounters {
             outbox_messages: at.opt_uint(counters, "outboxMessages", &cp)?,
+            replication_lag_entries: at.opt_uint(counters, "replicationLagEntries", &cp)?,
             fd_timeout_count: at.opt_uint(counters, "fdTimeoutCount", &cp)?,
             peer_connection_failures: at.opt_uint(counters, "peerConnectionFailures", &cp)?,
         },
@@ -544,10 +558,41 @@ fn parse_health(
         backfill_degraded: at.opt_bool(obj, "backfillDegraded", &p)?,
         backfill_budget_exhausted_peers: count("backfillBudgetExhaustedPeers")?,
         outbox_messages: count("outboxMessages")?,
+        replication_lag_entries: count("replicationLagEntries")?,
+        serving_authority: parse_serving_authority(at, obj.get("servingAuthority"), &p)?,
         fd_timeout_count: count("fdTimeoutCount")?,
         peer_connection_failures: count("peerConnectionFailures")?,
         memory_pressure_state: small("memoryPressureState", u64::from(u8::MAX))?
             .and_then(|v| u8::try_from(v).ok()),
+    }))
+}
+
+/// `servingAuthority` of a health document: null/absent, or an object whose
+/// known keys (`enabledPods`, `validWriters`, `phase`, `epoch`) are held to
+/// their types; a missing one is the value that fails its check (0 valid
+/// writers, phase `""`, epoch 0), never the value that passes.
+fn parse_serving_authority(
+    at: &Ctx,
+    value: Option<&Value>,
+    prefix: &str,
+) -> Result<Option<kura_schemas::ServingAuthorityHealth>, ReplayError> {
+    let field = format!("{prefix}servingAuthority");
+    let obj = match value {
+        None | Some(Value::Null) => return Ok(None),
+        Some(value) => at.object(value, &field)?,
+    };
+    let p = format!("{field}.");
+    let pods = |key: &str| -> Result<u32, ReplayError> {
+        Ok(at
+            .opt_uint_max(obj, key, &p, u64::from(u32::MAX))?
+            .and_then(|v| u32::try_from(v).ok())
+            .unwrap_or(0))
+    };
+    Ok(Some(kura_schemas::ServingAuthorityHealth {
+        enabled_pods: pods("enabledPods")?,
+        valid_writers: pods("validWriters")?,
+        phase: at.opt_str(obj, "phase", &p)?.unwrap_or_default(),
+        epoch: at.opt_uint_max(obj, "epoch", &p, API_INT_MAX)?.unwrap_or(0),
     }))
 }
 
@@ -803,7 +848,8 @@ mod tests {
         let value = json!({
             "soakSeconds": [1, 2, 3], "waveDeadlineSeconds": 4, "maxSampleAgeSeconds": 5,
             "futureSkewSeconds": 6, "outboxBandPercent": 7, "outboxBandMinimum": 8,
-            "fdTimeoutBand": 9, "peerFailureBandPercent": 10, "peerFailureBandMinimum": 11
+            "fdTimeoutBand": 9, "peerFailureBandPercent": 10, "peerFailureBandMinimum": 11,
+            "replicationLagBandPercent": 12, "replicationLagBandMinimum": 13
         });
         let config = parse_config_over(&GateConfig::default(), &value).unwrap();
         assert_eq!(
@@ -815,6 +861,8 @@ mod tests {
                 future_skew_seconds: 6,
                 outbox_band_percent: 7,
                 outbox_band_minimum: 8,
+                replication_lag_band_percent: 12,
+                replication_lag_band_minimum: 13,
                 fd_timeout_band: 9,
                 peer_failure_band_percent: 10,
                 peer_failure_band_minimum: 11,

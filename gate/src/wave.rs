@@ -256,6 +256,7 @@ impl Gate {
         let mut deployment_failed = Evidences::default();
         let mut regressed = Evidences::default();
         let mut memory = Evidences::default();
+        let mut fenced = Evidences::default();
         let mut unconverged = Evidences::default();
         let mut unhealthy = Evidences::default();
         let mut current_wave_servers = 0usize;
@@ -309,6 +310,8 @@ impl Gate {
             ) {
                 if failure.signal == Signal::MemoryPressureCritical {
                     memory.push(|| failure);
+                } else if failure.signal == Signal::ServingFenced {
+                    fenced.push(|| failure);
                 } else {
                     unhealthy.push(|| failure);
                 }
@@ -322,7 +325,7 @@ impl Gate {
                 .retain(|id, _| ids.contains(id.as_str()));
         }
 
-        for stop in [deployment_failed, regressed, memory] {
+        for stop in [deployment_failed, regressed, memory, fenced] {
             if let Some(first) = stop.first_server() {
                 self.state.healthy_since = None;
                 return Verdict {

@@ -3,7 +3,7 @@
 use jiff::Timestamp;
 use kura_gate::checks::{check_server, soak_eligible};
 use kura_gate::{GateConfig, HealthView};
-use kura_schemas::{BaselineCounters, Signal};
+use kura_schemas::{BaselineCounters, ServingAuthorityHealth, Signal};
 
 /// A change to a health view.
 type Mutation = fn(&mut HealthView);
@@ -15,6 +15,7 @@ fn at(seconds: i64) -> Timestamp {
 fn counters(outbox: u64, fd: u64, peers: u64) -> BaselineCounters {
     BaselineCounters {
         outbox_messages: Some(outbox),
+        replication_lag_entries: Some(outbox),
         fd_timeout_count: Some(fd),
         peer_connection_failures: Some(peers),
     }
@@ -40,6 +41,8 @@ fn the_first_failing_check_in_contract_order_names_the_signal() {
         backfill_degraded: Some(true),
         backfill_budget_exhausted_peers: Some(2),
         outbox_messages: Some(151),
+        replication_lag_entries: Some(151),
+        serving_authority: Some(fence("Fencing", 0)),
         fd_timeout_count: Some(91),
         peer_connection_failures: Some(26),
         memory_pressure_state: Some(2),
@@ -47,6 +50,7 @@ fn the_first_failing_check_in_contract_order_names_the_signal() {
     let mut seen = Vec::new();
     let fixes: Vec<Mutation> = vec![
         |h| h.memory_pressure_state = Some(1),
+        |h| h.serving_authority = Some(fence("Quiescing", 0)),
         |h| h.sampled_pods = Some(2),
         |h| h.ready = Some(true),
         |h| h.serving = Some(true),
@@ -58,6 +62,8 @@ fn the_first_failing_check_in_contract_order_names_the_signal() {
         |h| h.outbox_messages = Some(150),
         |h| h.fd_timeout_count = Some(90),
         |h| h.peer_connection_failures = Some(25),
+        |h| h.serving_authority = Some(fence("Serving", 1)),
+        |h| h.replication_lag_entries = Some(150),
     ];
     for fix in fixes {
         seen.push(signal(Some(&h), Some(&base)));
@@ -67,6 +73,7 @@ fn the_first_failing_check_in_contract_order_names_the_signal() {
     use Signal::*;
     let want = [
         MemoryPressureCritical,
+        ServingFenced,
         PodsUnsampled,
         NotReady,
         NotServing,
@@ -78,6 +85,8 @@ fn the_first_failing_check_in_contract_order_names_the_signal() {
         OutboxRegressed,
         FdTimeoutsRegressed,
         PeerConnectionFailuresRegressed,
+        NoValidWriter,
+        ReplicationLagRegressed,
     ];
     let mut expected: Vec<_> = want.into_iter().map(Some).collect();
     expected.push(None);
@@ -250,6 +259,8 @@ mod storable_evidence {
                 backfill_degraded: Some(false),
                 backfill_budget_exhausted_peers: Some(0),
                 outbox_messages: Some(current.0),
+                replication_lag_entries: Some(current.0),
+                serving_authority: None,
                 fd_timeout_count: Some(current.1),
                 peer_connection_failures: Some(current.2),
                 memory_pressure_state: Some(0),
@@ -270,4 +281,137 @@ mod storable_evidence {
             }
         }
     }
+}
+
+/// A fence state with three enabled pods.
+fn fence(phase: &str, writers: u32) -> ServingAuthorityHealth {
+    ServingAuthorityHealth {
+        enabled_pods: 3,
+        valid_writers: writers,
+        phase: phase.to_owned(),
+        epoch: if writers > 0 { 4 } else { 0 },
+    }
+}
+
+#[test]
+fn fencing_is_a_hard_stop_after_memory_pressure_and_before_everything_else() {
+    let base = counters(100, 90, 0);
+    let mut h = HealthView::healthy(at(-10), 3);
+    h.fd_timeout_count = Some(95);
+    h.serving_authority = Some(fence("Fencing", 0));
+    // Fencing before an fd regression, and even before a stale sample.
+    let e = check_server(
+        "kura/a",
+        Some(&h),
+        Some(&base),
+        at(0),
+        &GateConfig::default(),
+    )
+    .expect("fencing fails");
+    assert_eq!(e.signal, Signal::ServingFenced);
+    assert!(e.signal.is_hard_stop());
+    let fence_seen = e.fence.expect("fence evidence");
+    assert_eq!(
+        (
+            fence_seen.phase.as_str(),
+            fence_seen.enabled_pods,
+            fence_seen.valid_writers,
+            fence_seen.epoch
+        ),
+        ("Fencing", 3, 0, 0)
+    );
+    assert_eq!(e.observed, Some(0));
+    assert!(e.detail.unwrap_or_default().contains("grant phase Fencing"));
+    h.sampled_at = Some(at(-1000));
+    assert_eq!(signal(Some(&h), Some(&base)), Some(Signal::ServingFenced));
+    // Memory pressure comes first.
+    h.memory_pressure_state = Some(2);
+    assert_eq!(
+        signal(Some(&h), Some(&base)),
+        Some(Signal::MemoryPressureCritical)
+    );
+    // Without a baseline (not soak-eligible) fencing still stops.
+    h.memory_pressure_state = Some(0);
+    assert_eq!(signal(Some(&h), None), Some(Signal::ServingFenced));
+}
+
+#[test]
+fn no_valid_writer_outside_fencing_holds_and_a_writer_releases() {
+    let mut h = HealthView::healthy(at(-10), 3);
+    for phase in [
+        "Quiescing",
+        "Revoking",
+        "Preparing",
+        "Serving",
+        "",
+        "Rebalancing",
+    ] {
+        h.serving_authority = Some(fence(phase, 0));
+        let e = check_server("s", Some(&h), None, at(0), &GateConfig::default())
+            .unwrap_or_else(|| panic!("{phase}: no writer must hold"));
+        assert_eq!(e.signal, Signal::NoValidWriter, "{phase}");
+        assert!(!e.signal.is_hard_stop());
+        assert_eq!(e.fence.map(|f| f.phase), Some(phase.to_owned()));
+        h.serving_authority = Some(fence(phase, 1));
+        assert_eq!(signal(Some(&h), None), None, "{phase} with a writer");
+    }
+    // Not fenced at all: both checks are skipped.
+    h.serving_authority = None;
+    assert_eq!(signal(Some(&h), None), None);
+}
+
+#[test]
+fn replication_lag_is_banded_apart_from_the_outbox_and_skipped_when_null() {
+    let config = GateConfig {
+        replication_lag_band_percent: 0,
+        replication_lag_band_minimum: 5,
+        ..GateConfig::default()
+    };
+    let base = counters(100, 0, 0);
+    let mut h = HealthView::healthy(at(-10), 3);
+    h.outbox_messages = Some(140);
+    h.replication_lag_entries = Some(105);
+    assert_eq!(
+        check_server("s", Some(&h), Some(&base), at(0), &config),
+        None,
+        "at the top passes"
+    );
+    h.replication_lag_entries = Some(106);
+    let e = check_server("s", Some(&h), Some(&base), at(0), &config).expect("above the band");
+    assert_eq!(e.signal, Signal::ReplicationLagRegressed);
+    assert_eq!(
+        (e.observed, e.band_top, e.baseline),
+        (Some(106), Some(105), Some(100))
+    );
+    // Null current or null baseline: skipped, never a pass by zero.
+    h.replication_lag_entries = None;
+    assert_eq!(
+        check_server("s", Some(&h), Some(&base), at(0), &config),
+        None
+    );
+    h.replication_lag_entries = Some(10_000);
+    let no_lag_base = BaselineCounters {
+        replication_lag_entries: None,
+        ..base
+    };
+    assert_eq!(
+        check_server("s", Some(&h), Some(&no_lag_base), at(0), &config),
+        None
+    );
+}
+
+#[test]
+fn soak_eligibility_needs_a_valid_writer_outside_fencing() {
+    let config = GateConfig::default();
+    let mut h = HealthView::healthy(at(-10), 3);
+    assert!(soak_eligible(Some(&h), at(0), &config));
+    h.serving_authority = Some(fence("Serving", 1));
+    assert!(soak_eligible(Some(&h), at(0), &config));
+    h.serving_authority = Some(fence("Serving", 0));
+    assert!(!soak_eligible(Some(&h), at(0), &config));
+    h.serving_authority = Some(ServingAuthorityHealth {
+        valid_writers: 1,
+        ..fence("Fencing", 0)
+    });
+    assert!(!soak_eligible(Some(&h), at(0), &config));
 }

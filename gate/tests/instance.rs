@@ -30,6 +30,8 @@ fn health(sampled: i64) -> RolloutHealth {
         backfill_degraded: false,
         backfill_budget_exhausted_peers: Some(0),
         outbox_messages: Some(100),
+        replication_lag_entries: None,
+        serving_authority: None,
         fd_timeout_count: 90,
         peer_connection_failures: Some(0),
         memory_pressure_state: 0,

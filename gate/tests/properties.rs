@@ -30,6 +30,12 @@ enum Look {
     Outbox,
     /// Memory pressure 2.
     Critical,
+    /// The fenced-serving grant in `Fencing`.
+    Fenced,
+    /// Fenced serving with no valid writer (a handover in flight).
+    NoWriter,
+    /// Replication lag one above its band.
+    Lag,
     /// Not converged, deployment running.
     Unconverged,
     /// Not converged, deployment failed.
@@ -62,6 +68,8 @@ fn any_look() -> impl Strategy<Value = Look> + Clone {
         1 => sample_look(),
         1 => Just(Look::NotReady),
         1 => Just(Look::Outbox),
+        1 => Just(Look::NoWriter),
+        1 => Just(Look::Lag),
         1 => Just(Look::Unconverged),
     ]
 }
@@ -70,6 +78,7 @@ fn stopping_look() -> impl Strategy<Value = Look> + Clone {
     prop_oneof![
         8 => Just(Look::Good),
         1 => Just(Look::Critical),
+        1 => Just(Look::Fenced),
         1 => Just(Look::DeploymentFailed),
         1 => Just(Look::StatusFailed),
         1 => Just(Look::Unconverged),
@@ -106,6 +115,13 @@ fn base_health(sampled: Timestamp) -> HealthView {
     h.outbox_messages = Some(100);
     h.fd_timeout_count = Some(90);
     h.peer_connection_failures = Some(10);
+    h.replication_lag_entries = Some(100);
+    h.serving_authority = Some(kura_schemas::ServingAuthorityHealth {
+        enabled_pods: 2,
+        valid_writers: 1,
+        phase: "Serving".into(),
+        epoch: 3,
+    });
     h
 }
 
@@ -147,6 +163,19 @@ fn servers(
                 Look::NotReady => h.ready = Some(false),
                 Look::Outbox => h.outbox_messages = Some(151),
                 Look::Critical => h.memory_pressure_state = Some(2),
+                Look::Fenced => {
+                    if let Some(a) = h.serving_authority.as_mut() {
+                        a.phase = "Fencing".into();
+                        a.valid_writers = 0;
+                    }
+                }
+                Look::NoWriter => {
+                    if let Some(a) = h.serving_authority.as_mut() {
+                        a.phase = "Quiescing".into();
+                        a.valid_writers = 0;
+                    }
+                }
+                Look::Lag => h.replication_lag_entries = Some(151),
                 Look::Unconverged => {
                     converged = false;
                     deployment = Some(Deployment::Running);
@@ -300,6 +329,26 @@ proptest! {
                     }
                 }
             }
+        }
+    }
+
+    /// A fenced server in `Fencing` stops the wave (a hard stop, never a
+    /// pass), unless a hard stop that comes before it already did.
+    #[test]
+    fn fencing_always_stops_and_never_passes(
+        seq in (1usize..4).prop_flat_map(|n| steps(stopping_look(), n)),
+        which in any::<prop::sample::Index>(),
+    ) {
+        let config = GateConfig { soak_seconds: vec![0], ..GateConfig::default() };
+        let mut seq = seq;
+        for step in &mut seq {
+            step.resume = false;
+            let i = which.index(step.looks.len());
+            step.looks[i] = Look::Fenced;
+        }
+        let inputs = ticks(&seq, &config);
+        for (tick, verdict) in run(&inputs, &config).iter().enumerate() {
+            prop_assert_eq!(verdict.verdict, VerdictKind::HardStop, "tick {}", tick);
         }
     }
 }

@@ -54,11 +54,18 @@ pub enum Signal {
     ServerRegressedToFailed,
     /// Hard stop: the wave did not complete before its deadline.
     WaveDeadlineExceeded,
+    /// Server check 16 (hard stop): the fenced-serving grant is in
+    /// `Fencing`: no pod may write.
+    ServingFenced,
+    /// Server check 17: fenced serving with no pod holding a valid grant.
+    NoValidWriter,
+    /// Server check 18: replication lag (pull-sync nodes) above its band.
+    ReplicationLagRegressed,
 }
 
 impl Signal {
     /// Every signal, in a fixed order.
-    pub const ALL: [Signal; 20] = [
+    pub const ALL: [Signal; 23] = [
         Signal::Soaking,
         Signal::NotConverged,
         Signal::MemoryPressureCritical,
@@ -79,6 +86,9 @@ impl Signal {
         Signal::DeploymentFailed,
         Signal::ServerRegressedToFailed,
         Signal::WaveDeadlineExceeded,
+        Signal::ServingFenced,
+        Signal::NoValidWriter,
+        Signal::ReplicationLagRegressed,
     ];
 
     /// The wire spelling (snake_case).
@@ -104,6 +114,9 @@ impl Signal {
             Signal::DeploymentFailed => "deployment_failed",
             Signal::ServerRegressedToFailed => "server_regressed_to_failed",
             Signal::WaveDeadlineExceeded => "wave_deadline_exceeded",
+            Signal::ServingFenced => "serving_fenced",
+            Signal::NoValidWriter => "no_valid_writer",
+            Signal::ReplicationLagRegressed => "replication_lag_regressed",
         }
     }
 
@@ -131,6 +144,9 @@ impl Signal {
             Signal::DeploymentFailed => "DeploymentFailed",
             Signal::ServerRegressedToFailed => "ServerRegressedToFailed",
             Signal::WaveDeadlineExceeded => "WaveDeadlineExceeded",
+            Signal::ServingFenced => "ServingFenced",
+            Signal::NoValidWriter => "NoValidWriter",
+            Signal::ReplicationLagRegressed => "ReplicationLagRegressed",
         }
     }
 
@@ -139,9 +155,58 @@ impl Signal {
         matches!(
             self,
             Signal::MemoryPressureCritical
+                | Signal::ServingFenced
                 | Signal::DeploymentFailed
                 | Signal::ServerRegressedToFailed
                 | Signal::WaveDeadlineExceeded
+        )
+    }
+}
+
+/// The words for people of each signal: one place, shared by the
+/// conditions, Events, the debug pages, `kura-agent check` and the demo.
+impl Signal {
+    /// What a banded or counted signal reads, for people (`fd timeouts`,
+    /// `replication lag entries`); `None` for the others.
+    pub fn quantity_label(self) -> Option<&'static str> {
+        Some(match self {
+            Signal::FdTimeoutsRegressed => "fd timeouts",
+            Signal::PeerConnectionFailuresRegressed => "peer connection failures",
+            Signal::OutboxRegressed => "outbox messages",
+            Signal::ReplicationLagRegressed => "replication lag entries",
+            _ => return None,
+        })
+    }
+
+    /// The aggregate field (or quantity) a signal's evidence `observed` is,
+    /// for the signals that compare a number.
+    pub fn observed_field(self) -> Option<&'static str> {
+        Some(match self {
+            Signal::MemoryPressureCritical => "memoryPressureState",
+            Signal::SampleStale => "sample age (s)",
+            Signal::SampleInvalid => "seconds ahead",
+            Signal::PodsUnsampled => "sampledPods",
+            Signal::BootstrapInFlight => "bootstrapInflightPeers",
+            Signal::BackfillBudgetExhausted => "backfillBudgetExhaustedPeers",
+            Signal::OutboxRegressed => "outboxMessages",
+            Signal::FdTimeoutsRegressed => "fdTimeoutCount",
+            Signal::PeerConnectionFailuresRegressed => "peerConnectionFailures",
+            Signal::ReplicationLagRegressed => "replicationLagEntries",
+            Signal::ServingFenced | Signal::NoValidWriter => "servingAuthority.validWriters",
+            Signal::WaveDeadlineExceeded => "elapsed (s)",
+            _ => return None,
+        })
+    }
+
+    /// Whether the signal compares a value with a band above a baseline
+    /// (checks 13 to 15 and 18).
+    pub fn is_banded(self) -> bool {
+        matches!(
+            self,
+            Signal::OutboxRegressed
+                | Signal::FdTimeoutsRegressed
+                | Signal::PeerConnectionFailuresRegressed
+                | Signal::ReplicationLagRegressed
         )
     }
 }
@@ -175,6 +240,58 @@ pub struct Evidence {
     /// A short human-readable explanation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// The fence state behind checks 16 and 17 (`serving_fenced`,
+    /// `no_valid_writer`); absent on every other signal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<FenceEvidence>,
+}
+
+/// The fence state a fencing check saw: the aggregate's `servingAuthority`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::api_int::declare_stored_formats)]
+pub struct FenceEvidence {
+    /// `servingAuthority.phase` (`""` when no pod reported one).
+    #[schemars(length(max = 128))]
+    pub phase: String,
+    /// `servingAuthority.enabledPods`.
+    pub enabled_pods: u32,
+    /// `servingAuthority.validWriters`.
+    pub valid_writers: u32,
+    /// `servingAuthority.epoch`: the highest epoch among valid writers.
+    pub epoch: u64,
+}
+
+impl From<&crate::health::ServingAuthorityHealth> for FenceEvidence {
+    fn from(a: &crate::health::ServingAuthorityHealth) -> Self {
+        FenceEvidence {
+            phase: a.phase.clone(),
+            enabled_pods: a.enabled_pods,
+            valid_writers: a.valid_writers,
+            epoch: a.epoch,
+        }
+    }
+}
+
+impl FenceEvidence {
+    /// The fence state in words, e.g. `grant phase Fencing, 2 pods fenced,
+    /// 0 valid writers, highest epoch 0`: the one phrasing of checks 16
+    /// and 17, used as their evidence `detail`.
+    pub fn describe(&self) -> String {
+        let phase = if self.phase.is_empty() {
+            "not reported"
+        } else {
+            self.phase.as_str()
+        };
+        let plural =
+            |n: u32, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+        format!(
+            "grant phase {phase}, {} with fenced serving, {}, highest epoch {}",
+            plural(self.enabled_pods, "pod", "pods"),
+            plural(self.valid_writers, "valid writer", "valid writers"),
+            self.epoch
+        )
+    }
 }
 
 impl Evidence {
@@ -188,6 +305,7 @@ impl Evidence {
             band_top: None,
             baseline: None,
             detail: None,
+            fence: None,
         }
     }
 }
@@ -252,6 +370,9 @@ pub struct BaselineCounters {
     /// `outboxMessages` at capture.
     #[serde(default)]
     pub outbox_messages: Option<u64>,
+    /// `replicationLagEntries` at capture.
+    #[serde(default)]
+    pub replication_lag_entries: Option<u64>,
     /// `fdTimeoutCount` at capture.
     #[serde(default)]
     pub fd_timeout_count: Option<u64>,

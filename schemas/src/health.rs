@@ -69,6 +69,15 @@ pub struct RolloutHealth {
     pub backfill_budget_exhausted_peers: Option<u64>,
     /// Sum of `outbox_messages` over the pods that report it; null when none does.
     pub outbox_messages: Option<u64>,
+    /// Sum of the sampled pods' replication lag from `/status/cluster` (the
+    /// `lag_entries` of their `replica` links); null when no sampled pod
+    /// reports one (push-era pods, or a build without the route).
+    #[serde(default)]
+    pub replication_lag_entries: Option<u64>,
+    /// The fence state of an instance that runs fenced serving; null when no
+    /// sampled pod reports `serving_authority.enabled == true`.
+    #[serde(default)]
+    pub serving_authority: Option<ServingAuthorityHealth>,
     /// Sum of per-pod reset-clamped `fd_timeout_count` plus retired totals.
     pub fd_timeout_count: u64,
     /// Sum of per-pod reset-clamped `peer_connection_failure_count` plus
@@ -142,6 +151,17 @@ pub struct PodHealth {
     /// The pod's own `outbox_messages`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outbox_messages: Option<u64>,
+    /// The pod's own replication lag (`/status/cluster`, sum of its
+    /// `replica` links' `lag_entries`); absent when not measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication_lag_entries: Option<u64>,
+    // Boxed: a pod entry is kept in several copies per pod (the
+    // aggregation state, the published and the written aggregate), and
+    // most pods run without fenced serving.
+    /// The pod's fence state; absent when the pod reports no
+    /// `serving_authority`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<Box<PodFence>>,
     /// Clamped fd timeouts: offset + last raw.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fd_timeout_count: Option<u64>,
@@ -162,6 +182,85 @@ impl PodHealth {
     pub fn is_gone(&self) -> bool {
         self.error.as_deref() == Some(GONE_POD_ERROR)
     }
+}
+
+/// The order of `servingAuthority.phase` values, most urgent first, for the
+/// fold over pods: `Fencing` > any unknown value > `Revoking` > `Quiescing`
+/// > `Preparing` > `Serving` > none reported (`""`). A higher rank wins.
+pub fn fence_phase_rank(phase: &str) -> u8 {
+    match phase {
+        "" => 0,
+        "Serving" => 1,
+        "Preparing" => 2,
+        "Quiescing" => 3,
+        "Revoking" => 4,
+        "Fencing" => 6,
+        _ => 5,
+    }
+}
+
+/// The phase Kura's controller moves a grant to when its holder restarted,
+/// vanished or reported its grant invalid: no pod may write.
+pub const FENCING_PHASE: &str = "Fencing";
+
+/// `status.rolloutHealth.servingAuthority`: the fold of the sampled pods'
+/// `serving_authority` on an instance that runs fenced serving.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::api_int::declare_stored_formats)]
+pub struct ServingAuthorityHealth {
+    /// Sampled pods that report `enabled: true`.
+    pub enabled_pods: u32,
+    /// Of those, pods that report `valid: true` (a missing `valid` is not
+    /// a writer).
+    pub valid_writers: u32,
+    /// Fold of the enabled pods' `observed.phase` by
+    /// [`fence_phase_rank`]; `""` when none reports one.
+    #[serde(default)]
+    #[schemars(length(max = 128))]
+    pub phase: String,
+    /// The highest `epoch` among valid writers; 0 when none.
+    #[serde(default)]
+    pub epoch: u64,
+}
+
+impl From<&crate::report::ServingAuthority> for PodFence {
+    fn from(a: &crate::report::ServingAuthority) -> Self {
+        PodFence {
+            enabled: a.enabled,
+            valid: a.valid,
+            epoch: a.epoch,
+            phase: a.observed.as_ref().map(|o| o.phase.clone()),
+        }
+    }
+}
+
+impl ServingAuthorityHealth {
+    /// Whether the grant is in `Fencing` (check 16).
+    pub fn is_fencing(&self) -> bool {
+        self.phase == FENCING_PHASE
+    }
+}
+
+/// One pod's fence state in [`PodHealth::fence`], as it reported it
+/// (each value absent when the pod did not report it).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::api_int::declare_stored_formats)]
+pub struct PodFence {
+    /// `enabled`: the pod runs fenced serving.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// `valid`: the pod holds a valid grant (it is the writer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub valid: Option<bool>,
+    /// `epoch` of the grant it holds (0 when none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<u64>,
+    /// `observed.phase`: the phase of the grant it last saw.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 128))]
+    pub phase: Option<String>,
 }
 
 /// Clamped counter totals of pods that are gone for good.

@@ -3,6 +3,8 @@
 //!
 //! - [`report`]: the node report of `GET /status/rollout` in every generation,
 //!   and its one strict parser;
+//! - [`cluster`]: the body of `GET /status/cluster` on pull-sync nodes (the
+//!   replication lag), and its parser;
 //! - [`health`]: `status.rolloutHealth`, the per-instance aggregate;
 //! - [`gate_status`]: `status.rolloutGate`, signals and evidence;
 //! - [`instance`]: the `KuraInstance` custom resource and the agent's
@@ -15,6 +17,7 @@
 //!   document read from a file.
 
 pub mod api_int;
+pub mod cluster;
 pub mod gate_status;
 pub mod generated;
 pub mod health;
@@ -23,8 +26,15 @@ pub mod report;
 pub mod strict_json;
 pub mod verdict;
 
-pub use gate_status::{AgentVerdict, BaselineCounters, Evidence, RolloutGate, Signal};
-pub use health::{PodHealth, RetiredCounters, RolloutHealth};
+pub use cluster::{
+    CLUSTER_PATH, ClusterError, ClusterStatus, parse_cluster_status, parse_cluster_status_limited,
+};
+pub use gate_status::{
+    AgentVerdict, BaselineCounters, Evidence, FenceEvidence, RolloutGate, Signal,
+};
+pub use health::{
+    PodFence, PodHealth, RetiredCounters, RolloutHealth, ServingAuthorityHealth, fence_phase_rank,
+};
 pub use instance::{
     AGENT_CONDITION_TYPES, KSTATUS_CONDITION_TYPES, KuraInstance, KuraInstanceSpec,
     KuraInstanceStatus, RECONCILING, ROLLOUT_HARD_STOPPED, ROLLOUT_HEALTHY, STALLED,

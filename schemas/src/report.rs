@@ -107,8 +107,9 @@ impl JsonSchema for BackfillCycle {
 
 /// `serving_authority` of the newest builds. Read leniently: inner keys of
 /// unexpected type are dropped, not errors. The fence state (`enabled`,
-/// `valid`, `epoch`, `observed.phase`) is kept for display only: it is never
-/// a gate signal (contract/node-report.md).
+/// `valid`, `epoch`, `observed.phase`) folds into the aggregate's
+/// `servingAuthority`, which gate checks 16 (`serving_fenced`) and 17
+/// (`no_valid_writer`) read (contract/node-report.md, gate.md).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, JsonSchema)]
 #[schemars(transform = api_int::declare_stored_range)]
 pub struct ServingAuthority {

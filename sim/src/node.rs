@@ -118,8 +118,20 @@ pub struct SimNode {
     /// `serving_authority.observed.phase` while fenced serving is on
     /// (`Preparing`, `Serving`, `Quiescing`, `Revoking`, `Fencing`).
     pub fence_phase: String,
-    /// `serving_authority.epoch` while fenced serving is on.
+    /// `serving_authority.epoch` while fenced serving is on and the node
+    /// holds a valid grant (0 otherwise, as Kura reports it).
     pub fence_epoch: u64,
+    /// Whether a fenced node holds a valid grant (`serving_authority.valid`):
+    /// true on the primary, false on a standby and on every pod once the
+    /// grant is in `Fencing`.
+    pub fence_valid: bool,
+    /// The replication lag a pull-sync node (G4) reports on
+    /// `GET /status/cluster` (`lag_entries` of its one `replica` link; a
+    /// `region` link with a larger lag is listed too and must not be
+    /// summed). `None`: a build without the route (HTTP 404).
+    pub replication_lag_entries: Option<u64>,
+    /// The HTTP status `GET /status/cluster` answers with (200: the body).
+    pub cluster_status: u16,
     /// `serving_authority.identity.pod_uid` of a fenced node; `None` when
     /// the pod is built means "the simulated pod's own UID". Set it to
     /// another UID to simulate an identity mismatch (a reused pod IP).
@@ -169,6 +181,9 @@ impl Default for SimNode {
             fenced_serving: false,
             fence_phase: "Serving".to_owned(),
             fence_epoch: 1,
+            fence_valid: true,
+            replication_lag_entries: Some(0),
+            cluster_status: 200,
             pod_uid: None,
             instance_uid: None,
             incarnation: 1,
@@ -238,8 +253,8 @@ impl SimNode {
                 incarnation: Some(self.incarnation_text()),
                 host: named(&self.host),
             }),
-            epoch: Some(if fenced { self.fence_epoch } else { 0 }),
-            valid: Some(fenced),
+            epoch: Some(self.reported_epoch()),
+            valid: Some(self.holds_grant()),
             observed: fenced.then(|| ObservedGrant {
                 phase: self.fence_phase.clone(),
             }),
@@ -263,7 +278,7 @@ impl SimNode {
             "barrier": null,
             "capability": FENCE_CAPABILITY,
             "enabled": fenced,
-            "epoch": if fenced { self.fence_epoch } else { 0 },
+            "epoch": self.reported_epoch(),
             "identity": {
                 "host": text(&self.host),
                 "incarnation": self.incarnation_text(),
@@ -276,10 +291,56 @@ impl SimNode {
             } else {
                 Value::Null
             },
-            "remaining_ms": if fenced { 5_000 } else { 0 },
+            "remaining_ms": if self.holds_grant() { 5_000 } else { 0 },
             "revoked_epoch": 0,
-            "valid": fenced,
+            "valid": self.holds_grant(),
         })
+    }
+
+    /// Whether the node holds a valid grant: fenced serving on, the node the
+    /// holder, and the grant not in `Fencing` or `Preparing` (Kura's
+    /// `install()` clears the active grant then).
+    fn holds_grant(&self) -> bool {
+        self.fenced_serving
+            && self.fence_valid
+            && !matches!(self.fence_phase.as_str(), "Fencing" | "Preparing")
+    }
+
+    /// `serving_authority.epoch`: the grant's epoch while it is held, else 0.
+    fn reported_epoch(&self) -> u64 {
+        if self.holds_grant() {
+            self.fence_epoch
+        } else {
+            0
+        }
+    }
+
+    /// Whether the node replicates by pull (G4: no `outbox_messages`), so
+    /// the agent reads its lag from `GET /status/cluster`.
+    pub fn pulls(&self) -> bool {
+        self.report_generation == ReportGeneration::G4
+    }
+
+    /// The `GET /status/cluster` body of a pull-sync node, as Kura's
+    /// `cluster_status` writes it (contract/node-report.md): one `replica`
+    /// link with [`Self::replication_lag_entries`] and one `region` link
+    /// whose lag is not the instance's. `None` when the route is absent.
+    pub fn cluster_json(&self) -> Option<Vec<u8>> {
+        let lag = self.replication_lag_entries?;
+        let body = serde_json::json!({
+            "status": "ok",
+            "generation": self.generation,
+            "ring_members": self.ring_members,
+            "pulling": true,
+            "sync_links": [
+                {"kind": "replica", "peer": "http://sibling.kura-headless:4000",
+                 "region": "sim", "phase": "forward", "settled": true, "lag_entries": lag},
+                {"kind": "region", "peer": "https://kura.elsewhere.example:7443",
+                 "region": "elsewhere", "phase": "retrying", "settled": false, "lag_entries": 1000}
+            ],
+            "feed": {"enabled": true, "head": 1000 + lag, "floor": 0, "consumers": []}
+        });
+        serde_json::to_vec(&body).ok()
     }
 
     /// A UUIDv7-shaped incarnation, distinct per simulated process start.
@@ -434,7 +495,49 @@ mod tests {
         assert_eq!(parsed.pod_uid(), Some("uid-1"));
         let fence = parsed.fence().unwrap();
         assert_eq!(fence.observed.as_ref().unwrap().phase, "Fencing");
-        assert_eq!((fence.valid, fence.epoch), (Some(true), Some(1)));
+        // In Fencing no pod holds the grant (Kura's install() clears it).
+        assert_eq!((fence.valid, fence.epoch), (Some(false), Some(0)));
+        let primary = SimNode {
+            fence_phase: "Serving".into(),
+            fence_epoch: 3,
+            ..n.clone()
+        };
+        let standby = SimNode {
+            fence_valid: false,
+            ..primary.clone()
+        };
+        let fence = |n: &SimNode| {
+            let a = parse_report(&n.report_json())
+                .unwrap()
+                .serving_authority
+                .unwrap();
+            (a.valid, a.epoch)
+        };
+        assert_eq!(fence(&primary), (Some(true), Some(3)));
+        assert_eq!(fence(&standby), (Some(false), Some(0)));
+    }
+
+    #[test]
+    fn only_pull_sync_nodes_describe_their_links() {
+        let body = node(4).cluster_json().unwrap();
+        let status = kura_schemas::parse_cluster_status(&body).unwrap();
+        assert_eq!(status.replication_lag_entries(), Some(0));
+        let lagging = SimNode {
+            replication_lag_entries: Some(77),
+            ..node(4)
+        };
+        let status = kura_schemas::parse_cluster_status(&lagging.cluster_json().unwrap()).unwrap();
+        assert_eq!(
+            status.replication_lag_entries(),
+            Some(77),
+            "the region link is not summed"
+        );
+        assert!(node(4).pulls() && !node(3).pulls());
+        let without = SimNode {
+            replication_lag_entries: None,
+            ..node(4)
+        };
+        assert_eq!(without.cluster_json(), None);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use kura_schemas::REPORT_PATH;
+use kura_schemas::{CLUSTER_PATH, REPORT_PATH};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -353,7 +353,8 @@ async fn answer(
         *r.status_mut() = code;
         r
     };
-    if req.uri().path() != REPORT_PATH {
+    let path = req.uri().path();
+    if path != REPORT_PATH && path != CLUSTER_PATH {
         return Ok(text(StatusCode::NOT_FOUND, "not found\n"));
     }
     let (behaviour, node) = {
@@ -368,6 +369,19 @@ async fn answer(
         );
         r
     };
+    if path == CLUSTER_PATH {
+        // Only pull-sync builds serve it; its own status is the node's.
+        return Ok(
+            match (node.pulls(), node.cluster_status, node.cluster_json()) {
+                (true, 200, Some(body)) => json(body),
+                (true, 200, None) | (false, ..) => text(StatusCode::NOT_FOUND, "not found\n"),
+                (true, code, _) => text(
+                    StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                    "simulated failure\n",
+                ),
+            },
+        );
+    }
     Ok(match behaviour {
         // A request that raced a switch to `Refused` still gets its answer.
         Behaviour::Normal | Behaviour::Refused => json(node.report_json()),

@@ -3,6 +3,7 @@
 
 use super::AggregateConfig;
 use super::backfill::BackfillFold;
+use super::fence::FenceFold;
 use super::tracked::TrackedPod;
 use crate::model::{InstanceInfo, PodSample, SampleResult};
 use jiff::Timestamp;
@@ -157,11 +158,16 @@ impl InstanceAggregator {
             match &sample.result {
                 SampleResult::Report(report) => {
                     let first = (pod.fd.is_none(), pod.peer.is_none());
-                    if pod.absorb(&sample.pod, report, sample.received_at) {
+                    if pod.absorb(
+                        &sample.pod,
+                        report,
+                        sample.replication_lag_entries,
+                        sample.received_at,
+                    ) {
                         self.counter_resets = saturating_add(self.counter_resets, 1);
                     }
                     draw(&mut self.carried, first, pod);
-                    fold.add(report, sample.received_at);
+                    fold.add(report, sample.replication_lag_entries, sample.received_at);
                 }
                 SampleResult::Error(reason) => {
                     pod.fail(&sample.pod, reason, self.config.max_error_bytes)
@@ -281,6 +287,8 @@ impl InstanceAggregator {
             backfill_degraded: fold.degraded,
             backfill_budget_exhausted_peers: fold.budget_exhausted,
             outbox_messages: fold.outbox,
+            replication_lag_entries: fold.lag,
+            serving_authority: fold.fence.result(),
             fd_timeout_count: totals.fd_timeout_count,
             peer_connection_failures: totals.peer_connection_failures,
             memory_pressure_state: fold.max_pressure,
@@ -358,6 +366,8 @@ struct Fold<'a> {
     degraded: bool,
     budget_exhausted: Option<u64>,
     outbox: Option<u64>,
+    lag: Option<u64>,
+    fence: FenceFold<'a>,
     max_pressure: u8,
     inflight: u64,
 }
@@ -385,6 +395,8 @@ impl Default for Fold<'_> {
             degraded: false,
             budget_exhausted: None,
             outbox: None,
+            lag: None,
+            fence: FenceFold::default(),
             max_pressure: 0,
             inflight: 0,
         }
@@ -392,7 +404,7 @@ impl Default for Fold<'_> {
 }
 
 impl<'a> Fold<'a> {
-    fn add(&mut self, r: &'a NodeReport, at: Timestamp) {
+    fn add(&mut self, r: &'a NodeReport, lag: Option<u64>, at: Timestamp) {
         self.sampled = self.sampled.saturating_add(1);
         self.oldest = Some(self.oldest.map_or(at, |o| o.min(at)));
         self.all_ready &= r.ready;
@@ -422,6 +434,8 @@ impl<'a> Fold<'a> {
             r.backfill_budget_exhausted_real_peers,
         );
         sum(&mut self.outbox, r.outbox_messages);
+        sum(&mut self.lag, lag);
+        self.fence.add(r.serving_authority.as_ref());
         self.max_pressure = self.max_pressure.max(r.memory_pressure_state);
         self.inflight = saturating_sum([
             self.inflight,

@@ -244,6 +244,8 @@ fn parse_pod(
             "receivedAt",
             "report",
             "error",
+            "cluster",
+            "clusterError",
         ],
     )?;
     let restarts = u64_field(o, &p, "restartCount")?;
@@ -277,12 +279,54 @@ fn parse_pod(
             return Err(err(&p, "report", "a pod needs `report` or `error`"));
         }
     };
+    let (result, replication_lag_entries) = cluster_read(&p, o, result)?;
     Ok(PodSample {
         pod,
         received_at,
         result,
+        replication_lag_entries,
     })
 }
+
+/// What the recorded `/status/cluster` read (`cluster` or `clusterError`)
+/// does to a pod's sample, as it would live: a body gives the lag, an
+/// invalid one or any `clusterError` but `not_found` (HTTP 404: the lag is
+/// absent) fails the sample with a reason naming `/status/cluster`. A pod
+/// whose report failed, or that has neither key, has no lag.
+fn cluster_read(
+    p: &Place,
+    o: &Map<String, Value>,
+    result: SampleResult,
+) -> Result<(SampleResult, Option<u64>), InputError> {
+    use kura_schemas::CLUSTER_PATH;
+    let read = match (o.get("cluster"), o.get("clusterError")) {
+        (None, None) => return Ok((result, None)),
+        (Some(_), Some(_)) => {
+            return Err(err(
+                p,
+                "cluster",
+                "a pod has either `cluster` or `clusterError`, not both",
+            ));
+        }
+        (None, Some(Value::String(e))) if e == CLUSTER_NOT_FOUND => Ok(None),
+        (None, Some(Value::String(e))) => Err(format!("{CLUSTER_PATH}: {e}")),
+        (None, Some(_)) => return Err(err(p, "clusterError", "must be a string")),
+        (Some(body), None) => kura_schemas::cluster::cluster_from_value(body)
+            .map(|c| c.replication_lag_entries())
+            .map_err(|e| format!("{CLUSTER_PATH}: invalid body: {e}")),
+    };
+    if !matches!(result, SampleResult::Report(_)) {
+        return Ok((result, None));
+    }
+    Ok(match read {
+        Ok(lag) => (result, lag),
+        Err(reason) => (SampleResult::Error(reason), None),
+    })
+}
+
+/// The `clusterError` that records an HTTP 404 from `/status/cluster`: a
+/// build without the route, so the lag is absent (never 0).
+pub const CLUSTER_NOT_FOUND: &str = "not_found";
 
 fn object<'a>(v: &'a Value, p: &Place, what: &str) -> Result<&'a Map<String, Value>, InputError> {
     v.as_object()

@@ -2,6 +2,7 @@
 //! (contract/rollout-health.md): pure code, time passed in.
 //!
 //! - [`InstanceAggregator`]: per-instance state and the per-sweep fold;
+//! - `fence`: the fold of the pods' `serving_authority` (pure);
 //! - [`input`]: the document `kura-agent aggregate FILE` reads.
 //!
 //! When an aggregate is worth a status write is the write path's business
@@ -10,6 +11,7 @@
 mod aggregator;
 mod backfill;
 mod counters;
+mod fence;
 pub mod input;
 mod tracked;
 

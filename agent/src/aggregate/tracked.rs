@@ -68,7 +68,13 @@ impl TrackedPod {
 
     /// Fold a valid report. Returns whether a counter reset was absorbed
     /// (at most one per sample, however many counters it touched).
-    pub(crate) fn absorb(&mut self, pod: &PodIdentity, report: &NodeReport, at: Timestamp) -> bool {
+    pub(crate) fn absorb(
+        &mut self,
+        pod: &PodIdentity,
+        report: &NodeReport,
+        replication_lag_entries: Option<u64>,
+        at: Timestamp,
+    ) -> bool {
         let d = &mut self.detail;
         let identity_changed = self.fd.is_some()
             && (d.uid != pod.uid
@@ -94,6 +100,15 @@ impl TrackedPod {
         set_opt(&mut d.ring_fingerprint, report.ring_fingerprint.as_deref());
         d.memory_pressure_state = Some(report.memory_pressure_state);
         d.outbox_messages = report.outbox_messages;
+        d.replication_lag_entries = replication_lag_entries;
+        let fence = report
+            .serving_authority
+            .as_ref()
+            .map(kura_schemas::PodFence::from);
+        // Kept when unchanged: no new allocation per sweep.
+        if d.fence.as_deref() != fence.as_ref() {
+            d.fence = fence.map(Box::new);
+        }
         self.publish_counters();
         reset || identity_changed
     }

@@ -30,8 +30,9 @@ pub struct Counter {
     band: fn(&BandTops) -> Option<u64>,
 }
 
-/// The three charted counters, in page order.
-pub const COUNTERS: [Counter; 3] = [
+/// The four charted counters, in page order (the replication lag next to
+/// the outbox: the pull-era backlog beside the push-era one).
+pub const COUNTERS: [Counter; 4] = [
     Counter {
         field: "fdTimeoutCount",
         label: "fd timeouts",
@@ -49,6 +50,12 @@ pub const COUNTERS: [Counter; 3] = [
         label: "outbox messages",
         value: |p| p.outbox,
         band: |b| b.outbox,
+    },
+    Counter {
+        field: "replicationLagEntries",
+        label: "replication lag entries",
+        value: |p| p.replication_lag,
+        band: |b| b.replication_lag,
     },
 ];
 

@@ -98,9 +98,16 @@ fn row<'a>(shown: &'a Shown, owner: &'a str, now: Timestamp) -> Row<'a> {
     cells.push(Cell {
         key: key(Column::Ready),
         html: format!(
-            "{} / {}",
+            "{} / {}{}",
             yes_no(h.map(|h| h.ready)),
-            yes_no(h.map(|h| h.serving))
+            yes_no(h.map(|h| h.serving)),
+            // Ready and serving say nothing of who may write: on a fenced
+            // instance, the grant's state beside them.
+            h.and_then(|h| h.serving_authority.as_ref())
+                .map_or_else(String::new, |a| format!(
+                    "<span class=\"since\">{}</span>",
+                    escape(&kura_schemas::FenceEvidence::from(a).describe())
+                ))
         ),
         class: "",
     });

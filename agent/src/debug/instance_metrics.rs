@@ -37,7 +37,7 @@ fn flag(b: bool) -> f64 {
 }
 
 /// The plain per-instance gauges, in render order.
-const GAUGES: [Gauge; 19] = [
+const GAUGES: [Gauge; 24] = [
     Gauge {
         name: "kura_instance_ready",
         help: "1 when every expected pod was sampled and reports ready.",
@@ -122,6 +122,46 @@ const GAUGES: [Gauge; 19] = [
         },
     },
     Gauge {
+        name: "kura_instance_replication_lag_entries",
+        help: "Sum of the pull-sync pods' replication lag (GET /status/cluster, lag_entries of replica links; gate check 18); absent when no pod reports one.",
+        value: |v, _| {
+            v.health
+                .as_ref()
+                .and_then(|h| h.replication_lag_entries)
+                .map(|n| n as f64)
+        },
+    },
+    Gauge {
+        name: "kura_instance_fenced_pods",
+        help: "Sampled pods that run fenced serving (serving_authority.enabled); absent when none does.",
+        value: |v, _| {
+            v.health
+                .as_ref()
+                .and_then(|h| h.serving_authority.as_ref())
+                .map(|a| f64::from(a.enabled_pods))
+        },
+    },
+    Gauge {
+        name: "kura_instance_valid_writers",
+        help: "Fenced pods holding a valid grant (gate check 17 fails at 0); absent without fenced serving.",
+        value: |v, _| {
+            v.health
+                .as_ref()
+                .and_then(|h| h.serving_authority.as_ref())
+                .map(|a| f64::from(a.valid_writers))
+        },
+    },
+    Gauge {
+        name: "kura_instance_serving_fenced",
+        help: "1 while the fenced-serving grant is in Fencing: no pod may write (gate check 16, a hard stop); 0 otherwise; absent without fenced serving.",
+        value: |v, _| {
+            v.health
+                .as_ref()
+                .and_then(|h| h.serving_authority.as_ref())
+                .map(|a| flag(a.is_fencing()))
+        },
+    },
+    Gauge {
         name: "kura_instance_fd_timeouts",
         help: "Reset-clamped sum of fd_timeout_count.",
         value: |v, _| v.health.as_ref().map(|h| h.fd_timeout_count as f64),
@@ -154,6 +194,16 @@ const GAUGES: [Gauge; 19] = [
             v.gate
                 .as_ref()
                 .and_then(|g| g.effective_baseline.outbox_messages)
+                .map(|n| n as f64)
+        },
+    },
+    Gauge {
+        name: "kura_instance_baseline_replication_lag_entries",
+        help: "Replication-lag baseline the gate compares against; absent without one.",
+        value: |v, _| {
+            v.gate
+                .as_ref()
+                .and_then(|g| g.effective_baseline.replication_lag_entries)
                 .map(|n| n as f64)
         },
     },
@@ -435,11 +485,13 @@ mod tests {
             baseline_image: Some("img:1".into()),
             baseline_captured_at: Some(ts("2026-07-21T09:00:00Z")),
             baseline: BaselineCounters {
+                replication_lag_entries: None,
                 outbox_messages: Some(60),
                 fd_timeout_count: Some(5),
                 peer_connection_failures: None,
             },
             effective_baseline: BaselineCounters {
+                replication_lag_entries: None,
                 outbox_messages: Some(60),
                 fd_timeout_count: Some(3),
                 peer_connection_failures: None,

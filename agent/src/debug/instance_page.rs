@@ -6,7 +6,6 @@
 use std::fmt::Write as _;
 
 use jiff::Timestamp;
-use kura_schemas::Signal;
 
 use crate::debug::chart;
 use crate::debug::html::{
@@ -66,12 +65,7 @@ pub fn sentence(v: &InstanceView, history: Option<&HistoryView>, now: Timestamp)
     match g.evidence.first() {
         Some(e) => {
             let _ = write!(out, ": {}", escape(&evidence_line(e)));
-            let counter = matches!(
-                e.signal,
-                Signal::FdTimeoutsRegressed
-                    | Signal::PeerConnectionFailuresRegressed
-                    | Signal::OutboxRegressed
-            );
+            let counter = e.signal.is_banded();
             if counter && let Some(c) = &captured {
                 let _ = write!(out, " {c}");
             }
@@ -285,7 +279,7 @@ fn pods_table(v: &InstanceView, now: Timestamp) -> String {
 <thead><tr><th scope=\"col\">pod</th><th scope=\"col\">image</th><th scope=\"col\">ready / state</th>\
 <th scope=\"col\" class=\"num\">generation</th><th scope=\"col\">ring</th><th scope=\"col\" class=\"num\">pressure</th>\
 <th scope=\"col\" class=\"num\">fd timeouts raw → clamped</th><th scope=\"col\" class=\"num\">peer failures raw → clamped</th>\
-<th scope=\"col\" class=\"num\">outbox / capacity</th><th scope=\"col\" class=\"num\">ring fullness</th><th scope=\"col\">fence</th>\
+<th scope=\"col\" class=\"num\">outbox / capacity</th><th scope=\"col\" class=\"num\">replication lag</th><th scope=\"col\" class=\"num\">ring fullness</th><th scope=\"col\">fence</th>\
 <th scope=\"col\" class=\"num\">restarts</th><th scope=\"col\">last error</th><th scope=\"col\" class=\"num\">sampled</th></tr></thead><tbody>",
     );
     let health_pods = v
@@ -340,6 +334,10 @@ fn pods_table(v: &InstanceView, now: Timestamp) -> String {
             (None, Some(c)) => format!("– / {c}"),
             (None, None) => dash(),
         };
+        // GET /status/cluster of a pull-sync pod; absent is not 0.
+        let lag = ph
+            .and_then(|ph| ph.replication_lag_entries)
+            .map_or_else(|| "not measured".to_owned(), |v| v.to_string());
         let fence = p.fence.as_ref().map_or_else(
             || "not fenced".to_owned(),
             |f| {
@@ -355,7 +353,7 @@ fn pods_table(v: &InstanceView, now: Timestamp) -> String {
             out,
             "<tr><th scope=\"row\">{}</th><td class=\"img\">{}</td><td>{} / {}</td><td class=\"num\">{}</td><td>{ring}</td>\
 <td class=\"num\">{}</td><td class=\"num\">{fd}</td><td class=\"num\">{peers}</td><td class=\"num\">{outbox}</td>\
-<td class=\"num\">{}</td><td>{fence}</td><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td></tr>",
+<td class=\"num\">{lag}</td><td class=\"num\">{}</td><td>{fence}</td><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td></tr>",
             escape(&p.name),
             escape(p.image.as_deref().unwrap_or("–")),
             yes_no(ready),

@@ -10,18 +10,14 @@
 //! the restatement says.
 
 use jiff::{SignedDuration, Timestamp};
-use kura_schemas::{Evidence, RolloutGate, RolloutHealth, Signal};
+use kura_schemas::{Evidence, FenceEvidence, RolloutGate, RolloutHealth, Signal};
 
 use crate::model::GateLimits;
 
-/// A counter signal's label for people.
+/// A counter signal's label for people (the one wording, next to the
+/// signal: [`Signal::quantity_label`]).
 fn counter_label(signal: Signal) -> Option<&'static str> {
-    match signal {
-        Signal::FdTimeoutsRegressed => Some("fd timeouts"),
-        Signal::PeerConnectionFailuresRegressed => Some("peer connection failures"),
-        Signal::OutboxRegressed => Some("outbox messages"),
-        _ => None,
-    }
+    signal.quantity_label()
 }
 
 fn or_dash(v: Option<u64>) -> String {
@@ -75,6 +71,10 @@ pub fn evidence_line(e: &Evidence) -> String {
             "{} peers out of backfill budget, limit 0",
             or_dash(e.observed)
         ),
+        Signal::ServingFenced | Signal::NoValidWriter => match &e.fence {
+            Some(f) => f.describe(),
+            None => detail(),
+        },
         _ => detail(),
     }
 }
@@ -246,6 +246,11 @@ pub fn check_rows(
         Ok(())
     };
     let cycle = h.backfill_initial_cycle.as_str();
+    let fence = h.serving_authority.as_ref();
+    let not_fenced = |check, signal, what, limit| CheckRow {
+        outcome: Outcome::NotCompared("no pod runs fenced serving"),
+        ..row(check, signal, what, limit, "not fenced", false)
+    };
     let mut rows = vec![
         row(
             "1",
@@ -255,6 +260,23 @@ pub fn check_rows(
             h.memory_pressure_state.to_string(),
             h.memory_pressure_state >= 2,
         ),
+        // The hard-stop checks come first (1, then 16), as the gate runs them.
+        match fence {
+            Some(a) => row(
+                "16",
+                Signal::ServingFenced,
+                "fenced-serving grant (hard stop in Fencing)",
+                "not Fencing",
+                FenceEvidence::from(a).describe(),
+                a.is_fencing(),
+            ),
+            None => not_fenced(
+                "16",
+                Signal::ServingFenced,
+                "fenced-serving grant (hard stop in Fencing)",
+                "not Fencing",
+            ),
+        },
         row(
             "2–4",
             fresh_signal,
@@ -371,6 +393,32 @@ pub fn check_rows(
             h.peer_connection_failures,
             compared,
         ),
+        match fence {
+            Some(a) => row(
+                "17",
+                Signal::NoValidWriter,
+                "valid writers (fenced serving)",
+                "≥ 1",
+                a.valid_writers.to_string(),
+                a.valid_writers == 0,
+            ),
+            None => not_fenced(
+                "17",
+                Signal::NoValidWriter,
+                "valid writers (fenced serving)",
+                "≥ 1",
+            ),
+        },
+        counter_row(
+            "18",
+            Signal::ReplicationLagRegressed,
+            "replication lag entries",
+            g.baseline.replication_lag_entries,
+            g.effective_baseline.replication_lag_entries,
+            l.replication_lag_band_top,
+            h.replication_lag_entries,
+            compared,
+        ),
     ];
     // The verdict is the gate's: its signal fails whatever the restatement
     // above computed.
@@ -416,6 +464,8 @@ mod tests {
 
     fn health() -> RolloutHealth {
         RolloutHealth {
+            replication_lag_entries: None,
+            serving_authority: None,
             schema_version: 1,
             observed_at: ts(0),
             sampled_at: Some(ts(0)),
@@ -478,6 +528,7 @@ mod tests {
     /// A previous gate with a baseline taken on `img:1`, judging `img:2`.
     fn previous(eligible: bool, fd: u64, peers: Option<u64>, outbox: Option<u64>) -> RolloutGate {
         let counters = kura_schemas::BaselineCounters {
+            replication_lag_entries: None,
             outbox_messages: outbox,
             fd_timeout_count: Some(fd),
             peer_connection_failures: peers,
@@ -519,7 +570,7 @@ mod tests {
         );
         assert_eq!(g.verdict, AgentVerdict::Healthy);
         let rows = check_rows(Some(&health()), Some(&g), Some(&gate_limits(&config, &g)));
-        assert_eq!(rows.len(), 13);
+        assert_eq!(rows.len(), 16);
         assert!(rows.iter().all(|r| r.outcome != Outcome::Fail), "{rows:#?}");
         let fd = rows
             .iter()
@@ -568,6 +619,9 @@ mod tests {
             base_peers in proptest::option::of(0u64..40),
             base_outbox in proptest::option::of(0u64..200),
             fd_band in 0u64..3,
+            fence in proptest::option::of((0u32..3, prop_oneof![Just("Serving"), Just("Fencing"), Just("Quiescing"), Just(""), Just("Other")])),
+            lag in proptest::option::of(0u64..300),
+            base_lag in proptest::option::of(0u64..200),
         ) {
             let config = GateConfig { fd_timeout_band: fd_band, ..GateConfig::default() };
             let now = ts(1000);
@@ -585,7 +639,16 @@ mod tests {
             h.outbox_messages = outbox;
             h.fd_timeout_count = fd;
             h.peer_connection_failures = peers;
-            let prev = previous(eligible, base_fd, base_peers, base_outbox);
+            h.replication_lag_entries = lag;
+            h.serving_authority = fence.map(|(writers, phase)| kura_schemas::ServingAuthorityHealth {
+                enabled_pods: 2,
+                valid_writers: writers,
+                phase: phase.to_owned(),
+                epoch: u64::from(writers),
+            });
+            let mut prev = previous(eligible, base_fd, base_peers, base_outbox);
+            prev.baseline.replication_lag_entries = base_lag;
+            prev.effective_baseline.replication_lag_entries = base_lag;
             let g = kura_gate::judge_instance("kura/a", Some(&prev), "img:2", None, Some(&h), now, &config);
             let rows = check_rows(Some(&h), Some(&g), Some(&gate_limits(&config, &g)));
             // Without the override of the verdict's own row.

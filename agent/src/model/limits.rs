@@ -15,11 +15,14 @@ pub struct GateLimits {
     /// Top of the outbox band (inclusive), when the effective baseline has
     /// an outbox.
     pub outbox_band_top: Option<u64>,
+    /// Top of the replication-lag band (inclusive), when the effective
+    /// baseline has a replication lag.
+    pub replication_lag_band_top: Option<u64>,
     /// Top of the fd-timeout band, when the effective baseline has one.
     pub fd_timeout_band_top: Option<u64>,
     /// Top of the peer-failure band, when the effective baseline has one.
     pub peer_failure_band_top: Option<u64>,
-    /// Whether the counter checks (13 to 15) ran: only for an instance
+    /// Whether the counter checks (13 to 15, 18) ran: only for an instance
     /// that was soak-eligible when its baseline was captured.
     pub counters_compared: bool,
 }

@@ -51,4 +51,9 @@ pub struct PodSample {
     pub received_at: Timestamp,
     /// What came back.
     pub result: SampleResult,
+    /// The pod's replication lag from `GET /status/cluster` (the sum of its
+    /// `replica` links' `lag_entries`), read only from pull-sync pods (a
+    /// valid report without `outbox_messages`); `None` when not asked, when
+    /// the route answered 404, or when the sample failed. Absent is never 0.
+    pub replication_lag_entries: Option<u64>,
 }

@@ -78,6 +78,8 @@ pub(crate) mod fixtures {
     /// observed and sampled at `at`, counters at zero or absent.
     pub(crate) fn health(at: Timestamp) -> RolloutHealth {
         RolloutHealth {
+            replication_lag_entries: None,
+            serving_authority: None,
             schema_version: 1,
             observed_at: at,
             sampled_at: Some(at),

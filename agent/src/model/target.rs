@@ -141,6 +141,7 @@ impl InstanceTarget {
             .iter()
             .filter_map(|p| {
                 p.addr.as_ref().err().map(|reason| PodSample {
+                    replication_lag_entries: None,
                     pod: p.identity.clone(),
                     received_at: now,
                     result: SampleResult::Error(reason.to_string()),

@@ -1,7 +1,7 @@
 //! Why a poll failed: short, stable messages (they become `pods[].error`)
 //! and a fixed set of metric reasons.
 
-use kura_schemas::ReportError;
+use kura_schemas::{ClusterError, ReportError};
 
 /// A failed poll.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -43,6 +43,10 @@ pub enum PollError {
     /// The body is not a valid report (the parser's message names the field).
     #[error("{0}")]
     InvalidReport(ReportError),
+    /// The `/status/cluster` body is not valid (the parser's message names
+    /// the field).
+    #[error("invalid body: {0}")]
+    InvalidCluster(ClusterError),
     /// The report names another pod in `serving_authority.identity.pod_uid`.
     #[error("pod identity mismatch")]
     IdentityMismatch,
@@ -54,7 +58,7 @@ pub enum PollError {
 impl PollError {
     /// The metric label for this failure, from a fixed small set: `timeout`,
     /// `refused`, `http_status`, `too_large`, `invalid_report`,
-    /// `identity_mismatch`, `connect_error`, `body_error`.
+    /// `identity_mismatch`, `connect_error`, `body_error`, `invalid_cluster`.
     pub fn reason(&self) -> &'static str {
         match self {
             PollError::Timeout | PollError::ConnectTimeout => "timeout",
@@ -64,6 +68,7 @@ impl PollError {
             PollError::TooLarge { .. } => "too_large",
             PollError::Body | PollError::Protocol | PollError::TransferCoding => "body_error",
             PollError::InvalidReport(_) => "invalid_report",
+            PollError::InvalidCluster(_) => "invalid_cluster",
             PollError::IdentityMismatch => "identity_mismatch",
         }
     }

@@ -5,11 +5,14 @@ use crate::poll::client::{Client, Limits, MAX_HEAD, Target};
 use crate::poll::{PollConfig, PollError};
 use crate::telemetry;
 use backon::{ExponentialBuilder, Retryable};
+use bytes::Bytes;
 use http::Uri;
 use jiff::Timestamp;
-use kura_schemas::{NodeReport, REPORT_PATH, parse_report_limited};
+use kura_schemas::{
+    CLUSTER_PATH, NodeReport, REPORT_PATH, parse_cluster_status_limited, parse_report_limited,
+};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{Semaphore, SemaphorePermit};
 
@@ -90,15 +93,52 @@ impl Poller {
         addr: SocketAddr,
         permit: Option<SemaphorePermit<'_>>,
     ) -> PodSample {
-        let result = match self.poll_result_with(pod, addr, permit).await {
-            Ok(report) => SampleResult::Report(Box::new(report)),
-            Err(e) => SampleResult::Error(e.to_string()),
+        let (report, permit) = self.report_keeping_permit(pod, addr, permit).await;
+        let (result, replication_lag_entries) = match report {
+            // A pull-sync pod (no outbox): its backlog is on /status/cluster,
+            // read right after, on the same kept connection, holding the
+            // same permit.
+            Ok(report) if report.outbox_messages.is_none() => {
+                match self.cluster_lag(addr, permit).await {
+                    Ok(lag) => (SampleResult::Report(Box::new(report)), lag),
+                    Err(e) => (SampleResult::Error(format!("{CLUSTER_PATH}: {e}")), None),
+                }
+            }
+            Ok(report) => (SampleResult::Report(Box::new(report)), None),
+            Err(e) => (SampleResult::Error(e.to_string()), None),
         };
         PodSample {
             pod: pod.clone(),
             received_at: Timestamp::now(),
             result,
+            replication_lag_entries,
         }
+    }
+
+    /// The replication lag of a pull-sync pod at `addr` from
+    /// `GET /status/cluster`: `Ok(None)` when the route answers 404 (a build
+    /// without it: not measured, never 0); any other failure is an error.
+    /// Same timeout, body limit and retries as the report; its first
+    /// attempt holds `permit` when given.
+    pub async fn cluster_lag(
+        &self,
+        addr: SocketAddr,
+        permit: Option<SemaphorePermit<'_>>,
+    ) -> Result<Option<u64>, PollError> {
+        let target = Target {
+            addr,
+            host: None,
+            path: CLUSTER_PATH,
+        };
+        let (read, _) = self.get(target, permit, parse_cluster).await;
+        let read = match read {
+            Ok(lag) => Ok(lag),
+            Err(PollError::HttpStatus(404)) => Ok(None),
+            Err(e) => Err(e),
+        };
+        metrics::counter!(telemetry::CLUSTER_READS_TOTAL, "result" => cluster_label(&read))
+            .increment(1);
+        read
     }
 
     /// Poll one pod at `addr`: the report, or why there is none. A report
@@ -118,20 +158,30 @@ impl Poller {
         addr: SocketAddr,
         permit: Option<SemaphorePermit<'_>>,
     ) -> Result<NodeReport, PollError> {
+        self.report_keeping_permit(pod, addr, permit).await.0
+    }
+
+    /// [`Poller::poll_result`], also handing back the permit its
+    /// successful attempt held (so a follow-up request on the same pod
+    /// keeps its place).
+    async fn report_keeping_permit<'p>(
+        &'p self,
+        pod: &PodIdentity,
+        addr: SocketAddr,
+        permit: Option<SemaphorePermit<'p>>,
+    ) -> (Result<NodeReport, PollError>, Option<SemaphorePermit<'p>>) {
         let target = Target {
             addr,
             host: None,
             path: REPORT_PATH,
         };
-        let result = self
-            .get(target, permit)
-            .await
-            .and_then(|report| match report.pod_uid() {
-                Some(uid) if uid != pod.uid => Err(PollError::IdentityMismatch),
-                _ => Ok(report),
-            });
+        let (result, permit) = self.get(target, permit, parse_report).await;
+        let result = result.and_then(|report| match report.pod_uid() {
+            Some(uid) if uid != pod.uid => Err(PollError::IdentityMismatch),
+            _ => Ok(report),
+        });
         count(&result);
-        result
+        (result, permit)
     }
 
     /// Fetch a report from a plain URL, the full report URL (e.g.
@@ -144,11 +194,31 @@ impl Poller {
                 host: uri.authority().map(|a| a.as_str()),
                 path: uri.path_and_query().map_or("/", |p| p.as_str()),
             };
-            self.get(target, None).await
+            self.get(target, None, parse_report).await.0
         }
         .await;
         count(&result);
         result
+    }
+
+    /// The replication lag of the node behind a plain report URL (its host
+    /// and port, path `/status/cluster`), as [`Poller::cluster_lag`] reads
+    /// it from a pod: `Ok(None)` on HTTP 404.
+    pub async fn fetch_cluster(&self, uri: &Uri) -> Result<Option<u64>, PollError> {
+        let addr = self.resolve(uri).await?;
+        let target = Target {
+            addr,
+            host: uri.authority().map(|a| a.as_str()),
+            path: CLUSTER_PATH,
+        };
+        let (read, _) = self.get(target, None, parse_cluster).await;
+        let read = match read {
+            Err(PollError::HttpStatus(404)) => Ok(None),
+            other => other,
+        };
+        metrics::counter!(telemetry::CLUSTER_READS_TOTAL, "result" => cluster_label(&read))
+            .increment(1);
+        read
     }
 
     /// The address of a plain `http://` URL's host: an IP literal as is, a
@@ -171,34 +241,41 @@ impl Poller {
         }
     }
 
-    /// The report at `target`, retried as configured; the first attempt
-    /// holds `first` when given, every other attempt waits for its own
-    /// permit (none is held while backing off).
-    async fn get(
-        &self,
+    /// The body at `target` read by `parse`, retried as configured; the
+    /// first attempt holds `first` when given, every other attempt waits for
+    /// its own permit (none is held while backing off). The permit of the
+    /// attempt that succeeded comes back with the result.
+    async fn get<'p, T>(
+        &'p self,
         target: Target<'_>,
-        first: Option<SemaphorePermit<'_>>,
-    ) -> Result<NodeReport, PollError> {
+        first: Option<SemaphorePermit<'p>>,
+        parse: fn(&Bytes, usize) -> Result<T, PollError>,
+    ) -> (Result<T, PollError>, Option<SemaphorePermit<'p>>) {
         let cfg = &self.inner.config;
         let backoff = ExponentialBuilder::default()
             .with_min_delay(cfg.retry_delay)
             .with_max_times(cfg.retries)
             .with_jitter();
+        let kept = Mutex::new(None);
         let mut first = first;
-        (move || self.attempt(target, first.take()))
+        let result = (|| self.attempt(target, first.take(), parse, &kept))
             .retry(backoff)
             .when(PollError::is_retryable)
             .notify(|_, _| metrics::counter!(telemetry::POLL_RETRIES_TOTAL).increment(1))
-            .await
+            .await;
+        let permit = kept.into_inner().unwrap_or_else(|p| p.into_inner());
+        (result, permit)
     }
 
-    async fn attempt(
-        &self,
+    async fn attempt<'p, T>(
+        &'p self,
         target: Target<'_>,
-        permit: Option<SemaphorePermit<'_>>,
-    ) -> Result<NodeReport, PollError> {
+        permit: Option<SemaphorePermit<'p>>,
+        parse: fn(&Bytes, usize) -> Result<T, PollError>,
+        kept: &Mutex<Option<SemaphorePermit<'p>>>,
+    ) -> Result<T, PollError> {
         // The semaphore is never closed; a closed one would mean no polling.
-        let _permit = match permit {
+        let permit = match permit {
             Some(permit) => permit,
             None => self
                 .inner
@@ -211,16 +288,23 @@ impl Poller {
         // Boxed once it runs: a sweep holds every pod's poll future while
         // most wait for a permit, so the request's state (hyper's
         // connection, about 2 KiB) is allocated only for those in flight.
-        let request = Box::pin(self.request(target));
+        let request = Box::pin(self.request(target, parse));
         let result = tokio::time::timeout(self.inner.config.timeout, request)
             .await
             .unwrap_or(Err(PollError::Timeout));
         metrics::histogram!(telemetry::POLL_DURATION_SECONDS)
             .record(started.elapsed().as_secs_f64());
+        if result.is_ok() {
+            *kept.lock().unwrap_or_else(|p| p.into_inner()) = Some(permit);
+        }
         result
     }
 
-    async fn request(&self, target: Target<'_>) -> Result<NodeReport, PollError> {
+    async fn request<T>(
+        &self,
+        target: Target<'_>,
+        parse: fn(&Bytes, usize) -> Result<T, PollError>,
+    ) -> Result<T, PollError> {
         let cfg = &self.inner.config;
         let limits = Limits {
             // Half the attempt's budget, so a connect timeout (retried) is
@@ -230,12 +314,33 @@ impl Poller {
             body_limit: cfg.body_limit,
         };
         let body = self.inner.client.get(target, limits).await?;
-        parse_report_limited(&body, cfg.body_limit).map_err(PollError::InvalidReport)
+        parse(&body, cfg.body_limit)
     }
 
     /// Connections kept alive and idle now (one per pod polled at most).
     pub fn idle_connections(&self) -> usize {
         self.inner.client.idle_connections()
+    }
+}
+
+fn parse_report(body: &Bytes, limit: usize) -> Result<NodeReport, PollError> {
+    parse_report_limited(body, limit).map_err(PollError::InvalidReport)
+}
+
+fn parse_cluster(body: &Bytes, limit: usize) -> Result<Option<u64>, PollError> {
+    parse_cluster_status_limited(body, limit)
+        .map(|c| c.replication_lag_entries())
+        .map_err(PollError::InvalidCluster)
+}
+
+/// The `result` label of [`telemetry::CLUSTER_READS_TOTAL`] for a
+/// `/status/cluster` read: `ok`, `not_measured` (HTTP 404, or a body without
+/// `sync_links`: the lag is absent) or why it failed.
+pub(crate) fn cluster_label(read: &Result<Option<u64>, PollError>) -> &'static str {
+    match read {
+        Ok(Some(_)) => "ok",
+        Ok(None) => "not_measured",
+        Err(e) => e.reason(),
     }
 }
 

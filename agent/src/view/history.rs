@@ -148,7 +148,7 @@ impl Series {
     }
 }
 
-/// The band tops of the three charted counters, when compared.
+/// The band tops of the four charted counters, when compared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct BandTops {
     /// `fdTimeoutCount`'s band top.
@@ -157,6 +157,8 @@ pub struct BandTops {
     pub peer_failures: Option<u64>,
     /// `outboxMessages`' band top.
     pub outbox: Option<u64>,
+    /// `replicationLagEntries`' band top.
+    pub replication_lag: Option<u64>,
 }
 
 impl BandTops {
@@ -168,6 +170,7 @@ impl BandTops {
                 fd_timeouts: l.fd_timeout_band_top,
                 peer_failures: l.peer_failure_band_top,
                 outbox: l.outbox_band_top,
+                replication_lag: l.replication_lag_band_top,
             },
             None => BandTops::default(),
         }
@@ -178,24 +181,26 @@ impl BandTops {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct BandMark {
     slot: i64,
-    tops: [u32; 3],
+    tops: [u32; 4],
 }
 
-fn pack(tops: BandTops) -> [u32; 3] {
+fn pack(tops: BandTops) -> [u32; 4] {
     let one = |v: Option<u64>| v.map_or(WIDE_ABSENT, compact);
     [
         one(tops.fd_timeouts),
         one(tops.peer_failures),
         one(tops.outbox),
+        one(tops.replication_lag),
     ]
 }
 
-fn unpack(tops: [u32; 3]) -> BandTops {
+fn unpack(tops: [u32; 4]) -> BandTops {
     let one = |v: u32| (v != WIDE_ABSENT).then_some(u64::from(v));
     BandTops {
         fd_timeouts: one(tops[0]),
         peer_failures: one(tops[1]),
         outbox: one(tops[2]),
+        replication_lag: one(tops[3]),
     }
 }
 
@@ -207,6 +212,7 @@ pub(crate) struct HistoryInput {
     pub fd_timeouts: Option<u64>,
     pub peer_failures: Option<u64>,
     pub outbox: Option<u64>,
+    pub replication_lag: Option<u64>,
     pub limits: Option<GateLimits>,
 }
 
@@ -220,6 +226,7 @@ pub(crate) struct History {
     fd_timeouts: Series,
     peer_failures: Series,
     outbox: Series,
+    replication_lag: Series,
     bands: Vec<BandMark>,
     current: Standing,
     since: Timestamp,
@@ -249,6 +256,7 @@ impl History {
             fd_timeouts: Series::new(),
             peer_failures: Series::new(),
             outbox: Series::new(),
+            replication_lag: Series::new(),
             bands: Vec::new(),
             current: input.standing,
             since: input.at,
@@ -275,11 +283,13 @@ impl History {
                 self.fd_timeouts.clear(i);
                 self.peer_failures.clear(i);
                 self.outbox.clear(i);
+                self.replication_lag.clear(i);
             }
             self.newest = slot;
             self.fd_timeouts.shrink();
             self.peer_failures.shrink();
             self.outbox.shrink();
+            self.replication_lag.shrink();
             self.current_changes(input);
         } else if slot == self.newest {
             self.current_changes(input);
@@ -289,6 +299,7 @@ impl History {
         self.fd_timeouts.merge_max(i, input.fd_timeouts);
         self.peer_failures.merge_max(i, input.peer_failures);
         self.outbox.merge_max(i, input.outbox);
+        self.replication_lag.merge_max(i, input.replication_lag);
     }
 
     /// The newest sweep's standing, limits and band.
@@ -350,6 +361,7 @@ impl History {
                     fd_timeouts: read(&self.fd_timeouts),
                     peer_failures: read(&self.peer_failures),
                     outbox: read(&self.outbox),
+                    replication_lag: read(&self.replication_lag),
                 }
             })
             .collect();
@@ -379,6 +391,7 @@ impl History {
             + self.fd_timeouts.heap_bytes()
             + self.peer_failures.heap_bytes()
             + self.outbox.heap_bytes()
+            + self.replication_lag.heap_bytes()
     }
 }
 
@@ -407,6 +420,8 @@ pub struct HistoryPoint {
     pub peer_failures: Option<u64>,
     /// The largest `outboxMessages`.
     pub outbox: Option<u64>,
+    /// The largest `replicationLagEntries`.
+    pub replication_lag: Option<u64>,
 }
 
 /// Band tops in force from a point in time on.
@@ -448,6 +463,7 @@ mod tests {
 
     fn input(s: i64, standing: Standing, fd: u64) -> HistoryInput {
         HistoryInput {
+            replication_lag: None,
             at: at(s),
             standing,
             fd_timeouts: Some(fd),
@@ -462,6 +478,7 @@ mod tests {
             max_sample_age_seconds: 180,
             future_skew_seconds: 60,
             outbox_band_top: Some(60),
+            replication_lag_band_top: None,
             fd_timeout_band_top: Some(fd_top),
             peer_failure_band_top: None,
             counters_compared: compared,
@@ -506,7 +523,9 @@ mod tests {
         assert_eq!(vs.points.len(), HISTORY_BUCKETS);
         assert_eq!(vf.points.len(), HISTORY_BUCKETS);
         assert_eq!(slow.heap_bytes(), fast.heap_bytes());
-        assert!(slow.heap_bytes() < 1200, "{} bytes", slow.heap_bytes());
+        // Four narrow series (fd, peers, outbox, replication lag) of 120
+        // buckets, the standing codes and the band marks.
+        assert!(slow.heap_bytes() < 1500, "{} bytes", slow.heap_bytes());
         // The bucket maximum is the bucket's last second (fast) or its last
         // 10 s sweep (slow).
         let last = vf.points.last().expect("point");

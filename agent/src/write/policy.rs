@@ -7,7 +7,8 @@
 //! [`material_change`] of the aggregate (anything but `observedAt`,
 //! `sampledAt` and the per-pod `sampledAt`) or any change of the verdict
 //! but `evaluatedAt`; priority means [`is_priority_change`] (`ready`,
-//! `serving` or `ringConsistent` flipped, `memoryPressureState` rose), a
+//! `serving` or `ringConsistent` flipped, `memoryPressureState` rose, no
+//! valid writer left or the grant moved to `Fencing`), a
 //! new gate verdict, a new `RolloutHealthy` status or a new generation.
 
 use kura_schemas::{PodHealth, RolloutHealth};
@@ -91,6 +92,8 @@ pub fn material_change(prev: &RolloutHealth, next: &RolloutHealth) -> bool {
         backfill_degraded,
         backfill_budget_exhausted_peers,
         outbox_messages,
+        replication_lag_entries,
+        serving_authority,
         fd_timeout_count,
         peer_connection_failures,
         memory_pressure_state,
@@ -117,6 +120,8 @@ pub fn material_change(prev: &RolloutHealth, next: &RolloutHealth) -> bool {
         || *backfill_degraded != prev.backfill_degraded
         || *backfill_budget_exhausted_peers != prev.backfill_budget_exhausted_peers
         || *outbox_messages != prev.outbox_messages
+        || *replication_lag_entries != prev.replication_lag_entries
+        || *serving_authority != prev.serving_authority
         || *fd_timeout_count != prev.fd_timeout_count
         || *peer_connection_failures != prev.peer_connection_failures
         || *memory_pressure_state != prev.memory_pressure_state
@@ -148,6 +153,8 @@ fn pod_material_change(prev: &PodHealth, next: &PodHealth) -> bool {
         ring_fingerprint,
         memory_pressure_state,
         outbox_messages,
+        replication_lag_entries,
+        fence,
         fd_timeout_count,
         fd_timeout_count_raw,
         peer_connection_failures,
@@ -167,6 +174,8 @@ fn pod_material_change(prev: &PodHealth, next: &PodHealth) -> bool {
         || *ring_fingerprint != prev.ring_fingerprint
         || *memory_pressure_state != prev.memory_pressure_state
         || *outbox_messages != prev.outbox_messages
+        || *replication_lag_entries != prev.replication_lag_entries
+        || *fence != prev.fence
         || *fd_timeout_count != prev.fd_timeout_count
         || *fd_timeout_count_raw != prev.fd_timeout_count_raw
         || *peer_connection_failures != prev.peer_connection_failures
@@ -174,8 +183,9 @@ fn pod_material_change(prev: &PodHealth, next: &PodHealth) -> bool {
 }
 
 /// Whether writing `next` should go ahead of other writes: it flips `ready`,
-/// `serving` or `ringConsistent`, or raises `memoryPressureState`, compared
-/// with the last aggregate written (`prev`). With nothing written yet
+/// `serving` or `ringConsistent`, raises `memoryPressureState`, drops
+/// `servingAuthority.validWriters` to 0 or moves `servingAuthority.phase`
+/// to `Fencing`, compared with the last aggregate written (`prev`). With nothing written yet
 /// (`None`) the first aggregate is a priority: consumers have no status at all.
 pub fn is_priority_change(prev: Option<&RolloutHealth>, next: &RolloutHealth) -> bool {
     match prev {
@@ -185,8 +195,20 @@ pub fn is_priority_change(prev: Option<&RolloutHealth>, next: &RolloutHealth) ->
                 || p.serving != next.serving
                 || p.ring_consistent != next.ring_consistent
                 || next.memory_pressure_state > p.memory_pressure_state
+                || fence_worsened(p, next)
         }
     }
+}
+
+/// `servingAuthority.validWriters` dropped to 0, or its phase moved to
+/// `Fencing` (from anything else, or from no fenced serving at all).
+fn fence_worsened(prev: &RolloutHealth, next: &RolloutHealth) -> bool {
+    let Some(n) = next.serving_authority.as_ref() else {
+        return false;
+    };
+    let p = prev.serving_authority.as_ref();
+    (n.valid_writers == 0 && p.is_none_or(|p| p.valid_writers > 0))
+        || (n.is_fencing() && !p.is_some_and(|p| p.is_fencing()))
 }
 
 #[cfg(test)]
@@ -290,5 +312,61 @@ mod tests {
         f.fd_timeout_count = 40;
         assert!(!is_priority_change(Some(&prev), &f));
         assert!(is_priority_change(None, &f));
+    }
+
+    #[test]
+    fn losing_the_writer_or_fencing_goes_first_and_new_fields_are_material() {
+        use kura_schemas::ServingAuthorityHealth;
+        let fence = |writers: u32, phase: &str| {
+            Some(ServingAuthorityHealth {
+                enabled_pods: 2,
+                valid_writers: writers,
+                phase: phase.into(),
+                epoch: u64::from(writers),
+            })
+        };
+        let with = |a: Option<ServingAuthorityHealth>| RolloutHealth {
+            serving_authority: a,
+            ..base()
+        };
+        let serving = with(fence(1, "Serving"));
+        assert!(is_priority_change(
+            Some(&serving),
+            &with(fence(0, "Revoking"))
+        ));
+        assert!(is_priority_change(
+            Some(&base()),
+            &with(fence(0, "Preparing"))
+        ));
+        assert!(is_priority_change(
+            Some(&with(fence(0, "Revoking"))),
+            &with(fence(0, "Fencing"))
+        ));
+        // Already without a writer, or already fenced: not urgent again.
+        assert!(!is_priority_change(
+            Some(&with(fence(0, "Revoking"))),
+            &with(fence(0, "Quiescing"))
+        ));
+        assert!(!is_priority_change(
+            Some(&with(fence(0, "Fencing"))),
+            &with(fence(0, "Fencing"))
+        ));
+        // A writer coming back is not urgent, but it is material.
+        assert!(!is_priority_change(
+            Some(&with(fence(0, "Revoking"))),
+            &serving
+        ));
+        assert!(material_change(&with(fence(0, "Revoking")), &serving));
+        let lag = RolloutHealth {
+            replication_lag_entries: Some(5),
+            ..base()
+        };
+        assert!(material_change(&base(), &lag));
+        let mut pods = base();
+        pods.pods[0].fence = Some(Box::new(kura_schemas::PodFence {
+            enabled: Some(true),
+            ..Default::default()
+        }));
+        assert!(material_change(&base(), &pods));
     }
 }

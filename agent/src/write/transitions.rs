@@ -110,20 +110,23 @@ pub fn transitions(change: &WriteChange<'_>) -> Vec<Transition> {
     out
 }
 
-/// `baseline on kura:1 for kura:2: outbox 3, fd timeouts 5, peer failures
-/// none; held to it` (or `not held to it: unhealthy at capture`).
+/// `baseline on kura:1 for kura:2: outbox 3, replication lag none, fd
+/// timeouts 5, peer failures none; held to it` (or `not held to it:
+/// unhealthy at capture`).
 fn baseline_note(gate: &kura_schemas::RolloutGate) -> String {
     let count = |v: Option<u64>| v.map_or_else(|| "none".to_owned(), |n| n.to_string());
     let BaselineCounters {
         outbox_messages,
+        replication_lag_entries,
         fd_timeout_count,
         peer_connection_failures,
     } = &gate.baseline;
     format!(
-        "baseline on {} for {}: outbox {}, fd timeouts {}, peer failures {}; {}",
+        "baseline on {} for {}: outbox {}, replication lag {}, fd timeouts {}, peer failures {}; {}",
         gate.baseline_image.as_deref().unwrap_or("an unknown image"),
         gate.target_image,
         count(*outbox_messages),
+        count(*replication_lag_entries),
         count(*fd_timeout_count),
         count(*peer_connection_failures),
         if gate.soak_eligible {
@@ -271,7 +274,7 @@ mod tests {
         assert_eq!(found[0].kind, BaselineCaptured);
         assert_eq!(
             found[0].note,
-            "baseline on img:1 for img:2: outbox none, fd timeouts 4, peer failures none; not held to it: the instance was not healthy at capture"
+            "baseline on img:1 for img:2: outbox none, replication lag none, fd timeouts 4, peer failures none; not held to it: the instance was not healthy at capture"
         );
         let again = kinds(Some(&next), &next, &WriteRecord::Applied, false);
         assert!(!again.contains(&BaselineCaptured));

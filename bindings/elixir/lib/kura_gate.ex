@@ -89,7 +89,16 @@ defmodule KuraGate do
           observed: non_neg_integer | nil,
           band_top: non_neg_integer | nil,
           baseline: non_neg_integer | nil,
-          detail: String.t() | nil
+          detail: String.t() | nil,
+          fence: fence | nil
+        }
+
+  @typedoc "The fence state behind `:serving_fenced` and `:no_valid_writer`."
+  @type fence :: %{
+          phase: String.t(),
+          enabled_pods: non_neg_integer,
+          valid_writers: non_neg_integer,
+          epoch: non_neg_integer
         }
 
   @dirty_servers 50

@@ -72,7 +72,20 @@ defmodule KuraGate.TestSupport do
       "baseline" => e.baseline
     }
 
-    if e.detail == nil, do: form, else: Map.put(form, "detail", e.detail)
+    form = if e.detail == nil, do: form, else: Map.put(form, "detail", e.detail)
+
+    case e.fence do
+      nil ->
+        form
+
+      f ->
+        Map.put(form, "fence", %{
+          "phase" => f.phase,
+          "enabledPods" => f.enabled_pods,
+          "validWriters" => f.valid_writers,
+          "epoch" => f.epoch
+        })
+    end
   end
 
   def rss_kib do

@@ -49,6 +49,7 @@ fn healthy(sampled: i64, outbox: u64, fd: u64, peers: u64) -> Value {
         "ready": true, "serving": true, "ringConsistent": true,
         "bootstrapInflightPeers": 0, "backfillDegraded": false,
         "backfillBudgetExhaustedPeers": 0, "outboxMessages": outbox,
+        "replicationLagEntries": outbox,
         "fdTimeoutCount": fd, "peerConnectionFailures": peers,
         "memoryPressureState": 0
     })
@@ -150,6 +151,35 @@ fn look(rng: &mut Rng, now: i64, base: (u64, u64, u64)) -> Value {
         }
         23 => {
             map.insert("backfillInitialCycle".into(), "degraded".into());
+        }
+        24 => {
+            map.insert(
+                "replicationLagEntries".into(),
+                (outbox + 40 + rng.below(40)).into(),
+            );
+        }
+        25 => {
+            map.insert("replicationLagEntries".into(), Value::Null);
+        }
+        26 | 27 => {
+            let phases = [
+                "Fencing",
+                "Serving",
+                "Quiescing",
+                "Revoking",
+                "Preparing",
+                "Rebalancing",
+            ];
+            let phase = phases[rng.below(phases.len() as u64) as usize];
+            let writers = rng.below(2);
+            map.insert(
+                "servingAuthority".into(),
+                json!({"enabledPods": 3, "validWriters": writers, "phase": phase,
+                       "epoch": writers * (1 + rng.below(5))}),
+            );
+            if rng.chance(20) {
+                map.insert("memoryPressureState".into(), 2.into());
+            }
         }
         _ => {}
     }

@@ -95,6 +95,10 @@ pub struct BaselineNode {
     /// `outbox_messages` (a backlog; absent when the node does not report it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outbox_messages: Option<u64>,
+    /// Replication lag from `/status/cluster` (pull-sync nodes; absent
+    /// when not measured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication_lag_entries: Option<u64>,
     /// Raw `fd_timeout_count`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fd_timeout_count: Option<u64>,
@@ -114,6 +118,10 @@ pub struct BaselineAggregate {
     pub soak_eligible: bool,
     /// Sum of `outbox_messages`; null when no node reports it.
     pub outbox_messages: Option<u64>,
+    /// Sum of the nodes' replication lag; null when none was measured
+    /// (absent in documents of earlier versions: null).
+    #[serde(default)]
+    pub replication_lag_entries: Option<u64>,
     /// Sum of `fd_timeout_count`.
     pub fd_timeout_count: Option<u64>,
     /// Sum of `peer_connection_failure_count`; null when no node reports it.
@@ -188,6 +196,7 @@ impl BaselineDocument {
                     ready: Some(r.ready),
                     state: Some(r.state.as_str().to_owned()),
                     outbox_messages: r.outbox_messages,
+                    replication_lag_entries: s.replication_lag_entries,
                     fd_timeout_count: Some(r.fd_timeout_count),
                     peer_connection_failures: r.peer_connection_failure_count,
                 },
@@ -199,6 +208,7 @@ impl BaselineDocument {
                     ready: None,
                     state: None,
                     outbox_messages: None,
+                    replication_lag_entries: None,
                     fd_timeout_count: None,
                     peer_connection_failures: None,
                 },
@@ -215,6 +225,7 @@ impl BaselineDocument {
                 sampled_pods: health.sampled_pods,
                 soak_eligible,
                 outbox_messages: counters.outbox_messages,
+                replication_lag_entries: counters.replication_lag_entries,
                 fd_timeout_count: counters.fd_timeout_count,
                 peer_connection_failures: counters.peer_connection_failures,
             },
@@ -342,6 +353,7 @@ impl BaselineDocument {
     /// The baseline's counters as the gate compares them.
     pub fn counters(&self) -> BaselineCounters {
         BaselineCounters {
+            replication_lag_entries: self.aggregate.replication_lag_entries,
             outbox_messages: self.aggregate.outbox_messages,
             fd_timeout_count: self.aggregate.fd_timeout_count,
             peer_connection_failures: self.aggregate.peer_connection_failures,
@@ -369,6 +381,7 @@ impl BaselineDocument {
                     ready: n.ready,
                     state: n.state.clone(),
                     outbox_messages: n.outbox_messages,
+                    replication_lag_entries: n.replication_lag_entries,
                     fd_timeout_count: n.fd_timeout_count,
                     fd_timeout_count_raw: n.fd_timeout_count,
                     peer_connection_failures: n.peer_connection_failures,
@@ -386,6 +399,8 @@ impl BaselineDocument {
             .filter_map(|p| p.peer_connection_failures)
             .reduce(u64::saturating_add);
         RolloutHealth {
+            replication_lag_entries: self.aggregate.replication_lag_entries,
+            serving_authority: None,
             schema_version: ROLLOUT_HEALTH_SCHEMA_VERSION,
             observed_at: self.taken_at,
             sampled_at: Some(self.taken_at),
@@ -445,6 +460,7 @@ mod tests {
             expected_pods: 2,
             nodes: vec![
                 BaselineNode {
+                    replication_lag_entries: None,
                     url: "http://a:1/status/rollout".into(),
                     sampled: true,
                     error: None,
@@ -456,6 +472,7 @@ mod tests {
                     peer_connection_failures: None,
                 },
                 BaselineNode {
+                    replication_lag_entries: None,
                     url: "http://b:1/status/rollout".into(),
                     sampled: true,
                     error: None,
@@ -468,6 +485,7 @@ mod tests {
                 },
             ],
             aggregate: BaselineAggregate {
+                replication_lag_entries: None,
                 sampled_pods: 2,
                 soak_eligible: true,
                 outbox_messages: Some(3),

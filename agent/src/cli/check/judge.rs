@@ -292,6 +292,7 @@ impl CheckRun {
     fn time_out(&self, report: &mut PollReport, elapsed: SignedDuration, cause: Signal) {
         let timeout_secs = self.settings.timeout.as_secs();
         let mut evidence = vec![Evidence {
+            fence: None,
             server: SERVER.to_owned(),
             signal: Signal::WaveDeadlineExceeded,
             observed: Some(u64::try_from(elapsed.as_secs()).unwrap_or(0)),
@@ -342,6 +343,15 @@ pub fn culprits(
                 p.outbox_messages,
                 at_start(&p.name).and_then(|b| b.outbox_messages),
             ),
+            Signal::ReplicationLagRegressed => grew(
+                p.replication_lag_entries,
+                at_start(&p.name).and_then(|b| b.replication_lag_entries),
+            ),
+            // The pods that saw the grant in `Fencing`.
+            Signal::ServingFenced => p
+                .fence
+                .as_ref()
+                .is_some_and(|f| f.phase.as_deref() == Some(kura_schemas::health::FENCING_PHASE)),
             _ => false,
         })
         .map(|p| p.name.clone())
@@ -389,6 +399,7 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(i, n)| PodSample {
+                replication_lag_entries: None,
                 pod: PodIdentity {
                     name: format!("http://n{i}/status/rollout"),
                     uid: format!("http://n{i}/status/rollout"),

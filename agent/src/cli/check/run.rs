@@ -6,6 +6,7 @@ use std::time::Duration;
 use futures::future::join_all;
 use http::Uri;
 use jiff::Timestamp;
+use kura_schemas::CLUSTER_PATH;
 
 use crate::model::{PodIdentity, PodSample, SampleResult};
 use crate::poll::Poller;
@@ -43,14 +44,22 @@ impl CheckNode {
 /// Polls every node once, concurrently; one sample per node, in order.
 pub async fn poll_nodes(poller: &Poller, nodes: &[CheckNode]) -> Vec<PodSample> {
     join_all(nodes.iter().map(|node| async move {
-        let result = match poller.fetch(&node.url).await {
-            Ok(report) => SampleResult::Report(Box::new(report)),
-            Err(e) => SampleResult::Error(e.to_string()),
+        let (result, replication_lag_entries) = match poller.fetch(&node.url).await {
+            // A pull-sync node: its backlog is on /status/cluster.
+            Ok(report) if report.outbox_messages.is_none() => {
+                match poller.fetch_cluster(&node.url).await {
+                    Ok(lag) => (SampleResult::Report(Box::new(report)), lag),
+                    Err(e) => (SampleResult::Error(format!("{CLUSTER_PATH}: {e}")), None),
+                }
+            }
+            Ok(report) => (SampleResult::Report(Box::new(report)), None),
+            Err(e) => (SampleResult::Error(e.to_string()), None),
         };
         PodSample {
             pod: node.identity.clone(),
             received_at: Timestamp::now(),
             result,
+            replication_lag_entries,
         }
     }))
     .await

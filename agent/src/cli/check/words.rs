@@ -4,21 +4,10 @@
 use kura_schemas::{Evidence, Signal};
 
 /// The aggregate field (or quantity) a signal's `observed` value is, for
-/// the signals that compare a number.
+/// the signals that compare a number (the one wording, next to the signal:
+/// [`Signal::observed_field`]).
 pub fn observed_field(signal: Signal) -> Option<&'static str> {
-    Some(match signal {
-        Signal::MemoryPressureCritical => "memoryPressureState",
-        Signal::SampleStale => "sample age (s)",
-        Signal::SampleInvalid => "seconds ahead",
-        Signal::PodsUnsampled => "sampledPods",
-        Signal::BootstrapInFlight => "bootstrapInflightPeers",
-        Signal::BackfillBudgetExhausted => "backfillBudgetExhaustedPeers",
-        Signal::OutboxRegressed => "outboxMessages",
-        Signal::FdTimeoutsRegressed => "fdTimeoutCount",
-        Signal::PeerConnectionFailuresRegressed => "peerConnectionFailures",
-        Signal::WaveDeadlineExceeded => "elapsed (s)",
-        _ => return None,
-    })
+    signal.observed_field()
 }
 
 /// One evidence entry as a phrase, e.g. `fd_timeouts_regressed on
@@ -39,12 +28,7 @@ pub fn describe_fields(evidence: &Evidence) -> String {
     match (evidence.observed, evidence.band_top) {
         (Some(observed), Some(top)) => {
             let field = observed_field(evidence.signal).unwrap_or("observed");
-            let band = matches!(
-                evidence.signal,
-                Signal::OutboxRegressed
-                    | Signal::FdTimeoutsRegressed
-                    | Signal::PeerConnectionFailuresRegressed
-            );
+            let band = evidence.signal.is_banded();
             let relation = match (evidence.signal, band, observed > top) {
                 (Signal::PodsUnsampled, _, _) => "below expected",
                 (_, true, true) => "above band top",
@@ -81,6 +65,7 @@ mod tests {
     #[test]
     fn a_counter_regression_names_field_band_and_baseline() {
         let e = Evidence {
+            fence: None,
             server: "kura/acme-eu".into(),
             signal: Signal::FdTimeoutsRegressed,
             observed: Some(9),
@@ -93,6 +78,7 @@ mod tests {
             "fd_timeouts_regressed on kura/acme-eu: fdTimeoutCount 9 above band top 4, baseline 4"
         );
         let e = Evidence {
+            fence: None,
             server: "nodes".into(),
             signal: Signal::NotReady,
             observed: Some(0),
@@ -105,5 +91,35 @@ mod tests {
             "not_ready on nodes: observed 0, ready is false"
         );
         assert_eq!(count(None), "null");
+    }
+
+    #[test]
+    fn the_new_signals_read_as_the_gate_words_them() {
+        let lag = Evidence {
+            observed: Some(71),
+            band_top: Some(70),
+            baseline: Some(20),
+            ..Evidence::new("kura/acme-eu", Signal::ReplicationLagRegressed)
+        };
+        assert_eq!(
+            describe(&lag),
+            "replication_lag_regressed on kura/acme-eu: replicationLagEntries 71 above band top 70, baseline 20"
+        );
+        let fence = kura_schemas::FenceEvidence {
+            phase: "Fencing".into(),
+            enabled_pods: 2,
+            valid_writers: 0,
+            epoch: 0,
+        };
+        let fenced = Evidence {
+            observed: Some(0),
+            detail: Some(fence.describe()),
+            fence: Some(fence),
+            ..Evidence::new("kura/acme-eu", Signal::ServingFenced)
+        };
+        assert_eq!(
+            describe(&fenced),
+            "serving_fenced on kura/acme-eu: servingAuthority.validWriters 0, grant phase Fencing, 2 pods with fenced serving, 0 valid writers, highest epoch 0"
+        );
     }
 }

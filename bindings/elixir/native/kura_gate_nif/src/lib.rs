@@ -467,6 +467,18 @@ fn encode_evidence<'a>(env: Env<'a>, e: &Evidence) -> Term<'a> {
         ("band_top", e.band_top.encode(env)),
         ("baseline", e.baseline.encode(env)),
         ("detail", e.detail.as_deref().encode(env)),
+        (
+            "fence",
+            e.fence.as_ref().map_or(atoms::nil().encode(env), |f| {
+                let fence = [
+                    ("phase", f.phase.as_str().encode(env)),
+                    ("enabled_pods", f.enabled_pods.encode(env)),
+                    ("valid_writers", f.valid_writers.encode(env)),
+                    ("epoch", f.epoch.encode(env)),
+                ];
+                atom_map(env, &fence)
+            }),
+        ),
     ];
     atom_map(env, &pairs)
 }
@@ -474,6 +486,10 @@ fn encode_evidence<'a>(env: Env<'a>, e: &Evidence) -> Term<'a> {
 fn encode_baseline<'a>(env: Env<'a>, b: Baseline) -> Term<'a> {
     let counters = [
         ("outbox_messages", b.counters.outbox_messages.encode(env)),
+        (
+            "replication_lag_entries",
+            b.counters.replication_lag_entries.encode(env),
+        ),
         ("fd_timeout_count", b.counters.fd_timeout_count.encode(env)),
         (
             "peer_connection_failures",
