@@ -94,6 +94,7 @@ fn story(view: &FleetView) -> Timestamp {
                     } else {
                         SampleResult::Report(Box::new(node.report()))
                     },
+                    replication_lag_entries: None,
                 })
                 .collect();
             let names: Vec<String> = samples.iter().map(|s| s.pod.name.clone()).collect();

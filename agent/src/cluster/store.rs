@@ -17,7 +17,7 @@
 //! swapped in whole when it completes, each instance whose entry or pods
 //! differ then logged as changed, like a reflector store's atomic swap.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use kube::runtime::watcher;
 
@@ -42,8 +42,32 @@ pub struct Targets {
 
 /// A pod's key in its scope: namespace and name.
 type PodKey = (String, String);
-/// The pods of one instance, by name.
-type PodsOf = BTreeMap<String, PodFacts>;
+/// The pods of one instance, sorted by name: a few each, so a sorted
+/// `Vec` (a `BTreeMap` leaf holds room for 11 entries: 1.9 KB an
+/// instance of 3 pods, 6 MiB at 10,000 pods).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct PodsOf(Vec<PodFacts>);
+
+impl PodsOf {
+    fn find(&self, name: &str) -> Result<usize, usize> {
+        self.0
+            .binary_search_by(|p| p.identity.name.as_str().cmp(name))
+    }
+    fn get(&self, name: &str) -> Option<&PodFacts> {
+        self.find(name).ok().map(|i| &self.0[i])
+    }
+    fn insert(&mut self, facts: PodFacts) {
+        match self.find(&facts.identity.name) {
+            Ok(i) => self.0[i] = facts,
+            Err(i) => self.0.insert(i, facts),
+        }
+    }
+    fn remove(&mut self, name: &str) {
+        if let Ok(i) = self.find(name) {
+            self.0.remove(i);
+        }
+    }
+}
 
 /// The instances and pods of one watch scope (a namespace, or all).
 #[derive(Debug, Default)]
@@ -215,9 +239,7 @@ impl FactStore {
                 if let (Some((pods, owners)), Some(pk), Some((owner, facts))) =
                     (s.pod_relist.as_mut(), pod_key(pod), facts_of(pod))
                 {
-                    pods.entry(owner.clone())
-                        .or_default()
-                        .insert(pk.1.clone(), facts);
+                    pods.entry(owner.clone()).or_default().insert(facts);
                     owners.insert(pk, owner);
                 }
             }
@@ -338,7 +360,7 @@ fn upsert_pod(
     {
         let pods = s.pods.entry(owner.clone()).or_default();
         if pods.get(&pk.1) != Some(facts) {
-            pods.insert(pk.1.clone(), facts.clone());
+            pods.insert(facts.clone());
             changed.push(owner.clone());
         }
         return;
@@ -347,17 +369,14 @@ fn upsert_pod(
         s.owners.remove(&pk);
         if let Some(pods) = s.pods.get_mut(&old) {
             pods.remove(&pk.1);
-            if pods.is_empty() {
+            if pods.0.is_empty() {
                 s.pods.remove(&old);
             }
         }
         changed.push(old);
     }
     if let Some((owner, facts)) = new {
-        s.pods
-            .entry(owner.clone())
-            .or_default()
-            .insert(pk.1.clone(), facts);
+        s.pods.entry(owner.clone()).or_default().insert(facts);
         s.owners.insert(pk, owner.clone());
         changed.push(owner);
     }
@@ -367,10 +386,10 @@ fn upsert_pod(
 /// `max` by name; the others counted as dropped).
 fn target(pods: Option<&PodsOf>, entry: &InstanceEntry, max: usize) -> Option<InstanceTarget> {
     let shape = entry.shape.as_ref().ok()?;
-    let all = pods.map_or(0, BTreeMap::len);
+    let all = pods.map_or(0, |p| p.0.len());
     let pods: Vec<_> = pods
         .into_iter()
-        .flat_map(|p| p.values())
+        .flat_map(|p| p.0.iter())
         .take(max)
         .map(PodFacts::target)
         .collect();
