@@ -214,7 +214,9 @@ def instance_checks(dom, base):
     failing = [r for r in signals.find_all("tr") if "failing" in r.attrs.get("class", "")] if signals else []
     check(len(failing) >= 1 and "memory_pressure_critical" in failing[0].text(), "instance page: the failing signal row")
     charts = list(dom.find_all("figure", cls="chart"))
-    check(len(charts) == 3, f"instance page: three charts ({len(charts)})")
+    fields = [c.attrs.get("data-field") for c in charts]
+    check(fields == ["fdTimeoutCount", "peerConnectionFailures", "outboxMessages", "replicationLagEntries"],
+          f"instance page: four charts, the replication lag next to the outbox ({fields})")
     fd = next((c for c in charts if c.attrs.get("data-field") == "fdTimeoutCount"), None)
     bands = list(fd.find_all("polyline", cls="band")) if fd else []
     points = list(fd.find_all("circle", cls="pt")) if fd else []
