@@ -161,10 +161,9 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn nothing_is_owned_or_written_before_the_lease_is_acquired() {
-        // A client whose requests are never answered: the driver is not even
-        // run, so the Lease is never acquired and never listed.
+    /// A shard whose client is never answered: the driver is not even
+    /// run, so the Lease is never acquired and never listed.
+    fn unanswered_shard() -> Arc<Shard> {
         let (service, _handle) = tower_test::mock::pair::<
             http::Request<kube::client::Body>,
             http::Response<kube::client::Body>,
@@ -172,6 +171,12 @@ mod tests {
         let client = kube::Client::new(service, "default");
         let config = ShardConfig::new("ns", "g", "me", Duration::from_secs(15)).expect("config");
         let (shard, _driver) = Shard::start(client, config);
+        shard
+    }
+
+    #[tokio::test]
+    async fn nothing_is_owned_or_written_before_the_lease_is_acquired() {
+        let shard = unanswered_shard();
         let owned = OwnedTargets::new(
             Arc::new(Fixed(vec![target("a"), target("b")])),
             shard.clone(),
@@ -209,13 +214,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_revision_moves_with_the_source_and_the_membership_only() {
-        let (service, _handle) = tower_test::mock::pair::<
-            http::Request<kube::client::Body>,
-            http::Response<kube::client::Body>,
-        >();
-        let client = kube::Client::new(service, "default");
-        let config = ShardConfig::new("ns", "g", "me", Duration::from_secs(15)).expect("config");
-        let (shard, _driver) = Shard::start(client, config);
+        let shard = unanswered_shard();
         let inner = Arc::new(Moving(Mutex::new((5, vec![]))));
         let owned = OwnedTargets::new(inner.clone(), shard);
         let first = owned.revision().expect("revision");

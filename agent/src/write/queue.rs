@@ -352,7 +352,7 @@ impl WriteQueue {
             slot.conditions = conditions;
         }
         self.reindex(&key);
-        self.resize(written_at.max(self.bucket.updated.unwrap_or(written_at)));
+        self.resize(written_at);
     }
 
     /// Forgets an instance (it left discovery).
