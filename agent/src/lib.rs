@@ -4,7 +4,7 @@
 //! ```text
 //! cluster (watch) -> targets -> runner -> poll -> samples -> engine (aggregate, gate) -> desired status
 //! desired status -> write (policy, queue, conditions, apply, driver) -> API server;   runner + write results -> view
-//! write transitions -> events (rate bound, Recorder) -> API server
+//! write transitions -> events (rate bound, series) -> API server
 //! view -> debug (page, routes, /metrics series);   every layer -> telemetry (metric names)
 //! ```
 //!

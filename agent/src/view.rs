@@ -623,6 +623,25 @@ impl FleetView {
         read(self.read().instances.values())
     }
 
+    /// Reads the instances after `after` (all of them for `None`), in
+    /// order, under the read lock: for a reader that walks the fleet a
+    /// chunk at a time (a streamed scrape) without copying it. The same
+    /// rules as [`FleetView::read_instances`]: quick, never blocking.
+    pub fn read_instances_after<R>(
+        &self,
+        after: Option<&InstanceKey>,
+        read: impl FnOnce(&mut dyn Iterator<Item = &InstanceView>) -> R,
+    ) -> R {
+        use std::ops::Bound;
+        let state = self.read();
+        let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let mut rest = state
+            .instances
+            .range::<InstanceKey, _>((lower, Bound::Unbounded))
+            .map(|(_, v)| v);
+        read(&mut rest)
+    }
+
     /// What the histories occupy (the load harness reports it).
     pub fn history_footprint(&self) -> HistoryFootprint {
         let state = self.read();

@@ -28,6 +28,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 mod support {
+    #[allow(dead_code)] // this test needs only the chunked decoding
+    pub mod http;
     pub mod sim;
 }
 use support::sim::PollTargets;
@@ -165,9 +167,11 @@ async fn scrape(addr: SocketAddr) -> Scrape {
             .contains("content-type: text/plain; version=0.0.4"),
         "{head}"
     );
+    // The streamed scrape is chunked.
+    let body = support::http::body_of(head, body).expect("well-formed chunks");
     Scrape {
-        samples: parse(body),
-        text: body.to_owned(),
+        samples: parse(&body),
+        text: body,
     }
 }
 

@@ -23,7 +23,8 @@ use std::fmt::Write;
 use jiff::Timestamp;
 use kura_schemas::{AgentVerdict, Signal};
 
-use crate::view::InstanceView;
+use crate::model::InstanceKey;
+use crate::view::{FleetView, InstanceView};
 
 /// One per-instance gauge whose value comes from the instance alone.
 struct Gauge {
@@ -349,48 +350,86 @@ fn labelled_header(out: &mut String, name: &str) {
     }
 }
 
-/// Renders every per-instance series for `instances` at `now`, in the
-/// Prometheus text format (every family gauge-typed; a family with no
-/// value keeps only its header).
-pub fn render(instances: &[InstanceView], now: Timestamp) -> String {
-    let mut out = String::new();
-    let labels: Vec<String> = instances
-        .iter()
-        .map(|v| {
-            format!(
-                "namespace=\"{}\",instance=\"{}\"",
-                escape_label(&v.namespace),
-                escape_label(&v.name)
-            )
-        })
-        .collect();
-    for gauge in &GAUGES {
-        header(&mut out, gauge.name, gauge.help);
-        for (v, l) in instances.iter().zip(&labels) {
-            if let Some(x) = (gauge.value)(v, now) {
-                let _ = writeln!(out, "{}{{{l}}} {x}", gauge.name);
+/// The label set `namespace="…",instance="…"` of one instance.
+fn instance_labels(v: &InstanceView) -> String {
+    format!(
+        "namespace=\"{}\",instance=\"{}\"",
+        escape_label(&v.namespace),
+        escape_label(&v.name)
+    )
+}
+
+/// One family's series of `instances`: a plain gauge, the verdict, the
+/// signal. Every family is gauge-typed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Family {
+    Gauge(usize),
+    Verdict,
+    Signal,
+}
+
+impl Family {
+    /// The family after this one (`None`: the fleet-wide image counts
+    /// come next).
+    fn next(self) -> Option<Family> {
+        match self {
+            Family::Gauge(i) if i + 1 < GAUGES.len() => Some(Family::Gauge(i + 1)),
+            Family::Gauge(_) => Some(Family::Verdict),
+            Family::Verdict => Some(Family::Signal),
+            Family::Signal => None,
+        }
+    }
+
+    fn header(self, out: &mut String) {
+        match self {
+            Family::Gauge(i) => header(out, GAUGES[i].name, GAUGES[i].help),
+            Family::Verdict => labelled_header(out, GATE_VERDICT),
+            Family::Signal => labelled_header(out, GATE_SIGNAL),
+        }
+    }
+
+    fn rows<'a>(
+        self,
+        out: &mut String,
+        instances: impl Iterator<Item = &'a InstanceView>,
+        now: Timestamp,
+    ) {
+        for v in instances {
+            match self {
+                Family::Gauge(i) => {
+                    let gauge = &GAUGES[i];
+                    if let Some(x) = (gauge.value)(v, now) {
+                        let _ = writeln!(out, "{}{{{}}} {x}", gauge.name, instance_labels(v));
+                    }
+                }
+                Family::Verdict => {
+                    let Some(gate) = &v.gate else { continue };
+                    let l = instance_labels(v);
+                    for verdict in VERDICTS {
+                        let x = u8::from(gate.verdict == verdict);
+                        let _ = writeln!(
+                            out,
+                            "{GATE_VERDICT}{{{l},verdict=\"{}\"}} {x}",
+                            verdict.as_str()
+                        );
+                    }
+                }
+                Family::Signal => {
+                    if let Some(signal) = v.gate.as_ref().and_then(|g| g.signal) {
+                        debug_assert!(Signal::ALL.contains(&signal));
+                        let l = instance_labels(v);
+                        let _ = writeln!(out, "{GATE_SIGNAL}{{{l},signal=\"{signal}\"}} 1");
+                    }
+                }
             }
         }
     }
-    labelled_header(&mut out, GATE_VERDICT);
-    for (v, l) in instances.iter().zip(&labels) {
-        let Some(gate) = &v.gate else { continue };
-        for verdict in VERDICTS {
-            let x = u8::from(gate.verdict == verdict);
-            let _ = writeln!(
-                out,
-                "{GATE_VERDICT}{{{l},verdict=\"{}\"}} {x}",
-                verdict.as_str()
-            );
-        }
-    }
-    labelled_header(&mut out, GATE_SIGNAL);
-    for (v, l) in instances.iter().zip(&labels) {
-        if let Some(signal) = v.gate.as_ref().and_then(|g| g.signal) {
-            debug_assert!(Signal::ALL.contains(&signal));
-            let _ = writeln!(out, "{GATE_SIGNAL}{{{l},signal=\"{signal}\"}} 1");
-        }
-    }
+}
+
+/// The fleet-wide families: instances by observed image, by target
+/// image, and with mixed images (one pass over every instance; a few
+/// lines of output).
+fn image_families<'a>(out: &mut String, instances: impl Iterator<Item = &'a InstanceView>) {
     let mut by_image: BTreeMap<&str, u64> = BTreeMap::new();
     let mut by_target: BTreeMap<&str, u64> = BTreeMap::new();
     let mut mixed = 0u64;
@@ -408,14 +447,97 @@ pub fn render(instances: &[InstanceView], now: Timestamp) -> String {
         (INSTANCES_BY_IMAGE, by_image),
         (INSTANCES_BY_TARGET_IMAGE, by_target),
     ] {
-        labelled_header(&mut out, name);
+        labelled_header(out, name);
         for (image, n) in counts {
             let _ = writeln!(out, "{name}{{image=\"{}\"}} {n}", escape_label(image));
         }
     }
-    labelled_header(&mut out, INSTANCES_MIXED_IMAGES);
+    labelled_header(out, INSTANCES_MIXED_IMAGES);
     let _ = writeln!(out, "{INSTANCES_MIXED_IMAGES} {mixed}");
+}
+
+/// Renders every per-instance series for `instances` at `now`, in the
+/// Prometheus text format (every family gauge-typed; a family with no
+/// value keeps only its header).
+pub fn render(instances: &[InstanceView], now: Timestamp) -> String {
+    let mut out = String::new();
+    let mut family = Some(Family::Gauge(0));
+    while let Some(f) = family {
+        f.header(&mut out);
+        f.rows(&mut out, instances.iter(), now);
+        family = f.next();
+    }
+    image_families(&mut out, instances.iter());
     out
+}
+
+/// Instances rendered per chunk of a streamed scrape.
+pub const CHUNK_INSTANCES: usize = 256;
+
+/// A scrape of the whole fleet rendered a chunk at a time (one family of
+/// at most [`CHUNK_INSTANCES`] instances), each chunk read from the view
+/// under its read lock and sent before the next is rendered: a scrape
+/// holds one chunk (tens of KB) instead of the whole body (6.8 MB at
+/// 3,334 instances) plus a copy of every instance's view. The text is the
+/// one [`render`] gives for a view that does not change during the
+/// scrape; one that does (a sweep recorded between two chunks) shows
+/// each series as it was when its chunk was read, as a scrape of
+/// separately updated gauges would.
+#[derive(Debug, Clone)]
+pub struct FleetScrape {
+    /// The family being rendered (`None`: the image counts, then done).
+    family: Option<Family>,
+    /// The last instance of the family already rendered.
+    after: Option<InstanceKey>,
+    done: bool,
+}
+
+impl Default for FleetScrape {
+    fn default() -> Self {
+        FleetScrape {
+            family: Some(Family::Gauge(0)),
+            after: None,
+            done: false,
+        }
+    }
+}
+
+impl FleetScrape {
+    /// The next chunk of text read from `view` at `now`; `None` when the
+    /// scrape is complete.
+    pub fn next_chunk(&mut self, view: &FleetView, now: Timestamp) -> Option<String> {
+        if self.done {
+            return None;
+        }
+        let mut out = String::new();
+        let Some(family) = self.family else {
+            view.read_instances(|all| image_families(&mut out, all));
+            self.done = true;
+            return Some(out);
+        };
+        if self.after.is_none() {
+            family.header(&mut out);
+        }
+        let last = view.read_instances_after(self.after.as_ref(), |rest| {
+            let chunk: Vec<&InstanceView> = rest.take(CHUNK_INSTANCES).collect();
+            family.rows(&mut out, chunk.iter().copied(), now);
+            (chunk.len() == CHUNK_INSTANCES)
+                .then(|| {
+                    chunk
+                        .last()
+                        .map(|v| InstanceKey::new(v.namespace.as_str(), v.name.as_str()))
+                })
+                .flatten()
+        });
+        match last {
+            Some(key) => self.after = Some(key),
+            None => {
+                self.after = None;
+                self.family = family.next();
+            }
+        }
+        Some(out)
+    }
 }
 
 #[cfg(test)]
@@ -527,6 +649,99 @@ mod tests {
             .filter_map(|l| l.strip_prefix(series))
             .filter(|rest| rest.starts_with('{') || rest.starts_with(' '))
             .collect()
+    }
+
+    /// A view of `n` instances (every third without a verdict, every
+    /// fifth with another target image, one name to escape).
+    fn fleet(n: usize) -> FleetView {
+        use crate::view::SweepRecord;
+        let view = FleetView::new();
+        for i in 0..n {
+            let name = if i == 7 {
+                "odd\"name".to_owned()
+            } else {
+                format!("i-{i:04}")
+            };
+            view.record_sweep(
+                &InstanceKey::new("kura", name.as_str()),
+                SweepRecord {
+                    spec_image: if i % 5 == 0 { "img:1" } else { "img:2" },
+                    current_pods: &[],
+                    samples: &[],
+                    health: Some(Arc::new(health())),
+                    gate: (i % 3 != 0).then(|| Arc::new(gate())),
+                    notes: vec![],
+                    limits: None,
+                    at: ts("2026-07-21T10:00:10Z"),
+                },
+            );
+        }
+        view
+    }
+
+    fn streamed(view: &FleetView, now: Timestamp) -> (String, usize) {
+        let mut scrape = FleetScrape::default();
+        let (mut text, mut chunks) = (String::new(), 0);
+        while let Some(chunk) = scrape.next_chunk(view, now) {
+            assert!(chunks < 10_000, "the scrape does not end");
+            text.push_str(&chunk);
+            chunks += 1;
+        }
+        (text, chunks)
+    }
+
+    #[test]
+    fn a_streamed_scrape_is_the_whole_rendering_a_chunk_at_a_time() {
+        let now = ts("2026-07-21T10:00:35Z");
+        for n in [0, 1, CHUNK_INSTANCES, CHUNK_INSTANCES * 2 + 3] {
+            let view = fleet(n);
+            let (text, chunks) = streamed(&view, now);
+            assert_eq!(text, render(&view.snapshot(), now), "{n} instances");
+            // Every family takes ceil(n / chunk) chunks (one at least),
+            // plus one for the image counts.
+            let families = GAUGES.len() + 2;
+            let per_family =
+                n.div_ceil(CHUNK_INSTANCES).max(1) + usize::from(n > 0 && n % CHUNK_INSTANCES == 0);
+            assert_eq!(chunks, families * per_family + 1, "{n} instances");
+        }
+    }
+
+    #[test]
+    fn a_chunk_holds_at_most_one_chunk_of_instances() {
+        let now = ts("2026-07-21T10:00:35Z");
+        let view = fleet(CHUNK_INSTANCES * 4);
+        let mut scrape = FleetScrape::default();
+        let whole = render(&view.snapshot(), now).len();
+        let mut largest = 0;
+        while let Some(chunk) = scrape.next_chunk(&view, now) {
+            largest = largest.max(chunk.len());
+        }
+        // The largest family (the verdict: four lines an instance) in a
+        // quarter of the fleet, against the whole text.
+        assert!(
+            largest * 20 < whole,
+            "largest chunk {largest} of {whole} bytes"
+        );
+    }
+
+    #[test]
+    fn an_instance_leaving_mid_scrape_is_not_rendered_twice_nor_breaks_the_walk() {
+        let now = ts("2026-07-21T10:00:35Z");
+        let view = fleet(CHUNK_INSTANCES * 2);
+        let mut scrape = FleetScrape::default();
+        let mut text = scrape.next_chunk(&view, now).expect("first chunk");
+        // The chunk's last instance leaves; the walk resumes after its key.
+        let gone = format!("i-{:04}", CHUNK_INSTANCES - 1);
+        view.retain(|k| k.name != gone);
+        while let Some(chunk) = scrape.next_chunk(&view, now) {
+            text.push_str(&chunk);
+        }
+        let ready: Vec<&str> = values(&text, "kura_instance_ready");
+        assert_eq!(ready.len(), CHUNK_INSTANCES * 2, "{} lines", ready.len());
+        assert_eq!(
+            values(&text, "kura_instance_serving").len(),
+            CHUNK_INSTANCES * 2 - 1
+        );
     }
 
     #[test]

@@ -12,7 +12,8 @@
 //!   for every instance it sweeps or watches (`/debug/instances*`, the
 //!   verdict document of `/api/v1/instances/{namespace}/{name}/verdict`);
 //! - [`instance_metrics`]: the per-instance `kura_instance_*` series of
-//!   `/metrics`, rendered from the view at scrape time;
+//!   `/metrics`, rendered from the view at scrape time, and streamed a
+//!   chunk at a time by `scrape_body`;
 //! - `connections`: the bound on open connections (accept, then shed the
 //!   longest idle);
 //! - `listen`: binding the listener (`[::]` dual-stack).
@@ -30,6 +31,7 @@ mod html;
 mod instance_metrics;
 mod instance_page;
 mod listen;
+mod scrape_body;
 mod server;
 mod signals;
 

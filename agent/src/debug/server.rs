@@ -33,6 +33,7 @@ use crate::debug::html;
 use crate::debug::instance_metrics;
 use crate::debug::instance_page::{self, Instance};
 use crate::debug::listen;
+use crate::debug::scrape_body::ScrapeBody;
 use crate::model::{Clock, InstanceKey};
 use crate::view::FleetView;
 use bytes::Bytes;
@@ -41,7 +42,7 @@ use http::header::{
     X_CONTENT_TYPE_OPTIONS,
 };
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::Full;
+use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -120,10 +121,36 @@ fn json<T: Serialize>(status: StatusCode, value: &T) -> Response<Full<Bytes>> {
     }
 }
 
+/// What the server answers with: a whole body, or the streamed scrape.
+pub type DebugBody = Either<Full<Bytes>, ScrapeBody>;
+
 /// Answers one request for `target` (a path, optionally with a query
 /// string). Pure apart from reading `state`; `now` is used for sample
 /// ages.
 pub fn respond(
+    method: &Method,
+    target: &str,
+    state: &DebugState,
+    now: Timestamp,
+) -> Response<DebugBody> {
+    let (path, _) = target.split_once('?').unwrap_or((target, ""));
+    if method == Method::GET && path.trim_end_matches('/') == "/metrics" {
+        // The one answer too large to build whole: streamed.
+        let body = ScrapeBody::new(state.metrics.render(), state.view.clone(), now);
+        let mut r = Response::new(Either::Right(body));
+        r.headers_mut().insert(
+            CONTENT_TYPE,
+            http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+        );
+        r.headers_mut()
+            .insert(CACHE_CONTROL, http::HeaderValue::from_static("no-store"));
+        return r;
+    }
+    respond_whole(method, target, state, now).map(Either::Left)
+}
+
+/// Every answer but a `GET /metrics`, built whole.
+fn respond_whole(
     method: &Method,
     target: &str,
     state: &DebugState,
@@ -217,12 +244,11 @@ pub fn respond(
             json(status, &r)
         }
         ["metrics"] => {
-            let mut body = state.metrics.render();
-            body.push_str(&instance_metrics::render(&state.view.snapshot(), now));
+            // HEAD (a GET is streamed by `respond`): the headers alone.
             text(
                 StatusCode::OK,
                 "text/plain; version=0.0.4; charset=utf-8",
-                body,
+                Bytes::new(),
             )
         }
         ["debug", "instances"] => {

@@ -1,6 +1,5 @@
 //! The Events adapter: the status write path's [`Transition`]s become
-//! Kubernetes Events (events.k8s.io/v1) on the `KuraInstance`, through
-//! kube-runtime's `events::Recorder`, so `kubectl events --for kura/NAME`
+//! Kubernetes Events (events.k8s.io/v1) on the `KuraInstance`, so `kubectl events --for kura/NAME`
 //! and `kubectl describe kura NAME` say when a baseline was captured, when
 //! the verdict turned healthy or unhealthy (with the evidence), when a hard
 //! stop began and when the cluster's CRD dropped the agent's fields.
@@ -11,9 +10,12 @@
 //!   published when the budget allows, saying how many were folded in);
 //! - [`publisher`]: the task that publishes them ([`EventSink`] is what the
 //!   write path's callback hands transitions to; a full queue drops and
-//!   counts, it never blocks a status write).
+//!   counts, it never blocks a status write);
+//! - [`recorder`]: the API calls, folding a repeat into an Event series
+//!   as kube-runtime's `events::Recorder` does, with a cache of about 150
+//!   bytes a series where the Recorder kept whole Event objects.
 //!
-//! The Recorder aggregates a repeat of the same reason and action within
+//! The recorder aggregates a repeat of the same reason and action within
 //! 6 minutes into one Event series (a PATCH instead of a CREATE), but
 //! every repeat is still an API call: the limiter is what bounds the calls
 //! of an instance that flaps every sweep (`burst + minutes × per-minute`,
@@ -23,6 +25,8 @@
 
 pub mod limiter;
 mod publisher;
+pub mod recorder;
 
 pub use limiter::{EventLimitConfig, EventLimiter, Publish};
 pub use publisher::{EventSink, start_events};
+pub use recorder::Reporter;

@@ -1,6 +1,6 @@
 //! The task that publishes Events: transitions in through a bounded queue
 //! ([`EventSink`]), through the [`EventLimiter`], out through one
-//! kube-runtime `Recorder`, one API call at a time, each bounded by a
+//! [`EventRecorder`], one API call at a time, each bounded by a
 //! timeout. Every call is counted in `kura_agent_events_total`.
 
 use std::future::Future;
@@ -9,10 +9,10 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tokio::sync::mpsc;
 
 use super::limiter::{EventLimitConfig, EventLimiter, Publish};
+use super::recorder::{Event, EventRecorder, EventType, PublishError, Reporter};
 use crate::model::InstanceTransitions;
 use crate::telemetry;
 
@@ -55,7 +55,7 @@ pub fn start_events(
     limit: EventLimitConfig,
 ) -> (EventSink, impl Future<Output = ()> + Send + 'static) {
     let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
-    let recorder = Recorder::new(client, reporter);
+    let recorder = EventRecorder::new(client, reporter);
     (
         EventSink { tx },
         run(recorder, rx, EventLimiter::new(limit)),
@@ -63,7 +63,7 @@ pub fn start_events(
 }
 
 async fn run(
-    recorder: Recorder,
+    mut recorder: EventRecorder,
     mut rx: mpsc::Receiver<InstanceTransitions>,
     mut limiter: EventLimiter,
 ) {
@@ -83,12 +83,12 @@ async fn run(
                         .increment(u64::from(suppressed));
                 }
                 for p in now_out {
-                    publish(&recorder, p).await;
+                    publish(&mut recorder, p).await;
                 }
             }
             () = tokio::time::sleep(wait) => {
                 for p in limiter.due(Timestamp::now()) {
-                    publish(&recorder, p).await;
+                    publish(&mut recorder, p).await;
                 }
             }
         }
@@ -120,7 +120,6 @@ pub fn event_of(p: &Publish) -> Event {
         reason: p.transition.kind.reason().to_owned(),
         note: Some(note),
         action: p.transition.action.clone(),
-        secondary: None,
     }
 }
 
@@ -136,21 +135,20 @@ pub fn reference_of(p: &Publish) -> ObjectReference {
     }
 }
 
-async fn publish(recorder: &Recorder, p: Publish) {
+async fn publish(recorder: &mut EventRecorder, p: Publish) {
     let event = event_of(&p);
     let reference = reference_of(&p);
-    let result = tokio::time::timeout(CALL_TIMEOUT, recorder.publish(&event, &reference)).await;
-    match result {
-        Ok(Ok(())) => {
+    match recorder.publish(&event, &reference, CALL_TIMEOUT).await {
+        Ok(()) => {
             metrics::counter!(telemetry::EVENTS_TOTAL, "result" => "published").increment(1);
             tracing::debug!(instance = %p.key, reason = %event.reason, "event published");
         }
-        Ok(Err(error)) => {
+        Err(PublishError::Api(error)) => {
             metrics::counter!(telemetry::EVENTS_TOTAL, "result" => "failed").increment(1);
             tracing::warn!(instance = %p.key, reason = %event.reason, %error,
                 "event not published (the agent needs create and patch on events.k8s.io events)");
         }
-        Err(_) => {
+        Err(PublishError::TimedOut(_)) => {
             metrics::counter!(telemetry::EVENTS_TOTAL, "result" => "failed").increment(1);
             tracing::warn!(instance = %p.key, reason = %event.reason, "event not published: timed out");
         }

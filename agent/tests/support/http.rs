@@ -33,5 +33,27 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     let text = String::from_utf8(raw).ok()?;
     let (head, body) = text.split_once("\r\n\r\n")?;
     let status = head.split(' ').nth(1)?.parse().ok()?;
-    Some((status, body.to_owned()))
+    Some((status, body_of(head, body)?))
+}
+
+/// The body as sent: `body` itself, or decoded when `head` says it is
+/// chunked (`None`: malformed chunks). The streamed `/metrics` is chunked.
+pub fn body_of(head: &str, body: &str) -> Option<String> {
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    if !chunked {
+        return Some(body.to_owned());
+    }
+    let mut out = String::new();
+    let mut rest = body;
+    loop {
+        let (size, after) = rest.split_once("\r\n")?;
+        let size = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
+        if size == 0 {
+            return Some(out);
+        }
+        out.push_str(after.get(..size)?);
+        rest = after.get(size..)?.strip_prefix("\r\n")?;
+    }
 }

@@ -153,9 +153,9 @@ pub async fn run_with_client(
     view.set_stored(Arc::new(WatchedStatus(discovery.clone())));
 
     let (events, publisher): (Option<EventSink>, Option<JoinHandle<()>>) = if args.events {
-        let reporter = kube::runtime::events::Reporter {
+        let reporter = crate::events::Reporter {
             controller: FIELD_MANAGER.to_owned(),
-            instance: Some(agent.clone()),
+            instance: agent.clone(),
         };
         let (sink, task) = start_events(client.clone(), reporter, args.event_limit());
         (Some(sink), Some(tokio::spawn(task)))
