@@ -91,19 +91,44 @@ pub struct WriteReport {
     pub transitions: InstanceTransitions,
 }
 
-/// Drains the queue forever: up to `max_in_flight` writes at once, each
-/// result recorded in the queue and the metrics, and handed to `report`
-/// with the instance it was for and the transitions it made.
+/// The API latency the write loop's concurrency allows for at the
+/// queue's full rate: with writes taking this long on average, enough are
+/// in flight to keep the rate (at 222 writes/s, 56 at once).
+pub const WRITE_LATENCY_ALLOWANCE: Duration = Duration::from_millis(250);
+/// Never more writes at once than this, whatever the rate.
+pub const MAX_IN_FLIGHT_CEILING: usize = 64;
+
+/// Writes in flight at once for the queue's `rate` (writes a second):
+/// enough that a write taking [`WRITE_LATENCY_ALLOWANCE`] does not hold
+/// the rate back, at least `floor`, at most [`MAX_IN_FLIGHT_CEILING`].
+/// A fixed 8 capped a 3,334-instance fleet at 51 writes/s while the API
+/// server answered a PATCH in about 150 ms: each status every 60 s
+/// instead of the 30 s heartbeat.
+pub fn in_flight_for(rate: f64, floor: usize) -> usize {
+    let needed = (rate.max(0.0) * WRITE_LATENCY_ALLOWANCE.as_secs_f64()).ceil();
+    let needed = if needed.is_finite() && needed < MAX_IN_FLIGHT_CEILING as f64 {
+        needed as usize
+    } else {
+        MAX_IN_FLIGHT_CEILING
+    };
+    needed.max(floor.max(1)).min(MAX_IN_FLIGHT_CEILING.max(floor))
+}
+
+/// Drains the queue forever: up to [`in_flight_for`] the queue's rate
+/// writes at once (`min_in_flight` at least), each result recorded in the
+/// queue and the metrics, and handed to `report` with the instance it was
+/// for and the transitions it made.
 pub async fn run_writes(
     handle: WriteHandle,
     writer: StatusWriter,
-    max_in_flight: usize,
+    min_in_flight: usize,
     mut report: impl FnMut(&InstanceKey, WriteReport) + Send,
 ) {
     let mut in_flight = FuturesUnordered::new();
     loop {
         let now = Timestamp::now();
-        while in_flight.len() < max_in_flight.max(1) {
+        let max_in_flight = in_flight_for(handle.with(|q| q.rate()), min_in_flight);
+        while in_flight.len() < max_in_flight {
             let Some(job) = handle.with(|q| q.next(now)) else {
                 break;
             };
@@ -115,7 +140,7 @@ pub async fn run_writes(
                 (job, result, uid)
             });
         }
-        let at_cap = in_flight.len() >= max_in_flight.max(1);
+        let at_cap = in_flight.len() >= max_in_flight;
         let wait = handle
             .with(|q| q.next_wakeup(now))
             .map(|at| Duration::try_from(at.duration_since(now)).unwrap_or(Duration::ZERO))
@@ -196,5 +221,24 @@ impl StatusSink for WriteHandle {
     }
     fn forget(&self, key: &InstanceKey) {
         self.remove(key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_in_flight_follow_the_rate_between_the_floor_and_the_ceiling() {
+        // 50/s (the floor rate): 13 at once for 250 ms writes.
+        assert_eq!(in_flight_for(50.0, 8), 13);
+        // 3,334 instances, 30 s heartbeat: 222/s.
+        assert_eq!(in_flight_for(222.3, 8), 56);
+        assert_eq!(in_flight_for(10.0, 8), 8, "never below the floor");
+        assert_eq!(in_flight_for(10_000.0, 8), MAX_IN_FLIGHT_CEILING);
+        assert_eq!(in_flight_for(f64::INFINITY, 8), MAX_IN_FLIGHT_CEILING);
+        assert_eq!(in_flight_for(f64::NAN, 8), 8);
+        assert_eq!(in_flight_for(0.0, 0), 1, "at least one");
+        assert_eq!(in_flight_for(1.0, 100), 100, "a floor above the ceiling wins");
     }
 }

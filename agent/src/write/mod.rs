@@ -24,5 +24,5 @@ mod queue;
 pub mod transitions;
 
 pub use apply::{FIELD_MANAGER, StatusWriter, WriteError, WriteOutcome, strip_nulls};
-pub use driver::{WriteHandle, WriteReport, run_writes};
+pub use driver::{WriteHandle, WriteReport, in_flight_for, run_writes};
 pub use queue::{WriteQueue, WriteQueueConfig};

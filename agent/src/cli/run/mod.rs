@@ -26,8 +26,9 @@ use crate::write::{FIELD_MANAGER, StatusWriter, WriteHandle, WriteQueue, run_wri
 
 /// How long pending status writes may take after SIGTERM.
 const SHUTDOWN_WRITE_GRACE: Duration = Duration::from_secs(10);
-/// Status writes in flight at once.
-const MAX_WRITES_IN_FLIGHT: usize = 8;
+/// Status writes in flight at once, at least (more at a higher write rate:
+/// `write::in_flight_for`).
+const MIN_WRITES_IN_FLIGHT: usize = 8;
 
 /// Entry point of `kura-agent run`.
 pub fn run(args: RunArgs) -> ExitCode {
@@ -169,7 +170,7 @@ pub async fn run_with_client(
         tokio::spawn(run_writes(
             handle.clone(),
             sharding.gate(StatusWriter::new(client.clone()).with_conditions(args.condition_set())),
-            MAX_WRITES_IN_FLIGHT,
+            MIN_WRITES_IN_FLIGHT,
             move |key, report| {
                 view.record_write(key, report.write);
                 if let Some(events) = &events {
