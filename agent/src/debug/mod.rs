@@ -13,8 +13,8 @@
 //!   verdict document of `/api/v1/instances/{namespace}/{name}/verdict`);
 //! - [`instance_metrics`]: the per-instance `kura_instance_*` series of
 //!   `/metrics`, rendered from the view at scrape time;
-//! - `connections`: the bound on open connections (accept, then shed the
-//!   longest idle);
+//! - `connections`: the bounds on waiting and served connections (only
+//!   idle ones are shed; the rest queue);
 //! - `listen`: binding the listener (`[::]` dual-stack).
 //!
 //! [`FleetView`]: crate::view::FleetView
@@ -33,4 +33,7 @@ mod listen;
 mod server;
 mod signals;
 
-pub use server::{DebugServer, DebugState, HEADER_READ_TIMEOUT, MAX_CONNECTIONS};
+pub use server::{
+    DebugServer, DebugState, HEADER_READ_TIMEOUT, IDLE_GRACE, MAX_CONNECTIONS, MAX_WAITING,
+    QUEUE_LIMIT,
+};
