@@ -12,8 +12,10 @@
 //! [`BaselineDocument`]: per node URL its raw counters and incarnation (or
 //! why it was not sampled), the set's counters and soak eligibility, when
 //! it was taken and by which agent version. Without `--out` it goes to
-//! standard output; with it, to FILE (written whole or not at all) and a
-//! summary line per node to standard output.
+//! standard output; with it, to FILE and a summary line per node to
+//! standard output. FILE keeps what it is ([`out_file`]): a regular file or
+//! a new path is written whole or not at all, a FIFO or character device is
+//! written through, a link's target is written; anything else is refused.
 //!
 //! Exit 0 when every node was sampled; 1 when not (the document is still
 //! written, each unsampled node named on standard error with why; such a
@@ -21,7 +23,7 @@
 //! usage error (nothing is written).
 
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use jiff::Timestamp;
@@ -31,6 +33,7 @@ use super::check::{
     BaselineDocument, CheckNode, CheckRun, CheckSettings, EXIT_FAIL, EXIT_PASS, EXIT_USAGE,
     check_runtime, nodes_of, poll_nodes,
 };
+use super::out_file;
 use crate::poll::{PollConfig, Poller};
 
 /// Arguments of `kura-agent baseline`.
@@ -96,9 +99,8 @@ pub fn run(args: BaselineArgs) -> ExitCode {
         }
     };
     let written = match &args.out {
-        Some(path) => {
-            write_whole(path, &text).map_err(|e| format!("cannot write {}: {e}", path.display()))
-        }
+        Some(path) => out_file::write(path, &text)
+            .map_err(|e| format!("cannot write {}: {e}", path.display())),
         None => {
             let mut out = std::io::stdout().lock();
             writeln!(out, "{text}")
@@ -148,20 +150,6 @@ pub fn run(args: BaselineArgs) -> ExitCode {
     } else {
         ExitCode::from(EXIT_PASS)
     }
-}
-
-/// Writes `text` to `path` whole or not at all: a temporary file next to
-/// it, renamed over it.
-fn write_whole(path: &Path, text: &str) -> std::io::Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".tmp-{}", std::process::id()));
-    let tmp = PathBuf::from(tmp);
-    let written =
-        std::fs::write(&tmp, format!("{text}\n")).and_then(|()| std::fs::rename(&tmp, path));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
 }
 
 fn count(v: Option<u64>) -> String {
