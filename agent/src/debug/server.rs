@@ -13,8 +13,9 @@
 //! | `GET /instances/{namespace}/{name}` | HTML instance page (404 page when unknown) |
 //! | `GET /instances/{namespace}/{name}/metrics` | the instance's `kura_instance_*` series (Prometheus text) |
 //!
-//! `HEAD` is answered like `GET` without a body; any other method gets 405,
-//! an unknown path 404. HTML pages carry a strict Content-Security-Policy
+//! Path segments are percent-decoded on every route. `HEAD` is answered
+//! like `GET` without a body; any other method gets 405, an unknown path
+//! 404, a request target that is not a path (`GET *`) 400. HTML pages carry a strict Content-Security-Policy
 //! (nothing loads from anywhere; inline style and script only by their
 //! hashes).
 //!
@@ -157,7 +158,23 @@ pub fn respond(
         return r;
     }
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    let segments: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
+    if !path.starts_with('/') {
+        // `*` (OPTIONS' asterisk form) or anything else that is no path.
+        return text(
+            StatusCode::BAD_REQUEST,
+            "text/plain; charset=utf-8",
+            "bad request target: expected a path starting with /\n",
+        );
+    }
+    // Every route sees its segments percent-decoded, once (a `%2F` inside a
+    // segment stays inside it).
+    let decoded: Vec<String> = path
+        .trim_end_matches('/')
+        .split('/')
+        .skip(1)
+        .map(|s| html::decode_component(s, false))
+        .collect();
+    let segments: Vec<&str> = decoded.iter().map(String::as_str).collect();
     let response = match segments.as_slice() {
         [] | [""] => {
             let query = FleetQuery::parse(query);
@@ -176,11 +193,7 @@ pub fn respond(
             page(StatusCode::OK, body)
         }
         ["instances", namespace, name] => {
-            let (namespace, name) = (
-                html::decode_component(namespace, false),
-                html::decode_component(name, false),
-            );
-            let key = InstanceKey::new(namespace.as_str(), name.as_str());
+            let key = InstanceKey::new(*namespace, *name);
             let readiness = state.view.readiness();
             match state.view.instance(&key) {
                 Some(view) => {
@@ -201,15 +214,12 @@ pub fn respond(
                 }
                 None => page(
                     StatusCode::NOT_FOUND,
-                    instance_page::not_found(&namespace, &name, &readiness, now),
+                    instance_page::not_found(namespace, name, &readiness, now),
                 ),
             }
         }
         ["instances", namespace, name, "metrics"] => {
-            let key = InstanceKey::new(
-                html::decode_component(namespace, false),
-                html::decode_component(name, false),
-            );
+            let key = InstanceKey::new(*namespace, *name);
             match state.view.instance(&key) {
                 Some(view) => text(
                     StatusCode::OK,
