@@ -33,7 +33,7 @@ use super::check::{
     BaselineDocument, CheckNode, CheckRun, CheckSettings, EXIT_FAIL, EXIT_PASS, EXIT_USAGE,
     check_runtime, nodes_of, poll_nodes,
 };
-use super::out_file;
+use super::{out_file, terminal};
 use crate::poll::{PollConfig, Poller};
 
 /// Arguments of `kura-agent baseline`.
@@ -94,7 +94,12 @@ pub fn run(args: BaselineArgs) -> ExitCode {
     let text = match serde_json::to_string_pretty(&doc) {
         Ok(text) => text,
         Err(e) => {
-            eprintln!("kura-agent baseline: cannot encode the document: {e}");
+            eprintln!(
+                "{}",
+                terminal::line(&format!(
+                    "kura-agent baseline: cannot encode the document: {e}"
+                ))
+            );
             return ExitCode::from(EXIT_FAIL);
         }
     };
@@ -109,14 +114,13 @@ pub fn run(args: BaselineArgs) -> ExitCode {
         }
     };
     if let Err(e) = written {
-        eprintln!("kura-agent baseline: {e}");
+        eprintln!("{}", terminal::line(&format!("kura-agent baseline: {e}")));
         return ExitCode::from(EXIT_FAIL);
     }
     if let Some(path) = &args.out {
         let mut out = std::io::stdout().lock();
         for node in doc.nodes.iter().filter(|n| n.sampled) {
-            let _ = writeln!(
-                out,
+            let summary = format!(
                 "{}: sampled, fdTimeoutCount {}, peerConnectionFailures {}, outboxMessages {}{}",
                 node.url,
                 count(node.fd_timeout_count),
@@ -126,9 +130,9 @@ pub fn run(args: BaselineArgs) -> ExitCode {
                     .as_deref()
                     .map_or_else(String::new, |i| format!(", incarnation {i}"))
             );
+            let _ = writeln!(out, "{}", terminal::line(&summary));
         }
-        let _ = writeln!(
-            out,
+        let written = format!(
             "baseline of {}/{} nodes written to {} ({})",
             doc.aggregate.sampled_pods,
             doc.expected_pods,
@@ -139,10 +143,14 @@ pub fn run(args: BaselineArgs) -> ExitCode {
                 "not soak-eligible: a check against it compares no counters"
             }
         );
+        let _ = writeln!(out, "{}", terminal::line(&written));
     }
     let mut failed = false;
     for (url, why) in doc.unsampled() {
-        eprintln!("kura-agent baseline: {url}: not sampled: {why}");
+        eprintln!(
+            "{}",
+            terminal::line(&format!("kura-agent baseline: {url}: not sampled: {why}"))
+        );
         failed = true;
     }
     if failed {
@@ -157,6 +165,9 @@ fn count(v: Option<u64>) -> String {
 }
 
 fn usage(message: &str) -> ExitCode {
-    eprintln!("kura-agent baseline: {message}");
+    eprintln!(
+        "{}",
+        terminal::line(&format!("kura-agent baseline: {message}"))
+    );
     ExitCode::from(EXIT_USAGE)
 }
