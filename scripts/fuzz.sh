@@ -12,7 +12,10 @@
 # non-pass verdict names a signal), aggregate_document (kura-agent aggregate
 # documents: published counters never decrease, totals stay <= 2^63-1),
 # cluster_status (the /status/cluster parser: the lag is the replica links'
-# sum, <= 2^63-1).
+# sum, <= 2^63-1), gate_config (the gate-configuration reader of
+# --gate-config files, JSON and YAML, and the per-instance annotation: an
+# accepted configuration is valid, has no repeated key and reads the same
+# through the file and the annotation).
 #
 # - KURA_FUZZ_SECONDS per target (default 10), KURA_FUZZ_JOBS targets at
 #   once (default: the number of cores). With the rebuild of the workspace's
@@ -59,7 +62,7 @@ fuzz=$cache/cargo/bin/cargo-fuzz
 } 9>"$cache/.cargo-fuzz.lock"
 
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(node_report strict_json replay aggregate_document cluster_status)
+[ ${#targets[@]} -gt 0 ] || targets=(node_report strict_json replay aggregate_document cluster_status gate_config)
 
 work=$(mktemp -d)
 artifacts=${KURA_FUZZ_ARTIFACTS:-$work/artifacts}
@@ -102,6 +105,7 @@ seeds() { # TARGET -> seed files
     replay) ls testdata/gate/*.json ;;
     aggregate_document) ls testdata/aggregate/*.json testdata/aggregate/invalid/*.json 2>/dev/null ;;
     cluster_status) ls testdata/cluster/*.json ;;
+    gate_config) ls testdata/gate-config/*.json testdata/gate-config/*.yaml ;;
     *) die "unknown target $1" ;;
   esac
 }

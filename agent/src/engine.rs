@@ -18,6 +18,7 @@
 
 use std::sync::Arc;
 
+use crate::gate_text::ConfigFormat;
 use jiff::Timestamp;
 use kura_gate::instance::judge_instance;
 use kura_gate::{GateConfig, ReplayError, parse_config_over};
@@ -93,8 +94,8 @@ pub enum AnnotationChange {
 /// gate's one configuration parser ([`parse_config_over`]). The error names
 /// the key and the reason, in one line.
 pub fn instance_gate_config(cluster: &GateConfig, annotation: &str) -> Result<GateConfig, String> {
-    let value: serde_json::Value =
-        serde_json::from_str(annotation).map_err(|e| format!("not valid JSON: {e}"))?;
+    let value = crate::gate_text::read_document(annotation, ConfigFormat::Json)
+        .map_err(|(_, e)| format!("not valid JSON: {e}"))?;
     parse_config_over(cluster, &value).map_err(|e| config_error_text(&e))
 }
 
@@ -568,6 +569,11 @@ mod tests {
             (
                 r#"{"outboxBandPercent": 1001}"#,
                 "key outboxBandPercent: 1001 is above",
+            ),
+            // Issue 32 item 3: the last of two keys won.
+            (
+                r#"{"fdTimeoutBand": 0, "fdTimeoutBand": 1000000}"#,
+                "not valid JSON: key \"fdTimeoutBand\" appears more than once in one object",
             ),
         ] {
             let reason = instance_gate_config(&base, text).expect_err(text);

@@ -10,7 +10,7 @@
 //!
 //! Layers; a module imports only from the layers above it in this list:
 //! - vocabulary: [`model`] (keys, samples, targets, desired status, ports, clock), [`telemetry`]
-//! - core, pure: [`aggregate`], [`engine`]; state: [`view`] (the fleet view)
+//! - core, pure: [`gate_text`] (the strict reader of gate-configuration text), [`aggregate`], [`engine`]; state: [`view`] (the fleet view)
 //! - loop: [`runner`]; adapters: [`cluster`], [`poll`], [`shard`], [`write`], [`events`]
 //! - presentation, reads the view: [`debug`]
 //! - cli: [`cli`] composes everything (`run`); `check`, `baseline`, `demo`, `aggregate`, `simulate` are tooling
@@ -23,6 +23,7 @@ pub mod cluster;
 pub mod debug;
 pub mod engine;
 pub mod events;
+pub mod gate_text;
 pub mod model;
 pub mod poll;
 pub mod runner;

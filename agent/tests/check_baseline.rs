@@ -320,3 +320,91 @@ async fn a_baseline_that_does_not_fit_is_a_usage_error() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A node on loopback that answers every request with `report` (a node
+/// report body), for as long as the test runs.
+fn hostile_node(report: String) -> std::net::SocketAddr {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
+                head.push(byte[0]);
+            }
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{report}",
+                report.len()
+            );
+        }
+    });
+    addr
+}
+
+/// Issue 32 item 4: `baseline` printed a node's `incarnation` raw (escape
+/// sequences, bell, a fake line), and error lines repeated control
+/// characters and unbounded input.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_text_is_escaped_and_bounded_on_the_terminal() {
+    let dir = scratch("hostile");
+    let report = serde_json::json!({
+        "generation": 3, "ready": true, "state": "serving", "ring_members": 1,
+        "ring_fingerprint": "9f2c01ab77e4d310", "initial_discovery_completed": true,
+        "writer_lock_owned": true, "http_inflight_requests": 0, "grpc_inflight_requests": 0,
+        "memory_pressure_state": 0, "fd_timeout_count": 0, "peer_connection_failure_count": 0,
+        "backfill_initial_cycle": "complete", "backfill_backfilling_peers": 0,
+        "backfill_budget_exhausted_real_peers": 0, "backfill_budget_exhausted_capability_peers": 0,
+        "backfill_ring_fullness_percent": 100,
+        "serving_authority": {"identity": {"pod_uid": "u-1",
+            "incarnation": "7\u{1b}]0;pwned\u{7}\u{1b}[2J\nkura-agent baseline: all good\u{202e}"}}
+    })
+    .to_string();
+    let node = hostile_node(report);
+    let file = dir.join("baseline.json");
+    let (code, out, err) = run(args(&[
+        "baseline",
+        "--node",
+        &format!("http://{node}"),
+        "--out",
+        &path(&file),
+    ]))
+    .await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.contains(
+            "incarnation 7\\u{1b}]0;pwned\\u{7}\\u{1b}[2J\\nkura-agent baseline: all good\\u{202e}"
+        ),
+        "{out}"
+    );
+    for text in [&out, &err] {
+        assert!(!text.contains(['\u{1b}', '\u{7}', '\u{202e}']), "{text:?}");
+    }
+    assert_eq!(
+        out.lines().count(),
+        2,
+        "one line per node and the summary: {out}"
+    );
+
+    // An error naming a 60 KB key full of escapes is one bounded line.
+    let gate = dir.join("gate.json");
+    let key = format!("\u{1b}[2J{}", "k".repeat(60_000));
+    std::fs::write(&gate, serde_json::json!({ key: 1 }).to_string()).unwrap();
+    let (code, _, err) = run(args(&[
+        "check",
+        "--node",
+        &format!("http://{node}"),
+        "--gate-config",
+        &path(&gate),
+    ]))
+    .await;
+    assert_eq!(code, 2, "{err}");
+    assert!(!err.contains('\u{1b}'), "{err:?}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.len() < 5_000, "{} bytes on stderr", err.len());
+    assert!(err.contains("more bytes)"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -266,3 +266,40 @@ fn durations_are_written_like_8s_2m_1h() {
     assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
     assert_eq!(parse_duration("200ms").unwrap(), Duration::from_millis(200));
 }
+
+/// Issue 32 item 9: `check --timeout 3s` ran 6-7 s against a node that
+/// never answers (the timeout's clock started after the first poll, which
+/// waited out the poller's own request timeout). The whole run is now
+/// bounded by the timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_timeout_bounds_the_whole_run_against_a_node_that_never_answers() {
+    // Accepts connections and never answers.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().flatten() {
+            held.push(stream);
+        }
+    });
+    let started = std::time::Instant::now();
+    let (code, out, err) = run(vec![
+        "check".into(),
+        "--node".into(),
+        format!("http://{addr}"),
+        "--soak".into(),
+        "1s".into(),
+        "--timeout".into(),
+        "3s".into(),
+        "--interval".into(),
+        "1s".into(),
+    ])
+    .await;
+    let took = started.elapsed();
+    println!("check --timeout 3s against a silent node: {took:?}, exit {code}");
+    assert_eq!(code, 1, "{out}\n{err}");
+    assert!(
+        took < std::time::Duration::from_millis(4_000),
+        "check --timeout 3s took {took:?}\n{out}"
+    );
+}

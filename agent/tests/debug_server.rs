@@ -579,3 +579,37 @@ async fn instances_another_replica_owns_are_answered_from_the_stored_status() {
     assert_eq!(r.status, 404);
     assert!(r.headers.contains("content-type: application/json"));
 }
+
+/// Issue 32 items 6 and 9: every route percent-decodes its path (the verdict
+/// API answered 404 for `acme%2Deu` where the HTML route answered 200), and
+/// a request target that is not a path (`GET *`) is a 400, not the fleet
+/// page.
+#[tokio::test]
+async fn every_route_decodes_its_path_and_a_target_that_is_no_path_is_400() {
+    let f = start().await;
+    for path in [
+        "/api/v1/instances/kura/acme%2Deu/verdict",
+        "/api/v1/instances/%6Bura/acme-eu/verdict",
+        "/debug/instances/kura/acme%2deu",
+        "/instances/kura/acme%2Deu",
+        "/instances/kura/acme%2Deu/metrics",
+        "/h%65althz",
+    ] {
+        assert_eq!(request(f.addr, "GET", path).await.status, 200, "{path}");
+    }
+    let r = request(f.addr, "GET", "/api/v1/instances/kura/acme%2Deu/verdict").await;
+    let v: Value = serde_json::from_str(&r.body).expect("json");
+    assert_eq!(v["name"], "acme-eu", "{v}");
+    // An encoded slash stays inside its segment.
+    assert_eq!(
+        request(f.addr, "GET", "/api/v1/instances/kura%2Facme-eu/x/verdict")
+            .await
+            .status,
+        404
+    );
+    for method in ["GET", "HEAD"] {
+        let r = request(f.addr, method, "*").await;
+        assert_eq!(r.status, 400, "{method} *");
+        assert!(!r.body.contains("<html"), "{}", r.body);
+    }
+}

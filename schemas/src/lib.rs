@@ -22,6 +22,7 @@ pub mod gate_status;
 pub mod generated;
 pub mod health;
 pub mod instance;
+mod lenient_authority;
 pub mod report;
 pub mod strict_json;
 pub mod verdict;

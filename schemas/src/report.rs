@@ -501,7 +501,15 @@ impl<'de> Visitor<'de> for KnownKeysVisitor<'_> {
             if slot.is_some() {
                 return Err(self.repeated(key.name(), None));
             }
-            *slot = Some(self.value(key.name(), &mut map)?);
+            *slot = Some(match key {
+                // Lenient: read only what is used, skip the rest unread.
+                KnownKey::serving_authority => {
+                    let raw = map.next_value::<&serde_json::value::RawValue>()?;
+                    crate::lenient_authority::read(raw)
+                        .map_err(|inner| self.repeated(key.name(), Some(inner)))?
+                }
+                _ => self.value(key.name(), &mut map)?,
+            });
         }
         Ok(keys)
     }

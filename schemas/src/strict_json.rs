@@ -9,8 +9,11 @@
 //! - node reports on the wire ([`crate::report::parse_report`]): a repeated
 //!   known key, or a repeated key anywhere inside a known key's value, makes
 //!   the report invalid (unknown keys are skipped unread);
-//! - whole documents (`kura-gate replay`, `kura-agent aggregate`):
-//!   [`from_document`] refuses a repeated key anywhere.
+//! - whole documents (`kura-gate replay`, `kura-agent aggregate`, a gate
+//!   configuration's JSON file or annotation): [`from_document`] refuses a
+//!   repeated key anywhere; a gate configuration's YAML file goes through
+//!   [`value_from`], the same reader over serde_yaml (it refuses `.inf` and
+//!   `.nan` too).
 //!
 //! A UTF-8 byte-order mark is named when it is refused: [`from_slice`]
 //! (bodies on the wire) refuses it; [`from_document`] (files a person may
@@ -91,6 +94,18 @@ pub fn document_from_str(text: &str) -> Result<Value, StrictJsonError> {
     from_document(text.as_bytes())
 }
 
+/// Reads one value from any serde data format (the YAML of a gate
+/// configuration file) by the same rules: a repeated key at any depth and a
+/// number that is not finite (YAML's `.inf`, `.nan`) are refused, with the
+/// format's own error (and position). Keys must be strings.
+pub fn value_from<'de, D: de::Deserializer<'de>>(d: D) -> Result<Value, D::Error> {
+    let duplicate = RefCell::new(None);
+    StrictValue {
+        duplicate: &duplicate,
+    }
+    .deserialize(d)
+}
+
 fn parse(bytes: &[u8]) -> Result<Value, StrictJsonError> {
     let duplicate = RefCell::new(None);
     let mut de = serde_json::Deserializer::from_slice(bytes);
@@ -156,8 +171,12 @@ impl<'de> Visitor<'de> for StrictValue<'_> {
         Ok(Value::Number(v.into()))
     }
 
-    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
-        Ok(Number::from_f64(v).map_or(Value::Null, Value::Number))
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        // JSON has no infinities or NaN; YAML has (`.inf`, `.nan`), and
+        // reading one as null would turn it into "the default".
+        Number::from_f64(v)
+            .map(Value::Number)
+            .ok_or_else(|| E::custom(format!("{v} is not a finite number")))
     }
 
     fn visit_str<E>(self, v: &str) -> Result<Value, E> {

@@ -268,9 +268,15 @@ fn wire_and_document_paths_agree_on_every_fixture() {
             Err(StrictJsonError::ByteOrderMark) => {
                 assert_eq!(wire, Err(ReportError::ByteOrderMark), "{}", case.file);
             }
-            Err(StrictJsonError::Syntax { .. }) => {
+            Err(StrictJsonError::Syntax { message, .. }) => {
+                // The wire path skips what it does not use of the lenient
+                // `serving_authority` (issue 32): nesting past the document
+                // reader's limit or a number out of range there is no error.
+                let lenient = (message.contains("recursion limit")
+                    || message.contains("number out of range"))
+                    && wire.as_ref().is_ok_and(|r| r.serving_authority.is_some());
                 assert!(
-                    matches!(wire, Err(ReportError::Malformed(_))),
+                    lenient || matches!(wire, Err(ReportError::Malformed(_))),
                     "{}: {wire:?}",
                     case.file
                 );

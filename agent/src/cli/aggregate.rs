@@ -69,7 +69,10 @@ fn read(path: &PathBuf) -> std::io::Result<Vec<u8>> {
 }
 
 fn fail(message: &str) -> ExitCode {
-    eprintln!("kura-agent aggregate: {message}");
+    eprintln!(
+        "{}",
+        crate::cli::terminal::line(&format!("kura-agent aggregate: {message}"))
+    );
     ExitCode::from(EXIT_INVALID_INPUT)
 }
 

@@ -12,8 +12,10 @@
 //! [`BaselineDocument`]: per node URL its raw counters and incarnation (or
 //! why it was not sampled), the set's counters and soak eligibility, when
 //! it was taken and by which agent version. Without `--out` it goes to
-//! standard output; with it, to FILE (written whole or not at all) and a
-//! summary line per node to standard output.
+//! standard output; with it, to FILE and a summary line per node to
+//! standard output. FILE keeps what it is ([`out_file`]): a regular file or
+//! a new path is written whole or not at all, a FIFO or character device is
+//! written through, a link's target is written; anything else is refused.
 //!
 //! Exit 0 when every node was sampled; 1 when not (the document is still
 //! written, each unsampled node named on standard error with why; such a
@@ -21,7 +23,7 @@
 //! usage error (nothing is written).
 
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use jiff::Timestamp;
@@ -31,6 +33,7 @@ use super::check::{
     BaselineDocument, CheckNode, CheckRun, CheckSettings, EXIT_FAIL, EXIT_PASS, EXIT_USAGE,
     check_runtime, nodes_of, poll_nodes,
 };
+use super::{out_file, terminal};
 use crate::poll::{PollConfig, Poller};
 
 /// Arguments of `kura-agent baseline`.
@@ -91,14 +94,18 @@ pub fn run(args: BaselineArgs) -> ExitCode {
     let text = match serde_json::to_string_pretty(&doc) {
         Ok(text) => text,
         Err(e) => {
-            eprintln!("kura-agent baseline: cannot encode the document: {e}");
+            eprintln!(
+                "{}",
+                terminal::line(&format!(
+                    "kura-agent baseline: cannot encode the document: {e}"
+                ))
+            );
             return ExitCode::from(EXIT_FAIL);
         }
     };
     let written = match &args.out {
-        Some(path) => {
-            write_whole(path, &text).map_err(|e| format!("cannot write {}: {e}", path.display()))
-        }
+        Some(path) => out_file::write(path, &text)
+            .map_err(|e| format!("cannot write {}: {e}", path.display())),
         None => {
             let mut out = std::io::stdout().lock();
             writeln!(out, "{text}")
@@ -107,14 +114,13 @@ pub fn run(args: BaselineArgs) -> ExitCode {
         }
     };
     if let Err(e) = written {
-        eprintln!("kura-agent baseline: {e}");
+        eprintln!("{}", terminal::line(&format!("kura-agent baseline: {e}")));
         return ExitCode::from(EXIT_FAIL);
     }
     if let Some(path) = &args.out {
         let mut out = std::io::stdout().lock();
         for node in doc.nodes.iter().filter(|n| n.sampled) {
-            let _ = writeln!(
-                out,
+            let summary = format!(
                 "{}: sampled, fdTimeoutCount {}, peerConnectionFailures {}, outboxMessages {}{}",
                 node.url,
                 count(node.fd_timeout_count),
@@ -124,9 +130,9 @@ pub fn run(args: BaselineArgs) -> ExitCode {
                     .as_deref()
                     .map_or_else(String::new, |i| format!(", incarnation {i}"))
             );
+            let _ = writeln!(out, "{}", terminal::line(&summary));
         }
-        let _ = writeln!(
-            out,
+        let written = format!(
             "baseline of {}/{} nodes written to {} ({})",
             doc.aggregate.sampled_pods,
             doc.expected_pods,
@@ -137,10 +143,14 @@ pub fn run(args: BaselineArgs) -> ExitCode {
                 "not soak-eligible: a check against it compares no counters"
             }
         );
+        let _ = writeln!(out, "{}", terminal::line(&written));
     }
     let mut failed = false;
     for (url, why) in doc.unsampled() {
-        eprintln!("kura-agent baseline: {url}: not sampled: {why}");
+        eprintln!(
+            "{}",
+            terminal::line(&format!("kura-agent baseline: {url}: not sampled: {why}"))
+        );
         failed = true;
     }
     if failed {
@@ -150,25 +160,14 @@ pub fn run(args: BaselineArgs) -> ExitCode {
     }
 }
 
-/// Writes `text` to `path` whole or not at all: a temporary file next to
-/// it, renamed over it.
-fn write_whole(path: &Path, text: &str) -> std::io::Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".tmp-{}", std::process::id()));
-    let tmp = PathBuf::from(tmp);
-    let written =
-        std::fs::write(&tmp, format!("{text}\n")).and_then(|()| std::fs::rename(&tmp, path));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
-}
-
 fn count(v: Option<u64>) -> String {
     v.map_or_else(|| "absent".to_owned(), |v| v.to_string())
 }
 
 fn usage(message: &str) -> ExitCode {
-    eprintln!("kura-agent baseline: {message}");
+    eprintln!(
+        "{}",
+        terminal::line(&format!("kura-agent baseline: {message}"))
+    );
     ExitCode::from(EXIT_USAGE)
 }

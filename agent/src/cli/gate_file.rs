@@ -16,6 +16,7 @@ use kura_gate::GateConfig;
 use serde_json::Value;
 
 use crate::engine::config_error_text;
+use crate::gate_text::{ConfigFormat, read_document};
 
 /// The largest gate configuration file read, in bytes.
 pub const MAX_GATE_FILE_BYTES: u64 = 64 * 1024;
@@ -98,11 +99,12 @@ pub fn parse(path: &Path, text: &str) -> Result<GateFile, GateFileError> {
         format,
         reason: one_line(&reason),
     };
-    let value: Value = if json {
-        serde_json::from_str(text).map_err(|e| syntax("JSON", e.to_string()))?
+    let format = if json {
+        ConfigFormat::Json
     } else {
-        serde_yaml::from_str(text).map_err(|e| syntax("YAML", e.to_string()))?
+        ConfigFormat::Yaml
     };
+    let value = read_document(text, format).map_err(|(format, reason)| syntax(format, reason))?;
     let config = kura_gate::parse_config_over(&GateConfig::default(), &value).map_err(|e| {
         GateFileError::Invalid {
             path: path.to_owned(),
@@ -214,6 +216,34 @@ mod tests {
             (
                 yaml(""),
                 "gate config /etc/kura/gate.yaml: empty: expected an object of gate settings",
+            ),
+        ] {
+            let message = result.expect_err(want).to_string();
+            assert!(message.starts_with(want), "{message}\nwanted: {want}");
+            assert!(!message.contains('\n'), "{message}");
+        }
+    }
+
+    #[test]
+    fn repeated_keys_and_yaml_infinities_are_refused_in_files() {
+        // Issue 32 item 3: the last of two keys won, so a repeated
+        // fdTimeoutBand widened the band; `.inf` read as null, the default.
+        for (result, want) in [
+            (
+                json(r#"{"fdTimeoutBand": 0, "fdTimeoutBand": 1000000}"#),
+                "gate config /etc/kura/gate.json: not valid JSON: key \"fdTimeoutBand\" appears more than once in one object at line 1 column 36",
+            ),
+            (
+                yaml("fdTimeoutBand: 0\nfdTimeoutBand: 1000000\n"),
+                "gate config /etc/kura/gate.yaml: not valid YAML: key \"fdTimeoutBand\" appears more than once",
+            ),
+            (
+                yaml("outboxBandMinimum: .inf\n"),
+                "gate config /etc/kura/gate.yaml: not valid YAML: outboxBandMinimum: inf is not a finite number",
+            ),
+            (
+                yaml("peerFailureBandMinimum: .nan\n"),
+                "gate config /etc/kura/gate.yaml: not valid YAML: peerFailureBandMinimum: NaN is not a finite number",
             ),
         ] {
             let message = result.expect_err(want).to_string();

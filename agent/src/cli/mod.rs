@@ -10,6 +10,8 @@
 //! - [`aggregate`]: the aggregation over recorded reports;
 //! - [`simulate`]: serve a simulated fleet (`kura-sim`);
 //! - [`gate_file`]: `--gate-config FILE` of `run` and `check`;
+//! - [`out_file`]: `--out FILE` of `baseline` (FILE keeps what it is);
+//! - [`terminal`]: foreign text escaped and bounded before it is printed;
 //! - [`fleet_load_side`] (hidden): the agent's side of the `fleet-load`
 //!   harness, so a shipped binary can be measured.
 
@@ -20,9 +22,11 @@ pub mod check;
 pub mod demo;
 pub mod fleet_load_side;
 pub mod gate_file;
+pub mod out_file;
 pub mod parse;
 pub mod run;
 pub mod simulate;
+pub mod terminal;
 
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Default)]

@@ -1,99 +1,304 @@
-//! The debug server's connection slots: at most a fixed number of
-//! connections are open at once, and a newly accepted connection always gets
-//! a slot. When every slot is taken, the connection that has gone longest
-//! without starting a request is shed (closed) to make room.
+//! The debug server's connections: which are served, which wait, and which
+//! are shed. Three bounds, and a rule that only idle connections are shed.
+//!
+//! - Every accepted connection first waits in the *waiting room* until it
+//!   sends something (it is readable). A silent connection costs a socket
+//!   and a parked task, no HTTP buffers. At most `room` connections wait;
+//!   when the room is full, a newcomer sheds the longest-waiting silent one
+//!   (silent for longer than the grace), and when none is, the acceptor
+//!   stops accepting until one leaves (the rest queue in the kernel's
+//!   backlog).
+//! - A connection that has sent something asks for one of `capacity`
+//!   *serving slots*. A free slot is taken at once; otherwise it may shed a
+//!   slot holder that is idle: no request in progress and no byte read or
+//!   written for the grace. A holder with a request in progress, or that
+//!   just had one, is never shed: the newcomer queues, and while any
+//!   connection queues, every response carries `Connection: close`, so busy
+//!   kept-alive clients hand their slots over between requests without an
+//!   error.
 //!
 //! Why: kubelet's probes must be answered within their 1 s timeout however
-//! many clients hold connections open without sending anything. A bound
-//! taken *before* `accept` let 64 idle connections queue every probe behind
-//! the header timeout; accept-then-shed keeps the bound on open sockets and
-//! serves the newest connection (the probe) at once. A client that is being
-//! answered has just started a request, so it is the last to go.
+//! many clients hold connections open without sending anything (they sit in
+//! the waiting room and never take a slot), and clients whose request is
+//! being answered must never be reset (issue 32: shedding the least recently
+//! active connection reset 27-32 % of busy clients' requests).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+use tokio::sync::{Notify, oneshot};
 
-/// One connection's place in the table.
+/// What a served connection has been doing, shared between its task (its
+/// I/O and its requests) and the table (which reads it to find idle ones).
 #[derive(Debug)]
-struct Slot<H> {
-    /// When the connection last started a request (or was accepted), on the
-    /// table's own sequence: larger is more recent.
-    last_active: u64,
-    /// Dropped (or handed back) to shed the connection.
-    handle: H,
+pub(crate) struct Activity {
+    origin: Instant,
+    /// Requests whose response has not been handed over in full.
+    in_flight: AtomicU32,
+    /// Milliseconds since `origin` of the last byte read or written, or of
+    /// the last response handed over.
+    last_ms: AtomicU64,
 }
 
-/// The open connections, at most `capacity`. `H` is what closes a
-/// connection when the table drops or returns it (the server uses a
-/// one-shot sender its connection task waits on).
+impl Activity {
+    fn new(origin: Instant) -> Self {
+        let activity = Self {
+            origin,
+            in_flight: AtomicU32::new(0),
+            last_ms: AtomicU64::new(0),
+        };
+        activity.touch();
+        activity
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// A byte was read or written.
+    pub(crate) fn touch(&self) {
+        self.last_ms.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    /// A request started; its response is in flight until the returned
+    /// guard drops.
+    pub(crate) fn start_request(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.touch();
+        InFlight(self.clone())
+    }
+
+    /// No request in progress and nothing read or written for `grace`, at
+    /// `now_ms` (milliseconds since the table's origin).
+    fn idle_at(&self, now_ms: u64, grace: Duration) -> Option<u64> {
+        let last = self.last_ms.load(Ordering::Relaxed);
+        let grace = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX);
+        (self.in_flight.load(Ordering::Acquire) == 0 && now_ms.saturating_sub(last) >= grace)
+            .then_some(last)
+    }
+}
+
+/// A request in progress; dropping it (when the response body has been
+/// handed over in full, or dropped) ends the request.
 #[derive(Debug)]
-pub(crate) struct ConnectionSlots<H> {
-    capacity: usize,
+pub(crate) struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A serving slot's holder: its activity, and the sender whose drop closes
+/// it.
+#[derive(Debug)]
+struct Holder {
+    activity: Arc<Activity>,
+    _shed: oneshot::Sender<()>,
+}
+
+#[derive(Debug)]
+struct Inner {
     next_id: u64,
-    next_seq: u64,
-    open: HashMap<u64, Slot<H>>,
+    /// Silent connections in the waiting room by id (ids grow with accept
+    /// order), with when they were accepted and the sender whose drop closes
+    /// them.
+    silent: BTreeMap<u64, (Instant, oneshot::Sender<()>)>,
+    /// Connections that sent something and wait for a slot.
+    queued: usize,
+    /// Connections being served.
+    holders: HashMap<u64, Holder>,
 }
 
-impl<H> ConnectionSlots<H> {
-    /// A table of `capacity` slots (at least one).
-    pub(crate) fn new(capacity: usize) -> Self {
+/// The table of connections (see the module documentation).
+#[derive(Debug)]
+pub(crate) struct Connections {
+    capacity: usize,
+    room: usize,
+    grace: Duration,
+    origin: Instant,
+    inner: Mutex<Inner>,
+    /// Woken when a slot or a place in the waiting room frees.
+    freed: Notify,
+}
+
+/// A connection's ticket: its id in the table; the receiver completes (with
+/// an error) when the table sheds it.
+pub(crate) struct Ticket {
+    /// The connection's id.
+    pub(crate) id: u64,
+    /// Completes when the connection is shed.
+    pub(crate) shed: oneshot::Receiver<()>,
+}
+
+impl Connections {
+    /// A table of `capacity` serving slots and a waiting room of `room`
+    /// (each at least one); connections idle for `grace` may be shed.
+    pub(crate) fn new(capacity: usize, room: usize, grace: Duration) -> Self {
         Self {
             capacity: capacity.max(1),
-            next_id: 0,
-            next_seq: 0,
-            open: HashMap::with_capacity(capacity.max(1)),
+            room: room.max(1),
+            grace,
+            origin: Instant::now(),
+            inner: Mutex::new(Inner {
+                next_id: 0,
+                silent: BTreeMap::new(),
+                queued: 0,
+                holders: HashMap::new(),
+            }),
+            freed: Notify::new(),
         }
     }
 
-    fn tick(&mut self) -> u64 {
-        self.next_seq += 1;
-        self.next_seq
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // Every change is a few map operations: a panic elsewhere while the
+        // lock was held leaves the table usable.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Gives a newly accepted connection a slot. Returns its id and, when
-    /// the table was full, the handle of the connection shed for it (the
-    /// least recently active one).
-    pub(crate) fn admit(&mut self, handle: H) -> (u64, Option<H>) {
-        let shed = if self.open.len() >= self.capacity {
-            self.open
-                .iter()
-                .min_by_key(|(_, slot)| slot.last_active)
-                .map(|(id, _)| *id)
-                .and_then(|id| self.open.remove(&id))
-                .map(|slot| slot.handle)
+    /// Waits until the waiting room has a place for one more connection:
+    /// free, or made by shedding a connection silent for the grace. Call
+    /// before `accept`.
+    pub(crate) async fn room_for_one(&self) {
+        loop {
+            let freed = self.freed.notified();
+            let mut freed = std::pin::pin!(freed);
+            freed.as_mut().enable();
+            let wait = {
+                let mut inner = self.lock();
+                if inner.silent.len() + inner.queued < self.room {
+                    return;
+                }
+                match inner.silent.first_key_value() {
+                    Some((_, (since, _))) if since.elapsed() >= self.grace => {
+                        // Dropping the sender closes it.
+                        inner.silent.pop_first();
+                        tracing::debug!(
+                            "debug server: waiting room full, a silent connection closed"
+                        );
+                        return;
+                    }
+                    Some((_, (since, _))) => self.grace.saturating_sub(since.elapsed()),
+                    None => self.grace,
+                }
+            };
+            let _ = tokio::time::timeout(wait, freed).await;
+        }
+    }
+
+    /// Enters a newly accepted connection into the waiting room (after
+    /// [`Self::room_for_one`]).
+    pub(crate) fn arrive(&self) -> Ticket {
+        let (tx, shed) = oneshot::channel();
+        let mut inner = self.lock();
+        let id = inner.next_id;
+        inner.next_id += 1;
+        inner.silent.insert(id, (Instant::now(), tx));
+        Ticket { id, shed }
+    }
+
+    /// Connection `id` sent something: it leaves the waiting room and
+    /// queues for a slot. `false` when it was shed already.
+    pub(crate) fn spoke(&self, id: u64) -> bool {
+        let mut inner = self.lock();
+        if inner.silent.remove(&id).is_some() {
+            inner.queued += 1;
+            true
         } else {
-            None
-        };
-        let id = self.next_id;
-        self.next_id += 1;
-        let last_active = self.tick();
-        self.open.insert(
+            false
+        }
+    }
+
+    /// Connection `id` left the waiting room without speaking (it timed
+    /// out, closed, or was shed).
+    pub(crate) fn leave_silent(&self, id: u64) {
+        if self.lock().silent.remove(&id).is_some() {
+            self.freed.notify_waiters();
+        }
+    }
+
+    /// Gives queued connection `id` (see [`Self::spoke`]) a serving slot:
+    /// waits for a free one or an idle holder to shed, at most `limit`.
+    /// Returns its activity and the receiver that completes when it is shed,
+    /// or `None` when no slot came within `limit` (it leaves the queue).
+    pub(crate) async fn serve(
+        &self,
+        id: u64,
+        limit: Duration,
+    ) -> Option<(Arc<Activity>, oneshot::Receiver<()>)> {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let freed = self.freed.notified();
+            let mut freed = std::pin::pin!(freed);
+            freed.as_mut().enable();
+            if let Some(slot) = self.try_take(id) {
+                return Some(slot);
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                let mut inner = self.lock();
+                inner.queued = inner.queued.saturating_sub(1);
+                drop(inner);
+                self.freed.notify_waiters();
+                return None;
+            }
+            // A holder may turn idle without anything waking us: look again
+            // after a fraction of the grace.
+            let step = (self.grace / 4).max(Duration::from_millis(5));
+            let _ = tokio::time::timeout(step.min(deadline - now), freed).await;
+        }
+    }
+
+    fn try_take(&self, id: u64) -> Option<(Arc<Activity>, oneshot::Receiver<()>)> {
+        let mut inner = self.lock();
+        if inner.holders.len() >= self.capacity {
+            let now_ms = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+            let victim = inner
+                .holders
+                .iter()
+                .filter_map(|(id, h)| h.activity.idle_at(now_ms, self.grace).map(|at| (at, *id)))
+                .min()
+                .map(|(_, id)| id)?;
+            // Dropping its sender closes it.
+            inner.holders.remove(&victim);
+            tracing::debug!("debug server: all slots taken, an idle connection closed");
+        }
+        let (tx, shed) = oneshot::channel();
+        let activity = Arc::new(Activity::new(self.origin));
+        inner.holders.insert(
             id,
-            Slot {
-                last_active,
-                handle,
+            Holder {
+                activity: activity.clone(),
+                _shed: tx,
             },
         );
-        (id, shed)
+        inner.queued = inner.queued.saturating_sub(1);
+        drop(inner);
+        // A place in the waiting room freed.
+        self.freed.notify_waiters();
+        Some((activity, shed))
     }
 
-    /// Connection `id` started a request: it becomes the most recently
-    /// active. Nothing when it was shed already.
-    pub(crate) fn touch(&mut self, id: u64) {
-        let seq = self.tick();
-        if let Some(slot) = self.open.get_mut(&id) {
-            slot.last_active = seq;
-        }
+    /// Whether connections wait for a slot (responses then close their
+    /// connection, handing the slot over).
+    pub(crate) fn queue_waits(&self) -> bool {
+        self.lock().queued > 0
     }
 
-    /// Connection `id` ended: its slot is free. Nothing when it was shed.
-    pub(crate) fn release(&mut self, id: u64) {
-        self.open.remove(&id);
+    /// Served connection `id` ended: its slot is free. Nothing when it was
+    /// shed.
+    pub(crate) fn release(&self, id: u64) {
+        self.lock().holders.remove(&id);
+        self.freed.notify_waiters();
     }
 
-    /// How many connections hold a slot.
+    /// (silent, queued, served) connections.
     #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.open.len()
+    pub(crate) fn counts(&self) -> (usize, usize, usize) {
+        let inner = self.lock();
+        (inner.silent.len(), inner.queued, inner.holders.len())
     }
 }
 
@@ -101,68 +306,98 @@ impl<H> ConnectionSlots<H> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn below_capacity_nothing_is_shed() {
-        let mut slots = ConnectionSlots::new(3);
-        for n in 0..3 {
-            let (_, shed) = slots.admit(n);
-            assert_eq!(shed, None);
-        }
-        assert_eq!(slots.len(), 3);
+    const GRACE: Duration = Duration::from_millis(40);
+
+    fn table(capacity: usize, room: usize) -> Arc<Connections> {
+        Arc::new(Connections::new(capacity, room, GRACE))
     }
 
-    #[test]
-    fn a_full_table_sheds_the_least_recently_active() {
-        let mut slots = ConnectionSlots::new(3);
-        let (a, _) = slots.admit("a");
-        let (_b, _) = slots.admit("b");
-        let (_c, _) = slots.admit("c");
-        // `a` starts a request: `b` is now the longest idle.
-        slots.touch(a);
-        let (_d, shed) = slots.admit("d");
-        assert_eq!(shed, Some("b"));
-        let (_e, shed) = slots.admit("e");
-        assert_eq!(shed, Some("c"));
-        let (_f, shed) = slots.admit("f");
-        assert_eq!(shed, Some("a"));
-        assert_eq!(slots.len(), 3);
+    #[tokio::test]
+    async fn a_connection_that_spoke_gets_a_free_slot_at_once() {
+        let t = table(2, 4);
+        let a = t.arrive();
+        assert_eq!(t.counts(), (1, 0, 0));
+        assert!(t.spoke(a.id));
+        let served = t.serve(a.id, Duration::ZERO).await;
+        assert!(served.is_some());
+        assert_eq!(t.counts(), (0, 0, 1));
+        t.release(a.id);
+        assert_eq!(t.counts(), (0, 0, 0));
     }
 
-    #[test]
-    fn the_newest_connection_always_gets_a_slot() {
-        // Idle connections arriving forever never push out the one that
-        // came after them until `capacity` more have arrived.
-        let mut slots = ConnectionSlots::new(4);
-        let mut shed_ids = Vec::new();
-        for n in 0..20u32 {
-            let (_, shed) = slots.admit(n);
-            shed_ids.extend(shed);
-        }
-        assert_eq!(shed_ids, (0..16).collect::<Vec<u32>>());
-        assert_eq!(slots.len(), 4);
+    #[tokio::test]
+    async fn a_holder_with_a_request_in_progress_is_never_shed() {
+        let t = table(1, 4);
+        let a = t.arrive();
+        t.spoke(a.id);
+        let (activity, mut a_shed) = t.serve(a.id, Duration::ZERO).await.expect("slot");
+        let request = activity.start_request();
+        tokio::time::sleep(GRACE * 2).await;
+        let b = t.arrive();
+        t.spoke(b.id);
+        assert!(t.queue_waits());
+        assert!(
+            t.serve(b.id, GRACE * 2).await.is_none(),
+            "b waited: a is busy"
+        );
+        assert!(
+            a_shed
+                .try_recv()
+                .is_err_and(|e| e == oneshot::error::TryRecvError::Empty)
+        );
+        // The request ended, but only just: a is not idle yet.
+        drop(request);
+        let c = t.arrive();
+        t.spoke(c.id);
+        assert!(t.try_take(c.id).is_none());
+        // Once quiet for the grace, a is shed for c.
+        assert!(t.serve(c.id, GRACE * 3).await.is_some());
+        assert!(
+            a_shed
+                .try_recv()
+                .is_err_and(|e| e == oneshot::error::TryRecvError::Closed)
+        );
     }
 
-    #[test]
-    fn released_and_shed_ids_are_forgotten() {
-        let mut slots = ConnectionSlots::new(2);
-        let (a, _) = slots.admit('a');
-        let (b, _) = slots.admit('b');
-        slots.release(a);
-        assert_eq!(slots.len(), 1);
-        let (_c, shed) = slots.admit('c');
-        assert_eq!(shed, None, "a released slot is reused");
-        let (_d, shed) = slots.admit('d');
-        assert_eq!(shed, Some('b'));
-        // `b` ends after being shed: nothing else is freed.
-        slots.release(b);
-        slots.touch(b);
-        assert_eq!(slots.len(), 2);
+    #[tokio::test]
+    async fn a_queued_connection_takes_a_released_slot() {
+        let t = table(1, 4);
+        let a = t.arrive();
+        t.spoke(a.id);
+        let (activity, _a_shed) = t.serve(a.id, Duration::ZERO).await.expect("slot");
+        let _request = activity.start_request();
+        let b = t.arrive();
+        t.spoke(b.id);
+        let waiter = {
+            let t = t.clone();
+            tokio::spawn(async move { t.serve(b.id, Duration::from_secs(5)).await.is_some() })
+        };
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        t.release(a.id);
+        assert!(waiter.await.expect("join"));
+        assert_eq!(t.counts(), (0, 0, 1));
     }
 
-    #[test]
-    fn a_capacity_of_zero_still_serves_one() {
-        let mut slots = ConnectionSlots::new(0);
-        assert_eq!(slots.admit(1).1, None);
-        assert_eq!(slots.admit(2).1, Some(1));
+    #[tokio::test]
+    async fn a_full_waiting_room_sheds_the_longest_silent_after_the_grace() {
+        let t = table(1, 2);
+        t.room_for_one().await;
+        let mut a = t.arrive();
+        t.room_for_one().await;
+        let b = t.arrive();
+        // Full, and nobody silent for the grace yet: the acceptor waits.
+        let started = Instant::now();
+        t.room_for_one().await;
+        assert!(started.elapsed() >= GRACE / 2, "{:?}", started.elapsed());
+        assert!(
+            a.shed
+                .try_recv()
+                .is_err_and(|e| e == oneshot::error::TryRecvError::Closed)
+        );
+        assert_eq!(t.counts(), (1, 0, 0));
+        // A connection that spoke is not silent: it is never shed from the room.
+        t.spoke(b.id);
+        assert!(!t.spoke(a.id), "a was shed");
+        assert_eq!(t.counts(), (0, 1, 0));
     }
 }

@@ -14,8 +14,8 @@
 //! - [`instance_metrics`]: the per-instance `kura_instance_*` series of
 //!   `/metrics`, rendered from the view at scrape time, and streamed a
 //!   chunk at a time by `scrape_body`;
-//! - `connections`: the bound on open connections (accept, then shed the
-//!   longest idle);
+//! - `connections`: the bounds on waiting and served connections (only
+//!   idle ones are shed; the rest queue);
 //! - `listen`: binding the listener (`[::]` dual-stack).
 //!
 //! [`FleetView`]: crate::view::FleetView
@@ -35,4 +35,7 @@ mod scrape_body;
 mod server;
 mod signals;
 
-pub use server::{DebugServer, DebugState, HEADER_READ_TIMEOUT, MAX_CONNECTIONS};
+pub use server::{
+    DebugServer, DebugState, HEADER_READ_TIMEOUT, IDLE_GRACE, MAX_CONNECTIONS, MAX_WAITING,
+    QUEUE_LIMIT,
+};

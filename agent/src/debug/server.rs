@@ -13,19 +13,24 @@
 //! | `GET /instances/{namespace}/{name}` | HTML instance page (404 page when unknown) |
 //! | `GET /instances/{namespace}/{name}/metrics` | the instance's `kura_instance_*` series (Prometheus text) |
 //!
-//! `HEAD` is answered like `GET` without a body; any other method gets 405,
-//! an unknown path 404. HTML pages carry a strict Content-Security-Policy
+//! Path segments are percent-decoded on every route. `HEAD` is answered
+//! like `GET` without a body; any other method gets 405, an unknown path
+//! 404, a request target that is not a path (`GET *`) 400. HTML pages carry a strict Content-Security-Policy
 //! (nothing loads from anywhere; inline style and script only by their
 //! hashes).
 //!
-//! Connections: every connection is accepted at once; at most
-//! [`MAX_CONNECTIONS`] stay open, and when all are taken the one that has gone
-//! longest without starting a request is closed for the newcomer
-//! (`connections`), so idle clients cannot keep kubelet's probes waiting.
-//! Request headers must arrive within [`HEADER_READ_TIMEOUT`].
+//! Connections (`connections`): every connection is accepted and waits,
+//! without HTTP buffers, until it sends something (at most [`MAX_WAITING`]
+//! wait; past that the longest silent one is closed). Then it is served in
+//! one of [`MAX_CONNECTIONS`] slots, taking a free one or shedding a holder
+//! that is idle (no request in progress, nothing read or written for
+//! [`IDLE_GRACE`]); otherwise it queues (at most [`QUEUE_LIMIT`]) and
+//! meanwhile every answer closes its connection, handing slots over. So
+//! idle clients cannot keep kubelet's probes waiting and busy clients are
+//! never reset. Request headers must arrive within [`HEADER_READ_TIMEOUT`].
 
 use crate::debug::answers;
-use crate::debug::connections::ConnectionSlots;
+use crate::debug::connections::{Activity, Connections, InFlight, Ticket};
 use crate::debug::fleet_page::{self, Fleet};
 use crate::debug::fleet_query::FleetQuery;
 use crate::debug::fleet_window;
@@ -38,12 +43,12 @@ use crate::model::{Clock, InstanceKey};
 use crate::view::FleetView;
 use bytes::Bytes;
 use http::header::{
-    ALLOW, CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, REFERRER_POLICY,
+    ALLOW, CACHE_CONTROL, CONNECTION, CONTENT_SECURITY_POLICY, CONTENT_TYPE, REFERRER_POLICY,
     X_CONTENT_TYPE_OPTIONS,
 };
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::{Either, Full};
-use hyper::body::Incoming;
+use http_body_util::Full;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -53,14 +58,27 @@ use serde::Serialize;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
 
-/// At most this many connections are open at once; a new one sheds the
-/// least recently active.
+/// At most this many connections are served (hold HTTP buffers) at once;
+/// a connection that has sent something queues for one of them.
 pub const MAX_CONNECTIONS: usize = 64;
+/// At most this many accepted connections wait to be served (silent ones
+/// and queued ones); past it the longest silent one is closed, or, when
+/// every waiting connection has a request pending, the rest wait in the
+/// kernel's backlog.
+pub const MAX_WAITING: usize = 256;
+/// A connection is idle, and may be shed for a waiting one, when it has no
+/// request in progress and has read or written nothing for this long.
+pub const IDLE_GRACE: Duration = Duration::from_millis(500);
+/// A connection that has sent a request waits at most this long for a
+/// serving slot; then it is closed.
+pub const QUEUE_LIMIT: Duration = Duration::from_secs(10);
 /// A client must send its request headers within this time (also how long
 /// a kept-alive connection may sit idle). Probes and scrapers send theirs
 /// with the connection.
@@ -122,7 +140,41 @@ fn json<T: Serialize>(status: StatusCode, value: &T) -> Response<Full<Bytes>> {
 }
 
 /// What the server answers with: a whole body, or the streamed scrape.
-pub type DebugBody = Either<Full<Bytes>, ScrapeBody>;
+pub enum DebugBody {
+    /// Built whole.
+    Whole(Full<Bytes>),
+    /// `GET /metrics`, a chunk at a time.
+    Scrape(ScrapeBody),
+}
+
+impl Body for DebugBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        match self.get_mut() {
+            DebugBody::Whole(body) => Pin::new(body).poll_frame(cx),
+            DebugBody::Scrape(body) => Pin::new(body).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            DebugBody::Whole(body) => body.is_end_stream(),
+            DebugBody::Scrape(body) => body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            DebugBody::Whole(body) => body.size_hint(),
+            DebugBody::Scrape(body) => body.size_hint(),
+        }
+    }
+}
 
 /// Answers one request for `target` (a path, optionally with a query
 /// string). Pure apart from reading `state`; `now` is used for sample
@@ -137,7 +189,7 @@ pub fn respond(
     if method == Method::GET && path.trim_end_matches('/') == "/metrics" {
         // The one answer too large to build whole: streamed.
         let body = ScrapeBody::new(state.metrics.render(), state.view.clone(), now);
-        let mut r = Response::new(Either::Right(body));
+        let mut r = Response::new(DebugBody::Scrape(body));
         r.headers_mut().insert(
             CONTENT_TYPE,
             http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
@@ -146,7 +198,7 @@ pub fn respond(
             .insert(CACHE_CONTROL, http::HeaderValue::from_static("no-store"));
         return r;
     }
-    respond_whole(method, target, state, now).map(Either::Left)
+    respond_whole(method, target, state, now).map(DebugBody::Whole)
 }
 
 /// Every answer but a `GET /metrics`, built whole.
@@ -167,7 +219,23 @@ fn respond_whole(
         return r;
     }
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    let segments: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
+    if !path.starts_with('/') {
+        // `*` (OPTIONS' asterisk form) or anything else that is no path.
+        return text(
+            StatusCode::BAD_REQUEST,
+            "text/plain; charset=utf-8",
+            "bad request target: expected a path starting with /\n",
+        );
+    }
+    // Every route sees its segments percent-decoded, once (a `%2F` inside a
+    // segment stays inside it).
+    let decoded: Vec<String> = path
+        .trim_end_matches('/')
+        .split('/')
+        .skip(1)
+        .map(|s| html::decode_component(s, false))
+        .collect();
+    let segments: Vec<&str> = decoded.iter().map(String::as_str).collect();
     let response = match segments.as_slice() {
         [] | [""] => {
             let query = FleetQuery::parse(query);
@@ -186,11 +254,7 @@ fn respond_whole(
             page(StatusCode::OK, body)
         }
         ["instances", namespace, name] => {
-            let (namespace, name) = (
-                html::decode_component(namespace, false),
-                html::decode_component(name, false),
-            );
-            let key = InstanceKey::new(namespace.as_str(), name.as_str());
+            let key = InstanceKey::new(*namespace, *name);
             let readiness = state.view.readiness();
             match state.view.instance(&key) {
                 Some(view) => {
@@ -211,15 +275,12 @@ fn respond_whole(
                 }
                 None => page(
                     StatusCode::NOT_FOUND,
-                    instance_page::not_found(&namespace, &name, &readiness, now),
+                    instance_page::not_found(namespace, name, &readiness, now),
                 ),
             }
         }
         ["instances", namespace, name, "metrics"] => {
-            let key = InstanceKey::new(
-                html::decode_component(namespace, false),
-                html::decode_component(name, false),
-            );
+            let key = InstanceKey::new(*namespace, *name);
             match state.view.instance(&key) {
                 Some(view) => text(
                     StatusCode::OK,
@@ -334,59 +395,175 @@ impl DebugServer {
     /// Serves until `shutdown` completes (connections already accepted
     /// finish on their own).
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
-        let slots = Arc::new(Mutex::new(ConnectionSlots::new(MAX_CONNECTIONS)));
+        let table = Arc::new(Connections::new(MAX_CONNECTIONS, MAX_WAITING, IDLE_GRACE));
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
-            let (stream, _) = tokio::select! {
+            let accepted = tokio::select! {
                 () = &mut shutdown => return,
-                accepted = self.listener.accept() => match accepted {
-                    Ok(a) => a,
-                    Err(error) => {
-                        tracing::warn!(%error, "debug server accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                },
+                accepted = async {
+                    table.room_for_one().await;
+                    self.listener.accept().await
+                } => accepted,
             };
-            // Dropping `shed_tx` (the table does, when it sheds this
-            // connection) closes it.
-            let (shed_tx, shed_rx) = oneshot::channel::<()>();
-            let (id, shed) = lock(&slots).admit(shed_tx);
-            if shed.is_some() {
-                tracing::debug!("debug server: all connections taken, the longest idle one closed");
-            }
-            drop(shed);
-            let state = self.state.clone();
-            let slots = slots.clone();
-            tokio::spawn(async move {
-                let touched = slots.clone();
-                let service = service_fn(move |req: Request<Incoming>| {
-                    lock(&touched).touch(id);
-                    let target = req
-                        .uri()
-                        .path_and_query()
-                        .map_or_else(|| req.uri().path(), |pq| pq.as_str());
-                    let response = respond(req.method(), target, &state, state.clock.now());
-                    async move { Ok::<_, Infallible>(response) }
-                });
-                let conn = http1::Builder::new()
-                    .timer(TokioTimer::new())
-                    .header_read_timeout(HEADER_READ_TIMEOUT)
-                    .serve_connection(TokioIo::new(stream), service);
-                tokio::select! {
-                    ended = conn => if let Err(error) = ended {
-                        tracing::debug!(%error, "debug connection ended with an error");
-                    },
-                    _ = shed_rx => {}
+            let stream = match accepted {
+                Ok((stream, _)) => stream,
+                Err(error) => {
+                    tracing::warn!(%error, "debug server accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
                 }
-                lock(&slots).release(id);
-            });
+            };
+            let ticket = table.arrive();
+            tokio::spawn(connection(
+                stream,
+                ticket,
+                table.clone(),
+                self.state.clone(),
+            ));
         }
     }
 }
 
-/// The slot table's lock: a panic elsewhere while it was held leaves the
-/// table consistent (every change is one map operation), so go on.
-fn lock<H>(slots: &Mutex<ConnectionSlots<H>>) -> std::sync::MutexGuard<'_, ConnectionSlots<H>> {
-    slots.lock().unwrap_or_else(PoisonError::into_inner)
+/// One connection: waits (silent) until it sends something, queues for a
+/// serving slot, then is served until it ends or is shed.
+async fn connection(stream: TcpStream, ticket: Ticket, table: Arc<Connections>, state: DebugState) {
+    let Ticket { id, shed } = ticket;
+    let mut first = [0u8; 1];
+    let spoke = tokio::select! {
+        // `peek` waits for a byte (or the end); `readable` may wake early.
+        ready = tokio::time::timeout(HEADER_READ_TIMEOUT, stream.peek(&mut first)) => {
+            matches!(ready, Ok(Ok(1)))
+        }
+        _ = shed => false,
+    };
+    if !spoke || !table.spoke(id) {
+        table.leave_silent(id);
+        return;
+    }
+    let Some((activity, shed)) = table.serve(id, QUEUE_LIMIT).await else {
+        tracing::debug!("debug server: no slot within {QUEUE_LIMIT:?}, connection closed");
+        return;
+    };
+    let service = {
+        let (table, activity) = (table.clone(), activity.clone());
+        service_fn(move |req: Request<Incoming>| {
+            let in_flight = activity.start_request();
+            let target = req
+                .uri()
+                .path_and_query()
+                .map_or_else(|| req.uri().path(), |pq| pq.as_str());
+            let response = respond(req.method(), target, &state, state.clock.now());
+            let (mut parts, body) = response.into_parts();
+            if table.queue_waits() {
+                // Hand the slot over after this answer, without an error.
+                parts
+                    .headers
+                    .insert(CONNECTION, http::HeaderValue::from_static("close"));
+            }
+            let response = Response::from_parts(parts, Tracked { body, in_flight });
+            async move { Ok::<_, Infallible>(response) }
+        })
+    };
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .serve_connection(TokioIo::new(Watched { stream, activity }), service);
+    tokio::select! {
+        ended = conn => if let Err(error) = ended {
+            tracing::debug!(%error, "debug connection ended with an error");
+        },
+        _ = shed => {}
+    }
+    table.release(id);
+}
+
+/// A response body that ends its request's [`InFlight`] when it has been
+/// handed over in full (hyper drops it then).
+struct Tracked {
+    body: DebugBody,
+    in_flight: InFlight,
+}
+
+impl Body for Tracked {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let _ = &self.in_flight;
+        Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// A connection's socket, recording each byte read or written as activity
+/// (a connection in the middle of a request is not idle).
+struct Watched {
+    stream: TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.stream).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            this.activity.touch();
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.stream).poll_write(cx, data);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            this.activity.touch();
+        }
+        polled
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.stream).poll_write_vectored(cx, bufs);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            this.activity.touch();
+        }
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
 }

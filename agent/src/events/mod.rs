@@ -5,7 +5,8 @@
 //! stop began and when the cluster's CRD dropped the agent's fields.
 //!
 //! - [`limiter`]: the per-instance rate bound (pure, time passed in): at
-//!   most `burst` Events at once and one more per `refill`; transitions
+//!   most `burst` Events at once and one more per `refill`, Normal Events
+//!   only from a full bucket so they never hold back a Warning; transitions
 //!   over the bound are coalesced (the latest of each kind waits and is
 //!   published when the budget allows, saying how many were folded in);
 //! - [`publisher`]: the task that publishes them ([`EventSink`] is what the

@@ -111,7 +111,9 @@ pub fn in_flight_for(rate: f64, floor: usize) -> usize {
     } else {
         MAX_IN_FLIGHT_CEILING
     };
-    needed.max(floor.max(1)).min(MAX_IN_FLIGHT_CEILING.max(floor))
+    needed
+        .max(floor.max(1))
+        .min(MAX_IN_FLIGHT_CEILING.max(floor))
 }
 
 /// Drains the queue forever: up to [`in_flight_for`] the queue's rate
@@ -239,6 +241,10 @@ mod tests {
         assert_eq!(in_flight_for(f64::INFINITY, 8), MAX_IN_FLIGHT_CEILING);
         assert_eq!(in_flight_for(f64::NAN, 8), 8);
         assert_eq!(in_flight_for(0.0, 0), 1, "at least one");
-        assert_eq!(in_flight_for(1.0, 100), 100, "a floor above the ceiling wins");
+        assert_eq!(
+            in_flight_for(1.0, 100),
+            100,
+            "a floor above the ceiling wins"
+        );
     }
 }

@@ -163,7 +163,14 @@ impl CheckRun {
         run
     }
 
-    /// When the run times out (known after the first poll).
+    /// Starts the run's clock at `now` (before its first poll, so that the
+    /// timeout bounds the first poll too); without it the first
+    /// [`CheckRun::observe`] starts it.
+    pub fn start(&mut self, now: Timestamp) {
+        self.started_at.get_or_insert(now);
+    }
+
+    /// When the run times out (known once started).
     pub fn deadline(&self) -> Option<Timestamp> {
         let timeout = SignedDuration::try_from(self.settings.timeout).ok()?;
         self.started_at?.checked_add(timeout).ok()

@@ -256,7 +256,7 @@ pub fn run(args: CheckArgs) -> ExitCode {
                 serde_json::to_string(report)
                     .unwrap_or_else(|e| format!("{{\"error\":\"cannot encode the report: {e}\"}}"))
             } else {
-                readable(report)
+                crate::cli::terminal::line(&readable(report))
             };
             let _ = writeln!(out, "{line}");
             let _ = out.flush();
@@ -271,6 +271,9 @@ pub fn run(args: CheckArgs) -> ExitCode {
 }
 
 fn usage(message: &str) -> ExitCode {
-    eprintln!("kura-agent check: {message}");
+    eprintln!(
+        "{}",
+        crate::cli::terminal::line(&format!("kura-agent check: {message}"))
+    );
     ExitCode::from(EXIT_USAGE)
 }

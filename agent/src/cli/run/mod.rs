@@ -36,7 +36,10 @@ pub fn run(args: RunArgs) -> ExitCode {
     // An unusable gate configuration stops the agent before it touches
     // the cluster: one line naming the file, the key and the reason.
     if let Err(e) = args.gate_config() {
-        eprintln!("kura-agent run: {e}");
+        eprintln!(
+            "{}",
+            crate::cli::terminal::line(&format!("kura-agent run: {e}"))
+        );
         return ExitCode::from(2);
     }
     let runtime = match super::multi_thread_runtime("run") {

@@ -1,0 +1,85 @@
+//! The one strict reader of a gate configuration's text: the
+//! `--gate-config` file of `run` and `check` (JSON or YAML,
+//! [`crate::cli::gate_file`]) and the per-instance annotation (JSON,
+//! [`crate::engine::instance_gate_config`]). Its value then goes through the
+//! gate's one configuration parser ([`kura_gate::parse_config_over`]).
+
+use serde_json::Value;
+
+/// How a gate configuration's text is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigFormat {
+    /// JSON (a file named `*.json`, the per-instance annotation).
+    Json,
+    /// YAML (any other file name).
+    Yaml,
+}
+
+/// The one strict reader of a gate configuration's text, for the
+/// `--gate-config` file (JSON or YAML) and the per-instance annotation
+/// (JSON) alike, with `kura-gate replay`'s rules (`kura_schemas::strict_json`):
+/// a key repeated at any depth is refused (serde's readers keep the last
+/// one, so `{"fdTimeoutBand": 0, "fdTimeoutBand": 1000000}` would widen the
+/// band), and so is a number that is not finite (YAML's `.inf`, `.nan`, which
+/// would otherwise read as null, the default). The error is the format's
+/// name and the reason with its position.
+pub fn read_document(text: &str, format: ConfigFormat) -> Result<Value, (&'static str, String)> {
+    match format {
+        ConfigFormat::Json => {
+            kura_schemas::strict_json::document_from_str(text).map_err(|e| ("JSON", e.to_string()))
+        }
+        ConfigFormat::Yaml => {
+            kura_schemas::strict_json::value_from(serde_yaml::Deserializer::from_str(text))
+                .map_err(|e| ("YAML", e.to_string()))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_repeated_key_is_refused_in_json_and_yaml_at_any_depth() {
+        for (text, format) in [
+            (
+                r#"{"fdTimeoutBand": 0, "fdTimeoutBand": 1000000}"#,
+                ConfigFormat::Json,
+            ),
+            (
+                r#"{"fdTimeoutBand": 0, "fdTimeoutBand": 1000000}"#,
+                ConfigFormat::Yaml,
+            ),
+            (
+                "fdTimeoutBand: 0\nfdTimeoutBand: 1000000\n",
+                ConfigFormat::Yaml,
+            ),
+            ("soakSeconds: [1]\nx:\n  a: 1\n  a: 2\n", ConfigFormat::Yaml),
+        ] {
+            let (_, reason) = read_document(text, format).expect_err(text);
+            assert!(
+                reason.contains("appears more than once"),
+                "{text}: {reason}"
+            );
+        }
+    }
+
+    #[test]
+    fn yaml_infinities_and_nan_are_refused_not_read_as_null() {
+        for text in [
+            "fdTimeoutBand: .inf\n",
+            "fdTimeoutBand: -.inf\n",
+            "fdTimeoutBand: .nan\n",
+            "soakSeconds: [.NaN]\n",
+        ] {
+            let (format, reason) = read_document(text, ConfigFormat::Yaml).expect_err(text);
+            assert_eq!(format, "YAML");
+            assert!(reason.contains("not a finite number"), "{text}: {reason}");
+        }
+        // A plain document reads as before.
+        assert_eq!(
+            read_document("fdTimeoutBand: 3\nsoakSeconds: [60]\n", ConfigFormat::Yaml).unwrap(),
+            serde_json::json!({"fdTimeoutBand": 3, "soakSeconds": [60]})
+        );
+    }
+}
