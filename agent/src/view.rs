@@ -922,8 +922,10 @@ mod tests {
         assert_eq!(v.since_all()[&k].standing, Standing::NoSample);
         let footprint = v.history_footprint();
         assert_eq!(footprint.instances, 1);
+        // Only the standing was recorded (every sample failed): no
+        // counter series is held.
         assert!(
-            footprint.bytes > 1000 && footprint.bytes < 1500,
+            footprint.bytes > 300 && footprint.bytes < 600,
             "{footprint:?}"
         );
         v.retain(|_| false);

@@ -237,7 +237,10 @@ async fn read_response(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<(u16
     let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
     let status = head.split(' ').nth(1)?.parse().ok()?;
     let closes = head.lines().any(|l| l.trim() == "connection: close");
-    if head.lines().any(|l| l.trim() == "transfer-encoding: chunked") {
+    if head
+        .lines()
+        .any(|l| l.trim() == "transfer-encoding: chunked")
+    {
         // The last chunk is empty: the body ends with "0\r\n\r\n" (no
         // trailers from this server).
         while !buf[head_end..].ends_with(b"0\r\n\r\n") {

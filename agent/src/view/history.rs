@@ -7,10 +7,12 @@
 //!
 //! Compact integers: each counter series is a base (`u32`) and one `u16`
 //! offset per bucket (a series whose values in the window span more than
-//! 65,534 becomes a plain `u32` per bucket until it fits again); the
+//! 65,534 becomes a plain `u32` per bucket until it fits again), and
+//! nothing at all while the counter is not reported in the window; the
 //! standing is one byte per bucket. The band tops the counters were held
 //! to are kept as change marks (at most [`MAX_BAND_MARKS`]), not per
-//! bucket. One instance's history is about 1 KiB whatever happens to it
+//! bucket. One instance's history is at most about 1.2 KiB whatever happens
+//! to it, about 0.7 KiB with two of the four counters reported
 //! ([`History::heap_bytes`]).
 
 use jiff::Timestamp;
@@ -42,29 +44,36 @@ fn compact(value: u64) -> u32 {
 }
 
 /// One counter over the buckets.
-// Narrow is inline on purpose: nearly every counter fits it, and boxing it
-// would add an allocation per series to save bytes only on the rare Wide.
-#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 enum Series {
+    /// Not reported in any bucket of the window: nothing allocated. Each
+    /// fleet lacks one counter or more (push-sync nodes have no
+    /// replication lag, pull-sync nodes no outbox), so an absent series
+    /// costs no more than its tag.
+    Absent,
     /// `base + offset` per bucket; [`NARROW_ABSENT`] where not reported.
-    Narrow { base: u32, offsets: [u16; N] },
+    Narrow(Box<Narrow>),
     /// The value per bucket; [`WIDE_ABSENT`] where not reported.
     Wide(Box<[u32; N]>),
 }
 
+/// A series whose values in the window span less than 65,535.
+#[derive(Debug, Clone)]
+struct Narrow {
+    base: u32,
+    offsets: [u16; N],
+}
+
 impl Series {
     fn new() -> Series {
-        Series::Narrow {
-            base: 0,
-            offsets: [NARROW_ABSENT; N],
-        }
+        Series::Absent
     }
 
     fn get(&self, i: usize) -> Option<u32> {
         match self {
-            Series::Narrow { base, offsets } => {
-                (offsets[i] != NARROW_ABSENT).then(|| base + u32::from(offsets[i]))
+            Series::Absent => None,
+            Series::Narrow(n) => {
+                (n.offsets[i] != NARROW_ABSENT).then(|| n.base + u32::from(n.offsets[i]))
             }
             Series::Wide(values) => (values[i] != WIDE_ABSENT).then_some(values[i]),
         }
@@ -72,7 +81,8 @@ impl Series {
 
     fn clear(&mut self, i: usize) {
         match self {
-            Series::Narrow { offsets, .. } => offsets[i] = NARROW_ABSENT,
+            Series::Absent => {}
+            Series::Narrow(n) => n.offsets[i] = NARROW_ABSENT,
             Series::Wide(values) => values[i] = WIDE_ABSENT,
         }
     }
@@ -88,13 +98,14 @@ impl Series {
 
     fn set(&mut self, i: usize, value: u32) {
         match self {
-            Series::Narrow { base, offsets } => {
+            Series::Absent => {}
+            Series::Narrow(n) => {
                 if let Some(offset) = value
-                    .checked_sub(*base)
+                    .checked_sub(n.base)
                     .and_then(|d| u16::try_from(d).ok())
                     .filter(|&d| d != NARROW_ABSENT)
                 {
-                    offsets[i] = offset;
+                    n.offsets[i] = offset;
                     return;
                 }
             }
@@ -103,7 +114,8 @@ impl Series {
                 return;
             }
         }
-        // Out of the narrow range: re-encode around the new value, or widen.
+        // First value, or out of the narrow range: re-encode around the
+        // new value, or widen.
         let mut values = self.values();
         values[i] = value;
         *self = Series::encode(&values);
@@ -118,31 +130,41 @@ impl Series {
         let present = values.iter().copied().filter(|&v| v != WIDE_ABSENT);
         let (lo, hi) = present.fold((u32::MAX, 0), |(lo, hi), v| (lo.min(v), hi.max(v)));
         if lo > hi {
-            return Series::new();
+            return Series::Absent;
         }
         if hi - lo < u32::from(NARROW_ABSENT) {
             let offsets = std::array::from_fn(|i| match values[i] {
                 WIDE_ABSENT => NARROW_ABSENT,
                 v => u16::try_from(v - lo).unwrap_or(NARROW_ABSENT - 1),
             });
-            return Series::Narrow { base: lo, offsets };
+            return Series::Narrow(Box::new(Narrow { base: lo, offsets }));
         }
         Series::Wide(Box::new(*values))
     }
 
-    /// Narrows a wide series again once its window fits.
+    /// Narrows a wide series again once its window fits, and frees one
+    /// with nothing left in the window.
     fn shrink(&mut self) {
-        if let Series::Wide(values) = self {
-            let narrowed = Series::encode(values);
-            if matches!(narrowed, Series::Narrow { .. }) {
-                *self = narrowed;
+        match self {
+            Series::Absent => {}
+            Series::Narrow(n) => {
+                if n.offsets.iter().all(|&o| o == NARROW_ABSENT) {
+                    *self = Series::Absent;
+                }
+            }
+            Series::Wide(values) => {
+                let narrowed = Series::encode(values);
+                if !matches!(narrowed, Series::Wide(_)) {
+                    *self = narrowed;
+                }
             }
         }
     }
 
     fn heap_bytes(&self) -> usize {
         match self {
-            Series::Narrow { .. } => 0,
+            Series::Absent => 0,
+            Series::Narrow(_) => std::mem::size_of::<Narrow>(),
             Series::Wide(_) => std::mem::size_of::<[u32; N]>(),
         }
     }
@@ -582,7 +604,7 @@ mod tests {
         assert_eq!(h.view(at(60)).points[n - 1].fd_timeouts, Some(3));
         // Once the large value leaves the window, the series is narrow again.
         h.record(&input(60 + 3600, Standing::Healthy, 5));
-        assert!(matches!(h.fd_timeouts, Series::Narrow { .. }));
+        assert!(matches!(h.fd_timeouts, Series::Narrow(_)));
         assert_eq!(
             h.view(at(3660)).points[n - 1].fd_timeouts,
             Some(5),
@@ -594,6 +616,39 @@ mod tests {
         assert_eq!(
             h.view(at(3690)).points[n - 1].fd_timeouts,
             Some(u64::from(u32::MAX - 1))
+        );
+    }
+
+    #[test]
+    fn a_counter_never_reported_costs_nothing_and_one_gone_for_an_hour_is_freed() {
+        // input() reports fdTimeoutCount and outboxMessages only.
+        let mut h = History::new(&input(0, Standing::Healthy, 1));
+        assert!(matches!(h.peer_failures, Series::Absent));
+        assert!(matches!(h.replication_lag, Series::Absent));
+        let two = h.heap_bytes();
+        assert_eq!(
+            two,
+            std::mem::size_of::<History>()
+                + 2 * std::mem::size_of::<Narrow>()
+                + h.bands.capacity() * std::mem::size_of::<BandMark>()
+        );
+        let mut i = input(30, Standing::Healthy, 1);
+        i.replication_lag = Some(7);
+        h.record(&i);
+        assert!(matches!(h.replication_lag, Series::Narrow(_)));
+        assert_eq!(h.heap_bytes(), two + std::mem::size_of::<Narrow>());
+        assert_eq!(
+            h.view(at(30)).points[HISTORY_BUCKETS - 1].replication_lag,
+            Some(7)
+        );
+        // An hour without it: the window has no value left, nothing is held.
+        h.record(&input(30 + 3600, Standing::Healthy, 1));
+        assert!(matches!(h.replication_lag, Series::Absent));
+        assert!(
+            h.view(at(3630))
+                .points
+                .iter()
+                .all(|p| p.replication_lag.is_none())
         );
     }
 
