@@ -6,7 +6,10 @@
 #      thresholds); refused renderings must fail saying why: replicaCount 2
 #      without sharding, no or a /0 API server CIDR, kube-system, extraArgs
 #      overriding a flag the policy is derived from, an unreadable pod
-#      selector; no scrapers must mean no ingress; values.schema.json must
+#      selector; no scrapers and no verdict consumers must mean no ingress;
+#      the rendered policy admits the scrapers (monitoring) and the Argo
+#      Rollouts controller (argo-rollouts) to the debug port and nobody else
+#      (scripts/chart_ingress.py); values.schema.json must
 #      refuse unknown values and gate values the agent refuses (a band
 #      percent over 1000, a sample age of 0, an empty soak list, an unknown
 #      gate key, a wrong type)
@@ -131,8 +134,43 @@ refused "a pod selector with an empty set" "lists no values" \
   "${api[@]}" --set-string 'watch.podSelector=a in ()'
 refused "an unbalanced pod selector" "cannot be read" \
   "${api[@]}" --set-string 'watch.podSelector=a in (x'
-"$helm" template x "$chart" "${api[@]}" --set networkPolicy.scrapeFrom=null \
-  | grep -q '^  ingress: \[\]$' || fail "no scrapers must render 'ingress: []' (no ingress)"
+"$helm" template x "$chart" "${api[@]}" --set networkPolicy.scrapeFrom=null --set networkPolicy.verdictFrom=null \
+  | grep -q '^  ingress: \[\]$' || fail "no scrapers and no verdict consumers must render 'ingress: []' (no ingress)"
+# Who reaches the debug port (/metrics, the verdict API) under the rendered
+# policy: by default the scrapers (monitoring) and the Argo Rollouts
+# controller (argo-rollouts, the web recipe's and Kargo's verifications);
+# nobody else; each list on its own; the port follows debug.port.
+ingress_case() { # NAME PORT HELM-ARGS... -- CASES...
+  local name=$1 port=$2 args=() ; shift 2
+  while [ "$1" != -- ]; do args+=("$1"); shift; done; shift
+  "$helm" template x "$chart" --namespace kura-system "${api[@]}" "${args[@]}" > "$dir/ingress-$name.yaml"
+  "$py" "$root/scripts/chart_ingress.py" "$dir/ingress-$name.yaml" "$port" "$@" \
+    || fail "the NetworkPolicy's ingress ($name) is not what the recipes need"
+}
+ingress_case default 8080 -- \
+  argo-rollouts/app.kubernetes.io/name=argo-rollouts=allow monitoring/app=prometheus=allow \
+  kura-system=deny default=deny kargo=deny kura=deny
+ingress_case default-other-port 8081 -- argo-rollouts=deny monitoring=deny
+ingress_case port 9090 --set debug.port=9090 -- argo-rollouts=allow monitoring=allow default=deny
+ingress_case no-verdict 8080 --set networkPolicy.verdictFrom=null -- argo-rollouts=deny monitoring=allow
+ingress_case no-scrape 8080 --set networkPolicy.scrapeFrom=null -- argo-rollouts=allow monitoring=deny
+ingress_case kargo 8080 --set-json 'networkPolicy.verdictFrom=[{"namespaceSelector":{"matchExpressions":[{"key":"kubernetes.io/metadata.name","operator":"In","values":["argo-rollouts","kargo"]}]}}]' -- \
+  argo-rollouts=allow kargo=allow monitoring=allow default=deny
+# NOTES.txt says who reaches the verdict API and how to upgrade the CRD.
+notes=$("$helm" install x "$chart" --dry-run=client --namespace kura-system "${api[@]}" 2>&1 | sed -n '/^NOTES:/,$p')
+for want in "networkPolicy.verdictFrom" "kubernetes.io/metadata.name: argo-rollouts" \
+    "/api/v1/instances/NAMESPACE/NAME/verdict" "kubectl apply --server-side --force-conflicts"; do
+  grep -qF -- "$want" <<<"$notes" || fail "NOTES.txt does not say \"$want\": $notes"
+done
+notes=$("$helm" install x "$chart" --dry-run=client --namespace kura-system "${api[@]}" \
+  --set networkPolicy.verdictFrom=null 2>&1 | sed -n '/^NOTES:/,$p')
+grep -qF "a web" <<<"$notes" || fail "NOTES.txt does not warn that no verdict consumer is admitted: $notes"
+# The evaluator itself can say deny: a policy that admits everybody on the
+# port (an empty `from`) fails it.
+sed 's/^    - from:$/    - ports: [{port: 8080}]\n      x-from:/' "$dir/ingress-default.yaml" > "$dir/ingress-open.yaml"
+if "$py" "$root/scripts/chart_ingress.py" "$dir/ingress-open.yaml" 8080 default=deny >/dev/null; then
+  fail "chart_ingress.py admitted nobody extra under a policy open to everybody"
+fi
 # values.schema.json: what the agent would refuse at start-up is refused at
 # install time, naming the value.
 schema_refused() { # WANT ARGS...: helm lint must fail and say WANT
@@ -315,8 +353,8 @@ check(binding["subjects"] == [{"kind": "ServiceAccount", "name": "kura-health-ag
 (np,) = by_kind.get("NetworkPolicy", [None])
 check(sorted(np["spec"]["policyTypes"]) == ["Egress", "Ingress"], "NetworkPolicy covers both directions")
 ingress = np["spec"]["ingress"]
-check(len(ingress) == 1 and [p["port"] for p in ingress[0]["ports"]] == [8080]
-      and ingress[0].get("from"), "ingress: the debug port, only from the scrapers")
+check(len(ingress) == 2 and all([p["port"] for p in r["ports"]] == [8080] and r.get("from") for r in ingress),
+      "ingress: the debug port, only from the scrapers and the verdict API's consumers")
 egress_ports = sorted(p["port"] for e in np["spec"]["egress"] for p in e["ports"])
 check(egress_ports == [443, 4000, 6443], f"egress: report port and API server, got {egress_ports}")
 check(len(by_kind.get("PodDisruptionBudget", [])) == 1, "a PodDisruptionBudget")
