@@ -132,8 +132,16 @@ def check_web(name, metric, outputs, tool):
         (ok if got == want else fail)("%s: %s (want %s)" % (label, got, want))
 
 
+# What a Prometheus scrape adds to every series (the target: the agent's
+# pod), as with the operator's default honorLabels: false.
+TARGET_LABELS = 'job="kura-health-agent",namespace="kura-system",instance="10.0.0.9:8080"'
+
+
 def scrape_series(metrics_text):
-    """The scraped samples as promtool input series (constant values)."""
+    """The scraped samples as promtool input series (constant values), with
+    the labels the scrape itself adds: a query that matched the target's
+    namespace/instance instead of the agent's kura_namespace/kura_instance
+    finds nothing."""
     series = []
     for line in metrics_text.splitlines():
         if not line or line.startswith("#"):
@@ -141,6 +149,9 @@ def scrape_series(metrics_text):
         spec, value = line.rsplit(" ", 1)
         if not spec.startswith("kura_instance_"):
             continue
+        name, _, labels = spec.partition("{")
+        labels = labels.rstrip("}")
+        spec = "%s{%s%s}" % (name, TARGET_LABELS, "," + labels if labels else "")
         series.append({"series": spec, "values": "%sx10" % value})
     return series
 
