@@ -26,8 +26,9 @@ pod on spec.image), `rolling` (checks pass on pods of the old image),
 - job provider: the recipe's container args, its args filled in with the
   URLs of simulated nodes (kura-agent simulate) and its durations shortened,
   run with the agent binary: exit 0 on a healthy set, 1 on a hard stop;
-- Flux: the healthCheckExprs of --flux for KuraInstance, evaluated as
-  kustomize-controller does (kura-integrations flux-cel) on the Argo CD
+- Flux: the healthCheckExprs of --flux for KuraInstance, evaluated by
+  fluxcd/pkg/runtime/cel's StatusEvaluator, the code kustomize-controller
+  runs (kura-integrations flux-cel), on every one of the Argo CD
   health check's test objects (--objects; the e2e suite holds their agent
   conditions to what the agent writes): the status in FLUX_EXPECTED.
 """
@@ -70,6 +71,11 @@ FLUX_EXPECTED = {
     "not-converged.yaml": "InProgress",
     "held-fd-timeouts-regressed.yaml": "InProgress",
     "hard-stopped.yaml": "Failed",
+    "hard-stopped-serving-fenced.yaml": "Failed",
+    # A rollback's new generation, not judged yet: kustomize-controller's
+    # fail-fast wait must keep waiting, not fail on the old hard stop.
+    "hard-stopped-rollback-not-judged.yaml": "InProgress",
+    "terminating.yaml": "InProgress",
 }
 
 failures = []
@@ -278,6 +284,9 @@ def check_flux(flux_file, objects, tool):
         cmd += ["--failed", e["failed"]]
     if e.get("inProgress"):
         cmd += ["--in-progress", e["inProgress"]]
+    unexpected = sorted(set(f for f in os.listdir(objects) if f.endswith(".yaml")) - set(FLUX_EXPECTED))
+    if unexpected:
+        fail("flux: no expected status for the test objects %s" % unexpected)
     for name, want in FLUX_EXPECTED.items():
         got = subprocess.run(
             cmd + [os.path.join(objects, name)], capture_output=True, text=True, check=True

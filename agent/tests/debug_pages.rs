@@ -451,11 +451,11 @@ async fn the_instance_page_tells_the_story() {
     assert_eq!(m.status, 200);
     assert!(
         m.body
-            .contains("kura_instance_fd_timeouts{namespace=\"kura\",instance=\"drift\"} 41"),
+            .contains("kura_instance_fd_timeouts{kura_namespace=\"kura\",kura_instance=\"drift\"} 41"),
         "{}",
         m.body
     );
-    assert!(!m.body.contains("instance=\"calm\""), "only this instance");
+    assert!(!m.body.contains("kura_instance=\"calm\""), "only this instance");
 }
 
 #[tokio::test]

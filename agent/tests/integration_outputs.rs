@@ -226,7 +226,7 @@ async fn the_verdict_endpoint_and_metrics_in_every_state_a_recipe_reads() {
         let (status, body) = http_get(addr, "/metrics").await.expect("metrics");
         if names.iter().all(|n| {
             body.contains(&format!(
-                "kura_instance_converged{{namespace=\"kura\",instance=\"{n}\"}}"
+                "kura_instance_converged{{kura_namespace=\"kura\",kura_instance=\"{n}\"}}"
             ))
         }) {
             break (status, body);
