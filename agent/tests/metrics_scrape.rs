@@ -369,10 +369,7 @@ async fn scrape_has_every_instance_and_drops_a_removed_one() {
     // The agent's own series come through the same endpoint.
     let s = scrape_until(addr, started, "agent-level series", |s| {
         s.global("kura_agent_instances_tracked", &[]) == Some(2.0)
-            && s.global(
-                "kura_agent_judged_instances",
-                &[("verdict", "hard_stop")],
-            ) == Some(1.0)
+            && s.global("kura_agent_judged_instances", &[("verdict", "hard_stop")]) == Some(1.0)
     })
     .await;
     let ok_polls = s

@@ -615,7 +615,9 @@ mod tests {
         );
         assert_eq!(
             one(GATE_SIGNAL),
-            vec!["{kura_namespace=\"kura\",kura_instance=\"acme\",signal=\"memory_pressure_critical\"} 1"]
+            vec![
+                "{kura_namespace=\"kura\",kura_instance=\"acme\",signal=\"memory_pressure_critical\"} 1"
+            ]
         );
         assert_eq!(one(INSTANCES_BY_IMAGE), vec!["{image=\"img:2\"} 1"]);
     }
