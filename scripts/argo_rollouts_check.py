@@ -232,9 +232,16 @@ def stop_controller(proc, logf):
 def apply_crds(crd_dir):
     for name in ("analysis-run-crd.yaml", "analysis-template-crd.yaml", "cluster-analysis-template-crd.yaml"):
         kubectl("apply", "--server-side", "--force-conflicts", "-f", os.path.join(crd_dir, name))
-    kubectl("wait", "--for=condition=Established", "--timeout=60s",
-            "crd/analysisruns.argoproj.io", "crd/analysistemplates.argoproj.io",
-            "crd/clusteranalysistemplates.argoproj.io")
+    # Polled: `kubectl wait --for=condition=Established` fails at once when
+    # it reads a CRD before its first status.
+    for crd in ("analysisruns.argoproj.io", "analysistemplates.argoproj.io",
+                "clusteranalysistemplates.argoproj.io"):
+        deadline = time.time() + 60
+        while kubectl("get", "crd", crd, "-o",
+                      'jsonpath={.status.conditions[?(@.type=="Established")].status}').stdout != "True":
+            if time.time() > deadline:
+                raise RuntimeError("CRD %s not Established after 60 s" % crd)
+            time.sleep(0.5)
 
 
 def main():

@@ -71,8 +71,14 @@ argo_crds=${KURA_ARGO_CRDS:-$root/../shared/vendor/argo-rollouts-crds}
 "$KURA_KUBECTL" apply --server-side --force-conflicts \
   -f "$argo_crds/analysis-template-crd.yaml" \
   -f "$argo_crds/cluster-analysis-template-crd.yaml" >/dev/null
-"$KURA_KUBECTL" wait --for=condition=Established --timeout=60s \
-  crd/analysistemplates.argoproj.io crd/clusteranalysistemplates.argoproj.io >/dev/null
+# Polled, not `kubectl wait --for=condition=Established`: that fails at once
+# ("accessor error: <nil>") when it reads a CRD before its first status.
+for crd in analysistemplates.argoproj.io clusteranalysistemplates.argoproj.io; do
+  for _ in $(seq 1 120); do
+    [ "$("$KURA_KUBECTL" get crd "$crd" -o jsonpath='{.status.conditions[?(@.type=="Established")].status}')" = True ] && break
+    sleep 0.5
+  done
+done
 "$KURA_KUBECTL" apply --dry-run=server --validate=strict -n default -f "$root/docs/integrations/argo/"
 # The dry run can fail: a misspelled field is refused by the CRD's schema.
 sed 's/jsonPath:/jsonpath:/' "$root/docs/integrations/argo/analysis-template-web.yaml" > "$dir/misspelled.yaml"
