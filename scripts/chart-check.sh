@@ -28,6 +28,9 @@
 #      may read pods in its namespaces only (kubectl auth can-i)
 #   6. the CRD stores a count of 2^63-1 (kura_schemas::api_int::API_INT_MAX)
 #      and the API server refuses 2^63 and 2^64-1
+#   7. the CRD upgrade path of NOTES.txt (helm show crds | kubectl apply
+#      --server-side) over an older CRD: the category (kubectl get tuist)
+#      and the RolloutHealthy printer column are served afterwards
 #
 #   scripts/chart-check.sh
 #
@@ -156,6 +159,13 @@ ingress_case no-verdict 8080 --set networkPolicy.verdictFrom=null -- argo-rollou
 ingress_case no-scrape 8080 --set networkPolicy.scrapeFrom=null -- argo-rollouts=allow monitoring=deny
 ingress_case kargo 8080 --set-json 'networkPolicy.verdictFrom=[{"namespaceSelector":{"matchExpressions":[{"key":"kubernetes.io/metadata.name","operator":"In","values":["argo-rollouts","kargo"]}]}}]' -- \
   argo-rollouts=allow kargo=allow monitoring=allow default=deny
+# kubeVersion: the oldest release with what the chart uses (Chart.yaml).
+"$helm" template x "$chart" "${api[@]}" --kube-version 1.22.0 >/dev/null \
+  || fail "Kubernetes 1.22 must be accepted (the chart's minimum)"
+refused "Kubernetes 1.21" "incompatible with Kubernetes" "${api[@]}" --kube-version 1.21.14
+# The chart as a subchart: values.schema.json admits Helm's `global`.
+"$helm" lint --strict "$chart" "${api[@]}" --set global.imageRegistry=registry.example.com >/dev/null \
+  || fail "values with global set were refused: the chart cannot be a subchart"
 # NOTES.txt says who reaches the verdict API and how to upgrade the CRD.
 notes=$("$helm" install x "$chart" --dry-run=client --namespace kura-system "${api[@]}" 2>&1 | sed -n '/^NOTES:/,$p')
 for want in "networkPolicy.verdictFrom" "kubernetes.io/metadata.name: argo-rollouts" \
@@ -425,5 +435,47 @@ for too_big in 9223372036854775808 18446744073709551615; do
   fi
   echo "chart-check: the API server refuses fdTimeoutCount $too_big: $(tail -n1 <<<"$out" | cut -c1-160)"
 done
+
+part "CRD upgrade path: helm show crds | kubectl apply --server-side (NOTES.txt)"
+# An older CRD (no RolloutHealthy column, no category) in the cluster, as
+# Helm leaves it on upgrade (it never upgrades crds/); the documented
+# command brings the shipped one; the printer column and the category are
+# then served.
+"$py" - "$chart/crds/kurainstances.kura.tuist.dev.yaml" > "$dir/old-crd.yaml" <<'PY'
+import sys, yaml
+crd = yaml.safe_load(open(sys.argv[1]))
+crd["spec"]["names"].pop("categories")
+v = crd["spec"]["versions"][0]
+v["additionalPrinterColumns"] = [c for c in v["additionalPrinterColumns"] if c["name"] != "RolloutHealthy"]
+print(yaml.safe_dump(crd))
+PY
+# Discovery (categories) with a fresh cache each time: kubectl caches it.
+fresh() { kubectl --cache-dir "$(mktemp -d "$dir/kube-cache.XXXXXX")" "$@"; }
+# replace, not apply: the whole spec becomes the old one, whoever owned the
+# newer fields (Helm creates crds/ with a plain create).
+kubectl replace -f "$dir/old-crd.yaml" >/dev/null
+served=1
+for _ in $(seq 1 50); do
+  if ! fresh get tuist -A >/dev/null 2>&1; then served=; break; fi
+  sleep 0.2
+done
+[ -z "$served" ] || fail "the old CRD still serves the category after 10 s: the upgrade check would prove nothing"
+"$helm" show crds "$chart" | kubectl apply --server-side --force-conflicts -f - >/dev/null
+kubectl patch kurainstance example -n kura-a --subresource=status --type=merge -p \
+  '{"status":{"conditions":[{"type":"RolloutHealthy","status":"False","reason":"NotReady","message":"m","lastTransitionTime":"2026-12-01T10:00:00Z","observedGeneration":1}]}}' >/dev/null
+got=""
+for _ in $(seq 1 50); do
+  got=$(fresh get tuist -n kura-a -o custom-columns=NAME:.metadata.name --no-headers 2>/dev/null || true)
+  [ "$got" = example ] && break
+  sleep 0.2
+done
+[ "$got" = example ] || fail "kubectl get tuist does not list the KuraInstance after the upgrade: '$got'"
+header=$(kubectl get kurainstance example -n kura-a | head -1)
+row=$(kubectl get kurainstance example -n kura-a --no-headers)
+grep -qw ROLLOUTHEALTHY <<<"$header" || fail "no RolloutHealthy printer column: $header"
+col=$(awk -v h="$header" 'BEGIN { n = split(h, f, /[ ]+/); for (i = 1; i <= n; i++) if (f[i] == "ROLLOUTHEALTHY") print i }')
+[ "$(awk -v c="$col" '{ print $c }' <<<"$row")" = False ] \
+  || fail "the RolloutHealthy column does not show the condition: $header / $row"
+echo "chart-check: after helm show crds | kubectl apply --server-side: kubectl get tuist lists it; RolloutHealthy column: False"
 
 echo "chart-check: all checks passed"
