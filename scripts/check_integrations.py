@@ -23,9 +23,13 @@ pod on spec.image), `rolling` (checks pass on pods of the old image),
   unit test over the scraped series: its value per instance must be the one
   in PROMETHEUS_EXPECTED (promtool fails otherwise), and that value through
   the recipe's conditions (kura-integrations argo-prometheus) the phase;
-- job provider: the recipe's container args, its args filled in with the
-  URLs of simulated nodes (kura-agent simulate) and its durations shortened,
-  run with the agent binary: exit 0 on a healthy set, 1 on a hard stop;
+- job provider: the pre-upgrade hook's `kura-agent baseline` (--baseline-hook,
+  its ConfigMap swapped for a file), then the recipe's container args, its
+  args filled in with the URLs of simulated nodes (kura-agent simulate), its
+  durations shortened and its mounted baseline that file, run with the agent
+  binary: exit 0 on a healthy set, 1 on a hard stop, 1 when the upgrade
+  itself raised the fd timeouts (against the pre-upgrade baseline); and, as
+  the check of the check, 0 there without the baseline (the bug);
 - Flux: the healthCheckExprs of --flux for KuraInstance, evaluated by
   fluxcd/pkg/runtime/cel's StatusEvaluator, the code kustomize-controller
   runs (kura-integrations flux-cel), on every one of the Argo CD
@@ -215,7 +219,7 @@ def check_prometheus(name, template, metric, outputs, tool, promtool, tmp):
         (ok if got.split(":")[0] == want else fail)("%s: %s (want %s)" % (label, got, want))
 
 
-SHORTER = {"--soak": "2s", "--timeout": "30s"}
+SHORTER = {"--soak": "2s", "--timeout": "10s"}
 
 
 def simulate(agent, scenario):
@@ -240,28 +244,84 @@ def simulate(agent, scenario):
     raise RuntimeError("kura-agent simulate %s did not start" % scenario)
 
 
-def check_job(name, template, metric, agent, scenarios):
+def hook_args(hook_file):
+    """The container args of the pre-upgrade baseline hook Job."""
+    for doc in yaml.safe_load_all(open(hook_file)):
+        if doc and doc.get("kind") == "Job":
+            return doc["spec"]["template"]["spec"]["containers"][0]["args"]
+    raise RuntimeError("%s has no Job" % hook_file)
+
+
+def with_nodes(argv, urls):
+    """argv with its --node values replaced by urls, in order."""
+    out, it = [], iter(urls)
+    for i, a in enumerate(argv):
+        out.append(next(it) if i > 0 and argv[i - 1] == "--node" else a)
+    return out
+
+
+# (scenario, wait before check, take the pre-upgrade baseline, exit wanted)
+JOB_CASES = (
+    ("pair-healthy.json", 0, True, 0),
+    ("pair-hard-stop.json", 0, True, 1),
+    # The upgrade (at 3 s) costs a burst of fd timeouts: against the
+    # baseline taken before it, a regression (exit 1 at the timeout)...
+    ("pair-upgrade-fd-burst.json", 4, True, 1),
+    # ...which a check taking its own first poll after the upgrade as the
+    # baseline (the recipe before issue 31) bakes in and passes.
+    ("pair-upgrade-fd-burst.json", 4, False, 0),
+)
+
+
+def check_job(name, template, metric, agent, scenarios, hook_file, tmp):
     container = metric["provider"]["job"]["spec"]["template"]["spec"]["containers"][0]
     args_tmpl = container["args"]
+    if "--baseline" not in args_tmpl:
+        fail("%s %s: the check does not take the pre-upgrade baseline (--baseline)" % (name, metric["name"]))
+        return
+    mount = args_tmpl[args_tmpl.index("--baseline") + 1]
+    baseline_argv = hook_args(hook_file)
     node_args = sorted(a["name"] for a in template["spec"]["args"] if a["name"].startswith("node-"))
-    for scenario, want in (("pair-healthy.json", 0), ("pair-hard-stop.json", 1)):
+    for scenario, wait, with_baseline, want in JOB_CASES:
         proc, urls = simulate(agent, os.path.join(scenarios, scenario))
         try:
             if len(urls) < len(node_args):
                 raise RuntimeError("%s serves %d pods, the recipe needs %d" % (scenario, len(urls), len(node_args)))
+            started = time.time()
+            base_file = os.path.join(tmp, "baseline-%s.json" % scenario)
+            if with_baseline:
+                # The hook's args, with its ConfigMap swapped for a file (the
+                # ConfigMap itself is tested on the real API server, e2e).
+                bargv = with_nodes(baseline_argv, urls[: len(node_args)])
+                assert bargv[0] == "baseline", bargv
+                i = bargv.index("--configmap")
+                bargv[i : i + 2] = ["--out", base_file]
+                done = subprocess.run([agent] + bargv, capture_output=True, text=True, timeout=30)
+                if done.returncode != 0:
+                    fail("%s: the pre-upgrade baseline on %s: exit %d\n%s" % (hook_file, scenario, done.returncode, done.stderr[-2000:]))
+                    continue
+            time.sleep(max(0.0, wait - (time.time() - started)))
             args = {n: u for n, u in zip(node_args, urls)}
             argv = [fill(a, args) for a in args_tmpl]
+            if with_baseline:
+                argv[argv.index(mount)] = base_file
+            else:
+                i = argv.index("--baseline")
+                del argv[i : i + 2]
             # The recipe's soak and timeout, shortened for the test.
             for i, a in enumerate(argv[:-1]):
                 if a in SHORTER:
                     argv[i + 1] = SHORTER[a]
             argv += ["--interval", "250ms"]
             assert argv[0] == "check", argv
-            started = time.time()
+            t0 = time.time()
             done = subprocess.run([agent] + argv, capture_output=True, text=True, timeout=60)
-            label = "%s %s on %s (%s)" % (name, metric["name"], scenario, " ".join(argv))
+            label = "%s %s on %s, %s (%s)" % (
+                name, metric["name"], scenario,
+                "baseline taken before the upgrade" if with_baseline else "no baseline (before issue 31)",
+                " ".join(argv))
             if done.returncode == want:
-                ok("%s: exit %d in %.1fs" % (label, done.returncode, time.time() - started))
+                ok("%s: exit %d in %.1fs" % (label, done.returncode, time.time() - t0))
             else:
                 fail("%s: exit %d, want %d\n%s%s" % (label, done.returncode, want, done.stdout[-2000:], done.stderr[-2000:]))
         finally:
@@ -312,6 +372,7 @@ def main():
     p.add_argument("--scenarios", required=True)
     p.add_argument("--flux", required=True)
     p.add_argument("--objects", required=True)
+    p.add_argument("--baseline-hook", required=True)
     a = p.parse_args()
     check_schema(a.outputs, a.schema)
     seen = {"web": 0, "prometheus": 0, "job": 0}
@@ -330,7 +391,7 @@ def main():
                     check_prometheus(name, doc, metric, a.outputs, a.integrations, a.promtool, tmp)
                 elif "job" in provider:
                     seen["job"] += 1
-                    check_job(name, doc, metric, a.agent, a.scenarios)
+                    check_job(name, doc, metric, a.agent, a.scenarios, a.baseline_hook, tmp)
                 else:
                     fail("%s %s: no check for provider %s" % (name, metric["name"], list(provider)))
     check_flux(a.flux, a.objects, a.integrations)

@@ -8,7 +8,8 @@
 # per-instance annotation); conditions next to another manager's, kubectl
 # wait, kubectl events, a flapping instance's Event calls, every replica's
 # answers, kstatus; then the Argo Rollouts recipes of docs/integrations.md
-# applied with --dry-run=server over the vendored CRDs.
+# applied with --dry-run=server over the vendored CRDs, and the Kargo Stage
+# and baseline hook of the job recipe over Kargo's Stage CRD.
 #
 #   scripts/e2e.sh [TEST_FILTER...]   # extra args go to the test binary
 #
@@ -87,3 +88,21 @@ if "$KURA_KUBECTL" apply --dry-run=server --validate=strict -n default -f "$dir/
   exit 1
 fi
 echo "a misspelled recipe field is refused, as it should be"
+
+part "Kargo Stage and the baseline hook: --dry-run=server"
+# Kargo's Stage CRD (testdata/vendor/kargo: Kargo v1.11.2; its module is not
+# served by the Go module proxy) and the pre-upgrade hook's core objects.
+"$KURA_KUBECTL" apply --server-side --force-conflicts -f "$root/testdata/vendor/kargo/kargo.akuity.io_stages.yaml" >/dev/null
+for _ in $(seq 1 120); do
+  [ "$("$KURA_KUBECTL" get crd stages.kargo.akuity.io -o jsonpath='{.status.conditions[?(@.type=="Established")].status}')" = True ] && break
+  sleep 0.5
+done
+"$KURA_KUBECTL" create namespace kura-fleet >/dev/null
+"$KURA_KUBECTL" apply --dry-run=server --validate=strict -n kura-fleet \
+  -f "$root/docs/integrations/kargo/stage.yaml" -f "$root/docs/integrations/kargo/baseline-hook.yaml"
+sed 's/analysisTemplates:/analysisTemplate:/' "$root/docs/integrations/kargo/stage.yaml" > "$dir/misspelled-stage.yaml"
+if "$KURA_KUBECTL" apply --dry-run=server --validate=strict -n kura-fleet -f "$dir/misspelled-stage.yaml" >/dev/null 2>&1; then
+  echo "e2e: a Stage with a misspelled field was accepted: the dry run checks nothing" >&2
+  exit 1
+fi
+echo "a misspelled Stage field is refused, as it should be"

@@ -61,5 +61,6 @@ echo "== Argo Rollouts / Kargo recipes against it"
   --integrations "$KURA_INTEGRATIONS" --promtool "$KURA_PROMTOOL" \
   --agent "$agent" --schema schemas/json/instance-verdict.schema.json \
   --scenarios testdata/sim --flux docs/integrations/flux/kustomization.yaml \
-  --objects docs/integrations/argocd/resource_customizations/kura.tuist.dev/KuraInstance/testdata
+  --objects docs/integrations/argocd/resource_customizations/kura.tuist.dev/KuraInstance/testdata \
+  --baseline-hook docs/integrations/kargo/baseline-hook.yaml
 echo "== integration recipes checked in $(( $(date +%s) - t0 ))s"

@@ -2788,6 +2788,84 @@ async fn kstatus_reads_a_new_instance_current_until_the_agents_first_write() {
     agent.stop().await;
 }
 
+/// The job recipe's pre-upgrade step on the real API server (issue 31):
+/// `kura-agent baseline --configmap` stores the baseline in a ConfigMap
+/// (`baseline.json`, server-side apply; run twice, the second replaces the
+/// first), and `kura-agent check --baseline` accepts what it holds, as the
+/// check Job reads it mounted: against it, a regression the upgrade caused
+/// (fd timeouts 5 -> 12) fails the check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real API server: scripts/e2e.sh"]
+async fn a_pre_upgrade_baseline_in_a_configmap_is_what_check_judges_against() {
+    let client = admin().await;
+    ensure_crd(&client).await;
+    let ns = create_namespace(&client, "e2e-baseline").await;
+    let fleet = Fleet::create(
+        &client,
+        &ns,
+        &["xi".to_owned()],
+        1,
+        "ghcr.io/tuist/kura:1.0.0",
+        Ipv4Addr::new(127, 38, 0, 1),
+    )
+    .await;
+    let pod = fleet.pod("xi-0");
+    pod.update(|n| n.fd_timeout_count = 5);
+    let url = format!("http://{}", pod.addr());
+    let agent_bin = env!("CARGO_BIN_EXE_kura-agent");
+    let baseline = || {
+        std::process::Command::new(agent_bin)
+            .args(["baseline", "--node", &url, "--configmap", "kura-baseline"])
+            .args(["--configmap-namespace", &ns])
+            .output()
+            .expect("run kura-agent baseline")
+    };
+    for run in 0..2 {
+        let out = baseline();
+        assert!(
+            out.status.success(),
+            "baseline run {run}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains(&format!("ConfigMap {ns}/kura-baseline")),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let cm = cms.get("kura-baseline").await.expect("the ConfigMap");
+    let doc = cm
+        .data
+        .as_ref()
+        .and_then(|d| d.get("baseline.json"))
+        .expect("baseline.json")
+        .clone();
+    let doc_json: Value = serde_json::from_str(&doc).expect("a JSON document");
+    assert_eq!(doc_json["nodes"][0]["fdTimeoutCount"], 5, "{doc}");
+    let file = std::env::temp_dir().join(unique("baseline.json"));
+    std::fs::write(&file, &doc).expect("write the mounted file");
+
+    // The upgrade raises the fd timeouts: check against the pre-upgrade
+    // baseline fails at its timeout instead of passing its soak.
+    pod.update(|n| n.fd_timeout_count = 12);
+    let out = std::process::Command::new(agent_bin)
+        .args(["check", "--node", &url, "--baseline"])
+        .arg(&file)
+        .args(["--soak", "2s", "--timeout", "6s", "--interval", "250ms"])
+        .output()
+        .expect("run kura-agent check");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("fd_timeouts_regressed"), "{said}");
+    let _ = std::fs::remove_file(&file);
+}
+
 /// Issue 29 on the real API server: the CRD declares `servingAuthority`,
 /// `replicationLagEntries` and the pods' `fence` (they come back from a
 /// status write instead of being pruned), a pull-sync instance whose lag

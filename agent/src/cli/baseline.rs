@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! kura-agent baseline --node http://kura-0.kura:4000 --node http://kura-1.kura:4000 \
-//!     [--expected-pods N] [--out FILE]
+//!     [--expected-pods N] [--out FILE | --configmap NAME [--configmap-namespace NS]]
 //! ```
 //!
 //! The poll, the aggregation, the node URLs and their rules are `check`'s
@@ -13,7 +13,9 @@
 //! why it was not sampled), the set's counters and soak eligibility, when
 //! it was taken and by which agent version. Without `--out` it goes to
 //! standard output; with it, to FILE (written whole or not at all) and a
-//! summary line per node to standard output.
+//! summary line per node to standard output; with `--configmap`, into that
+//! ConfigMap's `baseline.json` ([`baseline_store`]), for a hook Job before
+//! an upgrade.
 //!
 //! Exit 0 when every node was sampled; 1 when not (the document is still
 //! written, each unsampled node named on standard error with why; such a
@@ -27,6 +29,7 @@ use std::process::ExitCode;
 use jiff::Timestamp;
 
 use super::LogFormat;
+use super::baseline_store;
 use super::check::{
     BaselineDocument, CheckNode, CheckRun, CheckSettings, EXIT_FAIL, EXIT_PASS, EXIT_USAGE,
     check_runtime, nodes_of, poll_nodes,
@@ -45,8 +48,17 @@ pub struct BaselineArgs {
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub expected_pods: Option<u32>,
     /// Write the document to FILE instead of standard output.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "configmap")]
     pub out: Option<PathBuf>,
+    /// Store the document in this ConfigMap (key `baseline.json`, server-side
+    /// apply) instead: for a hook Job before an upgrade whose `check` Job
+    /// mounts it (in-cluster or KUBECONFIG credentials).
+    #[arg(long, value_name = "NAME")]
+    pub configmap: Option<String>,
+    /// The ConfigMap's namespace (default: the credentials' namespace, in a
+    /// pod its own).
+    #[arg(long, value_name = "NAMESPACE", requires = "configmap")]
+    pub configmap_namespace: Option<String>,
 }
 
 /// Entry point of `kura-agent baseline`; returns exit code 0, 1 or 2.
@@ -88,6 +100,8 @@ pub fn run(args: BaselineArgs) -> ExitCode {
         &report.baseline,
         report.baseline_eligible,
     );
+    // Where the document went, when not to standard output.
+    let mut destination: Option<String> = None;
     let text = match serde_json::to_string_pretty(&doc) {
         Ok(text) => text,
         Err(e) => {
@@ -95,11 +109,21 @@ pub fn run(args: BaselineArgs) -> ExitCode {
             return ExitCode::from(EXIT_FAIL);
         }
     };
-    let written = match &args.out {
-        Some(path) => {
+    let written = match (&args.out, &args.configmap) {
+        (Some(path), _) => {
             write_whole(path, &text).map_err(|e| format!("cannot write {}: {e}", path.display()))
         }
-        None => {
+        (None, Some(name)) => runtime
+            .block_on(baseline_store::store(
+                name,
+                args.configmap_namespace.as_deref(),
+                &text,
+            ))
+            .map(|namespace| {
+                destination = Some(format!("ConfigMap {namespace}/{name}"));
+            })
+            .map_err(|e| e.to_string()),
+        (None, None) => {
             let mut out = std::io::stdout().lock();
             writeln!(out, "{text}")
                 .and_then(|()| out.flush())
@@ -111,6 +135,9 @@ pub fn run(args: BaselineArgs) -> ExitCode {
         return ExitCode::from(EXIT_FAIL);
     }
     if let Some(path) = &args.out {
+        destination = Some(path.display().to_string());
+    }
+    if let Some(destination) = &destination {
         let mut out = std::io::stdout().lock();
         for node in doc.nodes.iter().filter(|n| n.sampled) {
             let _ = writeln!(
@@ -130,7 +157,7 @@ pub fn run(args: BaselineArgs) -> ExitCode {
             "baseline of {}/{} nodes written to {} ({})",
             doc.aggregate.sampled_pods,
             doc.expected_pods,
-            path.display(),
+            destination,
             if doc.aggregate.soak_eligible {
                 "soak-eligible"
             } else {
