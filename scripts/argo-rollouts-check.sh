@@ -40,6 +40,7 @@ fi
 
 part "tools (cached after the first build)"
 eval "$("$root/scripts/build-tools.sh" kube-apiserver etcd kubectl argo-rollouts-1.7 argo-rollouts-1.8)"
+command -v go >/dev/null || PATH=/usr/local/go/bin:$PATH   # as build-tools.sh does
 crds() { # TOOL: the CRDs of that release's module
   local version
   version=$(awk -v t="$1" '$1 == t { print $2 }' "$root/scripts/tools/argo-rollouts/versions")
