@@ -5,9 +5,12 @@
 #   scripts/build-tools.sh [--link DIR] [TOOL...]
 #
 # TOOL is any of: kube-apiserver kubectl etcd helm kubeconform integrations
-# (default: all but integrations; integrations is kura-integrations, the
-# recipe evaluator of scripts/tools/integrations: Argo Rollouts' jsonPath
-# and condition evaluation, kstatus).
+# argo-rollouts-1.7 argo-rollouts-1.8 (default: all but integrations and
+# the argo-rollouts ones; integrations is kura-integrations, the recipe
+# evaluator of scripts/tools/integrations: Argo Rollouts' jsonPath and
+# condition evaluation, kstatus, Flux's CEL, Argo CD's Lua VM;
+# argo-rollouts-X.Y is Argo Rollouts' rollouts-controller of the release in
+# scripts/tools/argo-rollouts/versions, built from its own module).
 # Missing binaries are built (progress on stderr); cached ones are not touched.
 # stdout gets one shell assignment per tool, so callers can
 #   eval "$(scripts/build-tools.sh helm)"   # -> KURA_HELM=/.../helm-v4.3.2
@@ -36,8 +39,8 @@ while [ $# -gt 0 ]; do
     --link) [ $# -ge 2 ] || die "--link needs a directory"; link_dir=$2; shift 2 ;;
     --link=*) link_dir=${1#--link=}; shift ;;
     -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    kube-apiserver|kubectl|etcd|helm|kubeconform|integrations) want+=("$1"); shift ;;
-    *) die "unknown argument: $1 (tools: kube-apiserver kubectl etcd helm kubeconform integrations)" ;;
+    kube-apiserver|kubectl|etcd|helm|kubeconform|integrations|argo-rollouts-1.7|argo-rollouts-1.8) want+=("$1"); shift ;;
+    *) die "unknown argument: $1 (tools: kube-apiserver kubectl etcd helm kubeconform integrations argo-rollouts-1.7 argo-rollouts-1.8)" ;;
   esac
 done
 [ ${#want[@]} -gt 0 ] || want=(kube-apiserver kubectl etcd helm kubeconform)
@@ -80,6 +83,13 @@ recipe() {
       # Our own program: its version is its sources (in the stamp below).
       version=v1
       xflags= ;;
+    argo-rollouts-*)
+      # Built inside the downloaded module, so that its own go.mod, go.sum
+      # and replace directives apply (a depending module would drop them).
+      moddir=
+      pkg=./cmd/rollouts-controller
+      read -r _ version modsum < <(awk -v t="$1" '$1 == t { print $1, $2, $3 }' "$tools_dir/argo-rollouts/versions")
+      xflags=" -X github.com/argoproj/argo-rollouts/utils/version.version=${version#v} -X github.com/argoproj/argo-rollouts/utils/version.gitTreeState=clean" ;;
     kubeconform)
       moddir=$tools_dir/kubeconform
       pkg=github.com/yannh/kubeconform/cmd/kubeconform
@@ -89,9 +99,13 @@ recipe() {
   [ -n "$version" ] || die "cannot read the $1 version from $moddir/go.mod"
   ldflags="-s -w$xflags"
   out=$bin/$1-$version
-  stamp=$({ cat "$moddir/go.mod" "$moddir/go.sum"
-             find "$moddir" -maxdepth 1 -name '*.go' -exec cat {} +
-             printf '%s\n' "$pkg" "$ldflags" "cgo=0 trimpath"; } | sha256sum | cut -c1-16)
+  if [ -z "$moddir" ]; then
+    stamp=$(printf '%s\n' "$version" "$modsum" "$pkg" "$ldflags" "cgo=0 trimpath" | sha256sum | cut -c1-16)
+  else
+    stamp=$({ cat "$moddir/go.mod" "$moddir/go.sum"
+               find "$moddir" -maxdepth 1 -name '*.go' -exec cat {} +
+               printf '%s\n' "$pkg" "$ldflags" "cgo=0 trimpath"; } | sha256sum | cut -c1-16)
+  fi
 }
 
 is_cached() { [ -x "$out" ] && [ "$(cat "$out.stamp" 2>/dev/null)" = "$stamp" ]; }
@@ -116,12 +130,24 @@ build() {
     locked=1
     if is_cached; then return 0; fi
   fi
-  log "building $tool $version from $moddir ($(go env GOVERSION)) ..."
+  log "building $tool $version from ${moddir:-its module} ($(go env GOVERSION)) ..."
   if [ "$tool" = kube-apiserver ]; then
     log "  (a cold kube-apiserver build takes ~4-10 min on 2 cores; cached afterwards)"
   fi
+  case $tool in argo-rollouts-*) log "  (a cold rollouts-controller build takes ~4-6 min on 2 cores; cached afterwards)" ;; esac
   t0=$(date +%s)
   tmp=$out.tmp.$$
+  if [ -z "$moddir" ]; then
+    # github.com/argoproj/argo-rollouts@version, from the module proxy
+    # (checked against the Go checksum database and the pinned hash).
+    local info sum
+    info=$(GOFLAGS=-mod=mod go mod download -json "github.com/argoproj/argo-rollouts@$version") \
+      || die "go mod download github.com/argoproj/argo-rollouts@$version failed"
+    moddir=$(sed -n 's/^\t"Dir": "\(.*\)",$/\1/p' <<<"$info")
+    sum=$(sed -n 's/^\t"Sum": "\(.*\)",$/\1/p' <<<"$info")
+    [ "$sum" = "$modsum" ] || die "argo-rollouts $version: module hash $sum, pinned $modsum"
+    [ -d "$moddir" ] || die "argo-rollouts $version: no module directory in: $info"
+  fi
   if ! (cd "$moddir" && go build -trimpath -ldflags="$ldflags" -o "$tmp" "$pkg"); then
     rm -f "$tmp"
     die "go build of $tool failed"
@@ -135,7 +161,7 @@ build() {
 for tool in "${want[@]}"; do
   recipe "$tool"
   is_cached || build "$tool"
-  var=KURA_$(printf '%s' "$tool" | tr 'a-z-' 'A-Z_')
+  var=KURA_$(printf '%s' "$tool" | tr 'a-z.-' 'A-Z__')
   printf '%s=%s\n' "$var" "$out"
   [ -z "$link_dir" ] || ln -sfn "$out" "$link_dir/$tool"
 done

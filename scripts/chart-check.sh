@@ -6,7 +6,10 @@
 #      thresholds); refused renderings must fail saying why: replicaCount 2
 #      without sharding, no or a /0 API server CIDR, kube-system, extraArgs
 #      overriding a flag the policy is derived from, an unreadable pod
-#      selector; no scrapers must mean no ingress; values.schema.json must
+#      selector; no scrapers and no verdict consumers must mean no ingress;
+#      the rendered policy admits the scrapers (monitoring) and the Argo
+#      Rollouts controller (argo-rollouts) to the debug port and nobody else
+#      (scripts/chart_ingress.py); values.schema.json must
 #      refuse unknown values and gate values the agent refuses (a band
 #      percent over 1000, a sample age of 0, an empty soak list, an unknown
 #      gate key, a wrong type)
@@ -25,6 +28,9 @@
 #      may read pods in its namespaces only (kubectl auth can-i)
 #   6. the CRD stores a count of 2^63-1 (kura_schemas::api_int::API_INT_MAX)
 #      and the API server refuses 2^63 and 2^64-1
+#   7. the CRD upgrade path of NOTES.txt (helm show crds | kubectl apply
+#      --server-side) over an older CRD: the category (kubectl get tuist)
+#      and the RolloutHealthy printer column are served afterwards
 #
 #   scripts/chart-check.sh
 #
@@ -131,8 +137,50 @@ refused "a pod selector with an empty set" "lists no values" \
   "${api[@]}" --set-string 'watch.podSelector=a in ()'
 refused "an unbalanced pod selector" "cannot be read" \
   "${api[@]}" --set-string 'watch.podSelector=a in (x'
-"$helm" template x "$chart" "${api[@]}" --set networkPolicy.scrapeFrom=null \
-  | grep -q '^  ingress: \[\]$' || fail "no scrapers must render 'ingress: []' (no ingress)"
+"$helm" template x "$chart" "${api[@]}" --set networkPolicy.scrapeFrom=null --set networkPolicy.verdictFrom=null \
+  | grep -q '^  ingress: \[\]$' || fail "no scrapers and no verdict consumers must render 'ingress: []' (no ingress)"
+# Who reaches the debug port (/metrics, the verdict API) under the rendered
+# policy: by default the scrapers (monitoring) and the Argo Rollouts
+# controller (argo-rollouts, the web recipe's and Kargo's verifications);
+# nobody else; each list on its own; the port follows debug.port.
+ingress_case() { # NAME PORT HELM-ARGS... -- CASES...
+  local name=$1 port=$2 args=() ; shift 2
+  while [ "$1" != -- ]; do args+=("$1"); shift; done; shift
+  "$helm" template x "$chart" --namespace kura-system "${api[@]}" "${args[@]}" > "$dir/ingress-$name.yaml"
+  "$py" "$root/scripts/chart_ingress.py" "$dir/ingress-$name.yaml" "$port" "$@" \
+    || fail "the NetworkPolicy's ingress ($name) is not what the recipes need"
+}
+ingress_case default 8080 -- \
+  argo-rollouts/app.kubernetes.io/name=argo-rollouts=allow monitoring/app=prometheus=allow \
+  kura-system=deny default=deny kargo=deny kura=deny
+ingress_case default-other-port 8081 -- argo-rollouts=deny monitoring=deny
+ingress_case port 9090 --set debug.port=9090 -- argo-rollouts=allow monitoring=allow default=deny
+ingress_case no-verdict 8080 --set networkPolicy.verdictFrom=null -- argo-rollouts=deny monitoring=allow
+ingress_case no-scrape 8080 --set networkPolicy.scrapeFrom=null -- argo-rollouts=allow monitoring=deny
+ingress_case kargo 8080 --set-json 'networkPolicy.verdictFrom=[{"namespaceSelector":{"matchExpressions":[{"key":"kubernetes.io/metadata.name","operator":"In","values":["argo-rollouts","kargo"]}]}}]' -- \
+  argo-rollouts=allow kargo=allow monitoring=allow default=deny
+# kubeVersion: the oldest release with what the chart uses (Chart.yaml).
+"$helm" template x "$chart" "${api[@]}" --kube-version 1.22.0 >/dev/null \
+  || fail "Kubernetes 1.22 must be accepted (the chart's minimum)"
+refused "Kubernetes 1.21" "incompatible with Kubernetes" "${api[@]}" --kube-version 1.21.14
+# The chart as a subchart: values.schema.json admits Helm's `global`.
+"$helm" lint --strict "$chart" "${api[@]}" --set global.imageRegistry=registry.example.com >/dev/null \
+  || fail "values with global set were refused: the chart cannot be a subchart"
+# NOTES.txt says who reaches the verdict API and how to upgrade the CRD.
+notes=$("$helm" install x "$chart" --dry-run=client --namespace kura-system "${api[@]}" 2>&1 | sed -n '/^NOTES:/,$p')
+for want in "networkPolicy.verdictFrom" "kubernetes.io/metadata.name: argo-rollouts" \
+    "/api/v1/instances/NAMESPACE/NAME/verdict" "kubectl apply --server-side --force-conflicts"; do
+  grep -qF -- "$want" <<<"$notes" || fail "NOTES.txt does not say \"$want\": $notes"
+done
+notes=$("$helm" install x "$chart" --dry-run=client --namespace kura-system "${api[@]}" \
+  --set networkPolicy.verdictFrom=null 2>&1 | sed -n '/^NOTES:/,$p')
+grep -qF "a web" <<<"$notes" || fail "NOTES.txt does not warn that no verdict consumer is admitted: $notes"
+# The evaluator itself can say deny: a policy that admits everybody on the
+# port (an empty `from`) fails it.
+sed 's/^    - from:$/    - ports: [{port: 8080}]\n      x-from:/' "$dir/ingress-default.yaml" > "$dir/ingress-open.yaml"
+if "$py" "$root/scripts/chart_ingress.py" "$dir/ingress-open.yaml" 8080 default=deny >/dev/null; then
+  fail "chart_ingress.py admitted nobody extra under a policy open to everybody"
+fi
 # values.schema.json: what the agent would refuse at start-up is refused at
 # install time, naming the value.
 schema_refused() { # WANT ARGS...: helm lint must fail and say WANT
@@ -315,8 +363,8 @@ check(binding["subjects"] == [{"kind": "ServiceAccount", "name": "kura-health-ag
 (np,) = by_kind.get("NetworkPolicy", [None])
 check(sorted(np["spec"]["policyTypes"]) == ["Egress", "Ingress"], "NetworkPolicy covers both directions")
 ingress = np["spec"]["ingress"]
-check(len(ingress) == 1 and [p["port"] for p in ingress[0]["ports"]] == [8080]
-      and ingress[0].get("from"), "ingress: the debug port, only from the scrapers")
+check(len(ingress) == 2 and all([p["port"] for p in r["ports"]] == [8080] and r.get("from") for r in ingress),
+      "ingress: the debug port, only from the scrapers and the verdict API's consumers")
 egress_ports = sorted(p["port"] for e in np["spec"]["egress"] for p in e["ports"])
 check(egress_ports == [443, 4000, 6443], f"egress: report port and API server, got {egress_ports}")
 check(len(by_kind.get("PodDisruptionBudget", [])) == 1, "a PodDisruptionBudget")
@@ -387,5 +435,47 @@ for too_big in 9223372036854775808 18446744073709551615; do
   fi
   echo "chart-check: the API server refuses fdTimeoutCount $too_big: $(tail -n1 <<<"$out" | cut -c1-160)"
 done
+
+part "CRD upgrade path: helm show crds | kubectl apply --server-side (NOTES.txt)"
+# An older CRD (no RolloutHealthy column, no category) in the cluster, as
+# Helm leaves it on upgrade (it never upgrades crds/); the documented
+# command brings the shipped one; the printer column and the category are
+# then served.
+"$py" - "$chart/crds/kurainstances.kura.tuist.dev.yaml" > "$dir/old-crd.yaml" <<'PY'
+import sys, yaml
+crd = yaml.safe_load(open(sys.argv[1]))
+crd["spec"]["names"].pop("categories")
+v = crd["spec"]["versions"][0]
+v["additionalPrinterColumns"] = [c for c in v["additionalPrinterColumns"] if c["name"] != "RolloutHealthy"]
+print(yaml.safe_dump(crd))
+PY
+# Discovery (categories) with a fresh cache each time: kubectl caches it.
+fresh() { kubectl --cache-dir "$(mktemp -d "$dir/kube-cache.XXXXXX")" "$@"; }
+# replace, not apply: the whole spec becomes the old one, whoever owned the
+# newer fields (Helm creates crds/ with a plain create).
+kubectl replace -f "$dir/old-crd.yaml" >/dev/null
+served=1
+for _ in $(seq 1 50); do
+  if ! fresh get tuist -A >/dev/null 2>&1; then served=; break; fi
+  sleep 0.2
+done
+[ -z "$served" ] || fail "the old CRD still serves the category after 10 s: the upgrade check would prove nothing"
+"$helm" show crds "$chart" | kubectl apply --server-side --force-conflicts -f - >/dev/null
+kubectl patch kurainstance example -n kura-a --subresource=status --type=merge -p \
+  '{"status":{"conditions":[{"type":"RolloutHealthy","status":"False","reason":"NotReady","message":"m","lastTransitionTime":"2026-12-01T10:00:00Z","observedGeneration":1}]}}' >/dev/null
+got=""
+for _ in $(seq 1 50); do
+  got=$(fresh get tuist -n kura-a -o custom-columns=NAME:.metadata.name --no-headers 2>/dev/null || true)
+  [ "$got" = example ] && break
+  sleep 0.2
+done
+[ "$got" = example ] || fail "kubectl get tuist does not list the KuraInstance after the upgrade: '$got'"
+header=$(kubectl get kurainstance example -n kura-a | head -1)
+row=$(kubectl get kurainstance example -n kura-a --no-headers)
+grep -qw ROLLOUTHEALTHY <<<"$header" || fail "no RolloutHealthy printer column: $header"
+col=$(awk -v h="$header" 'BEGIN { n = split(h, f, /[ ]+/); for (i = 1; i <= n; i++) if (f[i] == "ROLLOUTHEALTHY") print i }')
+[ "$(awk -v c="$col" '{ print $c }' <<<"$row")" = False ] \
+  || fail "the RolloutHealthy column does not show the condition: $header / $row"
+echo "chart-check: after helm show crds | kubectl apply --server-side: kubectl get tuist lists it; RolloutHealthy column: False"
 
 echo "chart-check: all checks passed"

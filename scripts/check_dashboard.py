@@ -15,7 +15,9 @@ Checks (each failure is printed with the panel it concerns; exit 1 if any):
     agent/src/telemetry.rs (histograms with _bucket/_sum/_count) and the
     per-instance series of agent/src/debug/instance_metrics.rs;
   - every label matcher uses a label those series carry, and `verdict` /
-    `result` values are ones the agent writes.
+    `result` values are ones the agent writes; a query on the per-instance
+    series never matches or groups on `namespace`/`instance` (the scrape
+    target's labels; the instance's are `kura_namespace`/`kura_instance`).
 --scrape FILE (a real /metrics scrape, see agent/tests/metrics_scrape.rs)
   also checks that every kura_ family in it is in the set parsed from the
   sources, so the source parsing cannot silently miss a metric.
@@ -51,7 +53,7 @@ PROMQL_KEYWORDS = {
 }
 # Labels the agent's series carry, plus what a Prometheus scrape adds.
 KNOWN_LABELS = {
-    "namespace", "instance", "verdict", "signal", "image", "result",
+    "kura_namespace", "kura_instance", "namespace", "instance", "verdict", "signal", "image", "result",
     "resource", "counter", "le", "job", "pod", "service", "endpoint",
     "container", "__name__",
 }
@@ -258,6 +260,16 @@ def check(path, scrape, promql_out, query_tests=None):
             used.add(n)
             if n not in names:
                 errors.append(f"{where}: {n} is not exported by the agent")
+        # The per-instance series name their instance with kura_namespace /
+        # kura_instance; namespace and instance are the scrape target's
+        # (the agent's pod): matching or grouping on those finds nothing.
+        if any(n.startswith("kura_instance_") for n in found):
+            grouped = [l.strip() for g in re.findall(r"\b(?:by|on|without|ignoring)\s*\(([^)]*)\)", expr)
+                       for l in g.split(",")]
+            for label in [m[0] for m in matchers(expr)] + grouped:
+                if label in ("namespace", "instance"):
+                    errors.append(f"{where}: per-instance series matched or grouped on the scrape's "
+                                  f"{label!r} (use kura_{label})")
         for label, op, value in matchers(expr):
             if label not in KNOWN_LABELS:
                 errors.append(f"{where}: unknown label {label!r}")

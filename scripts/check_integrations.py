@@ -23,11 +23,16 @@ pod on spec.image), `rolling` (checks pass on pods of the old image),
   unit test over the scraped series: its value per instance must be the one
   in PROMETHEUS_EXPECTED (promtool fails otherwise), and that value through
   the recipe's conditions (kura-integrations argo-prometheus) the phase;
-- job provider: the recipe's container args, its args filled in with the
-  URLs of simulated nodes (kura-agent simulate) and its durations shortened,
-  run with the agent binary: exit 0 on a healthy set, 1 on a hard stop;
-- Flux: the healthCheckExprs of --flux for KuraInstance, evaluated as
-  kustomize-controller does (kura-integrations flux-cel) on the Argo CD
+- job provider: the pre-upgrade hook's `kura-agent baseline` (--baseline-hook,
+  its ConfigMap swapped for a file), then the recipe's container args, its
+  args filled in with the URLs of simulated nodes (kura-agent simulate), its
+  durations shortened and its mounted baseline that file, run with the agent
+  binary: exit 0 on a healthy set, 1 on a hard stop, 1 when the upgrade
+  itself raised the fd timeouts (against the pre-upgrade baseline); and, as
+  the check of the check, 0 there without the baseline (the bug);
+- Flux: the healthCheckExprs of --flux for KuraInstance, evaluated by
+  fluxcd/pkg/runtime/cel's StatusEvaluator, the code kustomize-controller
+  runs (kura-integrations flux-cel), on every one of the Argo CD
   health check's test objects (--objects; the e2e suite holds their agent
   conditions to what the agent writes): the status in FLUX_EXPECTED.
 """
@@ -45,19 +50,22 @@ import time
 import yaml
 
 # What each recipe must decide for each state.
+# Not healthy yet (rolling, held, no sample) is a measurement Error: Argo
+# Rollouts never counts an Error toward `count`, so a run can only end
+# Successful on a healthy measurement (issue 31).
 WEB_EXPECTED = {
     "healthy": "Successful",
-    "rolling": "Inconclusive",
-    "held": "Inconclusive",
+    "rolling": "Error",
+    "held": "Error",
     "stopped": "Failed",
 }
 # The Prometheus query's value per instance (None: no sample) and the phase.
 PROMETHEUS_EXPECTED = {
     "healthy": (1, "Successful"),
-    "rolling": (0, "Inconclusive"),
-    "held": (0, "Inconclusive"),
+    "rolling": (0, "Error"),
+    "held": (0, "Error"),
     "stopped": (-2, "Failed"),
-    "absent": (None, "Inconclusive"),
+    "absent": (None, "Error"),
 }
 
 # Flux's reading of each test object (an expression error: Flux keeps
@@ -70,6 +78,11 @@ FLUX_EXPECTED = {
     "not-converged.yaml": "InProgress",
     "held-fd-timeouts-regressed.yaml": "InProgress",
     "hard-stopped.yaml": "Failed",
+    "hard-stopped-serving-fenced.yaml": "Failed",
+    # A rollback's new generation, not judged yet: kustomize-controller's
+    # fail-fast wait must keep waiting, not fail on the old hard stop.
+    "hard-stopped-rollback-not-judged.yaml": "InProgress",
+    "terminating.yaml": "InProgress",
 }
 
 failures = []
@@ -129,11 +142,20 @@ def check_web(name, metric, outputs, tool):
             cmd += ["--failure", metric["failureCondition"]]
         got = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip()
         label = "%s %s on %s" % (name, metric["name"], state)
-        (ok if got == want else fail)("%s: %s (want %s)" % (label, got, want))
+        got = got.splitlines()[0] if got else got
+        (ok if got.split(":")[0] == want else fail)("%s: %s (want %s)" % (label, got, want))
+
+
+# What a Prometheus scrape adds to every series (the target: the agent's
+# pod), as with the operator's default honorLabels: false.
+TARGET_LABELS = 'job="kura-health-agent",namespace="kura-system",instance="10.0.0.9:8080"'
 
 
 def scrape_series(metrics_text):
-    """The scraped samples as promtool input series (constant values)."""
+    """The scraped samples as promtool input series (constant values), with
+    the labels the scrape itself adds: a query that matched the target's
+    namespace/instance instead of the agent's kura_namespace/kura_instance
+    finds nothing."""
     series = []
     for line in metrics_text.splitlines():
         if not line or line.startswith("#"):
@@ -141,6 +163,9 @@ def scrape_series(metrics_text):
         spec, value = line.rsplit(" ", 1)
         if not spec.startswith("kura_instance_"):
             continue
+        name, _, labels = spec.partition("{")
+        labels = labels.rstrip("}")
+        spec = "%s{%s%s}" % (name, TARGET_LABELS, "," + labels if labels else "")
         series.append({"series": spec, "values": "%sx10" % value})
     return series
 
@@ -190,10 +215,11 @@ def check_prometheus(name, template, metric, outputs, tool, promtool, tmp):
             cmd += ["--failure", metric["failureCondition"]]
         got = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip()
         label = "%s %s on %s (%s)" % (name, metric["name"], state, value)
-        (ok if got == want else fail)("%s: %s (want %s)" % (label, got, want))
+        got = got.splitlines()[0] if got else got
+        (ok if got.split(":")[0] == want else fail)("%s: %s (want %s)" % (label, got, want))
 
 
-SHORTER = {"--soak": "2s", "--timeout": "30s"}
+SHORTER = {"--soak": "2s", "--timeout": "10s"}
 
 
 def simulate(agent, scenario):
@@ -218,28 +244,84 @@ def simulate(agent, scenario):
     raise RuntimeError("kura-agent simulate %s did not start" % scenario)
 
 
-def check_job(name, template, metric, agent, scenarios):
+def hook_args(hook_file):
+    """The container args of the pre-upgrade baseline hook Job."""
+    for doc in yaml.safe_load_all(open(hook_file)):
+        if doc and doc.get("kind") == "Job":
+            return doc["spec"]["template"]["spec"]["containers"][0]["args"]
+    raise RuntimeError("%s has no Job" % hook_file)
+
+
+def with_nodes(argv, urls):
+    """argv with its --node values replaced by urls, in order."""
+    out, it = [], iter(urls)
+    for i, a in enumerate(argv):
+        out.append(next(it) if i > 0 and argv[i - 1] == "--node" else a)
+    return out
+
+
+# (scenario, wait before check, take the pre-upgrade baseline, exit wanted)
+JOB_CASES = (
+    ("pair-healthy.json", 0, True, 0),
+    ("pair-hard-stop.json", 0, True, 1),
+    # The upgrade (at 3 s) costs a burst of fd timeouts: against the
+    # baseline taken before it, a regression (exit 1 at the timeout)...
+    ("pair-upgrade-fd-burst.json", 4, True, 1),
+    # ...which a check taking its own first poll after the upgrade as the
+    # baseline (the recipe before issue 31) bakes in and passes.
+    ("pair-upgrade-fd-burst.json", 4, False, 0),
+)
+
+
+def check_job(name, template, metric, agent, scenarios, hook_file, tmp):
     container = metric["provider"]["job"]["spec"]["template"]["spec"]["containers"][0]
     args_tmpl = container["args"]
+    if "--baseline" not in args_tmpl:
+        fail("%s %s: the check does not take the pre-upgrade baseline (--baseline)" % (name, metric["name"]))
+        return
+    mount = args_tmpl[args_tmpl.index("--baseline") + 1]
+    baseline_argv = hook_args(hook_file)
     node_args = sorted(a["name"] for a in template["spec"]["args"] if a["name"].startswith("node-"))
-    for scenario, want in (("pair-healthy.json", 0), ("pair-hard-stop.json", 1)):
+    for scenario, wait, with_baseline, want in JOB_CASES:
         proc, urls = simulate(agent, os.path.join(scenarios, scenario))
         try:
             if len(urls) < len(node_args):
                 raise RuntimeError("%s serves %d pods, the recipe needs %d" % (scenario, len(urls), len(node_args)))
+            started = time.time()
+            base_file = os.path.join(tmp, "baseline-%s.json" % scenario)
+            if with_baseline:
+                # The hook's args, with its ConfigMap swapped for a file (the
+                # ConfigMap itself is tested on the real API server, e2e).
+                bargv = with_nodes(baseline_argv, urls[: len(node_args)])
+                assert bargv[0] == "baseline", bargv
+                i = bargv.index("--configmap")
+                bargv[i : i + 2] = ["--out", base_file]
+                done = subprocess.run([agent] + bargv, capture_output=True, text=True, timeout=30)
+                if done.returncode != 0:
+                    fail("%s: the pre-upgrade baseline on %s: exit %d\n%s" % (hook_file, scenario, done.returncode, done.stderr[-2000:]))
+                    continue
+            time.sleep(max(0.0, wait - (time.time() - started)))
             args = {n: u for n, u in zip(node_args, urls)}
             argv = [fill(a, args) for a in args_tmpl]
+            if with_baseline:
+                argv[argv.index(mount)] = base_file
+            else:
+                i = argv.index("--baseline")
+                del argv[i : i + 2]
             # The recipe's soak and timeout, shortened for the test.
             for i, a in enumerate(argv[:-1]):
                 if a in SHORTER:
                     argv[i + 1] = SHORTER[a]
             argv += ["--interval", "250ms"]
             assert argv[0] == "check", argv
-            started = time.time()
+            t0 = time.time()
             done = subprocess.run([agent] + argv, capture_output=True, text=True, timeout=60)
-            label = "%s %s on %s (%s)" % (name, metric["name"], scenario, " ".join(argv))
+            label = "%s %s on %s, %s (%s)" % (
+                name, metric["name"], scenario,
+                "baseline taken before the upgrade" if with_baseline else "no baseline (before issue 31)",
+                " ".join(argv))
             if done.returncode == want:
-                ok("%s: exit %d in %.1fs" % (label, done.returncode, time.time() - started))
+                ok("%s: exit %d in %.1fs" % (label, done.returncode, time.time() - t0))
             else:
                 fail("%s: exit %d, want %d\n%s%s" % (label, done.returncode, want, done.stdout[-2000:], done.stderr[-2000:]))
         finally:
@@ -267,6 +349,9 @@ def check_flux(flux_file, objects, tool):
         cmd += ["--failed", e["failed"]]
     if e.get("inProgress"):
         cmd += ["--in-progress", e["inProgress"]]
+    unexpected = sorted(set(f for f in os.listdir(objects) if f.endswith(".yaml")) - set(FLUX_EXPECTED))
+    if unexpected:
+        fail("flux: no expected status for the test objects %s" % unexpected)
     for name, want in FLUX_EXPECTED.items():
         got = subprocess.run(
             cmd + [os.path.join(objects, name)], capture_output=True, text=True, check=True
@@ -287,6 +372,7 @@ def main():
     p.add_argument("--scenarios", required=True)
     p.add_argument("--flux", required=True)
     p.add_argument("--objects", required=True)
+    p.add_argument("--baseline-hook", required=True)
     a = p.parse_args()
     check_schema(a.outputs, a.schema)
     seen = {"web": 0, "prometheus": 0, "job": 0}
@@ -305,7 +391,7 @@ def main():
                     check_prometheus(name, doc, metric, a.outputs, a.integrations, a.promtool, tmp)
                 elif "job" in provider:
                     seen["job"] += 1
-                    check_job(name, doc, metric, a.agent, a.scenarios)
+                    check_job(name, doc, metric, a.agent, a.scenarios, a.baseline_hook, tmp)
                 else:
                     fail("%s %s: no check for provider %s" % (name, metric["name"], list(provider)))
     check_flux(a.flux, a.objects, a.integrations)

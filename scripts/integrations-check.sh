@@ -2,8 +2,9 @@
 # The integration recipes of docs/integrations.md, tested against real agent
 # output with the libraries the integrations use (issue 13):
 #   1. Argo CD: the KuraInstance health check (health.lua) on its test cases
-#      (health_test.yaml, testdata/) with a Lua 5.1 interpreter
-#      (scripts/argocd_health_test.py; Debian's lua5.1, installed if missing)
+#      (health_test.yaml, testdata/) in Argo CD's Lua VM: gopher-lua with
+#      only the package, base and table libraries (kura-integrations
+#      argocd-health), and a variant using string.format must fail there
 #   2. a real agent loop over simulated pods (agent/tests/integration_outputs.rs)
 #      writes its verdict endpoint's answers and /metrics in four states
 #   3. scripts/check_integrations.py: the verdict documents against their JSON
@@ -11,7 +12,7 @@
 #      jsonpath + expr, kura-integrations), their PromQL as promtool rule tests
 #      over the real scrape, the job recipe's `kura-agent check` on simulated
 #      nodes (healthy: exit 0; hard stop: exit 1); Flux's healthCheckExprs
-#      for KuraInstance evaluated as kustomize-controller does (cel-go)
+#      for KuraInstance evaluated by fluxcd/pkg/runtime/cel's StatusEvaluator
 # The recipes' --dry-run=server against the real API server with the Argo
 # Rollouts CRDs, and kstatus on objects the API server stored, run in
 # scripts/e2e.sh. Builds promtool and kura-integrations on first use (cached).
@@ -31,17 +32,23 @@ if ! "$py" -c 'import yaml, jsonschema' 2>/dev/null; then
   fi
 fi
 
-echo "== Argo CD health check: health.lua on health_test.yaml (Lua 5.1)"
-if ! command -v lua5.1 >/dev/null; then
-  echo "installing lua5.1"
-  apt-get update -qq && apt-get install -y -qq lua5.1 >/dev/null
-fi
-"$py" scripts/argocd_health_test.py \
-  docs/integrations/argocd/resource_customizations/kura.tuist.dev/KuraInstance
-
 echo "== tools: promtool, kura-integrations (cached)"
 eval "$(scripts/build-promtool.sh)"
 eval "$(scripts/build-tools.sh integrations)"
+
+echo "== Argo CD health check: health.lua on health_test.yaml (gopher-lua; package, base, table)"
+argocd_dir=docs/integrations/argocd/resource_customizations/kura.tuist.dev/KuraInstance
+"$KURA_INTEGRATIONS" argocd-health "$argocd_dir"
+# The VM really lacks what an argocd-cm check does not get: the same check
+# calling string.format must fail there.
+mkdir -p "$tmp/argocd-strings"
+cp -r "$argocd_dir"/. "$tmp/argocd-strings/"
+sed -i 's/^local hs = {}$/local hs = {}\nlocal _ = string.format("%d", 1)/' "$tmp/argocd-strings/health.lua"
+if "$KURA_INTEGRATIONS" argocd-health "$tmp/argocd-strings" >/dev/null 2>&1; then
+  echo "integrations-check: a health check calling string.format passed: the Lua VM opens more than Argo CD's" >&2
+  exit 1
+fi
+echo "a health check calling string.format fails in that VM, as in Argo CD"
 
 echo "== real agent output: the verdict endpoint and /metrics in every state"
 KURA_INTEGRATIONS_OUT=$tmp/outputs cargo test --locked -q -p kura-agent --test integration_outputs
@@ -54,5 +61,6 @@ echo "== Argo Rollouts / Kargo recipes against it"
   --integrations "$KURA_INTEGRATIONS" --promtool "$KURA_PROMTOOL" \
   --agent "$agent" --schema schemas/json/instance-verdict.schema.json \
   --scenarios testdata/sim --flux docs/integrations/flux/kustomization.yaml \
-  --objects docs/integrations/argocd/resource_customizations/kura.tuist.dev/KuraInstance/testdata
+  --objects docs/integrations/argocd/resource_customizations/kura.tuist.dev/KuraInstance/testdata \
+  --baseline-hook docs/integrations/kargo/baseline-hook.yaml
 echo "== integration recipes checked in $(( $(date +%s) - t0 ))s"

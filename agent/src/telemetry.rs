@@ -41,7 +41,7 @@ pub const SWEEP_INTERVAL_SECONDS: &str = "kura_agent_sweep_interval_seconds";
 pub const SWEEP_OVERRUNS_TOTAL: &str = "kura_agent_sweep_overruns_total";
 /// Instances by the cadence they are swept at now (`cadence` = `rollout`
 /// or `steady`).
-pub const INSTANCES_BY_CADENCE: &str = "kura_agent_instances_by_cadence";
+pub const INSTANCES_BY_CADENCE: &str = "kura_agent_swept_instances";
 /// Status writes by `result` ([`WRITE_RESULTS`]).
 pub const STATUS_WRITES_TOTAL: &str = "kura_agent_status_writes_total";
 /// Writes whose fields the API server pruned (the CRD is too old).
@@ -56,9 +56,9 @@ pub const PODS_TRACKED: &str = "kura_agent_pods_tracked";
 pub const COUNTER_RESETS_TOTAL: &str = "kura_agent_counter_resets_total";
 /// Instances by the signal of their current verdict (`signal` = a
 /// [`Signal`] wire name, or [`NO_SIGNAL`] when healthy).
-pub const INSTANCES_BY_SIGNAL: &str = "kura_agent_instances_by_signal";
+pub const INSTANCES_BY_SIGNAL: &str = "kura_agent_signalled_instances";
 /// Instances by verdict (`verdict` = `healthy`, `unhealthy`, `hard_stop`).
-pub const INSTANCES_BY_VERDICT: &str = "kura_agent_instances_by_verdict";
+pub const INSTANCES_BY_VERDICT: &str = "kura_agent_judged_instances";
 /// Watch errors by `resource` ([`WATCH_RESOURCES`]).
 pub const WATCH_ERRORS_TOTAL: &str = "kura_agent_watch_errors_total";
 
@@ -500,11 +500,11 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("kura_agent_instances_by_signal{signal=\"memory_pressure_critical\"} 1"),
+            text.contains("kura_agent_signalled_instances{signal=\"memory_pressure_critical\"} 1"),
             "{text}"
         );
         assert!(
-            text.contains("kura_agent_instances_by_signal{signal=\"not_ready\"} 0"),
+            text.contains("kura_agent_signalled_instances{signal=\"not_ready\"} 0"),
             "{text}"
         );
     }

@@ -218,7 +218,9 @@ async fn the_sample_age_limit_of_the_file_makes_a_slow_node_stale() {
             "--interval",
             "100ms",
             "--timeout",
-            "4s",
+            // The whole run (since issue 32, item 9): polls of 1.5 s, a 1 s
+            // soak and room for a loaded machine.
+            "8s",
         ]
         .map(String::from)
         .to_vec();

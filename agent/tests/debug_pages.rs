@@ -450,12 +450,16 @@ async fn the_instance_page_tells_the_story() {
     let m = get(addr, "/instances/kura/drift/metrics").await;
     assert_eq!(m.status, 200);
     assert!(
-        m.body
-            .contains("kura_instance_fd_timeouts{namespace=\"kura\",instance=\"drift\"} 41"),
+        m.body.contains(
+            "kura_instance_fd_timeouts{kura_namespace=\"kura\",kura_instance=\"drift\"} 41"
+        ),
         "{}",
         m.body
     );
-    assert!(!m.body.contains("instance=\"calm\""), "only this instance");
+    assert!(
+        !m.body.contains("kura_instance=\"calm\""),
+        "only this instance"
+    );
 }
 
 #[tokio::test]

@@ -741,6 +741,85 @@ async fn a_crd_without_our_status_fields_makes_the_agent_report_pruning() {
     agent.stop().await;
 }
 
+/// A CRD whose status enum lacks a value the agent writes (here
+/// `rolloutGate.verdict: healthy`, as an older CRD lacks a newer agent's
+/// signals): the API server refuses the whole status write (422), and the
+/// agent says so loudly, as for pruning: the write result, /readyz naming
+/// the field and value, one StatusPruned Warning Event. Applying the
+/// shipped CRD server-side (the chart's upgrade path) lets the same agent
+/// write again (issue 31).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real API server: scripts/e2e.sh"]
+async fn an_old_crd_enum_refusing_a_write_is_reported_loudly() {
+    let client = admin().await;
+    let mut old = shipped_crd();
+    let verdict = &mut old["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+        ["properties"]["rolloutGate"]["properties"]["verdict"];
+    let values = verdict["enum"].as_array_mut().expect("the verdict enum");
+    values.retain(|v| v != "healthy");
+    assert_eq!(values.len(), 2, "{verdict}");
+    apply_crd(&client, &old).await;
+
+    let ns = create_namespace(&client, "e2e-enum").await;
+    let fleet = Fleet::create(
+        &client,
+        &ns,
+        &["epsilon".to_owned()],
+        1,
+        "ghcr.io/tuist/kura:1.0.0",
+        Ipv4Addr::new(127, 23, 0, 2),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let pruned_before = metric_sum(WRITES, "result=\"pruned\"");
+    let debug = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
+    let listen = format!("--debug-listen={debug}");
+    let mut agent = start_agent(
+        run_args(&ns, fleet.port, &[listen.as_str()]),
+        admin_config().await,
+    );
+    wait_for("a refused write counted as pruned", T, || async {
+        (metric_sum(WRITES, "result=\"pruned\"") > pruned_before).then_some(())
+    })
+    .await;
+    let (status, readyz) = wait_for("/readyz to say why", T, || async {
+        let (status, body) = http_get(debug, "/readyz").await?;
+        body.contains("CRD too old").then_some((status, body))
+    })
+    .await;
+    assert_eq!(status, 503, "{readyz}");
+    assert!(
+        readyz.contains("status.rolloutGate.verdict = \\\"healthy\\\""),
+        "names the field and the value: {readyz}"
+    );
+    let s = status_of(&client, &ns, "epsilon").await;
+    assert!(s.get("rolloutGate").is_none(), "nothing was written: {s}");
+    let e = wait_for("a StatusPruned Event", T, || async {
+        kubectl_events(&ns, "epsilon")
+            .into_iter()
+            .find(|e| e.1 == "StatusPruned")
+    })
+    .await;
+    assert_eq!(e.0, "Warning");
+    assert!(
+        e.2.contains("status.rolloutGate.verdict"),
+        "names the field: {e:?}"
+    );
+    // The upgrade path: the shipped CRD applied server-side; the same
+    // agent, still running, writes at its next retry.
+    ensure_crd(&client).await;
+    wait_status(
+        &client,
+        &ns,
+        "epsilon",
+        "written after the CRD upgrade",
+        T,
+        |s| s["rolloutGate"]["verdict"] == "healthy",
+    )
+    .await;
+    agent.stop().await;
+}
+
 /// Every object of the rendered chart (KURA_E2E_CHART_MANIFESTS), as JSON.
 fn chart_objects() -> Vec<Value> {
     serde_yaml::Deserializer::from_str(&chart_manifests())
@@ -2651,6 +2730,142 @@ async fn kstatus_conditions_make_kstatus_read_the_rollout() {
     .await;
     assert_eq!(kstatus_of(&object().await).0, "Current");
     agent.stop().await;
+}
+
+/// kstatus and a new instance (issue 31): kstatus reads an object without
+/// status as Current (its rule for resources without conventions), so a
+/// KuraInstance reads Current from its creation until the agent's first
+/// write, whatever its pods say; no agent flag can write before the object
+/// exists. The documented workaround, `kubectl wait
+/// --for=jsonpath={.status.observedGeneration}=N` (the agent writes it with
+/// `--kstatus-conditions`), returns only once the agent has judged the
+/// instance; kstatus then reads the rollout (here InProgress: a pod not
+/// ready).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real API server: scripts/e2e.sh"]
+async fn kstatus_reads_a_new_instance_current_until_the_agents_first_write() {
+    let client = admin().await;
+    ensure_crd(&client).await;
+    let ns = create_namespace(&client, "e2e-kstatus-new").await;
+    let fleet = Fleet::create(
+        &client,
+        &ns,
+        &["nu".to_owned()],
+        1,
+        "ghcr.io/tuist/kura:1.0.0",
+        Ipv4Addr::new(127, 37, 0, 1),
+    )
+    .await;
+    fleet.pod("nu-0").update(|n| n.ready = false);
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &kura_agent::cluster::kura_instance_resource(),
+    );
+    let object =
+        || async { serde_json::to_value(api.get("nu").await.expect("get nu")).expect("json") };
+    // Created, not judged yet: Current although its pod is not ready.
+    let (status, message) = kstatus_of(&object().await);
+    println!("kstatus of a new instance before the agent's first write: {status}: {message}");
+    assert_eq!(
+        status, "Current",
+        "kstatus' rule for an object without status"
+    );
+
+    let wait = KubectlWait::start(&ns, "kura/nu", "jsonpath={.status.observedGeneration}=1");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut wait = wait;
+    assert!(
+        wait.still_waiting(),
+        "kubectl wait returned before any agent ran"
+    );
+    let mut agent = start_agent(
+        run_args(&ns, fleet.port, &["--kstatus-conditions"]),
+        admin_config().await,
+    );
+    wait.succeeds_within(T).await;
+    let (status, message) = kstatus_of(&object().await);
+    println!("kstatus once kubectl wait returned: {status}: {message}");
+    assert_eq!(status, "InProgress", "{message}");
+    agent.stop().await;
+}
+
+/// The job recipe's pre-upgrade step on the real API server (issue 31):
+/// `kura-agent baseline --configmap` stores the baseline in a ConfigMap
+/// (`baseline.json`, server-side apply; run twice, the second replaces the
+/// first), and `kura-agent check --baseline` accepts what it holds, as the
+/// check Job reads it mounted: against it, a regression the upgrade caused
+/// (fd timeouts 5 -> 12) fails the check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real API server: scripts/e2e.sh"]
+async fn a_pre_upgrade_baseline_in_a_configmap_is_what_check_judges_against() {
+    let client = admin().await;
+    ensure_crd(&client).await;
+    let ns = create_namespace(&client, "e2e-baseline").await;
+    let fleet = Fleet::create(
+        &client,
+        &ns,
+        &["xi".to_owned()],
+        1,
+        "ghcr.io/tuist/kura:1.0.0",
+        Ipv4Addr::new(127, 38, 0, 1),
+    )
+    .await;
+    let pod = fleet.pod("xi-0");
+    pod.update(|n| n.fd_timeout_count = 5);
+    let url = format!("http://{}", pod.addr());
+    let agent_bin = env!("CARGO_BIN_EXE_kura-agent");
+    let baseline = || {
+        std::process::Command::new(agent_bin)
+            .args(["baseline", "--node", &url, "--configmap", "kura-baseline"])
+            .args(["--configmap-namespace", &ns])
+            .output()
+            .expect("run kura-agent baseline")
+    };
+    for run in 0..2 {
+        let out = baseline();
+        assert!(
+            out.status.success(),
+            "baseline run {run}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains(&format!("ConfigMap {ns}/kura-baseline")),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let cm = cms.get("kura-baseline").await.expect("the ConfigMap");
+    let doc = cm
+        .data
+        .as_ref()
+        .and_then(|d| d.get("baseline.json"))
+        .expect("baseline.json")
+        .clone();
+    let doc_json: Value = serde_json::from_str(&doc).expect("a JSON document");
+    assert_eq!(doc_json["nodes"][0]["fdTimeoutCount"], 5, "{doc}");
+    let file = std::env::temp_dir().join(unique("baseline.json"));
+    std::fs::write(&file, &doc).expect("write the mounted file");
+
+    // The upgrade raises the fd timeouts: check against the pre-upgrade
+    // baseline fails at its timeout instead of passing its soak.
+    pod.update(|n| n.fd_timeout_count = 12);
+    let out = std::process::Command::new(agent_bin)
+        .args(["check", "--node", &url, "--baseline"])
+        .arg(&file)
+        .args(["--soak", "2s", "--timeout", "6s", "--interval", "250ms"])
+        .output()
+        .expect("run kura-agent check");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("fd_timeouts_regressed"), "{said}");
+    let _ = std::fs::remove_file(&file);
 }
 
 /// Issue 29 on the real API server: the CRD declares `servingAuthority`,

@@ -14,6 +14,9 @@
 //! it also writes them (`verdict-<instance>.json`, `metrics.txt`) for
 //! scripts/integrations-check.sh, which runs the recipes' jsonPath,
 //! conditions and PromQL over them with the tools the integrations use.
+//! With `KURA_INTEGRATIONS_SERVE=FILE` it then keeps serving (the address
+//! in FILE) until FILE is removed: scripts/argo-rollouts-check.sh points
+//! the real Argo Rollouts controllers at it.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
@@ -39,6 +42,8 @@ use support::sim::PollTargets;
 const OLD: &str = "ghcr.io/tuist/kura:1.0.0";
 const NEW: &str = "ghcr.io/tuist/kura:1.1.0";
 const DEADLINE: Duration = Duration::from_secs(20);
+/// The longest the test serves with `KURA_INTEGRATIONS_SERVE`.
+const SERVE_LIMIT: Duration = Duration::from_secs(1200);
 
 fn recorder() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
@@ -226,7 +231,7 @@ async fn the_verdict_endpoint_and_metrics_in_every_state_a_recipe_reads() {
         let (status, body) = http_get(addr, "/metrics").await.expect("metrics");
         if names.iter().all(|n| {
             body.contains(&format!(
-                "kura_instance_converged{{namespace=\"kura\",instance=\"{n}\"}}"
+                "kura_instance_converged{{kura_namespace=\"kura\",kura_instance=\"{n}\"}}"
             ))
         }) {
             break (status, body);
@@ -248,6 +253,30 @@ async fn the_verdict_endpoint_and_metrics_in_every_state_a_recipe_reads() {
         }
         std::fs::write(dir.join("metrics.txt"), &metrics).expect("write metrics");
         println!("wrote the verdicts and metrics.txt to {}", dir.display());
+    }
+
+    // KURA_INTEGRATIONS_SERVE=FILE keeps the agent loop and its verdict API
+    // up for scripts/argo-rollouts-check.sh, which runs the real Argo
+    // Rollouts controllers against them: the address goes to FILE, and the
+    // test serves until FILE is removed (at most SERVE_LIMIT).
+    if let Ok(file) = std::env::var("KURA_INTEGRATIONS_SERVE") {
+        let file = std::path::PathBuf::from(file);
+        let tmp = file.with_extension("tmp");
+        std::fs::write(&tmp, format!("http://{addr}\n")).expect("write address");
+        std::fs::rename(&tmp, &file).expect("publish address");
+        println!(
+            "serving the verdict API on http://{addr} until {} is removed",
+            file.display()
+        );
+        let serving = std::time::Instant::now();
+        while file.exists() && serving.elapsed() < SERVE_LIMIT {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert!(
+            !file.exists(),
+            "served for {SERVE_LIMIT:?}; nobody removed {}",
+            file.display()
+        );
     }
 
     let _ = stop.send(true);

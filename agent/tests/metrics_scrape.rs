@@ -117,8 +117,8 @@ impl Scrape {
             .iter()
             .filter(|s| {
                 s.name == name
-                    && s.labels.get("namespace").map(String::as_str) == Some("kura")
-                    && s.labels.get("instance").map(String::as_str) == Some(instance)
+                    && s.labels.get("kura_namespace").map(String::as_str) == Some("kura")
+                    && s.labels.get("kura_instance").map(String::as_str) == Some(instance)
                     && s.labels.len() == 2 + extra.len()
                     && extra
                         .iter()
@@ -130,7 +130,7 @@ impl Scrape {
         hits.first().copied()
     }
 
-    /// A series without `namespace`/`instance` labels.
+    /// A series without `kura_namespace`/`kura_instance` labels.
     fn global(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         self.samples
             .iter()
@@ -147,7 +147,7 @@ impl Scrape {
     fn mentions(&self, instance: &str) -> bool {
         self.samples
             .iter()
-            .any(|s| s.labels.get("instance").map(String::as_str) == Some(instance))
+            .any(|s| s.labels.get("kura_instance").map(String::as_str) == Some(instance))
     }
 }
 
@@ -324,7 +324,7 @@ async fn scrape_has_every_instance_and_drops_a_removed_one() {
         !s.samples
             .iter()
             .any(|x| x.name == "kura_instance_gate_signal"
-                && x.labels.get("instance").map(String::as_str) == Some("acme")),
+                && x.labels.get("kura_instance").map(String::as_str) == Some("acme")),
         "a healthy instance has no signal"
     );
     // No image change seen: no baseline, so no baseline series (absent, not 0).
@@ -355,7 +355,7 @@ async fn scrape_has_every_instance_and_drops_a_removed_one() {
 
     // Fleet-wide.
     assert_eq!(
-        s.global("kura_instances_by_image", &[("image", IMAGE)]),
+        s.global("kura_instances_running", &[("image", IMAGE)]),
         Some(2.0)
     );
     assert_eq!(s.global("kura_instances_mixed_images", &[]), Some(0.0));
@@ -373,10 +373,7 @@ async fn scrape_has_every_instance_and_drops_a_removed_one() {
     // The agent's own series come through the same endpoint.
     let s = scrape_until(addr, started, "agent-level series", |s| {
         s.global("kura_agent_instances_tracked", &[]) == Some(2.0)
-            && s.global(
-                "kura_agent_instances_by_verdict",
-                &[("verdict", "hard_stop")],
-            ) == Some(1.0)
+            && s.global("kura_agent_judged_instances", &[("verdict", "hard_stop")]) == Some(1.0)
     })
     .await;
     let ok_polls = s
@@ -398,10 +395,10 @@ async fn scrape_has_every_instance_and_drops_a_removed_one() {
         !s.mentions("beta")
     })
     .await;
-    assert!(!s.text.contains("instance=\"beta\""), "{}", s.text);
+    assert!(!s.text.contains("kura_instance=\"beta\""), "{}", s.text);
     assert_eq!(s.of("kura_instance_ready", "acme", &[]), Some(1.0));
     assert_eq!(
-        s.global("kura_instances_by_image", &[("image", IMAGE)]),
+        s.global("kura_instances_running", &[("image", IMAGE)]),
         Some(1.0)
     );
     // It stays gone (no task of beta's left to bring it back).

@@ -28,6 +28,8 @@ fn crd_declares_both_agent_status_fields_and_the_status_subresource() {
         assert!(status[f].is_object(), "status.{f} declared");
     }
     assert_eq!(crd["spec"]["names"]["shortNames"][0], "kura");
+    // `kubectl get tuist` lists them (issue 31).
+    assert_eq!(crd["spec"]["names"]["categories"][0], "tuist");
     let columns: Vec<&str> = v["additionalPrinterColumns"]
         .as_array()
         .unwrap()
@@ -40,6 +42,7 @@ fn crd_declares_both_agent_status_fields_and_the_status_subresource() {
         "Sampled",
         "Expected",
         "Pressure",
+        "RolloutHealthy",
         "Verdict",
         "Signal",
         "Sample-Age",

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! kura-agent baseline --node http://kura-0.kura:4000 --node http://kura-1.kura:4000 \
-//!     [--expected-pods N] [--out FILE]
+//!     [--expected-pods N] [--out FILE | --configmap NAME [--configmap-namespace NS]]
 //! ```
 //!
 //! The poll, the aggregation, the node URLs and their rules are `check`'s
@@ -16,6 +16,8 @@
 //! standard output. FILE keeps what it is ([`out_file`]): a regular file or
 //! a new path is written whole or not at all, a FIFO or character device is
 //! written through, a link's target is written; anything else is refused.
+//! With `--configmap`, into that ConfigMap's `baseline.json`
+//! ([`baseline_store`]), for a hook Job before an upgrade.
 //!
 //! Exit 0 when every node was sampled; 1 when not (the document is still
 //! written, each unsampled node named on standard error with why; such a
@@ -29,6 +31,7 @@ use std::process::ExitCode;
 use jiff::Timestamp;
 
 use super::LogFormat;
+use super::baseline_store;
 use super::check::{
     BaselineDocument, CheckNode, CheckRun, CheckSettings, EXIT_FAIL, EXIT_PASS, EXIT_USAGE,
     check_runtime, nodes_of, poll_nodes,
@@ -48,8 +51,17 @@ pub struct BaselineArgs {
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub expected_pods: Option<u32>,
     /// Write the document to FILE instead of standard output.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "configmap")]
     pub out: Option<PathBuf>,
+    /// Store the document in this ConfigMap (key `baseline.json`, server-side
+    /// apply) instead: for a hook Job before an upgrade whose `check` Job
+    /// mounts it (in-cluster or KUBECONFIG credentials).
+    #[arg(long, value_name = "NAME")]
+    pub configmap: Option<String>,
+    /// The ConfigMap's namespace (default: the credentials' namespace, in a
+    /// pod its own).
+    #[arg(long, value_name = "NAMESPACE", requires = "configmap")]
+    pub configmap_namespace: Option<String>,
 }
 
 /// Entry point of `kura-agent baseline`; returns exit code 0, 1 or 2.
@@ -91,6 +103,8 @@ pub fn run(args: BaselineArgs) -> ExitCode {
         &report.baseline,
         report.baseline_eligible,
     );
+    // Where the document went, when not to standard output.
+    let mut destination: Option<String> = None;
     let text = match serde_json::to_string_pretty(&doc) {
         Ok(text) => text,
         Err(e) => {
@@ -103,10 +117,20 @@ pub fn run(args: BaselineArgs) -> ExitCode {
             return ExitCode::from(EXIT_FAIL);
         }
     };
-    let written = match &args.out {
-        Some(path) => out_file::write(path, &text)
+    let written = match (&args.out, &args.configmap) {
+        (Some(path), _) => out_file::write(path, &text)
             .map_err(|e| format!("cannot write {}: {e}", path.display())),
-        None => {
+        (None, Some(name)) => runtime
+            .block_on(baseline_store::store(
+                name,
+                args.configmap_namespace.as_deref(),
+                &text,
+            ))
+            .map(|namespace| {
+                destination = Some(format!("ConfigMap {namespace}/{name}"));
+            })
+            .map_err(|e| e.to_string()),
+        (None, None) => {
             let mut out = std::io::stdout().lock();
             writeln!(out, "{text}")
                 .and_then(|()| out.flush())
@@ -118,6 +142,9 @@ pub fn run(args: BaselineArgs) -> ExitCode {
         return ExitCode::from(EXIT_FAIL);
     }
     if let Some(path) = &args.out {
+        destination = Some(path.display().to_string());
+    }
+    if let Some(destination) = &destination {
         let mut out = std::io::stdout().lock();
         for node in doc.nodes.iter().filter(|n| n.sampled) {
             let summary = format!(
@@ -136,7 +163,7 @@ pub fn run(args: BaselineArgs) -> ExitCode {
             "baseline of {}/{} nodes written to {} ({})",
             doc.aggregate.sampled_pods,
             doc.expected_pods,
-            path.display(),
+            destination,
             if doc.aggregate.soak_eligible {
                 "soak-eligible"
             } else {

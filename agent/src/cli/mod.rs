@@ -5,7 +5,8 @@
 //! - [`run`]: the agent in a cluster (flags in [`run::RunArgs`]);
 //! - [`check`]: the gate for plain node URLs (standalone chart);
 //! - [`baseline`]: one poll of plain node URLs written down before an
-//!   upgrade, for `check --baseline` after it;
+//!   upgrade, for `check --baseline` after it ([`baseline_store`]: into a
+//!   ConfigMap);
 //! - [`demo`]: a rollout on a simulated fleet (`kura-sim`);
 //! - [`aggregate`]: the aggregation over recorded reports;
 //! - [`simulate`]: serve a simulated fleet (`kura-sim`);
@@ -18,6 +19,7 @@
 pub mod aggregate;
 pub mod allocator;
 pub mod baseline;
+pub mod baseline_store;
 pub mod check;
 pub mod demo;
 pub mod fleet_load_side;

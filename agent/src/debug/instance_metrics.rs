@@ -4,7 +4,7 @@
 //! Rendering from the view (instead of registering gauges in the `metrics`
 //! recorder) makes removal exact: an instance that leaves the view leaves
 //! `/metrics` on the next scrape, never frozen at its last value. Labels are
-//! `namespace` and `instance` only (plus a fixed-set `verdict`/`signal`, and
+//! `kura_namespace` and `kura_instance` only (plus a fixed-set `verdict`/`signal`, and
 //! `image` for the version distribution): nothing with unbounded
 //! cardinality such as pod names or IPs.
 //!
@@ -12,10 +12,12 @@
 //! nodes, or a baseline before the first image change) is not exported at
 //! all: absent is never 0.
 //!
-//! Because the series carry their own `namespace` and `instance` labels, the
-//! scrape must honour them (`honorLabels: true` on the ServiceMonitor);
-//! otherwise Prometheus renames them to `exported_namespace` and
-//! `exported_instance`.
+//! The instance's labels are `kura_namespace` and `kura_instance`, not
+//! `namespace` and `instance`: Prometheus sets those two on every scraped
+//! series itself (the target's namespace and address), so a scrape without
+//! `honorLabels` would rename ours to `exported_*` and every query on them
+//! would match nothing (issue 31). These names collide with nothing a scrape
+//! adds, whatever its settings.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -244,10 +246,10 @@ const GAUGES: [Gauge; 24] = [
 pub const GATE_VERDICT: &str = "kura_instance_gate_verdict";
 /// `kura_instance_gate_signal{signal}`.
 pub const GATE_SIGNAL: &str = "kura_instance_gate_signal";
-/// `kura_instances_by_image{image}`.
-pub const INSTANCES_BY_IMAGE: &str = "kura_instances_by_image";
-/// `kura_instances_by_target_image{image}`.
-pub const INSTANCES_BY_TARGET_IMAGE: &str = "kura_instances_by_target_image";
+/// `kura_instances_running{image}` (was `kura_instances_by_image`).
+pub const INSTANCES_BY_IMAGE: &str = "kura_instances_running";
+/// `kura_instances_targeting{image}` (was `kura_instances_by_target_image`).
+pub const INSTANCES_BY_TARGET_IMAGE: &str = "kura_instances_targeting";
 /// `kura_instances_mixed_images`.
 pub const INSTANCES_MIXED_IMAGES: &str = "kura_instances_mixed_images";
 
@@ -350,10 +352,10 @@ fn labelled_header(out: &mut String, name: &str) {
     }
 }
 
-/// The label set `namespace="…",instance="…"` of one instance.
+/// The label set `kura_namespace="…",kura_instance="…"` of one instance.
 fn instance_labels(v: &InstanceView) -> String {
     format!(
-        "namespace=\"{}\",instance=\"{}\"",
+        "kura_namespace=\"{}\",kura_instance=\"{}\"",
         escape_label(&v.namespace),
         escape_label(&v.name)
     )
@@ -780,7 +782,7 @@ mod tests {
             vec![pod("acme-0", Some("img:2")), pod("acme-1", Some("img:2"))],
         );
         let text = render(&[v], ts("2026-07-21T10:00:35Z"));
-        let l = "{namespace=\"kura\",instance=\"acme\"}";
+        let l = "{kura_namespace=\"kura\",kura_instance=\"acme\"}";
         let one = |series: &str| values(&text, series);
         assert_eq!(one("kura_instance_ready"), vec![format!("{l} 1")]);
         assert_eq!(one("kura_instance_ring_consistent"), vec![format!("{l} 0")]);
@@ -821,14 +823,16 @@ mod tests {
         assert_eq!(
             verdicts,
             vec![
-                "{namespace=\"kura\",instance=\"acme\",verdict=\"hard_stop\"} 1",
-                "{namespace=\"kura\",instance=\"acme\",verdict=\"healthy\"} 0",
-                "{namespace=\"kura\",instance=\"acme\",verdict=\"unhealthy\"} 0",
+                "{kura_namespace=\"kura\",kura_instance=\"acme\",verdict=\"hard_stop\"} 1",
+                "{kura_namespace=\"kura\",kura_instance=\"acme\",verdict=\"healthy\"} 0",
+                "{kura_namespace=\"kura\",kura_instance=\"acme\",verdict=\"unhealthy\"} 0",
             ]
         );
         assert_eq!(
             one(GATE_SIGNAL),
-            vec!["{namespace=\"kura\",instance=\"acme\",signal=\"memory_pressure_critical\"} 1"]
+            vec![
+                "{kura_namespace=\"kura\",kura_instance=\"acme\",signal=\"memory_pressure_critical\"} 1"
+            ]
         );
         assert_eq!(one(INSTANCES_BY_IMAGE), vec!["{image=\"img:2\"} 1"]);
     }
@@ -841,7 +845,7 @@ mod tests {
         let text = render(&[v], ts("2026-07-21T10:00:35Z"));
         let samples: Vec<&str> = text
             .lines()
-            .filter(|l| !l.starts_with('#') && l.contains("instance=\"new\""))
+            .filter(|l| !l.starts_with('#') && l.contains("kura_instance=\"new\""))
             .collect();
         assert!(samples.is_empty(), "{samples:?}");
         assert_eq!(
@@ -882,10 +886,10 @@ mod tests {
         assert_eq!(
             converged,
             vec![
-                "{namespace=\"kura\",instance=\"a\"} 1",
-                "{namespace=\"kura\",instance=\"b\"} 0",
-                "{namespace=\"kura\",instance=\"c\"} 0",
-                "{namespace=\"kura\",instance=\"e\"} 1",
+                "{kura_namespace=\"kura\",kura_instance=\"a\"} 1",
+                "{kura_namespace=\"kura\",kura_instance=\"b\"} 0",
+                "{kura_namespace=\"kura\",kura_instance=\"c\"} 0",
+                "{kura_namespace=\"kura\",kura_instance=\"e\"} 1",
             ],
             "d has a pod of unknown image: unknown, not converged"
         );
@@ -897,10 +901,10 @@ mod tests {
         let b = instance("b", "img:3", vec![pod("b-0", Some("img:3"))]);
         let now = ts("2026-07-21T10:00:35Z");
         let before = render(&[a.clone(), b], now);
-        assert!(before.contains("instance=\"b\""));
+        assert!(before.contains("kura_instance=\"b\""));
         assert!(before.contains("image=\"img:3\""));
         let after = render(&[a], now);
-        assert!(!after.contains("instance=\"b\""), "{after}");
+        assert!(!after.contains("kura_instance=\"b\""), "{after}");
         assert!(!after.contains("img:3"), "{after}");
     }
 }

@@ -413,7 +413,7 @@ pub fn render(page: &Instance<'_>) -> String {
     }
     body.push_str("</ul>");
     let selector = format!(
-        "{{namespace=\"{}\",instance=\"{}\"}}",
+        "{{kura_namespace=\"{}\",kura_instance=\"{}\"}}",
         v.namespace.replace('\\', "\\\\").replace('"', "\\\""),
         v.name.replace('\\', "\\\\").replace('"', "\\\"")
     );

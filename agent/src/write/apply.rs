@@ -62,11 +62,15 @@ pub enum WriteError {
     /// Under server-side apply kube-apiserver does not prune them: it
     /// refuses the whole apply (HTTP 500 "failed to create typed patch
     /// object ...: .status.rolloutGate: field not declared in schema").
-    /// Reported like pruning: the CRD is too old.
-    #[error("fields not declared by the CRD in the cluster ({}): {message}", missing.join(", "))]
+    /// Reported like pruning: the CRD is too old. So is a 422 naming a value
+    /// outside a field's enum (`status.rolloutGate.signal: Unsupported
+    /// value: "replication_lag_regressed"`): an older CRD's enum refuses
+    /// the whole status write of a newer agent.
+    #[error("fields or values not declared by the CRD in the cluster ({}): {message}", missing.join(", "))]
     NotDeclared {
         /// The undeclared paths, as far as the message names them (e.g.
-        /// `status.rolloutGate`).
+        /// `status.rolloutGate`), or `path = "value"` for a value outside
+        /// the field's enum.
         missing: Vec<String>,
         /// The API server's message.
         message: String,
@@ -126,6 +130,34 @@ pub fn undeclared_paths(message: &str) -> Vec<String> {
     out
 }
 
+/// What kube-apiserver says when a value is not in a field's enum.
+const UNSUPPORTED_VALUE: &str = ": Unsupported value: ";
+
+/// The values an API server message names as outside their field's enum:
+/// each `status.a.b: Unsupported value: "x": supported values: ...` becomes
+/// `status.a.b = "x"`.
+pub fn unsupported_values(message: &str) -> Vec<String> {
+    let parts: Vec<&str> = message.split(UNSUPPORTED_VALUE).collect();
+    let mut out: Vec<String> = parts
+        .windows(2)
+        .filter_map(|w| {
+            let path = w[0]
+                .rsplit(|c: char| c.is_whitespace() || c == ',' || c == '[')
+                .next()?
+                .trim_start_matches('.');
+            let value = w[1].split("\": ").next().unwrap_or(w[1]);
+            let value = if value.starts_with('"') {
+                format!("{value}\"")
+            } else {
+                value.to_owned()
+            };
+            (!path.is_empty()).then(|| format!("{path} = {value}"))
+        })
+        .collect();
+    out.truncate(MAX_MISSING_PATHS);
+    out
+}
+
 /// Classifies a kube client error.
 pub fn classify(error: kube::Error) -> WriteError {
     match error {
@@ -141,6 +173,10 @@ pub fn classify(error: kube::Error) -> WriteError {
                 401 | 403 => WriteError::Forbidden(msg),
                 _ if msg.contains(NOT_DECLARED) => WriteError::NotDeclared {
                     missing: undeclared_paths(&msg),
+                    message: msg,
+                },
+                422 if msg.contains(UNSUPPORTED_VALUE) => WriteError::NotDeclared {
+                    missing: unsupported_values(&msg),
                     message: msg,
                 },
                 code => WriteError::Other(format!("HTTP {code}: {msg}")),
@@ -380,7 +416,7 @@ impl StatusWriter {
                     instance = %key,
                     missing = ?missing,
                     error = %message,
-                    "status fields are not declared by the KuraInstance CRD in this cluster (too old): the write was refused; apply the CRD shipped with this agent"
+                    "status fields or values are not declared by the KuraInstance CRD in this cluster (too old): the whole write was refused; apply the CRD shipped with this agent"
                 );
             }
             Ok(WriteOutcome::Pruned { missing }) => {
@@ -563,5 +599,35 @@ mod tests {
             "{e:?}"
         );
         assert_eq!(classify(api(500)).job_result(), JobResult::Failed);
+    }
+
+    /// An older CRD whose enum lacks a value this agent writes refuses the
+    /// whole write with a 422: reported as pruning (the StatusPruned
+    /// Warning Event, /readyz, the pruned counter), naming field and value.
+    #[test]
+    fn a_value_outside_an_old_enum_is_reported_like_pruning() {
+        let rejected = kube::Error::Api(Box::new(kube::core::Status {
+            code: 422,
+            message: r#"KuraInstance.kura.tuist.dev "acme" is invalid: [status.rolloutGate.signal: Unsupported value: "replication_lag_regressed": supported values: "soaking", "not_converged", status.rolloutGate.verdict: Unsupported value: "paused": supported values: "healthy", "unhealthy", "hard_stop"]"#.into(),
+            ..Default::default()
+        }));
+        let e = classify(rejected);
+        assert_eq!(e.kind(), "pruned");
+        assert_eq!(
+            write_record(&Err(e)),
+            WriteRecord::Pruned {
+                missing: vec![
+                    r#"status.rolloutGate.signal = "replication_lag_regressed""#.into(),
+                    r#"status.rolloutGate.verdict = "paused""#.into(),
+                ]
+            }
+        );
+        // Another 422 (not an enum) stays an error.
+        let other = kube::Error::Api(Box::new(kube::core::Status {
+            code: 422,
+            message: "status.rolloutHealth.expectedPods: Invalid value: -1".into(),
+            ..Default::default()
+        }));
+        assert_eq!(classify(other).kind(), "error");
     }
 }

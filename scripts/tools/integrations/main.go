@@ -16,31 +16,41 @@
 //	    use): the status computed for each object (YAML or JSON) printed as
 //	    "FILE STATUS: MESSAGE".
 //	kura-integrations flux-cel --current E [--failed E] [--in-progress E] FILE...
-//	    A Flux Kustomization's healthCheckExprs for the objects, as
-//	    kustomize-controller evaluates them (fluxcd/pkg/runtime/cel, RFC
-//	    0009): status.observedGeneration first, then inProgress, failed,
-//	    current, else InProgress; the same CEL environment (cel-go, optional
-//	    types, the strings, sets and encoders extensions), the object's
-//	    top-level fields as the variables. Prints "FILE STATUS" (or
-//	    "FILE Error: ..." when an expression cannot be evaluated).
+//	    A Flux Kustomization's healthCheckExprs for the objects, evaluated
+//	    by fluxcd/pkg/runtime/cel's StatusEvaluator itself (what
+//	    kustomize-controller runs, RFC 0009: status.observedGeneration
+//	    first, then inProgress, failed, current, else InProgress). Prints
+//	    "FILE STATUS" (or "FILE Error: ..." when an expression cannot be
+//	    evaluated).
+//	kura-integrations argocd-health DIR
+//	    An Argo CD resource health check (DIR/health.lua) on its test cases
+//	    (DIR/health_test.yaml, inputs under DIR) in Argo CD's own Lua VM:
+//	    gopher-lua with only the package, base and table libraries opened,
+//	    as util/lua's runLua does for an argocd-cm check (no string, math,
+//	    os or io library), the object decoded as Argo CD decodes it, the
+//	    returned table's status and message compared with healthStatus.
+//	    Prints one line per case; exit 1 when any case differs.
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/expr-lang/expr"
-	"github.com/google/cel-go/cel"
-	"github.com/google/cel-go/common/types"
-	"github.com/google/cel-go/ext"
 	"github.com/fluxcd/cli-utils/pkg/kstatus/status"
+	"github.com/fluxcd/pkg/apis/kustomize"
+	fluxcel "github.com/fluxcd/pkg/runtime/cel"
+	lua "github.com/yuin/gopher-lua"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/util/jsonpath"
 	"sigs.k8s.io/yaml"
@@ -60,6 +70,8 @@ func main() {
 		err = kstatus(os.Args[2:])
 	case "flux-cel":
 		err = fluxCEL(os.Args[2:])
+	case "argocd-health":
+		err = argocdHealth(os.Args[2:])
 	default:
 		usage()
 	}
@@ -70,7 +82,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: kura-integrations argo-web|argo-prometheus|kstatus ...")
+	fmt.Fprintln(os.Stderr, "usage: kura-integrations argo-web|argo-prometheus|kstatus|flux-cel|argocd-health ...")
 	os.Exit(2)
 }
 
@@ -286,91 +298,169 @@ func readObject(f string) (*unstructured.Unstructured, error) {
 	return obj, nil
 }
 
-func celProgram(expr string) (cel.Program, error) {
-	env, err := cel.NewEnv(
-		cel.HomogeneousAggregateLiterals(),
-		cel.EagerlyValidateDeclarations(true),
-		cel.DefaultUTCTimeZone(true),
-		cel.CrossTypeNumericComparisons(true),
-		cel.OptionalTypes(),
-		ext.Strings(),
-		ext.Sets(),
-		ext.Encoders(),
-	)
-	if err != nil {
-		return nil, err
-	}
-	ast, issues := env.Parse(expr)
-	if issues != nil && issues.Err() != nil {
-		return nil, fmt.Errorf("parse %q: %w", expr, issues.Err())
-	}
-	return env.Program(ast, cel.EvalOptions(cel.OptOptimize), cel.InterruptCheckFrequency(100))
-}
-
 func fluxCEL(args []string) error {
 	fs := flag.NewFlagSet("flux-cel", flag.ExitOnError)
 	current := fs.String("current", "", "the current expression (required)")
 	failed := fs.String("failed", "", "the failed expression")
 	inProgress := fs.String("in-progress", "", "the inProgress expression")
 	_ = fs.Parse(args)
-	if *current == "" {
-		return errors.New("--current is required")
-	}
-	type rule struct {
-		expr   string
-		status string
-	}
-	var rules []struct {
-		prog   cel.Program
-		status string
-	}
-	for _, r := range []rule{{*inProgress, "InProgress"}, {*failed, "Failed"}, {*current, "Current"}} {
-		if r.expr == "" {
-			continue
-		}
-		prog, err := celProgram(r.expr)
-		if err != nil {
-			return err
-		}
-		rules = append(rules, struct {
-			prog   cel.Program
-			status string
-		}{prog, r.status})
+	evaluator, err := fluxcel.NewStatusEvaluator(&kustomize.HealthCheckExpressions{
+		Current:    *current,
+		Failed:     *failed,
+		InProgress: *inProgress,
+	})
+	if err != nil {
+		return err
 	}
 	for _, f := range fs.Args() {
 		obj, err := readObject(f)
 		if err != nil {
 			return err
 		}
-		fmt.Printf("%s %s\n", f, fluxStatus(obj, rules))
+		res, err := evaluator.Evaluate(context.Background(), obj)
+		if err != nil {
+			fmt.Printf("%s Error: %s\n", f, err)
+			continue
+		}
+		fmt.Printf("%s %s\n", f, res.Status)
 	}
 	return nil
 }
 
-func fluxStatus(obj *unstructured.Unstructured, rules []struct {
-	prog   cel.Program
-	status string
-}) string {
-	data := obj.UnstructuredContent()
-	if observed, ok, _ := unstructured.NestedInt64(data, "status", "observedGeneration"); ok {
-		if generation, ok, _ := unstructured.NestedInt64(data, "metadata", "generation"); ok && observed != generation {
-			return "InProgress"
-		}
+// healthTests is Argo CD's health_test.yaml.
+type healthTests struct {
+	Tests []struct {
+		HealthStatus struct {
+			Status  string `json:"status"`
+			Message string `json:"message"`
+		} `json:"healthStatus"`
+		InputPath string `json:"inputPath"`
+	} `json:"tests"`
+}
+
+func argocdHealth(args []string) error {
+	if len(args) != 1 {
+		return errors.New("argocd-health DIR")
 	}
-	for _, r := range rules {
-		val, _, err := r.prog.Eval(data)
+	dir := args[0]
+	script, err := os.ReadFile(filepath.Join(dir, "health.lua"))
+	if err != nil {
+		return err
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "health_test.yaml"))
+	if err != nil {
+		return err
+	}
+	var tests healthTests
+	if err := yaml.UnmarshalStrict(raw, &tests); err != nil {
+		return fmt.Errorf("health_test.yaml: %w", err)
+	}
+	if len(tests.Tests) == 0 {
+		return errors.New("health_test.yaml has no tests")
+	}
+	bad := 0
+	for _, t := range tests.Tests {
+		obj, err := readObject(filepath.Join(dir, t.InputPath))
 		if err != nil {
-			return "Error: " + err.Error()
+			return err
 		}
-		b, ok := val.(types.Bool)
-		if !ok {
-			return "Error: not a boolean"
-		}
-		if bool(b) {
-			return r.status
+		st, msg, err := runHealthLua(obj, string(script))
+		switch {
+		case err != nil:
+			bad++
+			fmt.Printf("FAIL %s: %v\n", t.InputPath, err)
+		case st != t.HealthStatus.Status || msg != t.HealthStatus.Message:
+			bad++
+			fmt.Printf("FAIL %s: %s %q, want %s %q\n", t.InputPath, st, msg, t.HealthStatus.Status, t.HealthStatus.Message)
+		default:
+			fmt.Printf("ok   %s: %s %q\n", t.InputPath, st, msg)
 		}
 	}
-	return "InProgress"
+	if bad > 0 {
+		return fmt.Errorf("%d of %d health check cases failed", bad, len(tests.Tests))
+	}
+	return nil
+}
+
+// runHealthLua is Argo CD's util/lua VM.runLua + ExecuteHealthLua for an
+// argocd-cm health check (useOpenLibs false): SkipOpenLibs, then only the
+// package, base and table libraries, a 1 s deadline, `obj` as a global.
+// (Argo CD also opens a reduced os library; a check that needs it is not
+// portable, so it is left out here.)
+func runHealthLua(obj *unstructured.Unstructured, script string) (string, string, error) {
+	l := lua.NewState(lua.Options{SkipOpenLibs: true})
+	defer l.Close()
+	for _, lib := range []struct {
+		name string
+		open lua.LGFunction
+	}{
+		{lua.LoadLibName, lua.OpenPackage},
+		{lua.BaseLibName, lua.OpenBase},
+		{lua.TabLibName, lua.OpenTable},
+	} {
+		if err := l.CallByParam(lua.P{Fn: l.NewFunction(lib.open), NRet: 0, Protect: true}, lua.LString(lib.name)); err != nil {
+			return "", "", err
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	l.SetContext(ctx)
+	l.SetGlobal("obj", decodeLua(l, obj.Object))
+	if err := l.DoString(script); err != nil {
+		return "", "", err
+	}
+	ret := l.Get(-1)
+	table, ok := ret.(*lua.LTable)
+	if !ok {
+		return "", "", fmt.Errorf("expect table output from Lua script, not %s", ret.Type())
+	}
+	st, msg := table.RawGetString("status"), table.RawGetString("message")
+	switch st.String() {
+	case "Unknown", "Progressing", "Suspended", "Healthy", "Degraded", "Missing":
+	default:
+		return "Unknown", "Lua returned an invalid health status", nil
+	}
+	if msg == lua.LNil {
+		return st.String(), "", nil
+	}
+	if msg.Type() != lua.LTString {
+		return "", "", fmt.Errorf("message is a %s, not a string", msg.Type())
+	}
+	return st.String(), msg.String(), nil
+}
+
+// decodeLua is Argo CD's util/lua decodeValue: JSON values as Lua values
+// (integers, as the API server's JSON decodes them, as numbers).
+func decodeLua(l *lua.LState, value any) lua.LValue {
+	switch v := value.(type) {
+	case bool:
+		return lua.LBool(v)
+	case float64:
+		return lua.LNumber(v)
+	case string:
+		return lua.LString(v)
+	case json.Number:
+		return lua.LString(v)
+	case int:
+		return lua.LNumber(v)
+	case int32:
+		return lua.LNumber(v)
+	case int64:
+		return lua.LNumber(v)
+	case []any:
+		arr := l.CreateTable(len(v), 0)
+		for _, item := range v {
+			arr.Append(decodeLua(l, item))
+		}
+		return arr
+	case map[string]any:
+		tbl := l.CreateTable(0, len(v))
+		for key, item := range v {
+			tbl.RawSetH(lua.LString(key), decodeLua(l, item))
+		}
+		return tbl
+	}
+	return lua.LNil
 }
 
 func kstatus(files []string) error {

@@ -6,8 +6,20 @@
 --                                                                restarts once the check passes)
 --   RolloutHealthy Unknown, absent, or about an  -> Progressing (not judged yet, or the pods do not
 --   older metadata.generation                                    all run the target image yet)
--- Lua 5.1, no library beyond the base functions Argo CD opens.
+--   being deleted (metadata.deletionTimestamp)  -> Progressing (whatever the verdict said)
+-- Runs with only the libraries Argo CD opens for an argocd-cm check:
+-- package, base and table (no string, math, os or io).
 local hs = {}
+
+-- A KuraInstance being deleted is never Healthy, whatever its last verdict.
+if obj.metadata ~= nil and obj.metadata.deletionTimestamp ~= nil then
+  hs.status = "Progressing"
+  hs.message = "Pending deletion"
+  if obj.metadata.finalizers ~= nil and #obj.metadata.finalizers > 0 then
+    hs.message = "Pending deletion; blocked by finalizers: " .. table.concat(obj.metadata.finalizers, ", ")
+  end
+  return hs
+end
 
 local function condition(conditions, type_)
   if conditions == nil then
