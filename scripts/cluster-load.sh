@@ -14,6 +14,15 @@
 #   scripts/cluster-load.sh --instances 100 --max-peak-rss-mib 150   # the .ci/run size
 #   scripts/cluster-load.sh --instances 3334                          # 10,002 pods
 #   scripts/cluster-load.sh --instances 3334 --agent-bin /work/targets/kura-agent-before
+#   scripts/cluster-load.sh --instances 3334 --replicas 3             # 3 sharding replicas
+#
+# --replicas N (default 1) starts N `kura-agent run` sharding the instances
+# (Leases in the test namespace, granted as the chart's Lease Role does) and
+# adds a per-replica table and the JSON's `replicas` array: each replica's
+# CPU share, RSS median/max, peak RSS, polls/s, status writes/s and owned
+# instances per phase. With N > 1 the top-level CPU and rates are summed
+# over the replicas, its RSS figures are the largest replica's, and
+# --max-peak-rss-mib applies to every replica.
 #
 # Builds `cluster-load` and `kura-agent` (release) first; --agent-bin
 # measures another binary instead of this build's (and skips its build).

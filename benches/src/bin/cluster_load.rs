@@ -10,6 +10,10 @@
 //!
 //! `scripts/cluster-load.sh --instances 3334 --max-peak-rss-mib 64`
 //!
+//! `--replicas 3` runs three sharding replicas instead of one agent and
+//! measures each (`kura_benches::cluster_load::replicas` says how the
+//! top-level figures are made of theirs).
+//!
 //! Exit status: 0, 1 when the run could not be completed (every instance
 //! without a status in time included), 2 when a bound given by a `--max-*`
 //! flag is missed.
@@ -43,6 +47,16 @@ struct Args {
     /// Pods per instance.
     #[arg(long, default_value_t = 3)]
     pods_per_instance: usize,
+    /// Agent replicas (1–16). 1: one `kura-agent run` with its default
+    /// settings. N > 1: N of them sharding the instances
+    /// (KURA_AGENT_SHARDING=true, identities cluster-load-agent-0..N-1,
+    /// Leases in --namespace), each measured on its own (a per-replica
+    /// table, the JSON's `replicas` array); the top-level figures then sum
+    /// CPU and rates over the replicas and take the largest replica's RSS;
+    /// --max-peak-rss-mib applies to every replica, the CPU bounds to the
+    /// sum.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=16))]
+    replicas: u8,
     /// Namespace of the instances and pods.
     #[arg(long, default_value = "kura-load")]
     namespace: String,
@@ -100,13 +114,14 @@ struct Args {
     /// Time between two pods of an instance in the rolling update.
     #[arg(long, default_value = "5s", value_parser = kura_agent::cli::parse::parse_positive_duration)]
     pod_gap: Duration,
-    /// Bound: peak RSS of the agent over the run, MiB.
+    /// Bound: peak RSS of the agent (of each replica) over the run, MiB.
     #[arg(long)]
     max_peak_rss_mib: Option<f64>,
-    /// Bound: CPU share at rest, % of one core.
+    /// Bound: CPU share at rest, % of one core (summed over the replicas).
     #[arg(long)]
     max_rest_cpu_percent: Option<f64>,
-    /// Bound: CPU share with the instances in a rollout, % of one core.
+    /// Bound: CPU share with the instances in a rollout, % of one core
+    /// (summed over the replicas).
     #[arg(long)]
     max_rollout_cpu_percent: Option<f64>,
     /// Bound: seconds until every instance has a status.
@@ -161,6 +176,7 @@ fn measure(a: Args) -> Result<ExitCode, kura_benches::cluster_load::error::Clust
     let config = ClusterLoadConfig {
         instances: a.instances,
         pods_per_instance: a.pods_per_instance,
+        replicas: usize::from(a.replicas),
         namespace: a.namespace,
         kubeconfig: a.kubeconfig,
         agent_context: a.agent_context,

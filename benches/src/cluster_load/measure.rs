@@ -138,6 +138,19 @@ impl AgentMetrics {
             .map(|(_, v)| v)
             .sum()
     }
+
+    /// The sum of every series of `name`, `None` when the agent exports no
+    /// series of that name (absent is not zero).
+    pub fn get(&self, name: &str) -> Option<f64> {
+        let mut values = self
+            .series
+            .iter()
+            .filter(|(s, _)| s.split('{').next() == Some(name))
+            .map(|(_, v)| *v)
+            .peekable();
+        values.peek()?;
+        Some(values.sum())
+    }
 }
 
 /// Requests one user made in a time window, from the API server's audit
@@ -293,5 +306,19 @@ mod tests {
         };
         assert!((m.sum("kura_agent_polls_total", "") - 7.0).abs() < 1e-9);
         assert!((m.sum("kura_agent_polls_total", "result=\"ok\"") - 5.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn metrics_get_tells_absent_from_zero() {
+        let m = AgentMetrics {
+            series: vec![
+                ("kura_agent_owned_instances".to_owned(), 0.0),
+                ("kura_agent_members".to_owned(), 3.0),
+            ],
+        };
+        assert_eq!(m.get("kura_agent_owned_instances"), Some(0.0));
+        assert_eq!(m.get("kura_agent_members"), Some(3.0));
+        assert_eq!(m.get("kura_agent_owned"), None);
+        assert_eq!(AgentMetrics::default().get("kura_agent_members"), None);
     }
 }

@@ -19,31 +19,48 @@
 //! `scripts/cluster-load.sh` configures it) the API requests the agent's
 //! user made per second, by verb and resource.
 //!
+//! With `--replicas N` (N > 1) the harness starts N `kura-agent run`
+//! processes sharding the instances (`KURA_AGENT_SHARDING=true`, identity
+//! `cluster-load-agent-<i>`, their Leases in the test namespace, granted
+//! as the chart's Lease Role grants them, each its own debug port) and
+//! measures every phase per replica as well: CPU share, RSS median and
+//! max, peak (`VmHWM`), polls, status writes and Events per second, and
+//! the instances it owns (its `kura_agent_owned_instances` gauge at the
+//! window's end). The report's `replicas` array holds one entry per
+//! replica (one entry, equal to the top-level figures, at N = 1). At
+//! N > 1 the top-level figures are: CPU share and every rate summed over
+//! the replicas, RSS figures and `peak_rss_mib` the largest replica's,
+//! `total_peak_rss_mib` the sum of the peaks, API requests those of every
+//! replica together (they share one user; [`replicas`] says more).
+//! `--max-peak-rss-mib` applies to every replica; the CPU bounds to the
+//! summed share.
+//!
 //! The objects: `testdata/cluster-load/pod.json` and `pod-status.json`,
 //! applied server-side by `kube-controller-manager` and `kubelet` as field
 //! managers, so each Pod carries realistic managed fields; instances applied
 //! by `kura-fleet-controller` with their controller status.
 
+pub mod agents;
 pub mod error;
 pub mod measure;
 pub mod objects;
+pub mod replicas;
 pub mod stand_ins;
 
+use crate::cluster_load::agents::{Agents, Mark};
 use crate::cluster_load::error::ClusterLoadError;
-use crate::cluster_load::measure::{
-    AgentMetrics, RequestCounts, RssSampler, audit_requests, median, peak_rss_of,
-};
+use crate::cluster_load::measure::{RequestCounts, audit_requests};
 use crate::cluster_load::objects::{
     CONTROLLER_MANAGER, FLEET_MANAGER, KUBELET_MANAGER, NEW_IMAGE, OLD_IMAGE, PodName,
     PodTemplates, ROLLED_LABEL, instance, instance_name, instance_status,
 };
+use crate::cluster_load::replicas::{ReplicaFigures, combine, replica_table};
 use crate::cluster_load::stand_ins::StandIns;
-use crate::proc_stats::{cpu_time_of, mib};
 use crate::sim_process::Generations;
 use futures::{StreamExt, TryStreamExt};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
@@ -52,17 +69,13 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config, CustomResourceExt};
 use serde_json::json;
 use std::collections::BTreeMap;
-use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How often the harness lists the instances while it waits for their
 /// status.
 const LIST_EVERY: Duration = Duration::from_secs(2);
-/// How often the agent's RSS is sampled.
-const RSS_EVERY: Duration = Duration::from_millis(500);
 
 /// What to run and for how long.
 #[derive(Debug, Clone)]
@@ -71,6 +84,9 @@ pub struct ClusterLoadConfig {
     pub instances: usize,
     /// Pods per instance (StatefulSet replicas).
     pub pods_per_instance: usize,
+    /// Agent replicas: 1 = one agent with its default settings (sharding
+    /// off); more = that many sharding the instances.
+    pub replicas: usize,
     /// Namespace of the instances and pods (created).
     pub namespace: String,
     /// The admin kubeconfig (the harness's own client; the agent's too
@@ -136,6 +152,9 @@ pub struct PhaseFigures {
     pub status_writes_per_s: f64,
     /// Events published per second (`kura_agent_events_total`).
     pub events_per_s: f64,
+    /// Instances owned at the window's end (`kura_agent_owned_instances`;
+    /// sharding on only, else absent).
+    pub owned_instances: Option<f64>,
     /// API requests per second of the agent's user (audit log).
     pub api_requests_per_s: Option<f64>,
     /// Those requests by `verb resource[/subresource]`, per second.
@@ -166,24 +185,31 @@ pub struct ClusterLoadReport {
     /// judged healthy on the new image with `RolloutHealthy` True (`None`:
     /// not within the window).
     pub rollout_healthy_seconds: Option<f64>,
-    /// `VmHWM` at the end of the run.
+    /// `VmHWM` at the end of the run (with several replicas: the largest
+    /// replica's).
     pub peak_rss_mib: f64,
+    /// The replicas' `VmHWM` at the end of the run, summed (equal to
+    /// `peak_rss_mib` with one replica).
+    pub total_peak_rss_mib: f64,
     /// Start-up: from the agent's start until every instance had a status.
     pub startup: PhaseFigures,
     /// At rest.
     pub rest: PhaseFigures,
     /// With `rollout_instances` instances in a rollout.
     pub rollout: PhaseFigures,
-    /// Lines of the agent's log at level WARN.
+    /// Lines of the agents' logs at level WARN.
     pub log_warnings: usize,
-    /// Lines of the agent's log at level ERROR.
+    /// Lines of the agents' logs at level ERROR.
     pub log_errors: usize,
+    /// Each replica's figures, in replica order (one entry with one
+    /// replica).
+    pub replicas: Vec<ReplicaFigures>,
 }
 
 /// Limits a run is checked against (each only when set).
 #[derive(Debug, Clone, Default)]
 pub struct Bounds {
-    /// Peak RSS over the run, MiB.
+    /// Peak RSS over the run, MiB, of every replica.
     pub max_peak_rss_mib: Option<f64>,
     /// CPU share at rest, %.
     pub max_rest_cpu_percent: Option<f64>,
@@ -206,12 +232,23 @@ impl Bounds {
                 ));
             }
         };
-        check(
-            "peak RSS",
-            report.peak_rss_mib,
-            self.max_peak_rss_mib,
-            " MiB",
-        );
+        if report.replicas.len() > 1 {
+            for r in &report.replicas {
+                check(
+                    &format!("peak RSS of {}", r.name()),
+                    r.peak_rss_mib,
+                    self.max_peak_rss_mib,
+                    " MiB",
+                );
+            }
+        } else {
+            check(
+                "peak RSS",
+                report.peak_rss_mib,
+                self.max_peak_rss_mib,
+                " MiB",
+            );
+        }
         check(
             "CPU at rest",
             report.rest.cpu_percent,
@@ -261,95 +298,6 @@ async fn client(path: &Path, context: Option<&str>) -> Result<Client, ClusterLoa
     Client::try_from(config).map_err(ClusterLoadError::Client)
 }
 
-/// The agent process and how to reach it.
-struct AgentProcess {
-    child: Child,
-    pid: u32,
-    debug: SocketAddr,
-    log: PathBuf,
-}
-
-impl AgentProcess {
-    fn alive(&mut self) -> Result<(), ClusterLoadError> {
-        match self.child.try_wait() {
-            Ok(None) => Ok(()),
-            Ok(Some(status)) => Err(ClusterLoadError::AgentExited(format!(
-                "{status}; log {}",
-                self.log.display()
-            ))),
-            Err(e) => Err(ClusterLoadError::AgentExited(e.to_string())),
-        }
-    }
-
-    fn stop(&mut self) {
-        if let Ok(pid) = i32::try_from(self.pid) {
-            // SAFETY: kill has no memory-safety preconditions; the pid is
-            // our own child's, not yet reaped.
-            unsafe { libc::kill(pid, libc::SIGTERM) };
-        }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if !matches!(self.child.try_wait(), Ok(None)) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for AgentProcess {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            self.stop();
-        }
-    }
-}
-
-/// A moment of the run: wall time and the agent's counters.
-struct Mark {
-    at: Instant,
-    ts: Timestamp,
-    cpu: Duration,
-    metrics: AgentMetrics,
-}
-
-impl Mark {
-    fn take(agent: &mut AgentProcess) -> Result<Mark, ClusterLoadError> {
-        agent.alive()?;
-        let metrics = AgentMetrics::scrape(agent.debug)?;
-        Ok(Mark {
-            at: Instant::now(),
-            ts: Timestamp::now(),
-            cpu: cpu_time_of(agent.pid).unwrap_or_default(),
-            metrics,
-        })
-    }
-}
-
-/// The figures between two marks.
-fn figures(from: &Mark, to: &Mark, rss: &RssSampler, pid: u32) -> PhaseFigures {
-    let secs = to.at.duration_since(from.at).as_secs_f64().max(1e-9);
-    let delta =
-        |name: &str, label: &str| to.metrics.sum(name, label) - from.metrics.sum(name, label);
-    let samples = rss.between(from.at, to.at);
-    let polls = delta("kura_agent_polls_total", "");
-    PhaseFigures {
-        seconds: secs,
-        cpu_percent: 100.0 * to.cpu.saturating_sub(from.cpu).as_secs_f64() / secs,
-        rss_median_mib: mib(median(&samples)),
-        rss_max_mib: mib(samples.iter().copied().max().unwrap_or(0)),
-        peak_rss_mib: mib(peak_rss_of(pid).unwrap_or(0)),
-        polls_per_s: polls / secs,
-        failed_polls: polls - delta("kura_agent_polls_total", "result=\"ok\""),
-        status_writes_per_s: delta("kura_agent_status_writes_total", "result=\"applied\"") / secs,
-        events_per_s: delta("kura_agent_events_total", "") / secs,
-        api_requests_per_s: None,
-        api_by_kind: BTreeMap::new(),
-    }
-}
-
 /// Run the whole measurement.
 pub async fn run(config: &ClusterLoadConfig) -> Result<ClusterLoadReport, ClusterLoadError> {
     let admin = client(&config.kubeconfig, None).await?;
@@ -382,6 +330,9 @@ pub async fn run(config: &ClusterLoadConfig) -> Result<ClusterLoadReport, Cluste
         .map_err(ClusterLoadError::api("create the namespace"))?;
     if config.agent_context.is_some() {
         grant_agent(&admin, &config.agent_user).await?;
+        if config.replicas > 1 {
+            grant_leases(&admin, &config.agent_user, &config.namespace).await?;
+        }
     }
     eprintln!("cluster-load: creating {n} instances and {} pods", n * ppi);
     let instances: Api<DynamicObject> =
@@ -503,23 +454,24 @@ pub async fn run(config: &ClusterLoadConfig) -> Result<ClusterLoadReport, Cluste
     // ---- the agent ------------------------------------------------------
     // The start-up window opens before the agent starts: its first lists
     // and watches count.
-    let start_mark = Mark {
-        at: Instant::now(),
-        ts: Timestamp::now(),
-        cpu: Duration::ZERO,
-        metrics: AgentMetrics::default(),
-    };
-    let mut agent = start_agent(config)?;
-    let rss = RssSampler::start(agent.pid, RSS_EVERY);
-    eprintln!(
-        "cluster-load: agent {} started (pid {}, debug {}); waiting for every instance's status",
-        config.agent_bin.display(),
-        agent.pid,
-        agent.debug
-    );
+    let start_mark = Mark::before_start(config.replicas.max(1));
+    let mut agents = Agents::start(config)?;
+    for p in agents.processes() {
+        eprintln!(
+            "cluster-load: agent {}{} started (pid {}, debug {}, log {})",
+            config.agent_bin.display(),
+            p.identity
+                .as_deref()
+                .map_or_else(String::new, |id| format!(" as {id}")),
+            p.pid,
+            p.debug,
+            p.log.display()
+        );
+    }
+    eprintln!("cluster-load: waiting for every instance's status");
     let deadline = start_mark.at + config.status_timeout;
     loop {
-        agent.alive()?;
+        agents.alive()?;
         let with = count_with_status(&instances, None).await?;
         if with.0 >= n {
             break;
@@ -532,9 +484,9 @@ pub async fn run(config: &ClusterLoadConfig) -> Result<ClusterLoadReport, Cluste
         }
         tokio::time::sleep(LIST_EVERY).await;
     }
-    let status_mark = Mark::take(&mut agent)?;
+    let status_mark = agents.mark()?;
     report.status_seconds = status_mark.at.duration_since(start_mark.at).as_secs_f64();
-    report.startup = figures(&start_mark, &status_mark, &rss, agent.pid);
+    let startup = agents.figures(&start_mark, &status_mark);
     eprintln!(
         "cluster-load: every instance has a status after {:.1} s; settling {:?}",
         report.status_seconds, config.settle
@@ -542,11 +494,11 @@ pub async fn run(config: &ClusterLoadConfig) -> Result<ClusterLoadReport, Cluste
 
     // ---- at rest --------------------------------------------------------
     tokio::time::sleep(config.settle).await;
-    let rest_from = Mark::take(&mut agent)?;
+    let rest_from = agents.mark()?;
     eprintln!("cluster-load: at rest for {:?}", config.rest);
     tokio::time::sleep(config.rest).await;
-    let rest_to = Mark::take(&mut agent)?;
-    report.rest = figures(&rest_from, &rest_to, &rss, agent.pid);
+    let rest_to = agents.mark()?;
+    let rest = agents.figures(&rest_from, &rest_to);
 
     // ---- rollout --------------------------------------------------------
     let k = if config.rollout_fraction > 0.0 {
@@ -561,7 +513,7 @@ pub async fn run(config: &ClusterLoadConfig) -> Result<ClusterLoadReport, Cluste
         config.pod_gap, config.rollout
     );
     let stand_ins = Arc::new(Mutex::new(stand_ins));
-    let roll_from = Mark::take(&mut agent)?;
+    let roll_from = agents.mark()?;
     let roll = tokio::spawn(
         Roll {
             instances: instances.clone(),
@@ -578,7 +530,7 @@ pub async fn run(config: &ClusterLoadConfig) -> Result<ClusterLoadReport, Cluste
     let mut roll_result = None;
     let mut roll = Some(roll);
     while Instant::now() < window_end {
-        agent.alive()?;
+        agents.alive()?;
         if let Some(handle) = roll.take_if(|h| h.is_finished()) {
             roll_result = Some(handle.await);
         }
@@ -591,8 +543,8 @@ pub async fn run(config: &ClusterLoadConfig) -> Result<ClusterLoadReport, Cluste
         let left = window_end.saturating_duration_since(Instant::now());
         tokio::time::sleep(LIST_EVERY.min(left)).await;
     }
-    let roll_to = Mark::take(&mut agent)?;
-    report.rollout = figures(&roll_from, &roll_to, &rss, agent.pid);
+    let roll_to = agents.mark()?;
+    let rollout = agents.figures(&roll_from, &roll_to);
     match roll_result {
         Some(Ok(r)) => r?,
         Some(Err(e)) => return Err(ClusterLoadError::Protocol(format!("rollout task: {e}"))),
@@ -605,9 +557,16 @@ pub async fn run(config: &ClusterLoadConfig) -> Result<ClusterLoadReport, Cluste
             }
         }
     }
-    report.peak_rss_mib = mib(peak_rss_of(agent.pid).unwrap_or(0));
-    agent.stop();
-    drop(rss);
+    let peaks = agents.peaks_mib();
+    agents.stop();
+    report.startup = combine(&startup);
+    report.rest = combine(&rest);
+    report.rollout = combine(&rollout);
+    report.peak_rss_mib = peaks.iter().copied().fold(0.0, f64::max);
+    report.total_peak_rss_mib = peaks.iter().sum();
+    report.replicas = agents.replica_reports(startup, rest, rollout, &peaks);
+    report.log_warnings = report.replicas.iter().map(|r| r.log_warnings).sum();
+    report.log_errors = report.replicas.iter().map(|r| r.log_errors).sum();
 
     // ---- API requests ---------------------------------------------------
     if let Some(log) = &config.audit_log {
@@ -624,9 +583,6 @@ pub async fn run(config: &ClusterLoadConfig) -> Result<ClusterLoadReport, Cluste
             apply_counts(phase, &c);
         }
     }
-    let (warnings, errors) = log_levels(&agent.log);
-    report.log_warnings = warnings;
-    report.log_errors = errors;
     Ok(report)
 }
 
@@ -638,15 +594,6 @@ fn apply_counts(phase: &mut PhaseFigures, c: &RequestCounts) {
         .iter()
         .map(|(k, v)| (k.clone(), *v as f64 / secs))
         .collect();
-}
-
-/// Lines at WARN and ERROR in the agent's JSON log.
-fn log_levels(path: &Path) -> (usize, usize) {
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return (0, 0);
-    };
-    let count = |level: &str| text.lines().filter(|l| l.contains(level)).count();
-    (count("\"level\":\"WARN\""), count("\"level\":\"ERROR\""))
 }
 
 /// Apply the shipped CRD and wait until it is established.
@@ -730,77 +677,46 @@ async fn grant_agent(client: &Client, user: &str) -> Result<(), ClusterLoadError
     Ok(())
 }
 
-/// Start `kura-agent run` with its default settings: no `KURA_AGENT_*`
-/// variable from this environment, only the debug address moved to a free
-/// loopback port (the default `[::]:8080` may be taken on a shared
-/// machine) and, with `agent_context`, a kubeconfig whose current context
-/// is that one.
-fn start_agent(config: &ClusterLoadConfig) -> Result<AgentProcess, ClusterLoadError> {
-    let work = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| ClusterLoadError::WorkDir { path, source }
-    };
-    let kubeconfig = match &config.agent_context {
-        None => config.kubeconfig.clone(),
-        Some(context) => {
-            let text = std::fs::read_to_string(&config.kubeconfig).map_err(|source| {
-                ClusterLoadError::Fixture {
-                    path: config.kubeconfig.clone(),
-                    source,
-                }
-            })?;
-            let mut doc: serde_yaml::Value = serde_yaml::from_str(&text)
-                .map_err(|e| ClusterLoadError::Protocol(format!("kubeconfig is not YAML: {e}")))?;
-            doc["current-context"] = serde_yaml::Value::String(context.clone());
-            let path = config.work_dir.join("agent.kubeconfig");
-            let out = serde_yaml::to_string(&doc)
-                .map_err(|e| ClusterLoadError::Protocol(format!("kubeconfig: {e}")))?;
-            std::fs::write(&path, out).map_err(work(&path))?;
-            path
-        }
-    };
-    let port = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|l| l.local_addr())
-        .map_err(work(&config.work_dir))?
-        .port();
-    let debug = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let log = config.work_dir.join("agent.log");
-    let out = std::fs::File::create(&log).map_err(work(&log))?;
-    let err = out.try_clone().map_err(work(&log))?;
-    let mut cmd = Command::new(&config.agent_bin);
-    cmd.arg("run");
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("KURA_AGENT_") {
-            cmd.env_remove(key);
-        }
-    }
-    cmd.env("KUBECONFIG", &kubeconfig)
-        .env("KURA_AGENT_DEBUG_LISTEN", debug.to_string())
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err);
-    let child = cmd.spawn().map_err(|source| ClusterLoadError::AgentStart {
-        path: config.agent_bin.clone(),
-        source,
-    })?;
-    let pid = child.id();
-    let mut agent = AgentProcess {
-        child,
-        pid,
-        debug,
-        log,
-    };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while AgentMetrics::scrape(debug).is_err() {
-        agent.alive()?;
-        if Instant::now() > deadline {
-            return Err(ClusterLoadError::Timeout(
-                "the agent's debug server to answer".to_owned(),
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    Ok(agent)
+/// The chart's Lease Role for sharding (`sharding.enabled`), in the
+/// namespace of the Leases, bound to `user`: only Leases, only there.
+async fn grant_leases(
+    client: &Client,
+    user: &str,
+    namespace: &str,
+) -> Result<(), ClusterLoadError> {
+    let name = "kura-load-agent-leases";
+    let pp = PatchParams::apply("cluster-load").force();
+    let roles: Api<Role> = Api::namespaced(client.clone(), namespace);
+    roles
+        .patch(
+            name,
+            &pp,
+            &Patch::Apply(json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                "metadata": {"name": name, "namespace": namespace},
+                "rules": [
+                    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                     "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}
+                ]
+            })),
+        )
+        .await
+        .map_err(ClusterLoadError::api("apply the agents' Lease Role"))?;
+    let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), namespace);
+    bindings
+        .patch(
+            name,
+            &pp,
+            &Patch::Apply(json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": {"name": name, "namespace": namespace},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
+            })),
+        )
+        .await
+        .map_err(ClusterLoadError::api("bind the agents' Lease Role"))?;
+    Ok(())
 }
 
 /// (instances with `status.rolloutHealth`, instances judged healthy on
@@ -924,12 +840,20 @@ impl Roll {
 pub fn table(r: &ClusterLoadReport) -> String {
     let mut out = String::new();
     out.push_str(&format!(
-        "cluster-load: {} instances, {} pods (a Pod: {:.1} KB of JSON, {:.1} KB managed fields), agent {}\n",
+        "cluster-load: {} instances, {} pods (a Pod: {:.1} KB of JSON, {:.1} KB managed fields), agent {}{}\n",
         r.instances,
         r.pods,
         r.pod_json_bytes as f64 / 1000.0,
         r.pod_managed_fields_bytes as f64 / 1000.0,
-        r.agent_bin
+        r.agent_bin,
+        if r.replicas.len() > 1 {
+            format!(
+                ", {} replicas sharding (CPU and rates summed, RSS the largest replica's)",
+                r.replicas.len()
+            )
+        } else {
+            String::new()
+        }
     ));
     out.push_str(&format!(
         "every instance had a status after {:.1} s; {} instances rolled{}\n",
@@ -989,14 +913,123 @@ pub fn table(r: &ClusterLoadReport) -> String {
             out.push_str(&format!("API requests/s {name}: {}\n", kinds.join(", ")));
         }
     }
-    out.push_str(&format!(
-        "peak RSS over the run: {:.1} MiB; agent log: {} warnings, {} errors\n",
-        r.peak_rss_mib, r.log_warnings, r.log_errors
-    ));
+    if r.replicas.len() > 1 {
+        out.push_str(&format!(
+            "peak RSS over the run: {:.1} MiB the largest replica, {:.1} MiB the {} together; agent logs: {} warnings, {} errors\n",
+            r.peak_rss_mib,
+            r.total_peak_rss_mib,
+            r.replicas.len(),
+            r.log_warnings,
+            r.log_errors
+        ));
+        out.push_str(&replica_table(&r.replicas));
+    } else {
+        out.push_str(&format!(
+            "peak RSS over the run: {:.1} MiB; agent log: {} warnings, {} errors\n",
+            r.peak_rss_mib, r.log_warnings, r.log_errors
+        ));
+    }
     out
 }
 
 /// The report as one JSON line, for machines.
 pub fn json_line(r: &ClusterLoadReport) -> String {
     json!({"cluster_load": r}).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn replica(name: &str, peak: f64) -> ReplicaFigures {
+        ReplicaFigures {
+            identity: Some(name.to_owned()),
+            peak_rss_mib: peak,
+            ..ReplicaFigures::default()
+        }
+    }
+
+    #[test]
+    fn the_peak_rss_bound_applies_to_every_replica() {
+        let bounds = Bounds {
+            max_peak_rss_mib: Some(50.0),
+            ..Bounds::default()
+        };
+        // The largest replica is within the bound only if every one is;
+        // the message names the replica that missed it.
+        let report = ClusterLoadReport {
+            peak_rss_mib: 61.0,
+            total_peak_rss_mib: 150.0,
+            replicas: vec![
+                replica("cluster-load-agent-0", 45.0),
+                replica("cluster-load-agent-1", 61.0),
+                replica("cluster-load-agent-2", 44.0),
+            ],
+            ..ClusterLoadReport::default()
+        };
+        let missed = bounds.missed(&report);
+        assert_eq!(missed.len(), 1, "{missed:?}");
+        assert!(missed[0].contains("cluster-load-agent-1"), "{missed:?}");
+        // The sum of the peaks (150 MiB) is no replica's and bounds nothing.
+        let within = ClusterLoadReport {
+            replicas: vec![
+                replica("cluster-load-agent-0", 45.0),
+                replica("cluster-load-agent-1", 49.0),
+            ],
+            peak_rss_mib: 49.0,
+            total_peak_rss_mib: 94.0,
+            ..ClusterLoadReport::default()
+        };
+        assert!(bounds.missed(&within).is_empty());
+    }
+
+    #[test]
+    fn one_replica_keeps_the_top_level_peak_bound() {
+        let bounds = Bounds {
+            max_peak_rss_mib: Some(50.0),
+            ..Bounds::default()
+        };
+        let report = ClusterLoadReport {
+            peak_rss_mib: 70.0,
+            total_peak_rss_mib: 70.0,
+            replicas: vec![ReplicaFigures {
+                peak_rss_mib: 70.0,
+                ..ReplicaFigures::default()
+            }],
+            ..ClusterLoadReport::default()
+        };
+        assert_eq!(
+            bounds.missed(&report),
+            vec!["peak RSS 70.0 MiB is above the bound 50 MiB".to_owned()]
+        );
+    }
+
+    #[test]
+    fn the_table_has_a_row_per_replica_and_phase_only_with_several() {
+        let one = ClusterLoadReport {
+            replicas: vec![ReplicaFigures::default()],
+            ..ClusterLoadReport::default()
+        };
+        assert!(!table(&one).contains("per replica"));
+        let mut three = ClusterLoadReport {
+            replicas: (0..3)
+                .map(|i| replica(&agents::replica_identity(i), 40.0))
+                .collect(),
+            ..ClusterLoadReport::default()
+        };
+        three.replicas[1].rest.owned_instances = Some(34.0);
+        let t = table(&three);
+        assert!(t.contains("3 replicas sharding"), "{t}");
+        assert_eq!(t.matches("cluster-load-agent-1").count(), 4, "{t}");
+        let rest_row = t
+            .lines()
+            .find(|l| l.starts_with("at rest") && l.contains("cluster-load-agent-1"))
+            .expect("row");
+        assert!(rest_row.contains(" 34 "), "{rest_row}");
+        let absent = t
+            .lines()
+            .find(|l| l.starts_with("at rest") && l.contains("cluster-load-agent-0"))
+            .expect("row");
+        assert!(absent.contains("n/a"), "absent is not zero: {absent}");
+    }
 }
