@@ -656,7 +656,10 @@ pub fn serve_loop(config: LoopRunConfig) -> Result<(), LoadError> {
         rt.worker_threads(w.max(1));
     }
     let rt = rt.build().map_err(LoadError::Runtime)?;
+    // As `kura-agent run` does: the histograms' samples folded in.
+    let upkeep = rt.spawn(kura_agent::telemetry::upkeep(metrics.clone()));
     let outcome = rt.block_on(run_loop(targets, config, &metrics));
+    upkeep.abort();
     let out = std::io::stdout();
     let mut out = out.lock();
     writeln!(out, "{}", outcome.to_line()).map_err(LoadError::Child)?;

@@ -179,13 +179,17 @@ impl Demo {
         let view = FleetView::new();
 
         let metrics = metrics_handle();
+        let upkeep = tokio::spawn(crate::telemetry::upkeep(metrics.clone()));
         let (server, listen_note) =
             bind_debug(config.listen, &view, metrics, clock.clone()).await?;
         let debug_addr = server.local_addr().map_err(|source| DemoError::Bind {
             addr: config.listen,
             source,
         })?;
-        let mut tasks = vec![tokio::spawn(server.serve(std::future::pending::<()>()))];
+        let mut tasks = vec![
+            upkeep,
+            tokio::spawn(server.serve(std::future::pending::<()>())),
+        ];
 
         let loop_config = LoopConfig {
             cadence: Cadence::fixed(config.sweep_interval),

@@ -123,6 +123,7 @@ pub async fn run_with_client(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), RunError> {
     let agent = args.resolve_identity()?;
+    let upkeep = tokio::spawn(crate::telemetry::upkeep(metrics.clone()));
     let gate = args.gate_config()?;
     let loop_config = args.loop_config(agent.clone(), gate);
     loop_config.validate().map_err(ConfigError::from)?;
@@ -233,6 +234,7 @@ pub async fn run_with_client(
         let _ = tokio::time::timeout(SHUTDOWN_WRITE_GRACE, publisher).await;
     }
     driver.abort();
+    upkeep.abort();
     sharding.stop(client).await;
     let _ = stop_server.send(());
     let _ = server.await;
