@@ -17,21 +17,6 @@
 // about 7.3 MiB, twice that leaves room for larger aggregates).
 #define KURA_GATE_MAX_INPUT_BYTES ((16 * 1024) * 1024)
 
-// The most gates alive at once (slot numbers are 1 to this).
-#define MAX_LIVE_GATES ((1 << SLOT_BITS) - 1)
-
-#define SLOT_BITS 24
-
-#define SLOT_BITS 20
-
-#define GENERATION_BITS 24
-
-#define GENERATION_BITS 12
-
-#define TAG (19271 << 48)
-
-#define TAG 0
-
 // Success.
 #define KURA_GATE_OK 0
 

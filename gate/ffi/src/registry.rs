@@ -24,29 +24,29 @@ use crate::api::GateHandle;
 
 #[cfg(target_pointer_width = "64")]
 mod layout {
-    pub const SLOT_BITS: u32 = 24;
-    pub const GENERATION_BITS: u32 = 24;
-    pub const TAG: usize = 0x4B47 << 48;
+    pub(super) const SLOT_BITS: u32 = 24;
+    pub(super) const GENERATION_BITS: u32 = 24;
+    pub(super) const TAG: usize = 0x4B47 << 48;
 }
 
 #[cfg(not(target_pointer_width = "64"))]
 mod layout {
-    pub const SLOT_BITS: u32 = 20;
-    pub const GENERATION_BITS: u32 = 12;
-    pub const TAG: usize = 0;
+    pub(super) const SLOT_BITS: u32 = 20;
+    pub(super) const GENERATION_BITS: u32 = 12;
+    pub(super) const TAG: usize = 0;
 }
 
 use layout::{GENERATION_BITS, SLOT_BITS, TAG};
 
 /// The most gates alive at once (slot numbers are 1 to this).
-pub const MAX_LIVE_GATES: usize = (1 << SLOT_BITS) - 1;
+pub(crate) const MAX_LIVE_GATES: usize = (1 << SLOT_BITS) - 1;
 const SLOT_MASK: usize = (1 << SLOT_BITS) - 1;
 const GENERATION_MASK: usize = (1 << GENERATION_BITS) - 1;
 const TAG_MASK: usize = !((1 << (SLOT_BITS + GENERATION_BITS)) - 1);
 
 /// Why a token names no gate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stale {
+pub(crate) enum Stale {
     /// Not a token this library made (or one from another copy of it).
     Unknown,
     /// A gate that was freed.
@@ -92,7 +92,7 @@ fn parts(token: usize) -> Option<(usize, usize)> {
 
 /// Registers a gate and returns its token, or `None` when
 /// [`MAX_LIVE_GATES`] are alive.
-pub fn insert(gate: GateHandle) -> Option<usize> {
+pub(crate) fn insert(gate: GateHandle) -> Option<usize> {
     let mut registry = registry();
     let slot = match registry.free.pop_front() {
         Some(slot) => slot,
@@ -111,7 +111,7 @@ pub fn insert(gate: GateHandle) -> Option<usize> {
 }
 
 /// The gate a token names.
-pub fn get(token: usize) -> Result<Arc<GateHandle>, Stale> {
+pub(crate) fn get(token: usize) -> Result<Arc<GateHandle>, Stale> {
     let (slot, generation) = parts(token).ok_or(Stale::Unknown)?;
     let registry = registry();
     let entry = registry.slots.get(slot).ok_or(Stale::Unknown)?;
@@ -125,7 +125,7 @@ pub fn get(token: usize) -> Result<Arc<GateHandle>, Stale> {
 
 /// Removes the gate a token names; it is dropped when the last call on it
 /// returns.
-pub fn remove(token: usize) -> Result<(), Stale> {
+pub(crate) fn remove(token: usize) -> Result<(), Stale> {
     let (slot, generation) = parts(token).ok_or(Stale::Unknown)?;
     let gate = {
         let mut registry = registry();
