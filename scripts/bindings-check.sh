@@ -4,7 +4,8 @@
 #   1. the C header is what cbindgen makes of gate/ffi (drift fails)
 #   2. one cargo build: kura-gate (replay), kura-gate-ffi (static and shared
 #      library, the timeline generator) and the Elixir NIF
-#   3. 200 generated timelines for the identity tests
+#   3. 200 generated timelines for the identity tests; the C entry points
+#      own tests (testdata/gate-restore cases, freed and bogus handles)
 #   4. Go: go vet, go test -race (identity with `kura-gate replay`, hostile
 #      input, RSS over 100,000 ticks, the README example)
 #   5. Elixir: mix test (the same, and the README doctest)
@@ -63,6 +64,9 @@ cp "$target/debug/libkura_gate_ffi.a" bindings/go/lib/
 export KURA_GATE_BIN=$target/debug/kura-gate
 export KURA_GATE_TIMELINES=$work/timelines
 "$target/debug/examples/timelines" "$KURA_GATE_TIMELINES" 200 "${KURA_GATE_TIMELINE_SEED:-21}"
+
+part "C ABI: cargo test -p kura-gate-ffi (restored states, handle misuse)"
+cargo test --locked --quiet -p kura-gate-ffi
 
 part "Go: go vet, go test -race"
 (

@@ -16,6 +16,7 @@ const (
 	InputTooLarge   ErrorCode = "input_too_large"
 	Busy            ErrorCode = "busy"
 	Internal        ErrorCode = "internal"
+	InvalidHandle   ErrorCode = "invalid_handle"
 )
 
 // Error is a refusal by the gate: a code and a message that locates the

@@ -38,7 +38,7 @@ import (
 
 // ABIVersion is the C ABI version this package was written for; the
 // library's version is checked against it at start-up.
-const ABIVersion = 1
+const ABIVersion = 2
 
 // abiChecked is the library's ABI version, checked once.
 var abiChecked = sync.OnceValue(func() error {
@@ -176,7 +176,8 @@ func (g *Gate) CaptureBaseline(capturedAt time.Time, health *Health) (*Baseline,
 }
 
 // Close frees the gate. Further calls return ErrClosed; closing twice is a
-// no-op.
+// no-op. It returns an error only when the library no longer knew the gate
+// (InvalidHandle), which this package never causes.
 func (g *Gate) Close() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -184,8 +185,12 @@ func (g *Gate) Close() error {
 		return nil
 	}
 	g.cleanup.Stop()
-	C.kura_gate_free(g.handle)
+	status := C.kura_gate_free(g.handle)
 	g.handle = nil
+	if status != C.KURA_GATE_OK {
+		return &Error{Status: int(status), Code: InvalidHandle,
+			Message: "the library no longer knew this gate (freed outside this package?)"}
+	}
 	return nil
 }
 

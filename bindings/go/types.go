@@ -44,11 +44,14 @@ const (
 	StatusDestroyed ServerStatus = "destroyed"
 )
 
-// TickInput is everything one tick judges.
+// TickInput is everything one tick judges. Now and WaveStartedAt are
+// required: a zero time.Time is sent as missing (omitzero) and the gate
+// refuses it, as it refuses a document without them; it is never judged
+// as year 1.
 type TickInput struct {
-	Now           time.Time `json:"now"`
+	Now           time.Time `json:"now,omitzero"`
 	Wave          uint32    `json:"wave"`
-	WaveStartedAt time.Time `json:"waveStartedAt"`
+	WaveStartedAt time.Time `json:"waveStartedAt,omitzero"`
 	Attempt       uint32    `json:"attempt"`
 	// Servers: every server of the scope so far (all waves up to Wave).
 	Servers []Server `json:"servers"`
@@ -70,8 +73,9 @@ type Server struct {
 // Baseline is a server's baseline in either form the gate accepts: an
 // aggregate to capture from (CapturedAt and Health), or a baseline captured
 // earlier by CaptureBaseline (CapturedAt, Counters and SoakEligible).
+// CapturedAt is required (a zero time is sent as missing and refused).
 type Baseline struct {
-	CapturedAt   time.Time `json:"capturedAt"`
+	CapturedAt   time.Time `json:"capturedAt,omitzero"`
 	Health       *Health   `json:"health,omitempty"`
 	Counters     *Counters `json:"counters,omitempty"`
 	SoakEligible *bool     `json:"soakEligible,omitempty"`
@@ -193,7 +197,8 @@ type InstanceInput struct {
 	// as kura-agent writes them (raw JSON), or nil.
 	BaselineSource json.RawMessage `json:"baselineSource,omitempty"`
 	Current        json.RawMessage `json:"current,omitempty"`
-	Now            time.Time       `json:"now"`
+	// Now is required (a zero time is sent as missing and refused).
+	Now time.Time `json:"now,omitzero"`
 }
 
 // RolloutGate is an instance's status.rolloutGate.
@@ -208,6 +213,6 @@ type RolloutGate struct {
 	Verdict      string     `json:"verdict"`
 	Signal       *Signal    `json:"signal"`
 	HealthySince *time.Time `json:"healthySince"`
-	EvaluatedAt  time.Time  `json:"evaluatedAt"`
+	EvaluatedAt  time.Time  `json:"evaluatedAt,omitzero"`
 	Evidence     []Evidence `json:"evidence"`
 }

@@ -28,7 +28,8 @@ func TestThePackageAgreesWithTheLibrary(t *testing.T) {
 		codes[c[0].(float64)] = ErrorCode(c[1].(string))
 	}
 	want := map[float64]ErrorCode{1: InvalidInput, 2: InvalidConfig, 3: InvalidState,
-		4: AttemptWentBack, 5: NullArgument, 6: InputTooLarge, 7: Busy, 8: Internal}
+		4: AttemptWentBack, 5: NullArgument, 6: InputTooLarge, 7: Busy, 8: Internal,
+		9: InvalidHandle}
 	if !reflect.DeepEqual(codes, want) {
 		t.Fatalf("error codes: library %v, package %v", codes, want)
 	}

@@ -28,4 +28,14 @@ pub enum GateError {
         /// What is wrong with its value.
         reason: String,
     },
+    /// A stored state the gate could not have written
+    /// ([`GateState::validate`](crate::GateState::validate)): restoring it
+    /// could shortcut a stop or the soak, so it is refused.
+    #[error("{field}: {reason}")]
+    InvalidState {
+        /// The state key at fault (camelCase, as in the document).
+        field: String,
+        /// What is wrong with it.
+        reason: String,
+    },
 }

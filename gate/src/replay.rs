@@ -122,6 +122,7 @@ pub fn run_replay(input: &ReplayInput) -> Result<Vec<ReplayLine>, ReplayError> {
                         GateError::AttemptWentBack { .. } => "attempt",
                         GateError::DuplicateServer(_) => "servers",
                         GateError::EmptySoakList | GateError::ConfigValue { .. } => "config",
+                        GateError::InvalidState { .. } => "state",
                     },
                     source,
                 })

@@ -180,6 +180,162 @@ pub struct GateState {
     pub effective_baselines: BTreeMap<String, EffectiveBaseline>,
 }
 
+/// The signals a hard stop can carry: the only verdicts that latch.
+const HARD_STOP_SIGNALS: [Signal; 5] = [
+    Signal::DeploymentFailed,
+    Signal::ServerRegressedToFailed,
+    Signal::MemoryPressureCritical,
+    Signal::ServingFenced,
+    Signal::WaveDeadlineExceeded,
+];
+
+impl GateState {
+    /// Checks that the gate could have written this state, so that a stored
+    /// state (corrupted, edited, or from another version) cannot shortcut
+    /// the rules when restored:
+    ///
+    /// - only a hard stop latches (a `latched` pass or soak would answer
+    ///   for every later tick of the attempt, a failed deployment included),
+    ///   with a hard-stop signal, and never together with a `healthySince`;
+    /// - the wave, its start and `healthySince` belong to an attempt, and a
+    ///   `healthySince` to a wave with its start;
+    /// - an effective baseline only ever lowers the captured fd-timeout and
+    ///   peer-failure counters and keeps the others (a higher one would
+    ///   widen a band and let a regression pass).
+    ///
+    /// What only a tick can tell, a `healthySince` before the wave's start
+    /// or after `now`, restarts the soak clock in [`Gate::tick`]. A
+    /// `healthySince` between the two is taken as stored: the gate cannot
+    /// tell it from one it wrote, so the stored state must be kept as
+    /// safely as any other record the rollout trusts.
+    pub fn validate(&self) -> Result<(), GateError> {
+        let invalid = |field: &str, reason: String| GateError::InvalidState {
+            field: field.to_owned(),
+            reason,
+        };
+        if self.attempt.is_none()
+            && (self.wave.is_some()
+                || self.wave_started_at.is_some()
+                || self.healthy_since.is_some()
+                || self.latched.is_some()
+                || !self.effective_baselines.is_empty())
+        {
+            return Err(invalid(
+                "attempt",
+                "null, but the state holds what only a judged attempt has".into(),
+            ));
+        }
+        if self.wave.is_some() != self.wave_started_at.is_some() {
+            return Err(invalid(
+                "waveStartedAt",
+                "a wave and its start are stored together or not at all".into(),
+            ));
+        }
+        if self.healthy_since.is_some() && self.wave.is_none() {
+            return Err(invalid(
+                "healthySince",
+                "set without a wave it belongs to".into(),
+            ));
+        }
+        if let Some(latched) = &self.latched {
+            if latched.verdict != VerdictKind::HardStop {
+                return Err(invalid(
+                    "latched",
+                    format!(
+                        "only a hard stop latches, not {}",
+                        match latched.verdict {
+                            VerdictKind::Pass => "pass",
+                            VerdictKind::Soak => "soak",
+                            VerdictKind::HardStop => "hard_stop",
+                        }
+                    ),
+                ));
+            }
+            match latched.signal {
+                Some(signal) if HARD_STOP_SIGNALS.contains(&signal) => {}
+                other => {
+                    return Err(invalid(
+                        "latched.signal",
+                        format!(
+                            "{} is not a hard-stop signal",
+                            other.map_or("null", |s| s.as_str())
+                        ),
+                    ));
+                }
+            }
+            if latched.healthy_since.is_some() || latched.remaining_seconds.is_some() {
+                return Err(invalid(
+                    "latched",
+                    "a hard stop has no healthySince and no remainingSeconds".into(),
+                ));
+            }
+            if self.wave.is_none() {
+                return Err(invalid(
+                    "latched",
+                    "set without a wave it belongs to".into(),
+                ));
+            }
+            if self.healthy_since.is_some() {
+                return Err(invalid(
+                    "healthySince",
+                    "set while a hard stop is latched (a hard stop clears it)".into(),
+                ));
+            }
+        }
+        for (id, kept) in &self.effective_baselines {
+            let field = |counter: &str| format!("effectiveBaselines[{id:?}].effective.{counter}");
+            let (captured, effective) = (&kept.captured, &kept.effective);
+            for (name, captured, effective) in [
+                (
+                    "outboxMessages",
+                    captured.outbox_messages,
+                    effective.outbox_messages,
+                ),
+                (
+                    "replicationLagEntries",
+                    captured.replication_lag_entries,
+                    effective.replication_lag_entries,
+                ),
+            ] {
+                if captured != effective {
+                    return Err(invalid(
+                        &field(name),
+                        "differs from the captured value (only counter resets lower a baseline, and this counter has none)".into(),
+                    ));
+                }
+            }
+            for (name, captured, effective) in [
+                (
+                    "fdTimeoutCount",
+                    captured.fd_timeout_count,
+                    effective.fd_timeout_count,
+                ),
+                (
+                    "peerConnectionFailures",
+                    captured.peer_connection_failures,
+                    effective.peer_connection_failures,
+                ),
+            ] {
+                match (captured, effective) {
+                    (None, None) => {}
+                    (Some(c), Some(e)) if e <= c => {}
+                    (c, e) => {
+                        return Err(invalid(
+                            &field(name),
+                            format!(
+                                "{} with {} captured: a reset only lowers a captured counter",
+                                e.map_or("null".into(), |v| v.to_string()),
+                                c.map_or("null".into(), |v| v.to_string()),
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The wave judge: a configuration and the state carried between ticks.
 #[derive(Debug, Clone)]
 pub struct Gate {
@@ -193,9 +349,13 @@ impl Gate {
         Self::restore(config, GateState::default())
     }
 
-    /// A gate continuing from a stored state.
+    /// A gate continuing from a stored state. The state must be one the
+    /// gate could have written ([`GateState::validate`]); what can only be
+    /// judged against a tick (a `healthySince` outside the tick's wave and
+    /// `now`) is judged by [`Gate::tick`], for every tick alike.
     pub fn restore(config: GateConfig, state: GateState) -> Result<Self, GateError> {
         config.validate()?;
+        state.validate()?;
         Ok(Gate { config, state })
     }
 
@@ -347,8 +507,12 @@ impl Gate {
             } else {
                 self.config.soak_for(input.wave)
             };
+            // The soak counts from a healthy tick of this wave: a
+            // `healthySince` after `now` (a clock going back, a state from
+            // elsewhere) or before the wave's start (no tick of this wave
+            // can have seen it healthy then) restarts the clock at `now`.
             let since = match self.state.healthy_since {
-                Some(since) if since <= now => since,
+                Some(since) if since <= now && since >= input.wave_started_at => since,
                 _ => now,
             };
             self.state.healthy_since = Some(since);

@@ -37,9 +37,11 @@ for servers <- [100, 1000] do
   rows = [
     {"tick/2, JSON binary (#{KuraGate.scheduler_for(doc)})", fn -> {:ok, _, _} = KuraGate.tick(gate, doc) end},
     {"tick/2, map (#{KuraGate.scheduler_for(map)})", fn -> {:ok, _, _} = KuraGate.tick(gate, map) end},
-    {"NIF tick, binary, normal scheduler", fn -> {:ok, _} = KuraGate.Native.tick(ref, doc) end},
+    # A tick this large does not run on a normal scheduler: the NIF looks
+    # (bounded) and answers :dirty; these rows are the cost of that look.
+    {"NIF tick, binary, normal scheduler (answers :dirty)", fn -> :dirty = KuraGate.Native.tick(ref, doc) end},
     {"NIF tick, binary, dirty CPU scheduler", fn -> {:ok, _} = KuraGate.Native.tick_dirty(ref, doc) end},
-    {"NIF tick, map, normal scheduler", fn -> {:ok, _} = KuraGate.Native.tick(ref, map) end}
+    {"NIF tick, map, normal scheduler (answers :dirty)", fn -> :dirty = KuraGate.Native.tick(ref, map) end}
   ]
 
   for {name, fun} <- rows do

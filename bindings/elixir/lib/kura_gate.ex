@@ -20,12 +20,21 @@ defmodule KuraGate do
   code pattern-matches on (`%{verdict: :hard_stop, signal: signal}`): the
   verdict kind (`:pass`, `:soak`, `:hard_stop`) and every signal are atoms,
   made from the gate's own closed vocabulary (`signals/0`), never from
-  input; times are `DateTime`s. Such a map (a verdict, a captured baseline)
-  can go back in as input as it is.
+  input. A verdict's `healthy_since` is the gate's RFC 3339 text, exact to
+  the nanosecond the gate keeps (a `DateTime` holds microseconds only, so
+  converting it would change the instant; `DateTime.from_iso8601/1` does
+  that when you want it); any year the gate holds, before year 0 too. A
+  captured baseline's `captured_at` is a `DateTime` (it was given as one).
+  Such a map (a verdict, a captured baseline) can go back in as input as it
+  is, and means exactly the same instant.
 
   Errors are `{:error, %KuraGate.Error{}}` with a code atom and a located
   message; nothing raises on bad input, and nothing in here can crash the
-  BEAM (panics are caught and become `:internal`).
+  BEAM (panics are caught and become `:internal`). Terms are read by the
+  rules of the JSON path: nesting is limited to 128 levels, and two keys
+  naming the same contract key (`:wave_started_at` and `"waveStartedAt"`)
+  are refused like a repeated key in a JSON document; `decode_json/1`
+  refuses repeated keys too.
 
   ## The gate is a handle
 
@@ -33,7 +42,11 @@ defmodule KuraGate do
   `tick/2` (the returned gate is the same handle). One process at a time
   should tick a gate; a concurrent call gets `{:error, %{code: :busy}}`.
   Persist it with `dump_state/1` and continue it with `restore/2`.
-  Ticks above #{50} servers (or 64 KiB of JSON) run on a dirty CPU scheduler.
+  A tick runs on the calling (normal) scheduler only while it is small
+  (at most 10,000 terms and 64 KiB of strings, or a JSON binary of at most
+  64 KiB; the NIF stops counting there: bounded work);
+  larger ticks (and ticks of more than #{50} servers, sent there at once)
+  and every other call that takes a document run on a dirty CPU scheduler.
 
   ## Example
 
@@ -58,7 +71,7 @@ defmodule KuraGate do
       iex> {:ok, restored} = KuraGate.restore(config, state)
       iex> {:ok, verdict, _gate} = KuraGate.tick(restored, %{tick | now: ~U[2026-07-21 10:02:00Z]})
       iex> {verdict.verdict, verdict.remaining_seconds, verdict.healthy_since}
-      {:soak, 780, ~U[2026-07-21 10:00:00Z]}
+      {:soak, 780, "2026-07-21T10:00:00Z"}
   """
 
   alias KuraGate.{Error, Native}
@@ -77,7 +90,7 @@ defmodule KuraGate do
           verdict: :pass | :soak | :hard_stop,
           signal: atom | nil,
           server_id: String.t() | nil,
-          healthy_since: DateTime.t() | nil,
+          healthy_since: String.t() | nil,
           remaining_seconds: non_neg_integer | nil,
           evidence: [evidence]
         }
@@ -116,9 +129,10 @@ defmodule KuraGate do
   @spec tick(t, document) :: {:ok, verdict, t} | {:error, Error.t()}
   def tick(%__MODULE__{ref: ref} = gate, input) do
     answer = if large?(input), do: Native.tick_dirty(ref, input), else: Native.tick(ref, input)
+    answer = if answer == :dirty, do: Native.tick_dirty(ref, input), else: answer
 
     case answer do
-      {:ok, verdict} -> {:ok, verdict_out(verdict), gate}
+      {:ok, verdict} -> {:ok, verdict, gate}
       {:error, error} -> {:error, error(error)}
     end
   end
@@ -140,7 +154,7 @@ defmodule KuraGate do
   @spec capture_baseline(t, DateTime.t(), map | nil) :: {:ok, map} | {:error, Error.t()}
   def capture_baseline(%__MODULE__{ref: ref}, %DateTime{} = captured_at, health) do
     case Native.capture_baseline(ref, %{captured_at: captured_at, health: health}) do
-      {:ok, baseline} -> {:ok, %{baseline | captured_at: time(baseline.captured_at)}}
+      {:ok, baseline} -> {:ok, %{baseline | captured_at: exact_time(baseline.captured_at)}}
       {:error, error} -> {:error, error(error)}
     end
   end
@@ -194,7 +208,8 @@ defmodule KuraGate do
   end
 
   @doc false
-  # Which scheduler a tick runs on (for the tests).
+  # Which scheduler a tick is sent to first (for the tests); the NIF sends
+  # a tick it finds too large on to a dirty CPU scheduler.
   @spec scheduler_for(document) :: :normal | :dirty_cpu
   def scheduler_for(input), do: if(large?(input), do: :dirty_cpu, else: :normal)
 
@@ -216,13 +231,12 @@ defmodule KuraGate do
   defp longer_than?([_ | rest], n), do: longer_than?(rest, n - 1)
   defp longer_than?(_, _), do: false
 
-  defp verdict_out(%{healthy_since: since} = verdict), do: %{verdict | healthy_since: time(since)}
-
-  defp time(nil), do: nil
-
-  defp time(text) do
-    {:ok, time, 0} = DateTime.from_iso8601(text)
-    time
+  # A `DateTime` when it is exactly the gate's instant, else the text.
+  defp exact_time(text) do
+    case DateTime.from_iso8601(text) do
+      {:ok, time, 0} -> if DateTime.to_iso8601(time) == text, do: time, else: text
+      _ -> text
+    end
   end
 
   defp error(map), do: struct!(Error, map)

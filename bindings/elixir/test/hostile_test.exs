@@ -202,14 +202,14 @@ defmodule KuraGate.HostileTest do
     refused(g, %{tick | "servers" => [1 | 2]}, :invalid_input, ["field servers: an improper list"])
 
     refused(g, %{tick | "servers" => nest(10_000, [])}, :invalid_input, [
-      "nested deeper than 32 levels"
+      "nested 128 levels deep"
     ])
 
     # The same on a dirty CPU scheduler (a smaller stack): more than 50 servers.
     many = for i <- 1..100, do: %{server | "id" => "s#{i}"}
     deep = %{tick | "servers" => many ++ [nest(10_000, [])]}
     assert KuraGate.scheduler_for(deep) == :dirty_cpu
-    refused(g, deep, :invalid_input, ["field servers[100][0][0]", "nested deeper than 32 levels"])
+    refused(g, deep, :invalid_input, ["field servers[100][0][0]", "nested 128 levels deep"])
 
     assert {:error, %KuraGate.Error{message: "field [0][0]" <> _}} =
              KuraGate.encode_json(nest(10_000, []))
@@ -315,5 +315,84 @@ defmodule KuraGate.HostileTest do
     assert KuraGate.scheduler_for(%{tick | "servers" => many}) == :dirty_cpu
     assert KuraGate.scheduler_for(@good_tick) == :normal
     assert {:ok, %{verdict: :soak}, _} = KuraGate.tick(gate(), %{tick | "servers" => many})
+  end
+
+  test "repeated keys are refused, in JSON and in terms" do
+    assert {:error, %KuraGate.Error{code: :invalid_input, line: 1} = e} =
+             KuraGate.decode_json(~s({"a": 1, "b": {"c": 2, "c": 3}}))
+
+    assert e.message =~ ~s(key "c" appears more than once)
+
+    refused(
+      gate(),
+      String.replace(@good_tick, ~s("wave": 0,), ~s("wave": 0, "wave": 1,)),
+      :invalid_input,
+      [~s(key "wave" appears more than once)],
+      true
+    )
+
+    # An atom key and a string key naming the same contract key.
+    tick = good_map() |> Map.put(:wave_started_at, "2026-07-22T10:00:00Z")
+
+    refused(gate(), tick, :invalid_input, [~s(key "waveStartedAt" given more than once)])
+  end
+
+  test "healthy_since keeps the gate's nanoseconds and goes back in exactly" do
+    ns = "2026-07-21T10:00:00.123456789Z"
+    doc = ~s({"now": "#{ns}", "wave": 0, "waveStartedAt": "#{ns}", "attempt": 1, "servers": []})
+    g = gate()
+    assert {:ok, %{verdict: :pass, healthy_since: ^ns}, _} = KuraGate.tick(g, doc)
+
+    # The same instant back in as terms, through the map path.
+    {:ok, tick} = KuraGate.decode_json(doc)
+    assert {:ok, %{healthy_since: ^ns}, _} = KuraGate.tick(gate(), tick)
+
+    # A DateTime in is its exact instant out.
+    at = ~U[2026-07-21 10:00:00.654321Z]
+    tick = %{now: at, wave: 0, wave_started_at: at, attempt: 1, servers: []}
+    assert {:ok, %{healthy_since: since}, _} = KuraGate.tick(gate(), tick)
+    assert since == "2026-07-21T10:00:00.654321Z"
+    assert {:ok, ^at, 0} = DateTime.from_iso8601(since)
+  end
+
+  test "a year before 0 is an answer, not a MatchError" do
+    text = "-000001-01-01T00:00:00Z"
+
+    doc =
+      ~s({"now": "#{text}", "wave": 0, "waveStartedAt": "#{text}", "attempt": 1, "servers": []})
+
+    assert {:ok, %{verdict: :pass, healthy_since: ^text}, _} = KuraGate.tick(gate(), doc)
+
+    at = DateTime.new!(Date.new!(-1, 1, 1), ~T[00:00:00], "Etc/UTC")
+    tick = %{now: at, wave: 0, wave_started_at: at, attempt: 1, servers: []}
+    assert {:ok, %{verdict: :pass, healthy_since: ^text}, _} = KuraGate.tick(gate(), tick)
+
+    g = gate()
+    assert {:ok, %{captured_at: ^text}} = KuraGate.capture_baseline(g, at, nil)
+
+    assert {:ok, %{captured_at: %DateTime{}}} =
+             KuraGate.capture_baseline(g, ~U[2026-07-21 10:00:00Z], nil)
+  end
+
+  test "terms nest as deep as JSON documents, and no deeper" do
+    g = gate()
+
+    for depth <- [120, 126, 127, 128, 129, 200] do
+      # `servers` holds depth - 1 nested lists: depth containers in all.
+      inner = depth - 2
+
+      json =
+        ~s({"servers": ) <>
+          String.duplicate("[", inner + 1) <> String.duplicate("]", inner + 1) <> "}"
+
+      term = %{"servers" => nest(inner, [])}
+
+      {:error, from_json} = KuraGate.tick(g, json)
+      {:error, from_term} = KuraGate.tick(g, term)
+      json_deep = from_json.message =~ "recursion limit"
+      term_deep = from_term.message =~ "nested 128 levels deep"
+      assert json_deep == term_deep, "depth #{depth}: #{from_json.message} / #{from_term.message}"
+      assert json_deep == depth >= 128, "depth #{depth}: #{from_json.message}"
+    end
   end
 end

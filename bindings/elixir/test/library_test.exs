@@ -3,7 +3,7 @@ defmodule KuraGate.LibraryTest do
 
   test "signals and verdict kinds come from the library" do
     d = KuraGate.describe()
-    assert d["abiVersion"] == 1
+    assert d["abiVersion"] == 2
     assert KuraGate.signals() == Enum.map(d["signals"], &String.to_atom/1)
     assert :soaking in KuraGate.signals() and :wave_deadline_exceeded in KuraGate.signals()
     assert d["verdicts"] == ["pass", "soak", "hard_stop"]

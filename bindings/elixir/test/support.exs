@@ -45,10 +45,18 @@ defmodule KuraGate.TestSupport do
   end
 
   def load(path) do
+    {:ok, loaded} = read(path)
+    loaded
+  end
+
+  @doc "{:ok, {config, ticks}}, or {:error, error} for a document decode_json refuses."
+  def read(path) do
     # kura-gate replay skips a leading byte-order mark (byte-order-mark.json).
     text = path |> File.read!() |> String.trim_leading("\uFEFF")
-    {:ok, doc} = KuraGate.decode_json(text)
-    {Map.get(doc, "config"), Map.fetch!(doc, "ticks")}
+
+    with {:ok, doc} <- KuraGate.decode_json(text) do
+      {:ok, {Map.get(doc, "config"), Map.fetch!(doc, "ticks")}}
+    end
   end
 
   @doc "A verdict as the binding returns it, in its JSON form (as replay prints it)."
@@ -57,7 +65,7 @@ defmodule KuraGate.TestSupport do
       "verdict" => Atom.to_string(verdict.verdict),
       "signal" => verdict.signal && Atom.to_string(verdict.signal),
       "serverId" => verdict.server_id,
-      "healthySince" => verdict.healthy_since && DateTime.to_iso8601(verdict.healthy_since),
+      "healthySince" => verdict.healthy_since,
       "remainingSeconds" => verdict.remaining_seconds,
       "evidence" => Enum.map(verdict.evidence, &evidence_form/1)
     }

@@ -10,7 +10,7 @@
 
 // The ABI version: bumped on any incompatible change of a signature, a
 // document's shape or an error code's meaning (docs/gate-abi.md).
-#define KURA_GATE_ABI_VERSION 1
+#define KURA_GATE_ABI_VERSION 2
 
 // The largest document any call accepts, in bytes (16 MiB: a 10,000-server
 // tick with baselines and aggregates of every field the checks read is
@@ -46,8 +46,29 @@
 // unusable afterwards: free it and restore from the last stored state.
 #define KURA_GATE_INTERNAL 8
 
+// The gate handle names no live gate: it was freed, or it is no handle of
+// this library (see `KuraGate` for what cannot be detected).
+#define KURA_GATE_INVALID_HANDLE 9
+
 // A gate: opaque to callers; create with `kura_gate_new` or
 // `kura_gate_restore`, free with `kura_gate_free`.
+//
+// A `KuraGate *` is a handle, not the gate's address: never dereference
+// it. The library keeps a registry of live gates, so a call on a freed
+// handle, or on a value that is no handle of this library, answers
+// `KURA_GATE_INVALID_HANDLE` and touches no memory; so does freeing a gate
+// twice. Freeing a gate while another thread is in a call on it is safe:
+// that call finishes, later calls are refused.
+//
+// What the library cannot detect: a handle of a freed gate whose registry
+// slot was reused 2^24 times since (2^12 on 32-bit targets) names the
+// slot's current gate again; a handle copied from another live gate is
+// that gate; a handle from another copy of this library (e.g. two static
+// links in one process) is refused or names a gate of this copy. Buffers
+// are real memory: freeing a buffer twice, one the library did not fill,
+// or one whose `data`/`len` were changed, and passing input pointers that
+// do not cover their length or output pointers that are not writable, are
+// undefined behaviour the library cannot detect.
 typedef struct KuraGate KuraGate;
 
 // Bytes the library allocated (a UTF-8 JSON document, not NUL-terminated).
@@ -94,6 +115,11 @@ int32_t kura_gate_new(const uint8_t *config,
 
 // Creates a gate from a configuration document and a state document that
 // `kura_gate_state` returned; it continues exactly where that gate was.
+// A state no gate could have written is `KURA_GATE_INVALID_STATE` (a
+// latched verdict that is not a hard stop, an effective baseline above
+// the captured one, ...: `kura_gate::GateState::validate`); the first
+// tick restarts the soak clock when the stored `healthySince` lies before
+// the tick's wave start or after its `now` (docs/gate-abi.md, "State").
 //
 // # Safety
 // As `kura_gate_new`, and `state` must point to `state_len` readable bytes.
@@ -107,10 +133,12 @@ int32_t kura_gate_restore(const uint8_t *config,
 // Judges one tick document; `out` receives the verdict document (or the
 // error document). On error the gate's state is unchanged.
 //
+// A freed or unknown `gate` is `KURA_GATE_INVALID_HANDLE`; a gate in use
+// by another thread right now is `KURA_GATE_BUSY`.
+//
 // # Safety
-// `gate` must be NULL or a live gate from this library used by no other
-// thread in this call; `input` must point to `input_len` readable bytes;
-// `out` must be NULL or writable.
+// `input` must point to `input_len` readable bytes; `out` must be NULL or
+// writable. `gate` may be any value (see `KuraGate`).
 int32_t kura_gate_tick(const struct KuraGate *gate,
                        const uint8_t *input,
                        size_t input_len,
@@ -145,12 +173,11 @@ int32_t kura_gate_judge_instance(const uint8_t *input,
                                  size_t input_len,
                                  struct KuraGateBuffer *out);
 
-// Frees a gate. NULL is ignored. The gate must not be used afterwards.
-//
-// # Safety
-// `gate` must be NULL or a gate from this library not freed before and
-// not in use by another thread.
-void kura_gate_free(struct KuraGate *gate);
+// Frees a gate: `KURA_GATE_OK`, or `KURA_GATE_INVALID_HANDLE` when `gate`
+// names no live gate (freed already, or no handle of this library); NULL
+// is ignored (`KURA_GATE_OK`). The gate's memory goes when a call another
+// thread is making on it returns.
+int32_t kura_gate_free(struct KuraGate *gate);
 
 // Frees a buffer the library filled. An empty buffer is ignored.
 //

@@ -8,14 +8,34 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr;
 
+use std::sync::Arc;
+
 use crate::api::{self, GateHandle};
 use crate::error::{ErrorCode, FfiError};
+use crate::registry::{self, Stale};
 pub use crate::status::*;
 
 /// A gate: opaque to callers; create with `kura_gate_new` or
 /// `kura_gate_restore`, free with `kura_gate_free`.
+///
+/// A `KuraGate *` is a handle, not the gate's address: never dereference
+/// it. The library keeps a registry of live gates, so a call on a freed
+/// handle, or on a value that is no handle of this library, answers
+/// `KURA_GATE_INVALID_HANDLE` and touches no memory; so does freeing a gate
+/// twice. Freeing a gate while another thread is in a call on it is safe:
+/// that call finishes, later calls are refused.
+///
+/// What the library cannot detect: a handle of a freed gate whose registry
+/// slot was reused 2^24 times since (2^12 on 32-bit targets) names the
+/// slot's current gate again; a handle copied from another live gate is
+/// that gate; a handle from another copy of this library (e.g. two static
+/// links in one process) is refused or names a gate of this copy. Buffers
+/// are real memory: freeing a buffer twice, one the library did not fill,
+/// or one whose `data`/`len` were changed, and passing input pointers that
+/// do not cover their length or output pointers that are not writable, are
+/// undefined behaviour the library cannot detect.
 pub struct KuraGate {
-    handle: GateHandle,
+    _opaque: [u8; 0],
 }
 
 /// Bytes the library allocated (a UTF-8 JSON document, not NUL-terminated).
@@ -96,6 +116,11 @@ pub unsafe extern "C" fn kura_gate_new(
 
 /// Creates a gate from a configuration document and a state document that
 /// `kura_gate_state` returned; it continues exactly where that gate was.
+/// A state no gate could have written is `KURA_GATE_INVALID_STATE` (a
+/// latched verdict that is not a hard stop, an effective baseline above
+/// the captured one, ...: `kura_gate::GateState::validate`); the first
+/// tick restarts the soak clock when the stored `healthySince` lies before
+/// the tick's wave start or after its `now` (docs/gate-abi.md, "State").
 ///
 /// # Safety
 /// As `kura_gate_new`, and `state` must point to `state_len` readable bytes.
@@ -120,10 +145,12 @@ pub unsafe extern "C" fn kura_gate_restore(
 /// Judges one tick document; `out` receives the verdict document (or the
 /// error document). On error the gate's state is unchanged.
 ///
+/// A freed or unknown `gate` is `KURA_GATE_INVALID_HANDLE`; a gate in use
+/// by another thread right now is `KURA_GATE_BUSY`.
+///
 /// # Safety
-/// `gate` must be NULL or a live gate from this library used by no other
-/// thread in this call; `input` must point to `input_len` readable bytes;
-/// `out` must be NULL or writable.
+/// `input` must point to `input_len` readable bytes; `out` must be NULL or
+/// writable. `gate` may be any value (see `KuraGate`).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kura_gate_tick(
     gate: *const KuraGate,
@@ -132,11 +159,10 @@ pub unsafe extern "C" fn kura_gate_tick(
     out: *mut KuraGateBuffer,
 ) -> i32 {
     guard(out, || {
-        // SAFETY: the caller guarantees a live gate and readable input.
-        let gate = unsafe { gate_ref(gate)? };
-        // SAFETY: as above.
+        let gate = handle(gate)?;
+        // SAFETY: the caller guarantees readable input.
         let input = unsafe { bytes(input, input_len, "input")? };
-        api::to_json(&gate.handle.tick(input)?)
+        api::to_json(&gate.tick(input)?)
     })
 }
 
@@ -146,11 +172,7 @@ pub unsafe extern "C" fn kura_gate_tick(
 /// As `kura_gate_tick`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kura_gate_state(gate: *const KuraGate, out: *mut KuraGateBuffer) -> i32 {
-    guard(out, || {
-        // SAFETY: the caller guarantees a live gate.
-        let gate = unsafe { gate_ref(gate)? };
-        gate.handle.state_json()
-    })
+    guard(out, || handle(gate)?.state_json())
 }
 
 /// Captures a baseline with the gate's configuration from
@@ -168,11 +190,10 @@ pub unsafe extern "C" fn kura_gate_capture_baseline(
     out: *mut KuraGateBuffer,
 ) -> i32 {
     guard(out, || {
-        // SAFETY: the caller guarantees a live gate and readable input.
-        let gate = unsafe { gate_ref(gate)? };
-        // SAFETY: as above.
+        let gate = handle(gate)?;
+        // SAFETY: the caller guarantees readable input.
         let input = unsafe { bytes(input, input_len, "input")? };
-        api::to_json(&gate.handle.capture_baseline(input)?)
+        api::to_json(&gate.capture_baseline(input)?)
     })
 }
 
@@ -196,21 +217,20 @@ pub unsafe extern "C" fn kura_gate_judge_instance(
     })
 }
 
-/// Frees a gate. NULL is ignored. The gate must not be used afterwards.
-///
-/// # Safety
-/// `gate` must be NULL or a gate from this library not freed before and
-/// not in use by another thread.
+/// Frees a gate: `KURA_GATE_OK`, or `KURA_GATE_INVALID_HANDLE` when `gate`
+/// names no live gate (freed already, or no handle of this library); NULL
+/// is ignored (`KURA_GATE_OK`). The gate's memory goes when a call another
+/// thread is making on it returns.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn kura_gate_free(gate: *mut KuraGate) {
+pub extern "C" fn kura_gate_free(gate: *mut KuraGate) -> i32 {
     if gate.is_null() {
-        return;
+        return KURA_GATE_OK;
     }
     // Dropping cannot unwind out of plain data; catch it anyway.
-    let _ = catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: the caller passes a pointer from `Box::into_raw` once.
-        drop(unsafe { Box::from_raw(gate) });
-    }));
+    match caught(|| registry::remove(gate.addr()).map_err(invalid_handle)) {
+        Ok(()) => KURA_GATE_OK,
+        Err(error) => error.code.as_i32(),
+    }
 }
 
 /// Frees a buffer the library filled. An empty buffer is ignored.
@@ -263,11 +283,25 @@ fn create(
         caught(body)
     };
     match result {
-        Ok(handle) => {
-            // SAFETY: checked non-null above.
-            unsafe { gate_out.write(Box::into_raw(Box::new(KuraGate { handle }))) };
-            KURA_GATE_OK
-        }
+        Ok(handle) => match registry::insert(handle) {
+            Some(token) => {
+                // SAFETY: checked non-null above.
+                unsafe { gate_out.write(ptr::without_provenance_mut(token)) };
+                KURA_GATE_OK
+            }
+            None => {
+                let error = FfiError::new(
+                    ErrorCode::Busy,
+                    format!(
+                        "{} gates are alive, the most this library holds; free one first",
+                        registry::MAX_LIVE_GATES
+                    ),
+                );
+                // SAFETY: as above.
+                unsafe { error_out.write(KuraGateBuffer::from_vec(error.to_json())) };
+                error.code.as_i32()
+            }
+        },
         Err(error) => {
             // SAFETY: as above.
             unsafe { error_out.write(KuraGateBuffer::from_vec(error.to_json())) };
@@ -307,13 +341,23 @@ unsafe fn bytes<'a>(data: *const u8, len: usize, name: &str) -> Result<&'a [u8],
     Ok(unsafe { std::slice::from_raw_parts(data, len) })
 }
 
-/// The gate behind a handle pointer; NULL is refused.
-///
-/// # Safety
-/// `gate` must be NULL or a live gate from this library.
-unsafe fn gate_ref<'a>(gate: *const KuraGate) -> Result<&'a KuraGate, FfiError> {
-    // SAFETY: the caller guarantees a live gate or NULL.
-    unsafe { gate.as_ref() }.ok_or_else(|| FfiError::new(ErrorCode::NullArgument, "gate is NULL"))
+/// The live gate a handle names; NULL, freed and unknown handles are
+/// refused.
+fn handle(gate: *const KuraGate) -> Result<Arc<GateHandle>, FfiError> {
+    if gate.is_null() {
+        return Err(FfiError::new(ErrorCode::NullArgument, "gate is NULL"));
+    }
+    registry::get(gate.addr()).map_err(invalid_handle)
+}
+
+fn invalid_handle(stale: Stale) -> FfiError {
+    FfiError::new(
+        ErrorCode::InvalidHandle,
+        match stale {
+            Stale::Freed => "gate was freed (kura_gate_free); a freed handle is never valid again",
+            Stale::Unknown => "gate is not a handle of a gate of this library",
+        },
+    )
 }
 
 #[cfg(test)]
@@ -357,7 +401,7 @@ mod tests {
             assert!(gate.is_null());
             let (code, _) = call(|out| kura_gate_new(b"{}".as_ptr(), 2, ptr::null_mut(), out));
             assert_eq!(code, KURA_GATE_NULL_ARGUMENT);
-            kura_gate_free(ptr::null_mut());
+            assert_eq!(kura_gate_free(ptr::null_mut()), KURA_GATE_OK);
             kura_gate_buffer_free(KuraGateBuffer::EMPTY);
         }
     }

@@ -17,7 +17,7 @@ use crate::error::{Document, ErrorCode, FfiError};
 
 /// The ABI version: bumped on any incompatible change of a signature, a
 /// document's shape or an error code's meaning (docs/gate-abi.md).
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 /// The largest document any call accepts, in bytes (16 MiB: a 10,000-server
 /// tick with baselines and aggregates of every field the checks read is
@@ -203,6 +203,7 @@ pub fn describe() -> Description {
         ErrorCode::InputTooLarge,
         ErrorCode::Busy,
         ErrorCode::Internal,
+        ErrorCode::InvalidHandle,
     ];
     Description {
         abi_version: ABI_VERSION,

@@ -54,6 +54,8 @@ pub enum ErrorCode {
     Busy,
     /// A bug: a caught panic, or a handle left unusable by one.
     Internal,
+    /// The gate handle names no live gate (freed, or not a handle).
+    InvalidHandle,
 }
 
 impl ErrorCode {
@@ -68,6 +70,7 @@ impl ErrorCode {
             ErrorCode::InputTooLarge => crate::status::KURA_GATE_INPUT_TOO_LARGE,
             ErrorCode::Busy => crate::status::KURA_GATE_BUSY,
             ErrorCode::Internal => crate::status::KURA_GATE_INTERNAL,
+            ErrorCode::InvalidHandle => crate::status::KURA_GATE_INVALID_HANDLE,
         }
     }
 
@@ -82,6 +85,7 @@ impl ErrorCode {
             ErrorCode::InputTooLarge => "input_too_large",
             ErrorCode::Busy => "busy",
             ErrorCode::Internal => "internal",
+            ErrorCode::InvalidHandle => "invalid_handle",
         }
     }
 }
@@ -196,13 +200,19 @@ impl FfiError {
         }
     }
 
-    /// A tick or configuration the gate refused.
+    /// A tick, configuration or state the gate refused.
     pub fn gate(error: GateError) -> Self {
         let (code, field) = match &error {
             GateError::AttemptWentBack { .. } => (ErrorCode::AttemptWentBack, "attempt"),
             GateError::DuplicateServer(_) => (ErrorCode::InvalidInput, "servers"),
             GateError::EmptySoakList => (ErrorCode::InvalidConfig, "soakSeconds"),
             GateError::ConfigValue { key, .. } => (ErrorCode::InvalidConfig, *key),
+            GateError::InvalidState { field, .. } => {
+                return FfiError {
+                    field: Some(format!("state.{field}")),
+                    ..FfiError::new(ErrorCode::InvalidState, format!("state refused: {error}"))
+                };
+            }
         };
         FfiError {
             field: Some(field.to_owned()),

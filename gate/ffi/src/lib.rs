@@ -10,11 +10,13 @@
 //!   also what the Elixir NIF calls.
 //! - [`abi`]: the `extern "C"` entry points.
 //! - [`error`]: error codes and the error document.
+//! - [`registry`]: the live gates behind the C ABI's handles.
 //! - [`status`]: the status code numbers the entry points return.
 
 pub mod abi;
 pub mod api;
 pub mod error;
+pub mod registry;
 pub mod status;
 
 pub use api::{ABI_VERSION, Description, GateHandle, MAX_INPUT_BYTES, describe, judge_instance};

@@ -23,3 +23,6 @@ pub const KURA_GATE_BUSY: i32 = 7;
 /// A bug in the library (a caught panic); the gate handle, if any, is
 /// unusable afterwards: free it and restore from the last stored state.
 pub const KURA_GATE_INTERNAL: i32 = 8;
+/// The gate handle names no live gate: it was freed, or it is no handle of
+/// this library (see `KuraGate` for what cannot be detected).
+pub const KURA_GATE_INVALID_HANDLE: i32 = 9;

@@ -12,6 +12,8 @@ defmodule KuraGate.Native do
 
   def new(_config), do: :erlang.nif_error(:nif_not_loaded)
   def restore(_config, _state), do: :erlang.nif_error(:nif_not_loaded)
+  # {:ok, verdict}, {:error, error}, or :dirty for a tick too large for a
+  # normal scheduler (then call tick_dirty/2).
   def tick(_gate, _input), do: :erlang.nif_error(:nif_not_loaded)
   def tick_dirty(_gate, _input), do: :erlang.nif_error(:nif_not_loaded)
   def dump_state(_gate), do: :erlang.nif_error(:nif_not_loaded)

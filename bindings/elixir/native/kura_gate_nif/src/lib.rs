@@ -9,6 +9,7 @@
 use kura_gate::{Baseline, Verdict};
 use kura_gate_ffi::{Document, ErrorCode, FfiError, GateHandle, describe};
 use kura_schemas::Evidence;
+use kura_schemas::strict_json::{self, StrictJsonError};
 use rustler::{
     Atom, Binary, Encoder, Env, ListIterator, MapIterator, NewBinary, Resource, ResourceArc, Term,
     TermType,
@@ -17,18 +18,25 @@ use serde_json::{Map, Number, Value};
 
 mod atoms {
     rustler::atoms! {
-        ok, error, nil, __struct__, calendar, year, month, day, hour, minute, second,
+        ok, error, nil, dirty, __struct__, calendar, year, month, day, hour, minute, second,
         microsecond, utc_offset, std_offset, time_zone
     }
 }
 
-/// The deepest term accepted. Contract documents nest 8 levels at most;
-/// the bound keeps the recursion well inside a scheduler's stack (a dirty
-/// CPU scheduler has 320 KiB by default, and a debug build's frames are
-/// large).
-const MAX_DEPTH: usize = 32;
+/// The nesting limit, as for a JSON document (serde_json's recursion limit:
+/// the 128th nested list or map is refused). The conversion keeps its own
+/// stack, so the limit is the JSON path's, not a scheduler stack's.
+const MAX_DEPTH: usize = 128;
 /// The most terms (map entries, list elements, scalars) one input may hold.
 const MAX_NODES: usize = 4_000_000;
+/// What a tick may hold to run on a normal scheduler: a bounded slice of
+/// conversion (a 50-server tick holds about 1,500 terms). A larger term (or a binary above [`NORMAL_BYTES`]) is
+/// handed to a dirty CPU scheduler (`tick/2` answers `:dirty` and the
+/// library calls `tick_dirty/2`), so a huge map never holds a normal
+/// scheduler.
+const NORMAL_NODES: usize = 10_000;
+/// Bytes of binaries (strings, keys) a tick may hold on a normal scheduler.
+const NORMAL_BYTES: usize = 64 * 1024;
 
 /// A gate held by the BEAM; freed when the last reference is collected.
 pub struct GateResource {
@@ -38,8 +46,9 @@ pub struct GateResource {
 #[rustler::resource_impl]
 impl Resource for GateResource {}
 
-/// `{:ok, gate}` or `{:error, error_map}`.
-#[rustler::nif]
+/// `{:ok, gate}` or `{:error, error_map}`. Every call that takes a document
+/// of unbounded size runs on a dirty CPU scheduler, but a small tick.
+#[rustler::nif(schedule = "DirtyCpu")]
 fn new<'a>(env: Env<'a>, config: Term<'a>) -> Term<'a> {
     let created = caught(|| GateHandle::new(&document(config, Document::Config)?));
     answer(env, created, |env, h| {
@@ -49,7 +58,7 @@ fn new<'a>(env: Env<'a>, config: Term<'a>) -> Term<'a> {
 
 /// `{:ok, gate}` or `{:error, error_map}`; `state` is what `dump_state`
 /// returned.
-#[rustler::nif]
+#[rustler::nif(schedule = "DirtyCpu")]
 fn restore<'a>(env: Env<'a>, config: Term<'a>, state: Binary<'a>) -> Term<'a> {
     let created =
         caught(|| GateHandle::restore(&document(config, Document::Config)?, state.as_slice()));
@@ -58,19 +67,40 @@ fn restore<'a>(env: Env<'a>, config: Term<'a>, state: Binary<'a>) -> Term<'a> {
     })
 }
 
-/// A tick on the calling scheduler (small ticks).
+/// A small tick on the calling (normal) scheduler; `:dirty` when the
+/// input is larger than [`NORMAL_NODES`] terms or [`NORMAL_BYTES`] bytes,
+/// found out at that cost at most, for `tick_dirty`.
 #[rustler::nif]
 fn tick<'a>(env: Env<'a>, gate: ResourceArc<GateResource>, input: Term<'a>) -> Term<'a> {
-    run_tick(env, &gate, input)
+    let value = match input.get_type() {
+        TermType::Binary => {
+            if input_binary(input).map_or(0, <[u8]>::len) > NORMAL_BYTES {
+                return atoms::dirty().encode(env);
+            }
+            None
+        }
+        _ => match caught(
+            || match to_value_within(input, NORMAL_NODES, NORMAL_BYTES) {
+                Ok(value) => Ok(Some(value)),
+                Err(Walked::Refused(e)) => Err(e),
+                Err(Walked::TooLarge) => Ok(None),
+            },
+        ) {
+            Ok(Some(value)) => Some(value),
+            Ok(None) => return atoms::dirty().encode(env),
+            Err(e) => return answer(env, Err::<Verdict, _>(e), encode_verdict),
+        },
+    };
+    let verdict = caught(|| match value {
+        Some(value) => gate.handle.tick_value(&value),
+        None => gate.handle.tick(input_binary(input)?),
+    });
+    answer(env, verdict, encode_verdict)
 }
 
 /// A tick on a dirty CPU scheduler (large ticks).
 #[rustler::nif(schedule = "DirtyCpu")]
 fn tick_dirty<'a>(env: Env<'a>, gate: ResourceArc<GateResource>, input: Term<'a>) -> Term<'a> {
-    run_tick(env, &gate, input)
-}
-
-fn run_tick<'a>(env: Env<'a>, gate: &GateResource, input: Term<'a>) -> Term<'a> {
     let verdict = caught(|| match input.get_type() {
         TermType::Binary => gate.handle.tick(input_binary(input)?),
         _ => gate.handle.tick_value(&to_value(input)?),
@@ -79,7 +109,7 @@ fn run_tick<'a>(env: Env<'a>, gate: &GateResource, input: Term<'a>) -> Term<'a> 
 }
 
 /// `{:ok, state_json}`.
-#[rustler::nif]
+#[rustler::nif(schedule = "DirtyCpu")]
 fn dump_state(env: Env<'_>, gate: ResourceArc<GateResource>) -> Term<'_> {
     answer(env, caught(|| gate.handle.state_json()), |env, json| {
         binary(env, &json)
@@ -87,7 +117,7 @@ fn dump_state(env: Env<'_>, gate: ResourceArc<GateResource>) -> Term<'_> {
 }
 
 /// `{:ok, baseline_map}` from `%{capturedAt: t, health: aggregate | nil}`.
-#[rustler::nif]
+#[rustler::nif(schedule = "DirtyCpu")]
 fn capture_baseline<'a>(
     env: Env<'a>,
     gate: ResourceArc<GateResource>,
@@ -123,12 +153,16 @@ fn describe_library(env: Env<'_>) -> Term<'_> {
 }
 
 /// Any JSON document as terms (objects are maps with string keys): for
-/// reading stored documents and for the tests' comparisons.
+/// reading stored documents and for the tests' comparisons. Read by the
+/// gate's strict reader: a repeated key is refused, nesting is limited to
+/// 128 levels as everywhere.
 #[rustler::nif(schedule = "DirtyCpu")]
 fn decode_json<'a>(env: Env<'a>, input: Binary<'a>) -> Term<'a> {
     let value = caught(|| {
         let text = kura_gate_ffi::api::text(Document::Input, input.as_slice())?;
-        serde_json::from_str::<Value>(text).map_err(|e| FfiError::serde(Document::Input, &e))
+        // The gate's own reader: a repeated key is refused at any depth,
+        // as every document the gate reads.
+        strict_json::from_slice(text.as_bytes()).map_err(strict_error)
     });
     answer(env, value, |env, v| from_value(env, &v))
 }
@@ -170,31 +204,144 @@ fn input_binary<'a>(term: Term<'a>) -> Result<&'a [u8], FfiError> {
 
 /// A term as a JSON value, bounded in depth and size.
 fn to_value(term: Term<'_>) -> Result<Value, FfiError> {
+    to_value_within(term, MAX_NODES, usize::MAX).map_err(|e| match e {
+        Walked::Refused(e) => e,
+        Walked::TooLarge => too_many(),
+    })
+}
+
+/// Why a conversion stopped.
+enum Walked {
+    /// The term is refused.
+    Refused(FfiError),
+    /// More than the caller's bound of terms or bytes.
+    TooLarge,
+}
+
+impl From<FfiError> for Walked {
+    fn from(e: FfiError) -> Self {
+        Walked::Refused(e)
+    }
+}
+
+/// [`to_value`] that stops at `nodes` terms or `bytes` bytes of binaries.
+fn to_value_within(term: Term<'_>, nodes: usize, bytes: usize) -> Result<Value, Walked> {
     let mut walk = Walk {
         path: String::new(),
         nodes: 0,
+        bytes: 0,
+        max_nodes: nodes.min(MAX_NODES),
+        max_bytes: bytes,
     };
-    walk.convert(term, 0)
+    walk.convert(term)
 }
 
-/// Where a conversion is and how much it has seen. The recursive frame is
-/// kept small (scalars, keys and errors are handled in helpers that are
-/// never inlined) so [`MAX_DEPTH`] levels fit any scheduler's stack.
+/// Where a conversion is and how much it has seen.
 struct Walk {
     path: String,
     nodes: usize,
+    bytes: usize,
+    max_nodes: usize,
+    max_bytes: usize,
+}
+
+/// A list or map being converted, on the conversion's own stack (no
+/// recursion: the depth limit is the JSON path's, whatever the scheduler's
+/// stack).
+struct Frame<'a> {
+    kind: Open<'a>,
+    /// The path's length before the current child's segment.
+    mark: usize,
+}
+
+enum Open<'a> {
+    List(ListIterator<'a>, Vec<Value>, usize),
+    Map(Box<MapIterator<'a>>, Map<String, Value>, Option<String>),
 }
 
 impl Walk {
-    fn convert(&mut self, term: Term<'_>, depth: usize) -> Result<Value, FfiError> {
+    fn convert<'a>(&mut self, root: Term<'a>) -> Result<Value, Walked> {
+        let mut stack: Vec<Frame<'a>> = Vec::new();
+        let mut term = root;
+        loop {
+            // A scalar is a value; a list or map opens a frame.
+            let mut done = self.enter(term, &mut stack)?;
+            // Hand finished values up until some frame has a next child.
+            loop {
+                let Some(frame) = stack.last_mut() else {
+                    return done.ok_or_else(|| {
+                        Walked::Refused(FfiError::new(
+                            ErrorCode::Internal,
+                            "conversion lost its value",
+                        ))
+                    });
+                };
+                if let Some(value) = done.take() {
+                    self.path.truncate(frame.mark);
+                    match &mut frame.kind {
+                        Open::List(_, items, _) => items.push(value),
+                        Open::Map(_, map, key) => {
+                            let key = key.take().unwrap_or_default();
+                            if map.contains_key(&key) {
+                                return Err(self
+                                    .fail(format!(
+                                        "key {key:?} given more than once (an atom key and a string key, or two atoms, name the same contract key)"
+                                    ))
+                                    .into());
+                            }
+                            map.insert(key, value);
+                        }
+                    }
+                }
+                frame.mark = self.path.len();
+                let next = match &mut frame.kind {
+                    Open::List(items, _, index) => items.next().inspect(|_| {
+                        push_index(&mut self.path, *index);
+                        *index += 1;
+                    }),
+                    Open::Map(entries, _, pending) => match entries.next() {
+                        Some((key, value)) => {
+                            let Some(key) = map_key(key) else {
+                                return Err(self
+                                    .fail("a map key that is not an atom or a UTF-8 string".into())
+                                    .into());
+                            };
+                            self.count_bytes(key.len())?;
+                            push_key(&mut self.path, &key);
+                            *pending = Some(key);
+                            Some(value)
+                        }
+                        None => None,
+                    },
+                };
+                match next {
+                    Some(child) => {
+                        term = child;
+                        break;
+                    }
+                    None => {
+                        done = stack.pop().map(|frame| match frame.kind {
+                            Open::List(_, items, _) => Value::Array(items),
+                            Open::Map(_, map, _) => Value::Object(map),
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Counts `term`; a scalar is returned as a value, a list or map is
+    /// pushed as a frame (`None`).
+    fn enter<'a>(
+        &mut self,
+        term: Term<'a>,
+        stack: &mut Vec<Frame<'a>>,
+    ) -> Result<Option<Value>, Walked> {
         self.nodes += 1;
-        if self.nodes > MAX_NODES {
-            return Err(too_many());
+        if self.nodes > self.max_nodes {
+            return Err(Walked::TooLarge);
         }
-        if depth > MAX_DEPTH {
-            return Err(self.fail(format!("nested deeper than {MAX_DEPTH} levels")));
-        }
-        match term.get_type() {
+        let kind = match term.get_type() {
             TermType::List => {
                 // The length check refuses improper lists (the iterator
                 // would panic on one).
@@ -204,36 +351,51 @@ impl Walk {
                 let list: ListIterator = term
                     .decode()
                     .map_err(|_| self.fail("an improper list".into()))?;
-                let mut items = Vec::with_capacity(len.min(MAX_NODES));
-                for (i, item) in list.enumerate() {
-                    let mark = self.path.len();
-                    push_index(&mut self.path, i);
-                    items.push(self.convert(item, depth + 1)?);
-                    self.path.truncate(mark);
-                }
-                Ok(Value::Array(items))
+                Open::List(list, Vec::with_capacity(len.min(self.max_nodes)), 0)
             }
             TermType::Map => {
                 if let Ok(kind) = term.map_get(atoms::__struct__()) {
-                    return struct_value(kind, term).map_err(|what| self.fail(what));
+                    return struct_value(kind, term)
+                        .map(Some)
+                        .map_err(|what| self.fail(what).into());
                 }
                 let entries =
                     MapIterator::new(term).ok_or_else(|| self.fail("unreadable map".into()))?;
-                let mut map = Map::new();
-                for (key, value) in entries {
-                    let key = map_key(key).ok_or_else(|| {
-                        self.fail("a map key that is not an atom or a UTF-8 string".into())
-                    })?;
-                    let mark = self.path.len();
-                    push_key(&mut self.path, &key);
-                    let value = self.convert(value, depth + 1)?;
-                    self.path.truncate(mark);
-                    map.insert(key, value);
-                }
-                Ok(Value::Object(map))
+                Open::Map(Box::new(entries), Map::new(), None)
             }
-            _ => scalar(term).map_err(|what| self.fail(what)),
+            TermType::Binary => {
+                let len = term.decode::<Binary>().map_or(0, |b| b.len());
+                self.count_bytes(len)?;
+                return scalar(term)
+                    .map(Some)
+                    .map_err(|what| self.fail(what).into());
+            }
+            _ => {
+                return scalar(term)
+                    .map(Some)
+                    .map_err(|what| self.fail(what).into());
+            }
+        };
+        if stack.len() + 1 >= MAX_DEPTH {
+            return Err(self
+                .fail(format!(
+                    "nested {MAX_DEPTH} levels deep, the limit (as for a JSON document)"
+                ))
+                .into());
         }
+        stack.push(Frame {
+            kind,
+            mark: self.path.len(),
+        });
+        Ok(None)
+    }
+
+    fn count_bytes(&mut self, len: usize) -> Result<(), Walked> {
+        self.bytes = self.bytes.saturating_add(len);
+        if self.bytes > self.max_bytes {
+            return Err(Walked::TooLarge);
+        }
+        Ok(())
     }
 
     #[inline(never)]
@@ -359,8 +521,8 @@ fn camel_case(key: &str) -> String {
     out
 }
 
-/// A UTC `%DateTime{}` as RFC 3339 (`2026-07-21T10:00:00Z`, with the
-/// microseconds it carries).
+/// A UTC `%DateTime{}` as RFC 3339, the instant exactly (microseconds;
+/// any year both Calendar.ISO and the gate hold, before year 0 too).
 fn date_time(term: Term<'_>) -> Result<String, String> {
     let int = |key: Atom| -> Result<i64, String> {
         term.map_get(key)
@@ -375,27 +537,46 @@ fn date_time(term: Term<'_>) -> Result<String, String> {
     if !zone || int(atoms::utc_offset())? != 0 || int(atoms::std_offset())? != 0 {
         return Err("a DateTime must be in UTC (Etc/UTC)".into());
     }
-    let (micros, precision): (i64, i64) = term
+    let (micros, _precision): (i64, i64) = term
         .map_get(atoms::microsecond())
         .and_then(|m| m.decode())
         .map_err(|_| "a DateTime without microseconds".to_owned())?;
-    let mut text = format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}",
-        int(atoms::year())?,
-        int(atoms::month())?,
-        int(atoms::day())?,
-        int(atoms::hour())?,
-        int(atoms::minute())?,
-        int(atoms::second())?
-    );
-    if precision > 0 {
-        let digits = format!("{micros:06}");
-        let keep = usize::try_from(precision.min(6)).unwrap_or(6);
-        text.push('.');
-        text.push_str(&digits[..keep]);
+    let field = |key: Atom, name: &str| -> Result<i8, String> {
+        i8::try_from(int(key)?).map_err(|_| format!("a DateTime whose {name} is out of range"))
+    };
+    let year = i16::try_from(int(atoms::year())?)
+        .map_err(|_| "a DateTime whose year is out of range".to_owned())?;
+    let nanos = i32::try_from(micros)
+        .ok()
+        .and_then(|m| m.checked_mul(1000))
+        .ok_or_else(|| "a DateTime whose microseconds are out of range".to_owned())?;
+    let civil = jiff::civil::DateTime::new(
+        year,
+        field(atoms::month(), "month")?,
+        field(atoms::day(), "day")?,
+        field(atoms::hour(), "hour")?,
+        field(atoms::minute(), "minute")?,
+        field(atoms::second(), "second")?,
+        nanos,
+    )
+    .map_err(|e| format!("a DateTime the gate cannot hold: {e}"))?;
+    let instant = civil
+        .to_zoned(jiff::tz::TimeZone::UTC)
+        .map_err(|e| format!("a DateTime the gate cannot hold: {e}"))?;
+    Ok(instant.timestamp().to_string())
+}
+
+/// A strict JSON reader's error as the ABI's error document.
+fn strict_error(e: StrictJsonError) -> FfiError {
+    let (line, column) = e.position().unzip();
+    FfiError {
+        line,
+        column,
+        ..FfiError::new(
+            ErrorCode::InvalidInput,
+            format!("input is not valid JSON: {e}"),
+        )
     }
-    text.push('Z');
-    Ok(text)
 }
 
 /// A JSON value as terms: objects as maps with string keys.
