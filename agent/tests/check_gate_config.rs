@@ -239,7 +239,10 @@ async fn the_sample_age_limit_of_the_file_makes_a_slow_node_stale() {
     assert_eq!(code_file, 1, "{out_file}");
     let lines = json_lines(&out_file);
     assert_eq!(lines[0]["signal"], "sample_stale", "{}", lines[0]);
-    assert_eq!(lines.last().unwrap()["lastFailingSignal"], "sample_stale");
+    // The run's last poll may be cut by its deadline (`--timeout` bounds
+    // the whole run): the node is then unsampled, not stale.
+    let last = lines.last().unwrap()["lastFailingSignal"].clone();
+    assert!(last == "sample_stale" || last == "pods_unsampled", "{last}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
