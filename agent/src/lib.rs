@@ -33,4 +33,6 @@ pub mod view;
 pub mod write;
 
 #[cfg(test)]
+mod layering_check;
+#[cfg(test)]
 mod telemetry_check;

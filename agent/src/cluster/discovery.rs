@@ -13,7 +13,7 @@
 //! match.
 
 use crate::model::{InstanceKey, InstanceTarget, PodScope};
-use crate::telemetry;
+use crate::telemetry::{self, label};
 use futures::StreamExt;
 use kube::Client;
 use kube::api::{Api, ApiResource};
@@ -180,9 +180,9 @@ impl WatchState {
 }
 
 /// The `resource` of the instance watches.
-pub(crate) const INSTANCES: &str = "kurainstances";
+const INSTANCES: &str = label::KURAINSTANCES;
 /// The `resource` of the pod watches.
-pub(crate) const PODS: &str = "pods";
+const PODS: &str = label::PODS;
 
 /// The future that drives every watch of a [`Discovery`]; it runs until
 /// dropped (watch errors are retried with kube's default backoff).

@@ -5,12 +5,12 @@
 //! [`TargetSource`](crate::model::TargetSource)). Status writes go the
 //! other way, through `write`.
 
-pub(crate) mod discovery;
-pub(crate) mod instances;
-pub(crate) mod pods;
+mod discovery;
+mod instances;
+mod pods;
 mod source;
-pub(crate) mod store;
-pub(crate) mod wire;
+mod store;
+mod wire;
 
 pub use discovery::kura_instance_resource;
 pub(crate) use discovery::{Discovery, DiscoveryConfig};

@@ -30,17 +30,13 @@ use serde::Serialize;
 use super::membership::{LeaseRecord, Membership, OwnLease, Timing, view_is_fresh};
 use super::rendezvous::owner;
 use crate::model::{InstanceKey, PodScope, WriteGate};
-use crate::telemetry;
+use crate::telemetry::{self, label};
 use crate::view::{MemberSummary, MembersSource, MembersSummary};
 
 /// The label that groups the Leases of one agent deployment.
 pub const GROUP_LABEL: &str = "kura.tuist.dev/agent-group";
 /// The field manager of Lease renewals.
 pub const LEASE_FIELD_MANAGER: &str = "kura-health-agent-lease";
-/// The `change` label of instances this replica gained.
-pub(crate) const GAINED: &str = "gained";
-/// The `change` label of instances this replica lost.
-pub(crate) const LOST: &str = "lost";
 /// Ownership changes kept for the debug endpoint.
 pub const RECENT_CHANGES: usize = 64;
 
@@ -260,7 +256,7 @@ impl Shard {
                     }
                     Ok(_) => {}
                     Err(error) => {
-                        metrics::counter!(telemetry::WATCH_ERRORS_TOTAL, "resource" => "leases")
+                        metrics::counter!(telemetry::WATCH_ERRORS_TOTAL, "resource" => label::LEASES)
                             .increment(1);
                         tracing::warn!(%error, "lease watch error; retrying with backoff");
                     }
@@ -343,7 +339,8 @@ impl Shard {
         }
         match error {
             None => {
-                metrics::counter!(telemetry::LEASE_RENEWALS_TOTAL, "result" => "ok").increment(1);
+                metrics::counter!(telemetry::LEASE_RENEWALS_TOTAL, "result" => label::OK)
+                    .increment(1);
                 if s.acquired_at != Some(acquired) {
                     tracing::info!(lease = %self.lease_name, namespace = %self.config.namespace,
                         "lease acquired");
@@ -354,7 +351,7 @@ impl Shard {
                 s.last_error = None;
             }
             Some(e) => {
-                metrics::counter!(telemetry::LEASE_RENEWALS_TOTAL, "result" => "error")
+                metrics::counter!(telemetry::LEASE_RENEWALS_TOTAL, "result" => label::ERROR)
                     .increment(1);
                 s.renewals_failed += 1;
                 let current = s.own.is_current(Timestamp::now());
@@ -503,7 +500,7 @@ impl Shard {
         let mut s = self.lock();
         let gained: Vec<InstanceKey> = owned.difference(&s.owned).cloned().collect();
         let lost: Vec<InstanceKey> = s.owned.difference(&owned).cloned().collect();
-        for (keys, change) in [(&gained, GAINED), (&lost, LOST)] {
+        for (keys, change) in [(&gained, label::GAINED), (&lost, label::LOST)] {
             if keys.is_empty() {
                 continue;
             }
