@@ -17,6 +17,8 @@
 //!
 //! docs/architecture.md draws the same map with what each module owns.
 
+#![deny(missing_docs)]
+
 pub mod aggregate;
 pub mod cli;
 pub mod cluster;
