@@ -26,7 +26,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("runner", &["model", "telemetry", "engine", "view", "poll"]),
     // the other adapters
     ("cluster", &["model", "telemetry"]),
-    ("shard", &["model", "telemetry", "view"]),
+    ("shard", &["model", "telemetry"]),
     ("write", &["model", "telemetry"]),
     ("events", &["model", "telemetry"]),
     // presentation
