@@ -1,6 +1,6 @@
 //! The cluster adapter: watches of `KuraInstance`s and their pods
-//! ([`discovery`]) read as partial objects ([`wire`]) into what the agent
-//! keeps of them ([`pods`], [`instances`], held in [`store`]) and turned
+//! (`discovery`) read as partial objects (`wire`) into what the agent
+//! keeps of them (`pods`, `instances`, held in `store`) and turned
 //! into the run loop's targets ([`ClusterTargets`], a
 //! [`TargetSource`](crate::model::TargetSource)). Status writes go the
 //! other way, through `write`.
