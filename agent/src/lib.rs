@@ -8,14 +8,18 @@
 //! view -> debug (page, routes, /metrics series);   every layer -> telemetry (metric names)
 //! ```
 //!
-//! Layers; a module imports only from the layers above it in this list:
-//! - vocabulary: [`model`] (keys, samples, targets, desired status, ports, clock), [`telemetry`]
-//! - core, pure: [`gate_text`] (the strict reader of gate-configuration text), [`aggregate`], [`engine`]; state: [`view`] (the fleet view)
-//! - loop: [`runner`]; adapters: [`cluster`], [`poll`], [`shard`], [`write`], [`events`]
+//! Layers; a module imports only from the layers above it in this list
+//! (`layering_check` holds the table of allowed imports):
+//! - vocabulary: [`model`] (keys, samples, targets, desired status, every port, clock), [`telemetry`] (metric names, label values), [`gate_text`] (the strict reader of gate-configuration text)
+//! - core, pure: [`aggregate`], [`engine`]; state: [`view`] (the fleet view)
+//! - the poller the loop owns: [`poll`]; loop: [`runner`] (one sweep: `runner::sweep`)
+//! - adapters behind the ports: [`cluster`], [`shard`], [`write`], [`events`]
 //! - presentation, reads the view: [`debug`]
-//! - cli: [`cli`] composes everything (`run`); `check`, `baseline`, `demo`, `aggregate`, `simulate` are tooling
+//! - cli: [`cli`] composes everything (`run`); `check`, `baseline`, `demo`, `aggregate`, `simulate`, `fleet_load_side` are tooling
 //!
 //! docs/architecture.md draws the same map with what each module owns.
+
+#![deny(missing_docs)]
 
 pub mod aggregate;
 pub mod cli;
@@ -32,5 +36,7 @@ pub mod telemetry;
 pub mod view;
 pub mod write;
 
+#[cfg(test)]
+mod layering_check;
 #[cfg(test)]
 mod telemetry_check;

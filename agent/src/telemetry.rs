@@ -15,6 +15,8 @@ use kura_schemas::{AgentVerdict, Signal};
 use metrics::{Unit, describe_counter, describe_gauge, describe_histogram, gauge};
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder};
 
+use label::*;
+
 /// Polls by `result` ([`POLL_RESULTS`]).
 pub const POLLS_TOTAL: &str = "kura_agent_polls_total";
 /// `GET /status/cluster` reads of pull-sync pods by `result`
@@ -80,69 +82,130 @@ pub const GATE_CONFIG_REFUSED_INSTANCES: &str = "kura_agent_gate_config_refused_
 /// Kubernetes Events about instances by `result` ([`EVENT_RESULTS`]).
 pub const EVENTS_TOTAL: &str = "kura_agent_events_total";
 
+/// Every label value the agent records, one constant each: the modules
+/// that record a labelled series import these (and compute their labels
+/// from them), so a value is spelled once, here, and the lists below are
+/// made of the same constants.
+pub mod label {
+    /// A poll, cluster read or Lease renewal that succeeded.
+    pub const OK: &str = "ok";
+    /// A cluster read of a pod that does not measure its lag.
+    pub const NOT_MEASURED: &str = "not_measured";
+    /// No answer in time.
+    pub const TIMEOUT: &str = "timeout";
+    /// The connection was refused.
+    pub const REFUSED: &str = "refused";
+    /// The connection failed otherwise (or the pod has no address).
+    pub const CONNECT_ERROR: &str = "connect_error";
+    /// An HTTP status other than 200.
+    pub const HTTP_STATUS: &str = "http_status";
+    /// A body over the limit.
+    pub const TOO_LARGE: &str = "too_large";
+    /// The body could not be read (framing, coding, transport).
+    pub const BODY_ERROR: &str = "body_error";
+    /// A body that is no valid node report.
+    pub const INVALID_REPORT: &str = "invalid_report";
+    /// A report of another pod than the one polled.
+    pub const IDENTITY_MISMATCH: &str = "identity_mismatch";
+    /// A `/status/cluster` body that does not parse.
+    pub const INVALID_CLUSTER: &str = "invalid_cluster";
+    /// A status write applied.
+    pub const APPLIED: &str = "applied";
+    /// A status write the API server pruned fields of.
+    pub const PRUNED: &str = "pruned";
+    /// A status write refused on a conflict.
+    pub const CONFLICT: &str = "conflict";
+    /// A status write to an instance that is gone.
+    pub const NOT_FOUND: &str = "not_found";
+    /// A status write refused by RBAC.
+    pub const FORBIDDEN: &str = "forbidden";
+    /// Any other failure (status writes, Lease renewals).
+    pub const ERROR: &str = "error";
+    /// A status write not sent: this replica may not write the instance.
+    pub const FENCED: &str = "fenced";
+    /// The rollout cadence.
+    pub const ROLLOUT: &str = "rollout";
+    /// The steady cadence.
+    pub const STEADY: &str = "steady";
+    /// A sweep woken by a `spec.image` change.
+    pub const IMAGE_CHANGE: &str = "image_change";
+    /// The `KuraInstance` watch.
+    pub const KURAINSTANCES: &str = "kurainstances";
+    /// The Pod watch.
+    pub const PODS: &str = "pods";
+    /// The sharding group's Lease watch.
+    pub const LEASES: &str = "leases";
+    /// An instance this replica now owns.
+    pub const GAINED: &str = "gained";
+    /// An instance this replica no longer owns.
+    pub const LOST: &str = "lost";
+    /// An Event created or patched.
+    pub const PUBLISHED: &str = "published";
+    /// An Event the API server refused.
+    pub const FAILED: &str = "failed";
+    /// A transition over the per-instance rate bound (coalesced).
+    pub const SUPPRESSED: &str = "suppressed";
+    /// A transition dropped: the publisher's queue was full.
+    pub const DROPPED: &str = "dropped";
+}
+
 /// The `result` label values of [`POLLS_TOTAL`]: `ok`, or why the poll
 /// failed.
 pub const POLL_RESULTS: [&str; 10] = [
-    "ok",
-    "timeout",
-    "refused",
-    "connect_error",
-    "http_status",
-    "too_large",
-    "body_error",
-    "invalid_report",
-    "identity_mismatch",
-    "invalid_cluster",
+    OK,
+    TIMEOUT,
+    REFUSED,
+    CONNECT_ERROR,
+    HTTP_STATUS,
+    TOO_LARGE,
+    BODY_ERROR,
+    INVALID_REPORT,
+    IDENTITY_MISMATCH,
+    INVALID_CLUSTER,
 ];
 
 /// The `result` label values of [`CLUSTER_READS_TOTAL`]: `ok`,
 /// `not_measured` (HTTP 404 or no `sync_links`: the lag is absent), or why
 /// the read failed (the pod's sample then fails too).
 pub const CLUSTER_READ_RESULTS: [&str; 10] = [
-    "ok",
-    "not_measured",
-    "timeout",
-    "refused",
-    "connect_error",
-    "http_status",
-    "too_large",
-    "body_error",
-    "invalid_cluster",
-    "identity_mismatch",
+    OK,
+    NOT_MEASURED,
+    TIMEOUT,
+    REFUSED,
+    CONNECT_ERROR,
+    HTTP_STATUS,
+    TOO_LARGE,
+    BODY_ERROR,
+    INVALID_CLUSTER,
+    IDENTITY_MISMATCH,
 ];
 
 /// The `result` label values of [`STATUS_WRITES_TOTAL`] (`fenced`: not sent,
 /// this replica may not write the instance).
 pub const WRITE_RESULTS: [&str; 7] = [
-    "applied",
-    "pruned",
-    "conflict",
-    "not_found",
-    "forbidden",
-    "error",
-    "fenced",
+    APPLIED, PRUNED, CONFLICT, NOT_FOUND, FORBIDDEN, ERROR, FENCED,
 ];
 
 /// The `cadence` label values of [`SWEEP_INTERVAL_SECONDS`] and
-/// [`SWEEP_OVERRUNS_TOTAL`] (the runner's `cadence` module names them);
+/// [`SWEEP_OVERRUNS_TOTAL`] (the runner's `cadence` module records them);
 /// [`INSTANCES_BY_CADENCE`] takes the first two.
-pub const CADENCES: [&str; 3] = ["rollout", "steady", "image_change"];
+pub const CADENCES: [&str; 3] = [ROLLOUT, STEADY, IMAGE_CHANGE];
 
 /// The `resource` label values of [`WATCH_ERRORS_TOTAL`] (`leases`: the
 /// sharding group's Lease watch).
-pub const WATCH_RESOURCES: [&str; 3] = ["kurainstances", "pods", "leases"];
+pub const WATCH_RESOURCES: [&str; 3] = [KURAINSTANCES, PODS, LEASES];
 
 /// The `change` label values of [`OWNERSHIP_CHANGES_TOTAL`].
-pub const OWNERSHIP_CHANGES: [&str; 2] = ["gained", "lost"];
+pub const OWNERSHIP_CHANGES: [&str; 2] = [GAINED, LOST];
 
 /// The `result` label values of [`LEASE_RENEWALS_TOTAL`].
-pub const RENEWAL_RESULTS: [&str; 2] = ["ok", "error"];
+pub const RENEWAL_RESULTS: [&str; 2] = [OK, ERROR];
 
 /// The `result` label values of [`EVENTS_TOTAL`]: `published` and
 /// `failed` are API calls (a create, or a patch of an Event series);
 /// `suppressed`: a transition over the per-instance rate bound (coalesced,
 /// the latest published later); `dropped`: the publisher's queue was full.
-pub const EVENT_RESULTS: [&str; 4] = ["published", "failed", "suppressed", "dropped"];
+pub const EVENT_RESULTS: [&str; 4] = [PUBLISHED, FAILED, SUPPRESSED, DROPPED];
 
 /// The `signal` label of a healthy instance in [`INSTANCES_BY_SIGNAL`].
 pub const NO_SIGNAL: &str = "none";

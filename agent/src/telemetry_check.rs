@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use crate::poll::PollError;
-use crate::telemetry::{self, METRICS};
+use crate::telemetry::{self, METRICS, label};
 use crate::write::{WriteError, WriteOutcome};
 
 /// One `counter!`/`gauge!`/`histogram!` call in the product code.
@@ -36,7 +36,7 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 
 /// Every source file of the crate but this one, without its unit tests
 /// and comments: the code that runs.
-fn product_sources() -> Vec<(String, String)> {
+pub(crate) fn product_sources() -> Vec<(String, String)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     rust_files(&root, &mut files);
@@ -139,6 +139,26 @@ fn name_constants() -> BTreeMap<String, String> {
         .collect()
 }
 
+/// `CONST` → value for every constant of `telemetry::label`.
+fn label_constants() -> BTreeMap<String, String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/telemetry.rs");
+    let text = std::fs::read_to_string(path).expect("telemetry.rs");
+    let (_, module) = text
+        .split_once("pub mod label {")
+        .expect("telemetry::label");
+    let (module, _) = module
+        .split_once("\n}")
+        .expect("the end of telemetry::label");
+    module
+        .lines()
+        .filter_map(|l| {
+            let rest = l.trim_start().strip_prefix("pub const ")?;
+            let (ident, value) = rest.split_once(": &str = \"")?;
+            Some((ident.to_owned(), value.strip_suffix("\";")?.to_owned()))
+        })
+        .collect()
+}
+
 /// The metric name a site records, through the telemetry constants.
 fn site_metric(site: &Site, constants: &BTreeMap<String, String>) -> String {
     let ident = site.name.strip_prefix("telemetry::").unwrap_or(&site.name);
@@ -228,44 +248,38 @@ fn every_write_result() -> Vec<Result<WriteOutcome, WriteError>> {
 /// computes it.
 fn computed_values(metric: &str, expr: &str) -> Option<Vec<&'static str>> {
     let values = match (metric, expr) {
+        // `poller::result_label` is `ok` or the error's reason (pinned by
+        // its unit test), `cluster_label` likewise with `not_measured`.
         (telemetry::POLLS_TOTAL, "result_label(result)") => {
-            let fixture =
-                Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/reports/g1-bootstrap.json");
-            let body = std::fs::read(fixture).expect("a report fixture");
-            let report = kura_schemas::parse_report(&body).expect("a valid report");
-            let mut v = vec![crate::poll::poller::result_label(&Ok(report))];
-            v.extend(
-                every_poll_error()
-                    .into_iter()
-                    .map(|e| crate::poll::poller::result_label(&Err(e))),
-            );
+            let mut v = vec![label::OK];
+            v.extend(every_poll_error().iter().map(PollError::reason));
             v
         }
         (telemetry::CLUSTER_READS_TOTAL, "cluster_label(&read)") => {
-            let mut v = vec![
-                crate::poll::poller::cluster_label(&Ok(Some(0))),
-                crate::poll::poller::cluster_label(&Ok(None)),
-            ];
+            let mut v = vec![label::OK, label::NOT_MEASURED];
             v.extend(
                 every_poll_error()
-                    .into_iter()
+                    .iter()
                     // A report-only failure cannot come out of a cluster read.
                     .filter(|e| !matches!(e, PollError::InvalidReport(_)))
-                    .map(|e| crate::poll::poller::cluster_label(&Err(e))),
+                    .map(PollError::reason),
             );
             v
         }
+        // `apply::result_label`: the outcome's label or the error's kind
+        // (pinned by its unit test).
         (telemetry::STATUS_WRITES_TOTAL, "result_label(&result)") => every_write_result()
             .iter()
-            .map(crate::write::apply::result_label)
+            .map(|r| match r {
+                Ok(WriteOutcome::Applied) => label::APPLIED,
+                Ok(WriteOutcome::Pruned { .. }) => label::PRUNED,
+                Err(e) => e.kind(),
+            })
             .collect(),
-        (telemetry::WATCH_ERRORS_TOTAL, "self.resource") => vec![
-            crate::cluster::discovery::INSTANCES,
-            crate::cluster::discovery::PODS,
-        ],
-        (telemetry::OWNERSHIP_CHANGES_TOTAL, "change") => {
-            vec![crate::shard::lease::GAINED, crate::shard::lease::LOST]
-        }
+        // Discovery's watches are named by these two constants.
+        (telemetry::WATCH_ERRORS_TOTAL, "self.resource") => vec![label::KURAINSTANCES, label::PODS],
+        // The loop over (gained, GAINED), (lost, LOST).
+        (telemetry::OWNERSHIP_CHANGES_TOTAL, "change") => vec![label::GAINED, label::LOST],
         (telemetry::SWEEP_INTERVAL_SECONDS, "label") => {
             use crate::runner::cadence::{IMAGE_CHANGE, Phase, Why};
             // `label` is a phase's label or the image-change one.
@@ -281,12 +295,6 @@ fn computed_values(metric: &str, expr: &str) -> Option<Vec<&'static str>> {
                 Phase::Rollout(Why::NoVerdict).label(),
                 Phase::Steady.label(),
             ]
-        }
-        (telemetry::INSTANCES_BY_CADENCE, "cadence::ROLLOUT") => {
-            vec![crate::runner::cadence::ROLLOUT]
-        }
-        (telemetry::INSTANCES_BY_CADENCE, "cadence::STEADY") => {
-            vec![crate::runner::cadence::STEADY]
         }
         (telemetry::INSTANCES_BY_SIGNAL, "signal") => telemetry::count_by_signal([])
             .0
@@ -365,6 +373,7 @@ fn every_recorded_name_is_described_exactly_once() {
 #[test]
 fn every_documented_label_value_is_recorded() {
     let constants = name_constants();
+    let labels = label_constants();
     let mut recorded: BTreeMap<String, (String, BTreeSet<String>)> = BTreeMap::new();
     let mut unlabelled: BTreeSet<String> = BTreeSet::new();
     for site in sites() {
@@ -373,8 +382,14 @@ fn every_documented_label_value_is_recorded() {
             unlabelled.insert(metric);
             continue;
         };
-        let values: Vec<String> = match expr.strip_prefix('"').and_then(|e| e.strip_suffix('"')) {
-            Some(literal) => vec![literal.to_owned()],
+        assert!(
+            !expr.starts_with('"'),
+            "{}: label value {expr} of {metric} spelled in place: use a telemetry::label constant",
+            site.file
+        );
+        let constant = expr.rsplit("::").next().and_then(|c| labels.get(c));
+        let values: Vec<String> = match constant {
+            Some(value) => vec![value.clone()],
             None => computed_values(&metric, expr)
                 .map(|v| v.into_iter().map(str::to_owned).collect())
                 .unwrap_or_else(|| {

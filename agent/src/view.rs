@@ -7,7 +7,7 @@
 //! With sharding a replica sweeps only the instances it owns; for every
 //! other instance it watches, the view reads the status stored in the
 //! cluster through a [`StoredStatusSource`] and the owner through the
-//! [`MembersSource`] (both composed by `kura-agent run`), so that every
+//! [`MembersSource`] (both ports of `model`, plugged in by `kura-agent run`), so that every
 //! replica answers for every instance ([`FleetView::answer`]).
 //!
 //! Beside the last sweep, each instance has a bounded history of the last
@@ -25,13 +25,12 @@ pub use history::{
 pub use standing::Standing;
 
 use crate::model::{
-    GateLimits, InstanceKey, InstanceTarget, LastWrite, PodSample, SampleResult, WriteRecord,
+    GateLimits, InstanceKey, LastWrite, MembersSource, PodSample, SampleResult, StoredInstance,
+    StoredStatusSource, WriteRecord,
 };
 use history::{History, HistoryInput};
 use jiff::Timestamp;
-use kura_schemas::{
-    AgentVerdict, KuraInstanceStatus, NodeReport, RolloutGate, RolloutHealth, Signal,
-};
+use kura_schemas::{AgentVerdict, NodeReport, RolloutGate, RolloutHealth, Signal};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -244,59 +243,6 @@ pub struct Readiness {
 /// Lists the watches still waiting for their initial list.
 pub type SyncProbe = Arc<dyn Fn() -> Vec<String> + Send + Sync>;
 
-/// The sharding section of the debug endpoint (`/debug/members` and the
-/// overview), when sharding is on.
-pub trait MembersSource: Send + Sync {
-    /// The JSON of `/debug/members` at `now`.
-    fn members_json(&self, now: Timestamp) -> serde_json::Value;
-    /// The overview page's sharding section at `now`.
-    fn members_summary(&self, now: Timestamp) -> MembersSummary;
-    /// The replica that writes `key`'s status at `now` (the owner among
-    /// the live members), `None` when no member is live.
-    fn owner_of(&self, key: &InstanceKey, now: Timestamp) -> Option<String>;
-}
-
-/// An instance as the replica's `KuraInstance` watch last saw it: its
-/// generation, `spec.image` and the status stored in the cluster (written
-/// by whichever replica owns it).
-#[derive(Debug, Clone, PartialEq)]
-pub struct StoredInstance {
-    /// Namespace and name.
-    pub key: InstanceKey,
-    /// `metadata.generation`.
-    pub generation: i64,
-    /// `spec.image`.
-    pub spec_image: String,
-    /// The status, read leniently (unreadable fields are `None`).
-    pub status: Option<KuraInstanceStatus>,
-    /// Why a status field could not be read, one line each.
-    pub notes: Vec<String>,
-}
-
-impl StoredInstance {
-    /// The stored view of a target (its pods are not used).
-    pub fn of(target: &InstanceTarget) -> Self {
-        StoredInstance {
-            key: target.key(),
-            generation: target.info.generation,
-            spec_image: target.spec_image.clone(),
-            status: target.previous_status.clone(),
-            notes: target.status_warnings.clone(),
-        }
-    }
-}
-
-/// Every instance the replica watches, with its stored status: what the
-/// view answers from for the instances the replica does not sweep.
-pub trait StoredStatusSource: Send + Sync {
-    /// Every watched instance, by namespace and name.
-    fn stored_instances(&self) -> Vec<StoredInstance>;
-    /// One instance, if watched.
-    fn stored_instance(&self, key: &InstanceKey) -> Option<StoredInstance> {
-        self.stored_instances().into_iter().find(|s| &s.key == key)
-    }
-}
-
 /// What one replica knows of one instance: its own last sweep (`live`,
 /// when it sweeps the instance), the status stored in the cluster
 /// (`stored`, when it watches the cluster) and who writes the status.
@@ -310,36 +256,6 @@ pub struct InstanceAnswer {
     pub stored: Option<StoredInstance>,
     /// The replica that writes its status.
     pub owned_by: Option<String>,
-}
-
-/// What the overview page shows about sharding.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MembersSummary {
-    /// This replica's identity.
-    pub identity: String,
-    /// The group.
-    pub group: String,
-    /// Whether this replica's own Lease is current (it may write).
-    pub own_lease_current: bool,
-    /// Writes stop at this time unless the Lease is renewed.
-    pub writes_allowed_until: Option<Timestamp>,
-    /// Instances this replica owns.
-    pub owned: usize,
-    /// Ownership changes since start.
-    pub ownership_changes_total: u64,
-    /// The live members.
-    pub members: Vec<MemberSummary>,
-}
-
-/// One live member on the overview page.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MemberSummary {
-    /// Its identity.
-    pub id: String,
-    /// Whether it is this replica.
-    pub me: bool,
-    /// Whether it may gain instances yet (false while joining).
-    pub settled: bool,
 }
 
 /// What the per-instance histories occupy, from

@@ -442,7 +442,8 @@ async fn pod_rows_show_outbox_capacity_fullness_and_fence_state() {
 /// generation as not current.
 #[tokio::test]
 async fn instances_another_replica_owns_are_answered_from_the_stored_status() {
-    use kura_agent::view::{MembersSource, MembersSummary, StoredInstance, StoredStatusSource};
+    use kura_agent::model::members::OwnLeaseSnapshot;
+    use kura_agent::model::{MembersSnapshot, MembersSource, StoredInstance, StoredStatusSource};
     use kura_schemas::KuraInstanceStatus;
 
     struct Stored(Vec<StoredInstance>);
@@ -453,18 +454,16 @@ async fn instances_another_replica_owns_are_answered_from_the_stored_status() {
     }
     struct Owners;
     impl MembersSource for Owners {
-        fn members_json(&self, _: Timestamp) -> Value {
-            serde_json::json!({})
-        }
-        fn members_summary(&self, _: Timestamp) -> MembersSummary {
-            MembersSummary {
+        fn members(&self, _: Timestamp) -> MembersSnapshot {
+            MembersSnapshot {
                 identity: "replica-a".into(),
                 group: "g".into(),
-                own_lease_current: true,
-                writes_allowed_until: None,
-                owned: 1,
-                ownership_changes_total: 0,
-                members: vec![],
+                own_lease: OwnLeaseSnapshot {
+                    current: true,
+                    ..OwnLeaseSnapshot::default()
+                },
+                owned: vec!["kura/mine".into()],
+                ..MembersSnapshot::default()
             }
         }
         fn owner_of(&self, key: &InstanceKey, _: Timestamp) -> Option<String> {

@@ -7,6 +7,8 @@
 //! `kura_agent::cli::fleet_load_side`, so a shipped `kura-agent` binary can be
 //! measured the same way.
 
+#![deny(missing_docs)]
+
 pub use kura_agent::cli::fleet_load_side::fleet as agent_path;
 pub use kura_agent::cli::fleet_load_side::proc_stats;
 

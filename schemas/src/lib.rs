@@ -16,6 +16,8 @@
 //! - [`strict_json`]: JSON read with repeated keys refused, for every
 //!   document read from a file.
 
+#![deny(missing_docs)]
+
 pub mod api_int;
 pub mod cluster;
 pub mod gate_status;

@@ -18,6 +18,8 @@
 //! about three file descriptors per pod: [`raise_fd_limit`] raises the soft
 //! limit to the hard one; beyond that use `ulimit -n`.
 
+#![deny(missing_docs)]
+
 mod addressing;
 mod behaviour;
 mod body;

@@ -12,8 +12,8 @@
 //! server; it never adds a pod the owner rule ([`super::pods`]) does not
 //! match.
 
-use crate::model::{InstanceKey, InstanceTarget, PodScope};
-use crate::telemetry;
+use crate::model::{InstanceKey, InstanceTarget, PodScope, StoredInstance, StoredStatusSource};
+use crate::telemetry::{self, label};
 use futures::StreamExt;
 use kube::Client;
 use kube::api::{Api, ApiResource};
@@ -180,9 +180,9 @@ impl WatchState {
 }
 
 /// The `resource` of the instance watches.
-pub(crate) const INSTANCES: &str = "kurainstances";
+const INSTANCES: &str = label::KURAINSTANCES;
 /// The `resource` of the pod watches.
-pub(crate) const PODS: &str = "pods";
+const PODS: &str = label::PODS;
 
 /// The future that drives every watch of a [`Discovery`]; it runs until
 /// dropped (watch errors are retried with kube's default backoff).
@@ -353,17 +353,6 @@ impl Discovery {
         locked(&self.store).changed_since(revision)
     }
 
-    /// Every watched instance with its stored status, without pods (what
-    /// a replica answers from for the instances it does not sweep).
-    pub fn stored_instances(&self) -> Vec<InstanceTarget> {
-        locked(&self.store).stored()
-    }
-
-    /// One watched instance with its stored status, without pods.
-    pub fn stored_instance(&self, key: &InstanceKey) -> Option<InstanceTarget> {
-        locked(&self.store).stored_one(key)
-    }
-
     /// The current targets.
     pub fn targets(&self) -> Targets {
         locked(&self.store).targets()
@@ -372,6 +361,25 @@ impl Discovery {
     /// The current targets of `keys` (those that exist and are usable).
     pub fn targets_of(&self, keys: &[InstanceKey]) -> Vec<InstanceTarget> {
         locked(&self.store).targets_of(keys)
+    }
+}
+
+/// The status stored in the cluster, from the instance watch: what the
+/// fleet view answers from for the instances this replica does not sweep.
+impl StoredStatusSource for Discovery {
+    fn stored_instances(&self) -> Vec<StoredInstance> {
+        locked(&self.store)
+            .stored()
+            .iter()
+            .map(StoredInstance::of)
+            .collect()
+    }
+
+    fn stored_instance(&self, key: &InstanceKey) -> Option<StoredInstance> {
+        locked(&self.store)
+            .stored_one(key)
+            .as_ref()
+            .map(StoredInstance::of)
     }
 }
 

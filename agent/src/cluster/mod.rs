@@ -1,16 +1,16 @@
 //! The cluster adapter: watches of `KuraInstance`s and their pods
-//! ([`discovery`]) read as partial objects ([`wire`]) into what the agent
-//! keeps of them ([`pods`], [`instances`], held in [`store`]) and turned
+//! (`discovery`) read as partial objects (`wire`) into what the agent
+//! keeps of them (`pods`, `instances`, held in `store`) and turned
 //! into the run loop's targets ([`ClusterTargets`], a
 //! [`TargetSource`](crate::model::TargetSource)). Status writes go the
 //! other way, through `write`.
 
-pub(crate) mod discovery;
-pub(crate) mod instances;
-pub(crate) mod pods;
+mod discovery;
+mod instances;
+mod pods;
 mod source;
-pub(crate) mod store;
-pub(crate) mod wire;
+mod store;
+mod wire;
 
 pub use discovery::kura_instance_resource;
 pub(crate) use discovery::{Discovery, DiscoveryConfig};

@@ -26,8 +26,8 @@ use crate::debug::fleet_query::{Change, Column, DEFAULT_LIMIT, FleetQuery};
 use crate::debug::fleet_window::{Key, Shown, Window, sort_key, target_image};
 use crate::debug::html::{self, Page, age, clock, escape, instance_href, yes_no};
 use crate::debug::signals::{sample_age, summary};
-use crate::model::WriteRecord;
-use crate::view::{MembersSummary, Readiness, Standing};
+use crate::model::{MembersSnapshot, WriteRecord};
+use crate::view::{Readiness, Standing};
 
 /// One cell: its sort key and its markup.
 struct Cell<'a> {
@@ -228,7 +228,7 @@ pub struct Fleet<'a> {
     /// The agent's readiness.
     pub readiness: &'a Readiness,
     /// Sharding, when on.
-    pub members: Option<&'a MembersSummary>,
+    pub members: Option<&'a MembersSnapshot>,
     /// Render time.
     pub now: Timestamp,
 }
@@ -481,21 +481,22 @@ fn window_nav(body: &mut String, window: &Window, query: &FleetQuery) {
 }
 
 /// The sharding section: this replica, its Lease, the live members.
-fn members_section(v: &MembersSummary, now: Timestamp) -> String {
+fn members_section(v: &MembersSnapshot, now: Timestamp) -> String {
     let mut h = String::from("<h2>Members</h2>\n");
     let _ = writeln!(
         h,
         "<p>this replica: {} · group {} · own lease {} (until {}) · owns {} instances · {} ownership changes</p>",
         escape(&v.identity),
         escape(&v.group),
-        if v.own_lease_current {
+        if v.own_lease.current {
             "current"
         } else {
             "NOT current: writes stopped"
         },
-        v.writes_allowed_until
+        v.own_lease
+            .writes_allowed_until
             .map_or_else(|| "–".to_owned(), |t| clock(t, now)),
-        v.owned,
+        v.owned.len(),
         v.ownership_changes_total,
     );
     h.push_str("<ul>\n");

@@ -7,7 +7,8 @@ use jiff::{Timestamp, tz::TimeZone};
 use std::fmt::Write as _;
 
 use crate::debug::assets;
-use crate::view::{MembersSummary, Readiness};
+use crate::model::MembersSnapshot;
+use crate::view::Readiness;
 
 /// Escapes text for HTML element content and quoted attribute values.
 pub fn escape(text: &str) -> String {
@@ -188,7 +189,7 @@ pub fn content_security_policy() -> &'static str {
 }
 
 /// Who owns (judges and writes) the instances this replica shows.
-pub fn owner(members: Option<&MembersSummary>) -> String {
+pub fn owner(members: Option<&MembersSnapshot>) -> String {
     match members {
         Some(m) => m.identity.clone(),
         None => "this agent".to_owned(),
@@ -210,7 +211,7 @@ pub struct Page<'a> {
     /// The agent's readiness.
     pub readiness: &'a Readiness,
     /// The sharding section's summary, when sharding is on.
-    pub members: Option<&'a MembersSummary>,
+    pub members: Option<&'a MembersSnapshot>,
 }
 
 /// Wraps `body` in the document: head with the style, the header bar

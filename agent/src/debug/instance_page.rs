@@ -13,8 +13,8 @@ use crate::debug::html::{
     yes_no,
 };
 use crate::debug::signals::{Outcome, check_rows, evidence_line};
-use crate::model::WriteRecord;
-use crate::view::{HistoryView, InstanceView, MembersSummary, Readiness, Standing};
+use crate::model::{MembersSnapshot, WriteRecord};
+use crate::view::{HistoryView, InstanceView, Readiness, Standing};
 
 /// What the instance page shows.
 pub struct Instance<'a> {
@@ -25,7 +25,7 @@ pub struct Instance<'a> {
     /// The agent's readiness.
     pub readiness: &'a Readiness,
     /// Sharding, when on.
-    pub members: Option<&'a MembersSummary>,
+    pub members: Option<&'a MembersSnapshot>,
     /// Render time.
     pub now: Timestamp,
     /// Auto-refresh on.

@@ -239,7 +239,7 @@ fn respond_whole(
     let response = match segments.as_slice() {
         [] | [""] => {
             let query = FleetQuery::parse(query);
-            let members = state.view.members().map(|m| m.members_summary(now));
+            let members = state.view.members().map(|m| m.members(now));
             let owner = html::owner(members.as_ref());
             let window = fleet_window::gather(&state.view, &query, &owner, now);
             let readiness = state.view.readiness();
@@ -259,7 +259,7 @@ fn respond_whole(
             match state.view.instance(&key) {
                 Some(view) => {
                     let history = state.view.history(&key, now);
-                    let members = state.view.members().map(|m| m.members_summary(now));
+                    let members = state.view.members().map(|m| m.members(now));
                     let refresh = !html::query_pairs(query)
                         .iter()
                         .any(|(k, v)| k == "refresh" && v == "off");
@@ -322,7 +322,7 @@ fn respond_whole(
             json(StatusCode::OK, &all)
         }
         ["debug", "members"] => match state.view.members() {
-            Some(members) => json(StatusCode::OK, &members.members_json(now)),
+            Some(members) => json(StatusCode::OK, &members.members(now)),
             None => text(
                 StatusCode::NOT_FOUND,
                 "text/plain; charset=utf-8",

@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use super::limiter::{EventLimitConfig, EventLimiter, Publish};
 use super::recorder::{Event, EventRecorder, EventType, PublishError, Reporter};
 use crate::model::InstanceTransitions;
-use crate::telemetry;
+use crate::telemetry::{self, label};
 
 /// Transitions waiting for the publisher; beyond this they are dropped
 /// (and counted) rather than holding up a status write.
@@ -41,7 +41,7 @@ impl EventSink {
         }
         let n = batch.transitions.len() as u64;
         if self.tx.try_send(batch).is_err() {
-            metrics::counter!(telemetry::EVENTS_TOTAL, "result" => "dropped").increment(n);
+            metrics::counter!(telemetry::EVENTS_TOTAL, "result" => label::DROPPED).increment(n);
         }
     }
 }
@@ -79,7 +79,7 @@ async fn run(
                 let Some(batch) = batch else { return };
                 let (now_out, suppressed) = limiter.offer(batch, Timestamp::now());
                 if suppressed > 0 {
-                    metrics::counter!(telemetry::EVENTS_TOTAL, "result" => "suppressed")
+                    metrics::counter!(telemetry::EVENTS_TOTAL, "result" => label::SUPPRESSED)
                         .increment(u64::from(suppressed));
                 }
                 for p in now_out {
@@ -140,16 +140,16 @@ async fn publish(recorder: &mut EventRecorder, p: Publish) {
     let reference = reference_of(&p);
     match recorder.publish(&event, &reference, CALL_TIMEOUT).await {
         Ok(()) => {
-            metrics::counter!(telemetry::EVENTS_TOTAL, "result" => "published").increment(1);
+            metrics::counter!(telemetry::EVENTS_TOTAL, "result" => label::PUBLISHED).increment(1);
             tracing::debug!(instance = %p.key, reason = %event.reason, "event published");
         }
         Err(PublishError::Api(error)) => {
-            metrics::counter!(telemetry::EVENTS_TOTAL, "result" => "failed").increment(1);
+            metrics::counter!(telemetry::EVENTS_TOTAL, "result" => label::FAILED).increment(1);
             tracing::warn!(instance = %p.key, reason = %event.reason, %error,
                 "event not published (the agent needs create and patch on events.k8s.io events)");
         }
         Err(PublishError::TimedOut(_)) => {
-            metrics::counter!(telemetry::EVENTS_TOTAL, "result" => "failed").increment(1);
+            metrics::counter!(telemetry::EVENTS_TOTAL, "result" => label::FAILED).increment(1);
             tracing::warn!(instance = %p.key, reason = %event.reason, "event not published: timed out");
         }
     }

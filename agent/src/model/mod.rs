@@ -5,9 +5,10 @@
 //! limits its verdict compared against ([`GateLimits`]), the conditions it
 //! states from it ([`conditions`]), what became of writing it
 //! ([`LastWrite`]) and which changes deserve an Event ([`Transition`]), the
-//! ports between the loop and the adapters ([`TargetSource`],
-//! [`StatusSink`], [`WriteGate`]) and the loop's notion of time
-//! ([`Clock`]).
+//! ports between the core and the adapters ([`TargetSource`],
+//! [`StatusSink`], [`WriteGate`], [`PodScope`], [`StoredStatusSource`],
+//! [`MembersSource`]) with the snapshots they hand over ([`members`]) and
+//! the loop's notion of time ([`Clock`]).
 //!
 //! Plain values and small traits; imports nothing of this crate.
 
@@ -15,6 +16,7 @@ mod clock;
 pub mod conditions;
 mod key;
 mod limits;
+pub mod members;
 mod ports;
 mod sample;
 mod status;
@@ -24,7 +26,8 @@ mod transition;
 pub use clock::{Clock, ScaledClock, SystemClock};
 pub use key::InstanceKey;
 pub use limits::GateLimits;
-pub use ports::{PodScope, StatusSink, TargetSource, WriteGate};
+pub use members::{MembersSnapshot, StoredInstance};
+pub use ports::{MembersSource, PodScope, StatusSink, StoredStatusSource, TargetSource, WriteGate};
 pub use sample::{InstanceInfo, PodIdentity, PodSample, SampleResult};
 #[cfg(test)]
 pub(crate) use status::fixtures;

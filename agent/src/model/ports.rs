@@ -1,14 +1,19 @@
-//! The ports between the loop and the adapters, as traits: where targets
-//! come from ([`TargetSource`]: the cluster's watches, a static list, the
-//! shard's narrowing of either), where desired statuses go ([`StatusSink`]:
-//! the write queue, memory), and who may write an instance's status now
-//! ([`WriteGate`]: the shard). The loop and the write path know only these;
-//! adapters implement them.
+//! Every port between the agent's core (the loop, the write path, the
+//! fleet view) and the adapters, as traits: where targets come from
+//! ([`TargetSource`]: the cluster's watches, a static list, the shard's
+//! narrowing of either), where desired statuses go ([`StatusSink`]: the
+//! write queue, memory), who may write an instance's status now
+//! ([`WriteGate`]: the shard), which pods the watches keep ([`PodScope`]:
+//! the shard), and what the fleet view answers from for the instances this
+//! replica does not sweep ([`StoredStatusSource`]: the watches;
+//! [`MembersSource`]: the shard). The core knows only these; adapters
+//! implement them, `kura-agent run` plugs them in.
 
 use jiff::Timestamp;
 use tokio::sync::watch;
 
 use super::key::InstanceKey;
+use super::members::{MembersSnapshot, StoredInstance};
 use super::status::DesiredStatus;
 use super::target::InstanceTarget;
 
@@ -84,4 +89,26 @@ pub trait PodScope: Send + Sync + 'static {
     /// differently (its value counts the changes): the pods are then
     /// listed again, and the targets are not read until that list is in.
     fn changes(&self) -> watch::Receiver<u64>;
+}
+
+/// The sharding group as this replica sees it, for the fleet view (who
+/// owns an instance) and the debug pages (`/debug/members`, the overview's
+/// sharding section), when sharding is on.
+pub trait MembersSource: Send + Sync {
+    /// The group at `now`.
+    fn members(&self, now: Timestamp) -> MembersSnapshot;
+    /// The replica that writes `key`'s status at `now` (the owner among
+    /// the live members), `None` when no member is live.
+    fn owner_of(&self, key: &InstanceKey, now: Timestamp) -> Option<String>;
+}
+
+/// Every instance the replica watches, with its stored status: what the
+/// view answers from for the instances the replica does not sweep.
+pub trait StoredStatusSource: Send + Sync {
+    /// Every watched instance, by namespace and name.
+    fn stored_instances(&self) -> Vec<StoredInstance>;
+    /// One instance, if watched.
+    fn stored_instance(&self, key: &InstanceKey) -> Option<StoredInstance> {
+        self.stored_instances().into_iter().find(|s| &s.key == key)
+    }
 }

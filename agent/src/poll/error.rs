@@ -3,6 +3,8 @@
 
 use kura_schemas::{ClusterError, ReportError};
 
+use crate::telemetry::label;
+
 /// A failed poll.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PollError {
@@ -61,15 +63,15 @@ impl PollError {
     /// `identity_mismatch`, `connect_error`, `body_error`, `invalid_cluster`.
     pub fn reason(&self) -> &'static str {
         match self {
-            PollError::Timeout | PollError::ConnectTimeout => "timeout",
-            PollError::Refused => "refused",
-            PollError::Connect | PollError::Closed | PollError::NoAddress => "connect_error",
-            PollError::HttpStatus(_) => "http_status",
-            PollError::TooLarge { .. } => "too_large",
-            PollError::Body | PollError::Protocol | PollError::TransferCoding => "body_error",
-            PollError::InvalidReport(_) => "invalid_report",
-            PollError::InvalidCluster(_) => "invalid_cluster",
-            PollError::IdentityMismatch => "identity_mismatch",
+            PollError::Timeout | PollError::ConnectTimeout => label::TIMEOUT,
+            PollError::Refused => label::REFUSED,
+            PollError::Connect | PollError::Closed | PollError::NoAddress => label::CONNECT_ERROR,
+            PollError::HttpStatus(_) => label::HTTP_STATUS,
+            PollError::TooLarge { .. } => label::TOO_LARGE,
+            PollError::Body | PollError::Protocol | PollError::TransferCoding => label::BODY_ERROR,
+            PollError::InvalidReport(_) => label::INVALID_REPORT,
+            PollError::InvalidCluster(_) => label::INVALID_CLUSTER,
+            PollError::IdentityMismatch => label::IDENTITY_MISMATCH,
         }
     }
 

@@ -14,7 +14,7 @@
 mod client;
 mod config;
 mod error;
-pub(crate) mod poller;
+mod poller;
 
 pub use config::PollConfig;
 pub use error::PollError;

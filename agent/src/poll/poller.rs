@@ -3,7 +3,7 @@
 use crate::model::{PodIdentity, PodSample, SampleResult};
 use crate::poll::client::{Client, Limits, MAX_HEAD, Target};
 use crate::poll::{PollConfig, PollError};
-use crate::telemetry;
+use crate::telemetry::{self, label};
 use backon::{ExponentialBuilder, Retryable};
 use bytes::Bytes;
 use http::Uri;
@@ -338,8 +338,8 @@ fn parse_cluster(body: &Bytes, limit: usize) -> Result<Option<u64>, PollError> {
 /// `sync_links`: the lag is absent) or why it failed.
 pub(crate) fn cluster_label(read: &Result<Option<u64>, PollError>) -> &'static str {
     match read {
-        Ok(Some(_)) => "ok",
-        Ok(None) => "not_measured",
+        Ok(Some(_)) => label::OK,
+        Ok(None) => label::NOT_MEASURED,
         Err(e) => e.reason(),
     }
 }
@@ -347,11 +347,33 @@ pub(crate) fn cluster_label(read: &Result<Option<u64>, PollError>) -> &'static s
 /// The `result` label of [`telemetry::POLLS_TOTAL`] for a poll's result.
 pub(crate) fn result_label(result: &Result<NodeReport, PollError>) -> &'static str {
     match result {
-        Ok(_) => "ok",
+        Ok(_) => label::OK,
         Err(e) => e.reason(),
     }
 }
 
 fn count(result: &Result<NodeReport, PollError>) {
     metrics::counter!(telemetry::POLLS_TOTAL, "result" => result_label(result)).increment(1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A poll's `result` label is `ok` or the error's reason; a cluster
+    /// read's is `ok`, `not_measured` or the error's reason.
+    #[test]
+    fn result_labels_are_ok_or_the_error_reason() {
+        let body = std::fs::read(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../testdata/reports/g1-bootstrap.json"),
+        )
+        .expect("a report fixture");
+        let report = kura_schemas::parse_report(&body).expect("a valid report");
+        assert_eq!(result_label(&Ok(report)), label::OK);
+        assert_eq!(result_label(&Err(PollError::Refused)), label::REFUSED);
+        assert_eq!(cluster_label(&Ok(Some(0))), label::OK);
+        assert_eq!(cluster_label(&Ok(None)), label::NOT_MEASURED);
+        assert_eq!(cluster_label(&Err(PollError::Timeout)), label::TIMEOUT);
+    }
 }

@@ -194,12 +194,9 @@ impl Phase {
     }
 }
 
-/// The `cadence` label of an interval at the rollout cadence.
-pub const ROLLOUT: &str = "rollout";
-/// The `cadence` label of an interval at the steady cadence.
-pub const STEADY: &str = "steady";
-/// The `cadence` label of an interval cut short by a `spec.image` change.
-pub const IMAGE_CHANGE: &str = "image_change";
+/// The `cadence` labels: of an interval at the rollout cadence, at the
+/// steady cadence, and of one cut short by a `spec.image` change.
+pub use crate::telemetry::label::{IMAGE_CHANGE, ROLLOUT, STEADY};
 
 /// Why an instance is in a rollout (the rule of the module documentation
 /// that holds first).

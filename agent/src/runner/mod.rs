@@ -36,6 +36,7 @@
 
 pub mod cadence;
 mod memory;
+pub mod sweep;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -49,16 +50,15 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::engine::{AnnotationChange, EngineConfig, InstanceEngine};
-use crate::model::{
-    Clock, DesiredStatus, InstanceKey, InstanceTarget, PodSample, StatusSink, TargetSource,
-};
+use crate::engine::{EngineConfig, InstanceEngine};
+use crate::model::{Clock, InstanceKey, InstanceTarget, StatusSink, TargetSource};
 use crate::poll::Poller;
 use crate::telemetry;
-use crate::view::{FleetView, SweepRecord};
+use crate::view::FleetView;
 
 pub use cadence::{Cadence, CadenceError, Phase, Why};
 pub use memory::{MemorySink, StaticTargets};
+pub use sweep::{SweepEnds, SweepWatch, Swept, sweep};
 
 /// Shortest time between two reconciles woken by `spec.image` changes, so
 /// a burst of changes (an expedited rollout) costs a few re-reads of the
@@ -100,10 +100,7 @@ impl LoopConfig {
 struct Shared {
     config: LoopConfig,
     engine: Arc<EngineConfig>,
-    poller: Poller,
-    view: FleetView,
-    sink: Arc<dyn StatusSink>,
-    clock: Arc<dyn Clock>,
+    ends: SweepEnds,
 }
 
 struct Running {
@@ -138,10 +135,12 @@ impl AgentLoop {
             shared: Arc::new(Shared {
                 engine: Arc::new(config.engine.clone()),
                 config,
-                poller,
-                view,
-                sink,
-                clock,
+                ends: SweepEnds {
+                    poller,
+                    view,
+                    sink,
+                    clock,
+                },
             }),
             source,
         }
@@ -211,7 +210,7 @@ impl AgentLoop {
         metrics::gauge!(telemetry::INSTANCES_BY_CADENCE, "cadence" => cadence::STEADY)
             .set((running.len() - in_rollout) as f64);
         metrics::gauge!(telemetry::PODS_TRACKED).set(supervised.pods as f64);
-        let (verdicts, refused) = self.shared.view.verdicts();
+        let (verdicts, refused) = self.shared.ends.view.verdicts();
         metrics::gauge!(telemetry::GATE_CONFIG_REFUSED_INSTANCES).set(refused as f64);
         telemetry::publish_verdicts(verdicts);
     }
@@ -233,7 +232,7 @@ impl AgentLoop {
         for key in &gone {
             self.stop(running, key);
         }
-        self.shared.view.retain(|k| current.contains_key(k));
+        self.shared.ends.view.retain(|k| current.contains_key(k));
         for (key, target) in current {
             self.place(running, key, target);
         }
@@ -256,7 +255,7 @@ impl AgentLoop {
                 Some(target) => self.place(running, key.clone(), target),
                 None => {
                     self.stop(running, key);
-                    self.shared.view.retain(|k| k != key);
+                    self.shared.ends.view.retain(|k| k != key);
                 }
             }
         }
@@ -266,7 +265,7 @@ impl AgentLoop {
     fn stop(&self, running: &mut BTreeMap<InstanceKey, Running>, key: &InstanceKey) {
         if let Some(r) = running.remove(key) {
             r.task.abort();
-            self.shared.sink.forget(key);
+            self.shared.ends.sink.forget(key);
             tracing::info!(namespace = %key.namespace, instance = %key.name, "instance gone");
         }
     }
@@ -296,7 +295,7 @@ impl AgentLoop {
                 });
             }
             _ => {
-                self.shared.sink.seed(&target);
+                self.shared.ends.sink.seed(&target);
                 // The engine continues from the status as found; the
                 // task's target keeps no copy of it (850 B an
                 // instance at 10,000 pods, benches/PERFORMANCE.md).
@@ -399,7 +398,8 @@ async fn wait_next(
     }
 }
 
-/// One instance's loop: wait, sweep, fold, judge, publish. `engine` is
+/// One instance's loop: wait for the cadence, [`sweep`] (poll, fold,
+/// judge, record, publish), record the achieved interval. `engine` is
 /// restored from the status the instance was found with.
 async fn instance_task(
     shared: Arc<Shared>,
@@ -409,16 +409,15 @@ async fn instance_task(
 ) {
     let cadence = shared.config.cadence;
     let first = Arc::clone(&target.borrow_and_update());
-    let key = first.key();
-    let mut resets_seen = engine.health().map_or(0, |h| h.counter_resets);
     // Spread the instances' first sweeps over one interval of the phase
     // each is found in (restored from its published verdict).
     let spawned = Instant::now();
     let spread = rand::random::<f64>();
     let wake = wait_next(&mut target, &first.spec_image, |t| {
-        let phase = phase_of(t, engine.gate(), shared.clock.now(), &cadence);
+        let phase = phase_of(t, engine.gate(), shared.ends.clock.now(), &cadence);
         in_rollout.store(phase.in_rollout(), Ordering::Relaxed);
         let wait = shared
+            .ends
             .clock
             .to_real(cadence.interval(phase).mul_f64(spread));
         (spawned + wait, phase)
@@ -433,61 +432,30 @@ async fn instance_task(
     drop(first);
     loop {
         let t = Arc::clone(&target.borrow_and_update());
-        if let Some(change) = engine.set_gate_annotation(t.gate_config.as_deref()) {
-            report_annotation(&key, &change);
-        }
         let started = Instant::now();
         if let Some(previous) = previous {
             metrics::histogram!(telemetry::SWEEP_INTERVAL_SECONDS, "cadence" => label)
                 .record(started.duration_since(previous).as_secs_f64());
         }
         previous = Some(started);
-        let mut samples: Vec<PodSample> = shared.poller.sweep(&t.pollable()).await;
-        for s in &mut samples {
-            s.received_at = shared.clock.map_real(s.received_at);
-        }
-        let now = shared.clock.now();
-        samples.extend(t.unreachable_samples(now));
-        let (health, gate) = engine.step(&t.info, &t.spec_image, &samples, now);
-        let desired = DesiredStatus {
-            health: Arc::clone(health),
-            gate: Arc::clone(gate),
-        };
-        metrics::histogram!(telemetry::SWEEP_DURATION_SECONDS)
-            .record(started.elapsed().as_secs_f64());
-        if desired.health.counter_resets > resets_seen {
-            metrics::counter!(telemetry::COUNTER_RESETS_TOTAL)
-                .increment(desired.health.counter_resets - resets_seen);
-        }
-        resets_seen = desired.health.counter_resets;
-        if target.has_changed().is_err() {
+        if sweep(&shared.ends, &t, &mut engine, &mut Supervisee(&target))
+            .await
+            .is_none()
+        {
             // The supervisor dropped this instance while the sweep ran:
-            // publish nothing for it.
+            // nothing was published for it.
             return;
         }
-        let pod_names: Vec<String> = t.pods.iter().map(|p| p.identity.name.clone()).collect();
-        shared.view.record_sweep(
-            &key,
-            SweepRecord {
-                spec_image: &t.spec_image,
-                current_pods: &pod_names,
-                samples: &samples,
-                health: Some(Arc::clone(&desired.health)),
-                gate: Some(Arc::clone(&desired.gate)),
-                notes: t.notes(),
-                limits: engine.limits(),
-                at: now,
-            },
-        );
-        shared.sink.publish(&key, desired, now);
-        drop(samples);
         let ended = Instant::now();
         let unit = rand::random::<f64>();
         let mut overran_counted = false;
         let wake = wait_next(&mut target, &t.spec_image, |t| {
-            let phase = phase_of(t, engine.gate(), shared.clock.now(), &cadence);
+            let phase = phase_of(t, engine.gate(), shared.ends.clock.now(), &cadence);
             in_rollout.store(phase.in_rollout(), Ordering::Relaxed);
-            let interval = shared.clock.to_real(cadence.jittered_interval(phase, unit));
+            let interval = shared
+                .ends
+                .clock
+                .to_real(cadence.jittered_interval(phase, unit));
             if !overran_counted && cadence::overran(started, ended, interval) {
                 overran_counted = true;
                 metrics::counter!(telemetry::SWEEP_OVERRUNS_TOTAL, "cadence" => phase.label())
@@ -504,20 +472,13 @@ async fn instance_task(
     }
 }
 
-/// Says what became of an instance's gate-config annotation: a refused
-/// one is logged as a warning and counted (once per distinct text), so it
-/// is never silently ignored; `rolloutGate.configError` says it too.
-fn report_annotation(key: &InstanceKey, change: &AnnotationChange) {
-    match change {
-        AnnotationChange::Applied => tracing::info!(namespace = %key.namespace,
-            instance = %key.name, "the instance's gate-config annotation applies"),
-        AnnotationChange::Removed => tracing::info!(namespace = %key.namespace,
-            instance = %key.name, "gate-config annotation removed: the cluster's gate config applies"),
-        AnnotationChange::Refused(reason) => {
-            metrics::counter!(telemetry::GATE_CONFIG_REFUSED_TOTAL).increment(1);
-            tracing::warn!(namespace = %key.namespace, instance = %key.name, %reason,
-                "invalid gate-config annotation");
-        }
+/// The instance task's side of a sweep: its result is wanted while the
+/// supervisor keeps the instance (the target's sender is alive).
+struct Supervisee<'a>(&'a watch::Receiver<Arc<InstanceTarget>>);
+
+impl SweepWatch for Supervisee<'_> {
+    fn wanted(&self) -> bool {
+        self.0.has_changed().is_ok()
     }
 }
 

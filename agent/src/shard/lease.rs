@@ -25,22 +25,19 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
-use serde::Serialize;
 
 use super::membership::{LeaseRecord, Membership, OwnLease, Timing, view_is_fresh};
 use super::rendezvous::owner;
-use crate::model::{InstanceKey, PodScope, WriteGate};
-use crate::telemetry;
-use crate::view::{MemberSummary, MembersSource, MembersSummary};
+use crate::model::members::{
+    LeaseSnapshot, MemberSnapshot, MembersSnapshot, OwnLeaseSnapshot, OwnershipChange,
+};
+use crate::model::{InstanceKey, MembersSource, PodScope, WriteGate};
+use crate::telemetry::{self, label};
 
 /// The label that groups the Leases of one agent deployment.
 pub const GROUP_LABEL: &str = "kura.tuist.dev/agent-group";
 /// The field manager of Lease renewals.
 pub const LEASE_FIELD_MANAGER: &str = "kura-health-agent-lease";
-/// The `change` label of instances this replica gained.
-pub(crate) const GAINED: &str = "gained";
-/// The `change` label of instances this replica lost.
-pub(crate) const LOST: &str = "lost";
 /// Ownership changes kept for the debug endpoint.
 pub const RECENT_CHANGES: usize = 64;
 
@@ -146,20 +143,6 @@ pub fn lease_record(lease: &Lease) -> LeaseRecord {
     }
 }
 
-/// One change of this replica's owned set.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct OwnershipChange {
-    /// When the run loop saw it.
-    pub at: Timestamp,
-    /// The instance.
-    pub instance: String,
-    /// `gained` or `lost`.
-    pub change: &'static str,
-    /// The live members at that moment.
-    pub members: Vec<String>,
-}
-
 #[derive(Debug)]
 struct State {
     own: OwnLease,
@@ -260,7 +243,7 @@ impl Shard {
                     }
                     Ok(_) => {}
                     Err(error) => {
-                        metrics::counter!(telemetry::WATCH_ERRORS_TOTAL, "resource" => "leases")
+                        metrics::counter!(telemetry::WATCH_ERRORS_TOTAL, "resource" => label::LEASES)
                             .increment(1);
                         tracing::warn!(%error, "lease watch error; retrying with backoff");
                     }
@@ -343,7 +326,8 @@ impl Shard {
         }
         match error {
             None => {
-                metrics::counter!(telemetry::LEASE_RENEWALS_TOTAL, "result" => "ok").increment(1);
+                metrics::counter!(telemetry::LEASE_RENEWALS_TOTAL, "result" => label::OK)
+                    .increment(1);
                 if s.acquired_at != Some(acquired) {
                     tracing::info!(lease = %self.lease_name, namespace = %self.config.namespace,
                         "lease acquired");
@@ -354,7 +338,7 @@ impl Shard {
                 s.last_error = None;
             }
             Some(e) => {
-                metrics::counter!(telemetry::LEASE_RENEWALS_TOTAL, "result" => "error")
+                metrics::counter!(telemetry::LEASE_RENEWALS_TOTAL, "result" => label::ERROR)
                     .increment(1);
                 s.renewals_failed += 1;
                 let current = s.own.is_current(Timestamp::now());
@@ -503,7 +487,7 @@ impl Shard {
         let mut s = self.lock();
         let gained: Vec<InstanceKey> = owned.difference(&s.owned).cloned().collect();
         let lost: Vec<InstanceKey> = s.owned.difference(&owned).cloned().collect();
-        for (keys, change) in [(&gained, GAINED), (&lost, LOST)] {
+        for (keys, change) in [(&gained, label::GAINED), (&lost, label::LOST)] {
             if keys.is_empty() {
                 continue;
             }
@@ -528,18 +512,18 @@ impl Shard {
     }
 
     /// What `/debug/members` shows.
-    pub fn view(&self, now: Timestamp) -> MembersView {
+    pub fn view(&self, now: Timestamp) -> MembersSnapshot {
         let leases = self.leases();
         let membership = self.membership(now);
         let s = self.lock();
         let settled: BTreeSet<&str> = membership.settled.iter().map(|m| m.id.as_str()).collect();
-        MembersView {
+        MembersSnapshot {
             identity: self.config.identity.clone(),
             group: self.config.group.clone(),
             lease_namespace: self.config.namespace.clone(),
             lease_name: self.lease_name.clone(),
             ready: self.synced.load(Ordering::Acquire) && s.acquired_at.is_some(),
-            own_lease: OwnLeaseView {
+            own_lease: OwnLeaseSnapshot {
                 acquired_at: s.acquired_at,
                 last_renewed: s.own.last_renewed,
                 writes_allowed_until: s.own.valid_until(),
@@ -551,7 +535,7 @@ impl Shard {
             members: membership
                 .live
                 .iter()
-                .map(|m| MemberView {
+                .map(|m| MemberSnapshot {
                     id: m.id.clone(),
                     settled: settled.contains(m.id.as_str()),
                     me: m.id == self.config.identity,
@@ -559,10 +543,14 @@ impl Shard {
                 .collect(),
             leases: leases
                 .into_iter()
-                .map(|l| LeaseView {
+                .map(|l| LeaseSnapshot {
                     current: l.is_current(now),
                     expires_at: l.expires_at(),
-                    lease: l,
+                    name: l.name,
+                    holder: l.holder,
+                    acquire_time: l.acquire_time,
+                    renew_time: l.renew_time,
+                    duration_seconds: l.duration_seconds,
                 })
                 .collect(),
             owned: s.owned.iter().map(ToString::to_string).collect(),
@@ -592,110 +580,15 @@ impl WriteGate for Shard {
     }
 }
 
-/// `/debug/members`.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct MembersView {
-    /// This replica.
-    pub identity: String,
-    /// The group label value.
-    pub group: String,
-    /// Where the Leases live.
-    pub lease_namespace: String,
-    /// This replica's Lease.
-    pub lease_name: String,
-    /// Whether sharding is ready (first renewal done, Leases listed).
-    pub ready: bool,
-    /// This replica's Lease as it knows it.
-    pub own_lease: OwnLeaseView,
-    /// Live members.
-    pub members: Vec<MemberView>,
-    /// Every Lease of the group.
-    pub leases: Vec<LeaseView>,
-    /// Instances this replica owns (as of the last reconcile).
-    pub owned: Vec<String>,
-    /// Ownership changes (gained + lost) since start.
-    pub ownership_changes_total: u64,
-    /// The latest changes, newest first.
-    pub recent_changes: Vec<OwnershipChange>,
-}
-
-/// This replica's own Lease.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct OwnLeaseView {
-    /// When this process first acquired it.
-    pub acquired_at: Option<Timestamp>,
-    /// Send time of the last accepted renewal.
-    pub last_renewed: Option<Timestamp>,
-    /// Writes stop at this time unless renewed.
-    pub writes_allowed_until: Option<Timestamp>,
-    /// Whether writes are allowed now.
-    pub current: bool,
-    /// Renewals accepted.
-    pub renewals_ok: u64,
-    /// Renewals failed.
-    pub renewals_failed: u64,
-    /// The last renewal error, if the last renewal failed.
-    pub last_error: Option<String>,
-}
-
-/// One live member.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct MemberView {
-    /// Its identity.
-    pub id: String,
-    /// Whether it may gain instances yet.
-    pub settled: bool,
-    /// Whether it is this replica.
-    pub me: bool,
-}
-
-/// One Lease of the group.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LeaseView {
-    /// The Lease.
-    #[serde(flatten)]
-    pub lease: LeaseRecord,
-    /// When it expires (if well-formed).
-    pub expires_at: Option<Timestamp>,
-    /// Whether it is current.
-    pub current: bool,
-}
-
 impl MembersSource for Shard {
-    fn members_json(&self, now: Timestamp) -> serde_json::Value {
-        serde_json::to_value(self.view(now))
-            .unwrap_or_else(|e| serde_json::json!({"error": format!("cannot encode members: {e}")}))
+    fn members(&self, now: Timestamp) -> MembersSnapshot {
+        self.view(now)
     }
 
     fn owner_of(&self, key: &InstanceKey, now: Timestamp) -> Option<String> {
         self.membership(now)
             .owner_of(&key.to_string())
             .map(|m| m.id.clone())
-    }
-
-    fn members_summary(&self, now: Timestamp) -> MembersSummary {
-        let v = self.view(now);
-        MembersSummary {
-            identity: v.identity,
-            group: v.group,
-            own_lease_current: v.own_lease.current,
-            writes_allowed_until: v.own_lease.writes_allowed_until,
-            owned: v.owned.len(),
-            ownership_changes_total: v.ownership_changes_total,
-            members: v
-                .members
-                .into_iter()
-                .map(|m| MemberSummary {
-                    id: m.id,
-                    me: m.me,
-                    settled: m.settled,
-                })
-                .collect(),
-        }
     }
 }
 

@@ -24,13 +24,11 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
-use serde::Serialize;
 
 use super::rendezvous::{Member, owner};
 
 /// The parts of a Lease that membership reads.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseRecord {
     /// The Lease object's name.
     pub name: String,

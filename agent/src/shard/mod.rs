@@ -20,7 +20,7 @@
 //! The pure parts ([`rendezvous`], [`membership`]) take time as an
 //! argument; [`lease`] and [`Shard`] are the IO shell.
 
-pub(crate) mod lease;
+mod lease;
 mod membership;
 mod owned;
 mod rendezvous;

@@ -17,7 +17,7 @@
 use super::conditions::ConditionSet;
 use super::queue::JobResult;
 use crate::model::{DesiredStatus, InstanceKey, WriteGate, WriteRecord};
-use crate::telemetry;
+use crate::telemetry::{self, label};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use kube::Client;
@@ -89,12 +89,12 @@ impl WriteError {
     /// The `result` label of [`telemetry::STATUS_WRITES_TOTAL`].
     pub fn kind(&self) -> &'static str {
         match self {
-            WriteError::Conflict(_) => "conflict",
-            WriteError::NotFound(_) => "not_found",
-            WriteError::Forbidden(_) => "forbidden",
-            WriteError::NotDeclared { .. } => "pruned",
-            WriteError::Other(_) => "error",
-            WriteError::Fenced(_) => "fenced",
+            WriteError::Conflict(_) => label::CONFLICT,
+            WriteError::NotFound(_) => label::NOT_FOUND,
+            WriteError::Forbidden(_) => label::FORBIDDEN,
+            WriteError::NotDeclared { .. } => label::PRUNED,
+            WriteError::Other(_) => label::ERROR,
+            WriteError::Fenced(_) => label::FENCED,
         }
     }
 
@@ -343,8 +343,8 @@ pub fn write_record(result: &Result<WriteOutcome, WriteError>) -> WriteRecord {
 /// result.
 pub(crate) fn result_label(result: &Result<WriteOutcome, WriteError>) -> &'static str {
     match result {
-        Ok(WriteOutcome::Applied) => "applied",
-        Ok(WriteOutcome::Pruned { .. }) => "pruned",
+        Ok(WriteOutcome::Applied) => label::APPLIED,
+        Ok(WriteOutcome::Pruned { .. }) => label::PRUNED,
         Err(e) => e.kind(),
     }
 }
@@ -484,6 +484,19 @@ fn uid_only<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Err
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A write's `result` label is its outcome's, or its error's kind.
+    #[test]
+    fn the_result_label_is_the_outcome_or_the_error_kind() {
+        assert_eq!(result_label(&Ok(WriteOutcome::Applied)), label::APPLIED);
+        assert_eq!(
+            result_label(&Ok(WriteOutcome::Pruned { missing: vec![] })),
+            label::PRUNED
+        );
+        let e = WriteError::Fenced(String::new());
+        assert_eq!(result_label(&Err(e.clone())), e.kind());
+        assert_eq!(e.kind(), label::FENCED);
+    }
 
     #[test]
     fn an_answer_is_read_for_its_uid_and_status_only() {

@@ -16,7 +16,7 @@
 //!   [`WriteHandle`] is the run loop's status sink; results go to a
 //!   callback, never straight into the fleet view.
 
-pub(crate) mod apply;
+mod apply;
 pub mod conditions;
 mod driver;
 mod policy;

@@ -1,22 +1,19 @@
-//! The agent's real per-sweep path over a fleet, step for step as the run
-//! loop's instance task does it (agent/src/runner): one tokio task per
-//! instance polls its pods with the shared [`Poller`] (whose global
-//! semaphore bounds requests in flight), folds and judges the samples with
-//! its [`InstanceEngine`], records the sweep in the [`FleetView`] (the debug
-//! view) and publishes the desired status to a [`MemorySink`] (in a cluster,
-//! the write queue). What differs from the run loop: every instance sweeps
-//! at once (the run loop spreads them over the interval), so a sweep here
-//! is the worst-case burst.
+//! The agent's real per-sweep path over a fleet: one tokio task per
+//! instance runs the run loop's own [`sweep`] (agent/src/runner/sweep.rs)
+//! with the shared [`Poller`] (whose global semaphore bounds requests in
+//! flight), its [`InstanceEngine`], the [`FleetView`] (the debug view) and
+//! a [`MemorySink`] (in a cluster, the write queue). What differs from the
+//! run loop: every instance sweeps at once (the run loop spreads them over
+//! the interval), so a sweep here is the worst-case burst.
 
 use super::proc_stats::thread_cpu_time;
 use crate::engine::{EngineConfig, InstanceEngine};
 use crate::model::{
-    DesiredStatus, InstanceInfo, InstanceKey, PodIdentity, SampleResult, StatusSink,
+    InstanceInfo, InstanceTarget, PodIdentity, PodTarget, SampleResult, SystemClock,
 };
 use crate::poll::Poller;
-use crate::runner::MemorySink;
-use crate::view::{FleetView, HistoryFootprint, SweepRecord};
-use jiff::Timestamp;
+use crate::runner::{MemorySink, SweepEnds, SweepWatch, sweep};
+use crate::view::{FleetView, HistoryFootprint};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -27,21 +24,11 @@ const AGENT: &str = "kura-agent-load";
 /// The image every instance runs (the gate judges it).
 pub const IMAGE: &str = "ghcr.io/tuist/kura:0.6.0";
 
-/// One instance: its pods and its engine.
+/// One instance: its target (as discovery would give it) and its engine.
 #[derive(Debug)]
 struct Instance {
-    key: InstanceKey,
-    info: InstanceInfo,
-    targets: Vec<(PodIdentity, SocketAddr)>,
-    pod_names: Vec<String>,
+    target: InstanceTarget,
     engine: InstanceEngine,
-}
-
-/// What every instance task shares.
-struct Shared {
-    poller: Poller,
-    view: FleetView,
-    sink: MemorySink,
 }
 
 /// What one instance's step produced.
@@ -71,7 +58,7 @@ pub struct SweepOutcome {
 /// A fleet of instances polled, folded, judged and published as the
 /// agent's run loop does it.
 pub struct AgentFleet {
-    shared: Arc<Shared>,
+    ends: Arc<SweepEnds>,
     /// Boxed, as the run loop's instance task holds its state: an
     /// `async fn` keeps its arguments beside the locals they are moved
     /// into, so an instance passed by value would sit twice in every
@@ -110,22 +97,31 @@ impl AgentFleet {
                     generation: 1,
                 };
                 Some(Box::new(Instance {
-                    key: InstanceKey {
-                        namespace: info.namespace.clone(),
-                        name: info.name.clone(),
+                    target: InstanceTarget {
+                        info,
+                        spec_image: IMAGE.to_owned(),
+                        pods: pods
+                            .iter()
+                            .map(|(identity, addr)| PodTarget {
+                                identity: identity.clone(),
+                                addr: Ok(*addr),
+                            })
+                            .collect(),
+                        pods_dropped: 0,
+                        previous_status: None,
+                        status_warnings: Vec::new(),
+                        gate_config: None,
                     },
-                    info,
-                    targets: pods.to_vec(),
-                    pod_names: pods.iter().map(|(p, _)| p.name.clone()).collect(),
                     engine: InstanceEngine::new(Arc::clone(&engine)),
                 }))
             })
             .collect();
         AgentFleet {
-            shared: Arc::new(Shared {
+            ends: Arc::new(SweepEnds {
                 poller,
                 view: FleetView::new(),
-                sink: MemorySink::new(),
+                sink: Arc::new(MemorySink::new()),
+                clock: Arc::new(SystemClock),
             }),
             instances,
         }
@@ -138,7 +134,7 @@ impl AgentFleet {
 
     /// What the fleet view's per-instance histories occupy.
     pub fn history_footprint(&self) -> HistoryFootprint {
-        self.shared.view.history_footprint()
+        self.ends.view.history_footprint()
     }
 
     /// One sweep: every instance's task polls, folds, judges and publishes.
@@ -148,7 +144,7 @@ impl AgentFleet {
             .instances
             .iter_mut()
             .filter_map(Option::take)
-            .map(|inst| tokio::spawn(step(Arc::clone(&self.shared), inst)))
+            .map(|inst| tokio::spawn(step(Arc::clone(&self.ends), inst)))
             .collect();
         let mut out = SweepOutcome::default();
         for (slot, task) in self.instances.iter_mut().zip(tasks) {
@@ -171,36 +167,31 @@ impl AgentFleet {
     }
 }
 
-/// One instance's step, as the run loop's instance task does it.
-async fn step(shared: Arc<Shared>, mut inst: Box<Instance>) -> (Box<Instance>, Step) {
-    let samples = shared.poller.sweep(&inst.targets).await;
-    let now = Timestamp::now();
-    // The step is synchronous, so it runs on one thread from start to end.
-    let folding = thread_cpu_time();
-    let (health, gate) = inst.engine.step(&inst.info, IMAGE, &samples, now);
-    let fold = thread_cpu_time().saturating_sub(folding);
-    let desired = DesiredStatus {
-        health: Arc::clone(health),
-        gate: Arc::clone(gate),
-    };
-    shared.view.record_sweep(
-        &inst.key,
-        SweepRecord {
-            spec_image: IMAGE,
-            current_pods: &inst.pod_names,
-            samples: &samples,
-            health: Some(Arc::clone(&desired.health)),
-            gate: Some(Arc::clone(&desired.gate)),
-            notes: Vec::new(),
-            limits: inst.engine.limits(),
-            at: now,
-        },
-    );
-    shared.sink.publish(&inst.key, desired, now);
+/// Times the fold-and-judge step on the thread's CPU clock (the step is
+/// synchronous, so it runs on one thread from start to end).
+#[derive(Default)]
+struct FoldTime(Duration);
+
+impl SweepWatch for FoldTime {
+    fn step(&mut self, step: &mut dyn FnMut()) {
+        let folding = thread_cpu_time();
+        step();
+        self.0 = thread_cpu_time().saturating_sub(folding);
+    }
+}
+
+/// One instance's sweep, the run loop's own.
+async fn step(ends: Arc<SweepEnds>, mut inst: Box<Instance>) -> (Box<Instance>, Step) {
+    let mut fold = FoldTime::default();
+    let Instance { target, engine } = &mut *inst;
+    let samples = sweep(&ends, target, engine, &mut fold)
+        .await
+        .map(|s| s.samples)
+        .unwrap_or_default();
     let mut s = Step {
         ok: 0,
         errors: Vec::new(),
-        fold,
+        fold: fold.0,
         samples: samples.len(),
     };
     for sample in samples {

@@ -17,11 +17,11 @@ use tokio::task::JoinHandle;
 use crate::cluster::{ClusterTargets, Discovery};
 use crate::debug::{DebugServer, DebugState};
 use crate::events::{EventSink, start_events};
-use crate::model::{InstanceKey, PodScope, SystemClock, TargetSource};
+use crate::model::{PodScope, SystemClock, TargetSource};
 use crate::poll::Poller;
 use crate::runner::AgentLoop;
 use crate::shard::{OwnedTargets, Shard, ShardConfig};
-use crate::view::{FleetView, StoredInstance, StoredStatusSource};
+use crate::view::FleetView;
 use crate::write::{FIELD_MANAGER, StatusWriter, WriteHandle, WriteQueue, run_writes};
 
 /// How long pending status writes may take after SIGTERM.
@@ -155,7 +155,7 @@ pub async fn run_with_client(
     }
     sharding.show_members(&view);
     view.set_identity(agent.clone());
-    view.set_stored(Arc::new(WatchedStatus(discovery.clone())));
+    view.set_stored(Arc::new(discovery.clone()));
 
     let (events, publisher): (Option<EventSink>, Option<JoinHandle<()>>) = if args.events {
         let reporter = crate::events::Reporter {
@@ -240,25 +240,6 @@ pub async fn run_with_client(
     let _ = server.await;
     tracing::info!("stopped");
     Ok(())
-}
-
-/// The status stored in the cluster, from discovery's instance watch: what
-/// the fleet view answers from for the instances this replica does not
-/// sweep.
-struct WatchedStatus(Discovery);
-
-impl StoredStatusSource for WatchedStatus {
-    fn stored_instances(&self) -> Vec<StoredInstance> {
-        self.0
-            .stored_instances()
-            .iter()
-            .map(StoredInstance::of)
-            .collect()
-    }
-
-    fn stored_instance(&self, key: &InstanceKey) -> Option<StoredInstance> {
-        self.0.stored_instance(key).as_ref().map(StoredInstance::of)
-    }
 }
 
 /// The sharding parts of `run`, composed once: this replica's [`Shard`]

@@ -1,0 +1,134 @@
+//! One sweep of one instance, the agent's per-sweep path in one place:
+//! poll its pods, fold and judge the samples ([`InstanceEngine::step`]),
+//! record the result in the [`FleetView`] and publish the desired status
+//! to the [`StatusSink`]. The run loop's instance task calls [`sweep`] at
+//! its cadence; `fleet-load` (`cli::fleet_load_side`) calls it for every
+//! instance at once, so the benchmark measures this code, not a copy.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use crate::engine::{AnnotationChange, InstanceEngine};
+use crate::model::{Clock, DesiredStatus, InstanceKey, InstanceTarget, PodSample, StatusSink};
+use crate::poll::Poller;
+use crate::telemetry;
+use crate::view::{FleetView, SweepRecord};
+
+/// Where a sweep's samples come from and where its result goes.
+#[derive(Clone)]
+pub struct SweepEnds {
+    /// Polls the pods (its semaphore bounds the requests in flight).
+    pub poller: Poller,
+    /// Where every sweep is recorded (the debug view).
+    pub view: FleetView,
+    /// Where the desired status goes (the write queue in a cluster).
+    pub sink: Arc<dyn StatusSink>,
+    /// The time of the samples and the verdicts.
+    pub clock: Arc<dyn Clock>,
+}
+
+/// What a caller adds around a sweep.
+pub trait SweepWatch {
+    /// Runs the fold-and-judge step; runs it as is unless overridden
+    /// (`fleet-load` times it on the thread's CPU clock).
+    fn step(&mut self, step: &mut dyn FnMut()) {
+        step();
+    }
+
+    /// Whether the sweep's result is still wanted, asked after the step
+    /// and before anything is recorded or published (the instance task:
+    /// the supervisor has not dropped its instance meanwhile).
+    fn wanted(&self) -> bool {
+        true
+    }
+}
+
+/// What one sweep produced (`None` from [`sweep`] when its result was no
+/// longer wanted, and nothing was recorded or published).
+#[derive(Debug)]
+pub struct Swept {
+    /// Every sample folded: the polled pods' and one failed sample per
+    /// pod without an address.
+    pub samples: Vec<PodSample>,
+}
+
+/// One sweep of `target` with its `engine`: applies the instance's
+/// gate-config annotation, polls the pods with an address, folds and
+/// judges every sample at the clock's now, counts the sweep's duration and
+/// new counter resets, then (when `watch` still wants it) records the
+/// sweep in the view and publishes the desired status.
+pub async fn sweep(
+    ends: &SweepEnds,
+    target: &InstanceTarget,
+    engine: &mut InstanceEngine,
+    watch: &mut impl SweepWatch,
+) -> Option<Swept> {
+    let key = target.key();
+    if let Some(change) = engine.set_gate_annotation(target.gate_config.as_deref()) {
+        report_annotation(&key, &change);
+    }
+    let started = Instant::now();
+    let resets_seen = engine.health().map_or(0, |h| h.counter_resets);
+    let mut samples: Vec<PodSample> = ends.poller.sweep(&target.pollable()).await;
+    for s in &mut samples {
+        s.received_at = ends.clock.map_real(s.received_at);
+    }
+    let now = ends.clock.now();
+    samples.extend(target.unreachable_samples(now));
+    let mut desired = None;
+    watch.step(&mut || {
+        let (health, gate) = engine.step(&target.info, &target.spec_image, &samples, now);
+        desired = Some(DesiredStatus {
+            health: Arc::clone(health),
+            gate: Arc::clone(gate),
+        });
+    });
+    // The step above always runs (a `SweepWatch` only times it).
+    let desired = desired?;
+    metrics::histogram!(telemetry::SWEEP_DURATION_SECONDS).record(started.elapsed().as_secs_f64());
+    if desired.health.counter_resets > resets_seen {
+        metrics::counter!(telemetry::COUNTER_RESETS_TOTAL)
+            .increment(desired.health.counter_resets - resets_seen);
+    }
+    if !watch.wanted() {
+        return None;
+    }
+    let pod_names: Vec<String> = target
+        .pods
+        .iter()
+        .map(|p| p.identity.name.clone())
+        .collect();
+    ends.view.record_sweep(
+        &key,
+        SweepRecord {
+            spec_image: &target.spec_image,
+            current_pods: &pod_names,
+            samples: &samples,
+            health: Some(Arc::clone(&desired.health)),
+            gate: Some(Arc::clone(&desired.gate)),
+            notes: target.notes(),
+            limits: engine.limits(),
+            at: now,
+        },
+    );
+    ends.sink.publish(&key, desired, now);
+    Some(Swept { samples })
+}
+
+/// Says what became of an instance's gate-config annotation: a refused
+/// one is logged as a warning and counted (once per distinct text), so it
+/// is never silently ignored; `rolloutGate.configError` says it too.
+fn report_annotation(key: &InstanceKey, change: &AnnotationChange) {
+    match change {
+        AnnotationChange::Applied => tracing::info!(namespace = %key.namespace,
+            instance = %key.name, "the instance's gate-config annotation applies"),
+        AnnotationChange::Removed => tracing::info!(namespace = %key.namespace,
+            instance = %key.name, "gate-config annotation removed: the cluster's gate config applies"),
+        AnnotationChange::Refused(reason) => {
+            metrics::counter!(telemetry::GATE_CONFIG_REFUSED_TOTAL).increment(1);
+            tracing::warn!(namespace = %key.namespace, instance = %key.name, %reason,
+                "invalid gate-config annotation");
+        }
+    }
+}
