@@ -505,3 +505,92 @@ async fn hard_stops_healthy_and_silent_instances_read_right() {
         "only the page's own script"
     );
 }
+
+/// A fenced-serving instance whose grant went to `Fencing` (issue 29): the
+/// fleet page names the grant's state beside ready / serving, the instance
+/// page the fence state of each pod, and the verdict is the hard stop.
+#[tokio::test]
+async fn a_fenced_instance_in_fencing_shows_the_grant_on_both_pages() {
+    let view = FleetView::new();
+    let mut fenced = Sim::new("fenced", 2);
+    let mut plain = Sim::new("plain", 2);
+    for (i, node) in fenced.nodes.iter_mut().enumerate() {
+        node.report_generation = kura_sim::ReportGeneration::G4;
+        node.serving_authority = true;
+        node.fenced_serving = true;
+        node.fence_phase = "Serving".into();
+        node.fence_valid = i == 0;
+        node.fence_epoch = if i == 0 { 7 } else { 0 };
+    }
+    for node in &mut plain.nodes {
+        node.report_generation = kura_sim::ReportGeneration::G4;
+        node.serving_authority = true;
+    }
+    let mut t = 0;
+    while t <= 120 {
+        if t == 60 {
+            // The primary restarted: every pod reports Fencing, none valid.
+            fenced.image = NEW;
+            for node in &mut fenced.nodes {
+                node.fence_phase = "Fencing".into();
+                node.fence_valid = false;
+                node.fence_epoch = 0;
+            }
+        }
+        fenced.sweep(&view, ts(t));
+        plain.sweep(&view, ts(t));
+        t += 10;
+    }
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let server = DebugServer::bind(
+        "127.0.0.1:0".parse().expect("addr"),
+        DebugState {
+            view: view.clone(),
+            metrics: recorder.handle(),
+            clock: Arc::new(Fixed(ts(t))),
+        },
+    )
+    .await
+    .expect("bind");
+    let addr = server.local_addr().expect("addr");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(server.serve(async move {
+        let _ = stopped.await;
+    }));
+
+    let verdict = get(addr, "/api/v1/instances/kura/fenced/verdict").await;
+    assert_eq!(verdict.status, 200);
+    assert!(
+        verdict.body.contains("\"serving_fenced\""),
+        "{}",
+        verdict.body
+    );
+
+    let fleet = get(addr, "/").await;
+    let fenced_row = rows(&fleet.body)
+        .into_iter()
+        .find(|r| r.contains("kura/fenced"))
+        .expect("the fenced instance's row");
+    assert!(
+        fenced_row.contains("grant phase Fencing, 2 pods with fenced serving, 0 valid writers"),
+        "{fenced_row}"
+    );
+    let plain_row = rows(&fleet.body)
+        .into_iter()
+        .find(|r| r.contains("kura/plain"))
+        .expect("the plain instance's row");
+    assert!(!plain_row.contains("grant phase"), "{plain_row}");
+
+    let page = get(addr, "/instances/kura/fenced").await;
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body.contains("Fencing · epoch 0 · valid no"),
+        "the fence state of each pod"
+    );
+    let page = get(addr, "/instances/kura/plain").await;
+    assert!(
+        page.body.contains("not fenced"),
+        "a pod without fenced serving"
+    );
+    let _ = stop.send(());
+}
