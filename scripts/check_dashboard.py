@@ -94,7 +94,22 @@ def result_values():
     writes = re.search(r"WRITE_RESULTS: \[&str; \d+\] = \[(.*?)\];", text, re.S)
     if not polls or not writes:
         raise SystemExit(f"cannot find the poll or write results in {METRICS_RS}")
-    return set(re.findall(r'"(\w+)"', polls.group(1))) | set(re.findall(r'"(\w+)"', writes.group(1)))
+    # Entries are string literals or constants of `telemetry::label`
+    # (`pub const OK: &str = "ok";`).
+    labels = dict(re.findall(r'pub const (\w+): &str = "(\w+)";', text))
+
+    def values(entries):
+        out = set(re.findall(r'"(\w+)"', entries))
+        for name in re.findall(r"\b([A-Z][A-Z0-9_]*)\b", re.sub(r'"[^"]*"', "", entries)):
+            if name not in labels:
+                raise SystemExit(f"result value {name} is no string constant in {METRICS_RS}")
+            out.add(labels[name])
+        return out
+
+    found = values(polls.group(1)) | values(writes.group(1))
+    if "ok" not in found:
+        raise SystemExit(f"the poll results of {METRICS_RS} have no 'ok': {sorted(found)}")
+    return found
 
 
 def walk(panels):
