@@ -160,13 +160,20 @@ fn story(view: &FleetView) -> Timestamp {
 async fn start() -> (SocketAddr, FleetView, tokio::sync::oneshot::Sender<()>) {
     let view = FleetView::new();
     let end = story(&view);
+    let (addr, stop) = serve(&view, end).await;
+    (addr, view, stop)
+}
+
+/// A debug server over `view` whose clock stands at `at`, until the
+/// sender is used or dropped.
+async fn serve(view: &FleetView, at: Timestamp) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
     let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
     let server = DebugServer::bind(
         "127.0.0.1:0".parse().expect("addr"),
         DebugState {
             view: view.clone(),
             metrics: recorder.handle(),
-            clock: Arc::new(Fixed(end)),
+            clock: Arc::new(Fixed(at)),
         },
     )
     .await
@@ -176,7 +183,7 @@ async fn start() -> (SocketAddr, FleetView, tokio::sync::oneshot::Sender<()>) {
     tokio::spawn(server.serve(async move {
         let _ = stopped.await;
     }));
-    (addr, view, stop)
+    (addr, stop)
 }
 
 struct Reply {
@@ -541,22 +548,7 @@ async fn a_fenced_instance_in_fencing_shows_the_grant_on_both_pages() {
         plain.sweep(&view, ts(t));
         t += 10;
     }
-    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
-    let server = DebugServer::bind(
-        "127.0.0.1:0".parse().expect("addr"),
-        DebugState {
-            view: view.clone(),
-            metrics: recorder.handle(),
-            clock: Arc::new(Fixed(ts(t))),
-        },
-    )
-    .await
-    .expect("bind");
-    let addr = server.local_addr().expect("addr");
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(server.serve(async move {
-        let _ = stopped.await;
-    }));
+    let (addr, stop) = serve(&view, ts(t)).await;
 
     let verdict = get(addr, "/api/v1/instances/kura/fenced/verdict").await;
     assert_eq!(verdict.status, 200);
