@@ -76,6 +76,8 @@ gate:
   fdTimeoutBand: 2
   soakSeconds: [600, 120]
   maxSampleAgeSeconds: 120
+  shadow:
+    fdTimeoutBand: 500
 EOF
 
 part "helm lint"
@@ -196,6 +198,8 @@ schema_refused "/gate/maxSampleAgeSeconds" --set gate.maxSampleAgeSeconds=0
 schema_refused "/gate/fdTimeoutBand" --set gate.fdTimeoutBand=-1
 schema_refused "/gate/fdTimeoutBand" --set-string gate.fdTimeoutBand=two
 schema_refused "additional properties 'fdTimeoutBands' not allowed" --set gate.fdTimeoutBands=2
+schema_refused "/gate/shadow/outboxBandPercent" --set gate.shadow.outboxBandPercent=5000
+schema_refused "additional properties 'fdTimeoutBands' not allowed" --set gate.shadow.fdTimeoutBands=2
 schema_refused "additional properties 'pol' not allowed" --set pol.port=4000
 schema_refused "/poll/port" --set poll.port=70000
 schema_refused "/poll/interval" --set poll.interval=10
@@ -206,10 +210,26 @@ printf 'gate:\n  soakSeconds: []\n' > "$dir/empty-soak.yaml"
 schema_refused "/gate/soakSeconds" -f "$dir/empty-soak.yaml"
 # The gate values reach the agent: a ConfigMap of them, mounted and passed
 # with --gate-config, and a checksum that rolls the pods when they change.
-gate_json=$("$helm" template x "$chart" -f "$dir/variant-values.yaml" --show-only templates/gate-configmap.yaml \
-  | python3 -c 'import json,sys; t=sys.stdin.read(); print(json.loads(t.split("gate.json: ",1)[1].strip()))')
+# configmap_key KEY VALUES-ARGS...: the JSON document under data.KEY of the
+# gate ConfigMap (empty when there is no such key).
+configmap_key() {
+  local key=$1; shift
+  "$helm" template x "$chart" "$@" --show-only templates/gate-configmap.yaml \
+    | "$py" -c 'import json,sys,yaml; d=yaml.safe_load(sys.stdin)["data"]; print(json.loads(d[sys.argv[1]]) if sys.argv[1] in d else "")' "$key"
+}
+gate_json=$(configmap_key gate.json -f "$dir/variant-values.yaml")
 [ "$gate_json" = '{"fdTimeoutBand":2,"maxSampleAgeSeconds":120,"soakSeconds":[600,120]}' ] \
   || fail "the gate ConfigMap holds $gate_json"
+# values gate.shadow: its own document and --shadow-gate-config; never
+# mixed into gate.json; nothing of it without the value.
+shadow_json=$(configmap_key shadow-gate.json -f "$dir/variant-values.yaml")
+[ "$shadow_json" = '{"fdTimeoutBand":500}' ] || fail "the shadow document is $shadow_json"
+"$helm" template x "$chart" -f "$dir/variant-values.yaml" | grep -qF -- '--shadow-gate-config=/etc/kura-health-agent/shadow-gate.json' \
+  || fail "gate.shadow set, but the agent is not given --shadow-gate-config"
+[ -z "$(configmap_key shadow-gate.json "${api[@]}")" ] || fail "a shadow document without gate.shadow"
+if "$helm" template x "$chart" "${api[@]}" | grep -q -- 'shadow-gate'; then
+  fail "the default rendering mentions a shadow configuration"
+fi
 sum_default=$("$helm" template x "$chart" "${api[@]}" | grep 'checksum/gate-config' | sort -u)
 sum_variant=$("$helm" template x "$chart" -f "$dir/variant-values.yaml" | grep 'checksum/gate-config' | sort -u)
 [ -n "$sum_default" ] && [ "$sum_default" != "$sum_variant" ] \
@@ -376,6 +396,8 @@ check(len(gate_maps) == 1 and json.loads(gate_maps[0]["data"]["gate.json"]) == {
 check(json.loads(variant_gate["data"]["gate.json"])
       == {"fdTimeoutBand": 2, "maxSampleAgeSeconds": 120, "soakSeconds": [600, 120]},
       "the variant's gate ConfigMap holds its gate values")
+check(json.loads(variant_gate["data"].get("shadow-gate.json", "null")) == {"fdTimeoutBand": 500},
+      "the variant's gate ConfigMap holds its shadow gate values apart")
 check(len(by_kind.get("ServiceAccount", [])) == 1, "a ServiceAccount")
 
 if problems:

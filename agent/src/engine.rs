@@ -15,6 +15,17 @@
 //! cluster's configuration judges the instance and
 //! `status.rolloutGate.configError` says why (the hook for anything else
 //! that reports on the instance, such as a condition's message).
+//!
+//! With a shadow configuration ([`EngineConfig::shadow`], `kura-agent run
+//! --shadow-gate-config`) every engine judges each sweep's aggregate a
+//! second time with it, beside the live verdict: no second poll, no second
+//! fold. The instance's annotation is merged over the shadow file as it is
+//! over the cluster's file, so the shadow answers "this instance, were the
+//! candidate file the cluster's". The shadow keeps its own verdict (its
+//! baseline and soak clock follow its own judgements), never published:
+//! after a restart or a handover, which restore from the status, it
+//! starts again from the live verdict's baseline and soak clock
+//! ([`InstanceEngine::restore`]).
 
 use std::sync::Arc;
 
@@ -23,11 +34,12 @@ use jiff::Timestamp;
 use kura_gate::instance::judge_instance;
 use kura_gate::{GateConfig, ReplayError, parse_config_over};
 use kura_schemas::gate_status::MAX_CONFIG_ERROR_BYTES;
-use kura_schemas::{KuraInstanceStatus, RolloutGate, RolloutHealth};
+use kura_schemas::{KuraInstanceStatus, RolloutGate, RolloutHealth, ShadowConfigSource};
 
 use crate::aggregate::{AggregateConfig, InstanceAggregator};
 use crate::model::{
     GATE_CONFIG_ANNOTATION, GateLimits, InstanceInfo, InstanceKey, PodSample, SampleResult,
+    ShadowJudgement,
 };
 
 /// What every instance's engine is held to; shared by all of them.
@@ -39,6 +51,10 @@ pub struct EngineConfig {
     pub gate: GateConfig,
     /// Written to `rolloutHealth.agent`.
     pub agent: String,
+    /// The shadow gate configuration (`--shadow-gate-config`), judged
+    /// beside [`EngineConfig::gate`] and never published; `None`: no
+    /// shadow.
+    pub shadow: Option<GateConfig>,
 }
 
 impl Default for EngineConfig {
@@ -47,6 +63,7 @@ impl Default for EngineConfig {
             aggregate: AggregateConfig::default(),
             gate: GateConfig::default(),
             agent: "kura-agent".to_owned(),
+            shadow: None,
         }
     }
 }
@@ -61,6 +78,23 @@ pub struct InstanceEngine {
     last_health: Option<Arc<RolloutHealth>>,
     last_gate: Option<Arc<RolloutGate>>,
     own_gate: OwnGateConfig,
+    /// The shadow's state, when [`EngineConfig::shadow`] is set.
+    shadow: Option<Box<ShadowState>>,
+}
+
+/// What the shadow configuration keeps of one instance between sweeps.
+#[derive(Debug, Clone, Default)]
+struct ShadowState {
+    /// The shadow's last verdict: its baseline, soak clock and target
+    /// image carry on from it as the live one's do from theirs.
+    last_gate: Option<Arc<RolloutGate>>,
+    /// The annotation merged over the shadow file, when it merges.
+    merged: Option<GateConfig>,
+    /// Why the annotation could not be merged over the shadow file.
+    error: Option<String>,
+    /// Whether `last_gate` is the shadow's own judgement (not the live
+    /// verdict a restored shadow starts from).
+    judged: bool,
 }
 
 /// The instance's own gate configuration (its [`GATE_CONFIG_ANNOTATION`]),
@@ -131,6 +165,7 @@ impl InstanceEngine {
     pub fn new(config: Arc<EngineConfig>) -> Self {
         InstanceEngine {
             aggregator: InstanceAggregator::new(config.aggregate),
+            shadow: config.shadow.as_ref().map(|_| Box::default()),
             config,
             last_health: None,
             last_gate: None,
@@ -143,7 +178,7 @@ impl InstanceEngine {
     pub fn restore(status: Option<&KuraInstanceStatus>, config: Arc<EngineConfig>) -> Self {
         let health = status.and_then(|s| s.rollout_health.clone());
         let gate = status.and_then(|s| s.rollout_gate.clone());
-        InstanceEngine {
+        let mut engine = InstanceEngine {
             aggregator: match &health {
                 Some(h) => InstanceAggregator::restore(h, config.aggregate),
                 None => InstanceAggregator::new(config.aggregate),
@@ -152,7 +187,17 @@ impl InstanceEngine {
             last_health: health.map(Arc::new),
             last_gate: gate.map(Arc::new),
             own_gate: OwnGateConfig::default(),
+            shadow: None,
+        };
+        // The shadow never reached the status: it carries on from the
+        // live verdict (same baseline, same soak clock).
+        if engine.config.shadow.is_some() {
+            engine.shadow = Some(Box::new(ShadowState {
+                last_gate: engine.last_gate.clone(),
+                ..ShadowState::default()
+            }));
         }
+        engine
     }
 
     /// Sets the instance's own gate configuration from the text of its
@@ -164,6 +209,9 @@ impl InstanceEngine {
     pub fn set_gate_annotation(&mut self, annotation: Option<&str>) -> Option<AnnotationChange> {
         if self.own_gate.text.as_deref() == annotation {
             return None;
+        }
+        if let (Some(shadow), Some(file)) = (self.shadow.as_deref_mut(), &self.config.shadow) {
+            shadow.set_annotation(file, annotation);
         }
         let Some(text) = annotation else {
             self.own_gate = OwnGateConfig::default();
@@ -195,6 +243,37 @@ impl InstanceEngine {
     /// cluster's.
     pub fn gate_config(&self) -> &GateConfig {
         self.own_gate.merged.as_ref().unwrap_or(&self.config.gate)
+    }
+
+    /// The shadow configuration of this instance: its annotation merged
+    /// over the shadow file when that merges, else the shadow file; `None`
+    /// without a shadow.
+    pub fn shadow_gate_config(&self) -> Option<&GateConfig> {
+        let file = self.config.shadow.as_ref()?;
+        let shadow = self.shadow.as_deref()?;
+        Some(shadow.merged.as_ref().unwrap_or(file))
+    }
+
+    /// The shadow's verdict on the last sweep, with its limits and the
+    /// configuration that judged; `None` without a shadow or before the
+    /// first sweep since the engine started (a restored engine's shadow
+    /// has judged nothing yet).
+    pub fn shadow(&self) -> Option<ShadowJudgement> {
+        let config = self.shadow_gate_config()?;
+        let shadow = self.shadow.as_deref()?;
+        let gate = shadow.last_gate.as_ref()?;
+        if !shadow.judged {
+            return None;
+        }
+        Some(ShadowJudgement {
+            gate: Arc::clone(gate),
+            limits: gate_limits(config, gate),
+            source: if shadow.merged.is_some() {
+                ShadowConfigSource::FileAndAnnotation
+            } else {
+                ShadowConfigSource::File
+            },
+        })
     }
 
     /// The last aggregate produced (or restored).
@@ -252,9 +331,60 @@ impl InstanceEngine {
         );
         let mut gate = gate;
         gate.config_error.clone_from(&self.own_gate.error);
+        if let (Some(shadow), Some(file)) = (self.shadow.as_deref_mut(), &self.config.shadow) {
+            // The same aggregate, the same baseline rule, the shadow's own
+            // last verdict and configuration.
+            let prior = shadow.last_gate.as_deref();
+            let fresh = prior
+                .is_some_and(|g| g.target_image != spec_image && all_on(samples, &g.target_image));
+            let baseline_source = if fresh {
+                Some(&health)
+            } else {
+                self.last_health.as_deref()
+            };
+            let mut judged = judge_instance(
+                &InstanceKey::of(info).to_string(),
+                prior,
+                spec_image,
+                baseline_source,
+                Some(&health),
+                now,
+                shadow.merged.as_ref().unwrap_or(file),
+            );
+            judged.config_error.clone_from(&shadow.error);
+            shadow.last_gate = Some(Arc::new(judged));
+            shadow.judged = true;
+        }
         let health = self.last_health.insert(Arc::new(health));
         let gate = self.last_gate.insert(Arc::new(gate));
         (health, gate)
+    }
+}
+
+impl ShadowState {
+    /// Merges the instance's annotation (`None`: none) over the shadow
+    /// `file`; a refusal leaves the file alone to judge and is kept as the
+    /// shadow verdict's `configError`.
+    fn set_annotation(&mut self, file: &GateConfig, annotation: Option<&str>) {
+        match annotation.map(|text| instance_gate_config(file, text)) {
+            None => {
+                self.merged = None;
+                self.error = None;
+            }
+            Some(Ok(merged)) => {
+                self.merged = Some(merged);
+                self.error = None;
+            }
+            Some(Err(reason)) => {
+                self.merged = None;
+                self.error = Some(bounded(
+                    &format!(
+                        "annotation {GATE_CONFIG_ANNOTATION} refused over the shadow gate config, the shadow file applies: {reason}"
+                    ),
+                    MAX_CONFIG_ERROR_BYTES,
+                ));
+            }
+        }
     }
 }
 
@@ -611,5 +741,114 @@ mod tests {
         let mut default = InstanceEngine::new(Arc::new(EngineConfig::default()));
         let (_, gate) = default.step(&info("b"), "img", &sample(&node, t(30)), t(0));
         assert_eq!(gate.verdict, AgentVerdict::Healthy);
+    }
+
+    fn with_shadow(live_band: u64, shadow_band: u64) -> Arc<EngineConfig> {
+        Arc::new(EngineConfig {
+            gate: GateConfig {
+                fd_timeout_band: live_band,
+                ..GateConfig::default()
+            },
+            shadow: Some(GateConfig {
+                fd_timeout_band: shadow_band,
+                ..GateConfig::default()
+            }),
+            ..EngineConfig::default()
+        })
+    }
+
+    #[test]
+    fn the_shadow_judges_the_same_aggregate_with_its_own_config() {
+        let mut engine = InstanceEngine::new(with_shadow(0, 5));
+        let live = upgrade_with_fd_growth(&mut engine, "shadowed");
+        assert_eq!(live.signal, Some(Signal::FdTimeoutsRegressed));
+        let shadow = engine.shadow().expect("a shadow verdict");
+        assert_eq!(
+            shadow.gate.verdict,
+            AgentVerdict::Healthy,
+            "{:?}",
+            shadow.gate
+        );
+        assert_eq!(shadow.source, ShadowConfigSource::File);
+        assert!(shadow.disagrees_with(engine.gate()));
+        // The same sweep, the same baseline: only the judgement differs.
+        assert_eq!(shadow.gate.evaluated_at, live.evaluated_at);
+        assert_eq!(shadow.gate.baseline, live.baseline);
+        assert_eq!(shadow.limits.fd_timeout_band_top, Some(5));
+        assert_eq!(engine.limits().and_then(|l| l.fd_timeout_band_top), Some(0));
+
+        // Same configuration: the shadow agrees.
+        let mut same = InstanceEngine::new(with_shadow(0, 0));
+        upgrade_with_fd_growth(&mut same, "same");
+        assert!(!same.shadow().expect("judged").disagrees_with(same.gate()));
+
+        // No shadow configured: none.
+        let mut plain = InstanceEngine::new(cluster(0));
+        upgrade_with_fd_growth(&mut plain, "plain");
+        assert!(plain.shadow().is_none());
+        assert!(plain.shadow_gate_config().is_none());
+    }
+
+    #[test]
+    fn the_annotation_merges_over_the_shadow_file_too() {
+        // Live band 0, shadow band 0 with a wider outbox band: the
+        // annotation's fd band applies to both.
+        let mut engine = InstanceEngine::new(with_shadow(0, 0));
+        engine.set_gate_annotation(Some(r#"{"fdTimeoutBand": 5}"#));
+        assert_eq!(
+            engine.shadow_gate_config().map(|c| c.fd_timeout_band),
+            Some(5)
+        );
+        let live = upgrade_with_fd_growth(&mut engine, "annotated");
+        let shadow = engine.shadow().expect("judged");
+        assert_eq!(live.verdict, AgentVerdict::Healthy);
+        assert_eq!(shadow.gate.verdict, AgentVerdict::Healthy);
+        assert_eq!(shadow.source, ShadowConfigSource::FileAndAnnotation);
+        // Removed: the shadow file alone again.
+        engine.set_gate_annotation(None);
+        assert_eq!(
+            engine.shadow_gate_config().map(|c| c.fd_timeout_band),
+            Some(0)
+        );
+        let node = SimNode {
+            fd_timeout_count: 3,
+            ..SimNode::default()
+        };
+        engine.step(&info("annotated"), "img:2", &sample(&node, t(40)), t(40));
+        let shadow = engine.shadow().expect("judged");
+        assert_eq!(shadow.source, ShadowConfigSource::File);
+        assert_eq!(shadow.gate.signal, Some(Signal::FdTimeoutsRegressed));
+        // An annotation the shadow file cannot take (a band minimum above
+        // ... refused by the parser) leaves the file and says why.
+        engine.set_gate_annotation(Some(r#"{"fdTimeoutBand": "x"}"#));
+        engine.step(&info("annotated"), "img:2", &sample(&node, t(50)), t(50));
+        let shadow = engine.shadow().expect("judged");
+        assert_eq!(shadow.source, ShadowConfigSource::File);
+        let error = shadow.gate.config_error.as_deref().unwrap_or_default();
+        assert!(error.contains("shadow"), "{error}");
+    }
+
+    #[test]
+    fn a_restored_shadow_starts_from_the_live_baseline() {
+        let mut first = InstanceEngine::new(with_shadow(0, 5));
+        let live = upgrade_with_fd_growth(&mut first, "moved");
+        let status = KuraInstanceStatus {
+            rollout_health: first.health().cloned(),
+            rollout_gate: Some(live.clone()),
+            ..KuraInstanceStatus::default()
+        };
+        let mut next = InstanceEngine::restore(Some(&status), with_shadow(0, 5));
+        assert!(next.shadow().is_none(), "nothing judged since the restart");
+        let node = SimNode {
+            fd_timeout_count: 3,
+            ..SimNode::default()
+        };
+        let (_, gate) = next.step(&info("moved"), "img:2", &sample(&node, t(40)), t(40));
+        let gate = gate.as_ref().clone();
+        let shadow = next.shadow().expect("judged");
+        assert_eq!(shadow.gate.baseline, live.baseline, "the live baseline");
+        assert_eq!(shadow.gate.baseline_image, live.baseline_image);
+        assert_eq!(gate.signal, Some(Signal::FdTimeoutsRegressed));
+        assert_eq!(shadow.gate.verdict, AgentVerdict::Healthy);
     }
 }

@@ -87,6 +87,9 @@ pub const EVENTS_TOTAL: &str = "kura_agent_events_total";
 /// from them), so a value is spelled once, here, and the lists below are
 /// made of the same constants.
 pub mod label {
+    /// The `config` label of the shadow verdict's per-instance series
+    /// (`kura_instance_shadow_gate_*`, rendered by the debug server).
+    pub const SHADOW: &str = "shadow";
     /// A poll, cluster read or Lease renewal that succeeded.
     pub const OK: &str = "ok";
     /// A cluster read of a pod that does not measure its lag.

@@ -25,12 +25,14 @@ pub use history::{
 pub use standing::Standing;
 
 use crate::model::{
-    GateLimits, InstanceKey, LastWrite, MembersSource, PodSample, SampleResult, StoredInstance,
-    StoredStatusSource, WriteRecord,
+    GateLimits, InstanceKey, LastWrite, MembersSource, PodSample, SampleResult, ShadowJudgement,
+    StoredInstance, StoredStatusSource, WriteRecord,
 };
 use history::{History, HistoryInput};
 use jiff::Timestamp;
-use kura_schemas::{AgentVerdict, NodeReport, RolloutGate, RolloutHealth, Signal};
+use kura_schemas::{
+    AgentVerdict, NodeReport, RolloutGate, RolloutHealth, ShadowConfigSource, Signal,
+};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -151,6 +153,33 @@ pub struct InstanceView {
     /// What discovery noted about the instance: status fields it could not
     /// read, pods beyond the per-instance limit.
     pub notes: Vec<String>,
+    /// The shadow configuration's verdict on the last sweep (absent
+    /// without `--shadow-gate-config`): shown, never published.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shadow: Option<ShadowView>,
+}
+
+/// The shadow verdict of one instance as the view keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShadowView {
+    /// The shadow verdict (shared with the engine).
+    pub gate: Arc<RolloutGate>,
+    /// Which configuration judged.
+    pub config_source: ShadowConfigSource,
+    /// The limits it compared against.
+    #[serde(skip)]
+    pub limits: GateLimits,
+}
+
+impl From<ShadowJudgement> for ShadowView {
+    fn from(j: ShadowJudgement) -> Self {
+        ShadowView {
+            gate: j.gate,
+            config_source: j.source,
+            limits: j.limits,
+        }
+    }
 }
 
 impl InstanceView {
@@ -165,12 +194,23 @@ impl InstanceView {
             gate: None,
             last_write: None,
             notes: Vec::new(),
+            shadow: None,
         }
     }
 
     /// The verdict and signal, when there is a verdict.
     pub fn verdict(&self) -> Option<(AgentVerdict, Option<Signal>)> {
         self.gate.as_deref().map(|g| (g.verdict, g.signal))
+    }
+
+    /// Whether a shadow verdict runs and differs from the live verdict
+    /// (its verdict or its signal).
+    pub fn shadow_disagrees(&self) -> bool {
+        self.shadow.as_ref().is_some_and(|s| {
+            self.gate
+                .as_deref()
+                .is_none_or(|g| g.verdict != s.gate.verdict || g.signal != s.gate.signal)
+        })
     }
 }
 
@@ -430,8 +470,21 @@ impl FleetView {
 
     /// Records one sweep of one instance: the samples (merged by pod name
     /// into the last sample per pod; pods not in `current_pods` are
-    /// dropped), the aggregate and the verdict.
+    /// dropped), the aggregate and the verdict. Without a shadow verdict:
+    /// [`FleetView::record_sweep_with_shadow`] records one with it.
     pub fn record_sweep(&self, key: &InstanceKey, sweep: SweepRecord<'_>) {
+        self.record_sweep_with_shadow(key, sweep, None);
+    }
+
+    /// [`FleetView::record_sweep`] with the sweep's shadow verdict (`None`
+    /// when no shadow configuration runs), recorded under the same lock so
+    /// a reader never sees a live verdict beside another sweep's shadow.
+    pub fn record_sweep_with_shadow(
+        &self,
+        key: &InstanceKey,
+        sweep: SweepRecord<'_>,
+        shadow: Option<ShadowJudgement>,
+    ) {
         let point = HistoryInput {
             at: sweep.at,
             standing: Standing::of(sweep.gate.as_deref()),
@@ -479,6 +532,7 @@ impl FleetView {
         view.health = sweep.health;
         view.gate = sweep.gate;
         view.notes = sweep.notes;
+        view.shadow = shadow.map(ShadowView::from);
     }
 
     /// Records the result of a status write (creating the instance's entry

@@ -94,11 +94,24 @@ fn the_schemas_gate_is_the_gates_configuration() {
         .unwrap()
         .keys()
         .map(String::as_str)
+        .filter(|k| *k != "shadow")
         .collect();
     keys.sort_unstable();
     let mut want = kura_gate::config::CONFIG_KEYS.to_vec();
     want.sort_unstable();
     assert_eq!(keys, want, "values.schema.json's gate keys");
+    // `gate.shadow` (--shadow-gate-config) takes exactly the same keys
+    // with the same limits, or null.
+    let shadow = &gate["properties"]["shadow"];
+    assert_eq!(shadow["additionalProperties"], false);
+    assert_eq!(shadow["type"], serde_json::json!(["object", "null"]));
+    let mut live = gate["properties"].as_object().unwrap().clone();
+    live.remove("shadow");
+    assert_eq!(
+        shadow["properties"].as_object().unwrap(),
+        &live,
+        "gate.shadow's keys are gate's"
+    );
     let p = &gate["properties"];
     assert_eq!(p["maxSampleAgeSeconds"]["minimum"], 1);
     for key in [

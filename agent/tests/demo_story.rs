@@ -135,6 +135,10 @@ async fn the_demo_passes_the_canary_and_stops_the_regression_with_evidence() {
     assert_eq!(value["source"], "live");
     assert!(value["verdict"].is_string(), "{value}");
     assert!(value["rolloutHealthy"]["status"].is_string(), "{value}");
+    assert!(
+        value.get("shadow").is_none(),
+        "no shadow configuration: no key"
+    );
 
     // The pages stay up after the story (the demo is not dropped yet):
     // the stopped wave's instance first on the fleet page, and its own
@@ -234,4 +238,144 @@ fn a_time_scale_below_1_is_a_usage_error() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// The shipped shadow file of the demo (`demo --shadow-gate-config`).
+fn shadow_file() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/demo/shadow-loose-fd.yaml")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadow_configuration_that_would_pass_the_regression_is_shown_and_never_published() {
+    let shadow = kura_agent::cli::gate_file::load(&shadow_file()).unwrap();
+    let config = DemoConfig {
+        time_scale: 150.0,
+        listen: "127.0.0.1:0".parse().unwrap(),
+        shadow_gate: Some(shadow.config),
+        ..DemoConfig::default()
+    };
+    let demo = Demo::start(config).await.unwrap();
+    let addr = demo.debug_addr();
+    let mut out = Vec::new();
+    let outcome = demo.play(&mut out).await.unwrap();
+    let text = String::from_utf8(out).unwrap();
+    // The live story is the same: the regression is held and stopped.
+    assert!(outcome.played_as_designed(), "{text}");
+    for i in &outcome.instances {
+        if i.id == "kura/umbrella-us-east" {
+            assert_eq!(i.verdict, Some(AgentVerdict::Unhealthy), "published");
+            assert_eq!(i.signal, Some(Signal::FdTimeoutsRegressed));
+            assert_eq!(i.shadow, Some((AgentVerdict::Healthy, None)), "{text}");
+        } else {
+            assert_eq!(i.shadow, Some((AgentVerdict::Healthy, None)), "{}", i.id);
+        }
+    }
+    assert!(
+        text.contains(
+            "shadow verdicts (--shadow-gate-config, never published): 1 disagree: \
+kura/umbrella-us-east healthy (none) where the live verdict is unhealthy (fd_timeouts_regressed)"
+        ),
+        "{text}"
+    );
+
+    // The fleet page lists the disagreement first, both evidences.
+    let page = get(addr, "/").await;
+    let section = page
+        .split("<section id=\"shadow\" data-live>")
+        .nth(1)
+        .and_then(|s| s.split("</section>").next())
+        .unwrap_or_else(|| panic!("no shadow section in {page}"));
+    assert!(
+        section.contains("judges 1 of 8 instances differently"),
+        "{section}"
+    );
+    let row = section
+        .split("<tr class=\"shadow-disagrees\">")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no disagreement row in {section}"));
+    assert!(row.contains("kura/umbrella-us-east"), "{row}");
+    assert!(row.contains("<code>fd_timeouts_regressed</code>"), "{row}");
+    assert!(row.contains("fd timeouts "), "the live evidence: {row}");
+    assert!(
+        row.contains("every gated signal passes"),
+        "the shadow's: {row}"
+    );
+    assert!(
+        page.find("id=\"shadow\"") < page.find("<tbody id=\"rows\""),
+        "disagreements come before the fleet table"
+    );
+
+    // The instance page: both verdicts side by side, the bands apart.
+    let page = get(addr, "/instances/kura/umbrella-us-east").await;
+    assert!(
+        page.contains("The shadow configuration disagrees"),
+        "{page}"
+    );
+    let table = page
+        .split("<table id=\"shadow-side-by-side\">")
+        .nth(1)
+        .and_then(|t| t.split("</table>").next())
+        .unwrap_or_else(|| panic!("no side-by-side table in {page}"));
+    assert!(table.contains("live (published)") && table.contains("shadow (never published)"));
+    let fd_band = table
+        .split("fd timeouts band top</th>")
+        .nth(1)
+        .and_then(|r| r.split("</tr>").next())
+        .unwrap_or_else(|| panic!("no fd band row in {table}"));
+    let tops: Vec<u64> = fd_band
+        .split("<td class=\"num\">")
+        .skip(1)
+        .map(|c| c.split('<').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(tops.len(), 2, "{fd_band}");
+    assert_eq!(tops[1], tops[0] + 500, "the shadow's band is 500 wider");
+
+    // The verdict API: the live verdict, and the shadow under its own key.
+    let verdict = get(addr, "/api/v1/instances/kura/umbrella-us-east/verdict").await;
+    let json = verdict.split("\r\n\r\n").nth(1).unwrap();
+    let value: serde_json::Value = serde_json::from_str(json).unwrap();
+    assert_eq!(value["verdict"], "unhealthy", "{value}");
+    assert_eq!(value["signal"], "fd_timeouts_regressed");
+    assert_eq!(value["shadow"]["verdict"], "healthy", "{value}");
+    assert_eq!(value["shadow"]["agrees"], false);
+    assert_eq!(value["shadow"]["configSource"], "file");
+    assert_eq!(value["shadow"]["evidence"], serde_json::json!([]));
+
+    // The metrics: the shadow's own series; the live one unchanged.
+    let metrics = get(addr, "/metrics").await;
+    assert!(
+        metrics.contains(
+            "kura_instance_shadow_disagrees{kura_namespace=\"kura\",kura_instance=\"umbrella-us-east\",config=\"shadow\"} 1"
+        ),
+        "{metrics}"
+    );
+    assert!(metrics.contains(
+        "kura_instance_gate_verdict{kura_namespace=\"kura\",kura_instance=\"umbrella-us-east\",verdict=\"unhealthy\"} 1"
+    ));
+    drop(demo);
+}
+
+#[test]
+fn the_binary_plays_the_demo_with_a_shadow_file() {
+    let out = Command::new(env!("CARGO_BIN_EXE_kura-agent"))
+        .args(["demo", "--time-scale", "200", "--listen", "127.0.0.1:0"])
+        .arg("--shadow-gate-config")
+        .arg(shadow_file())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains(
+            "1 disagree: kura/umbrella-us-east healthy (none) where the live verdict is unhealthy"
+        ),
+        "{text}"
+    );
+    // An unusable shadow file is a usage error, before anything starts.
+    let out = Command::new(env!("CARGO_BIN_EXE_kura-agent"))
+        .args(["demo", "--shadow-gate-config", "/nonexistent/shadow.yaml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read"));
 }

@@ -46,6 +46,6 @@ pub use report::{
     NodeReport, NodeState, REPORT_PATH, ReportError, parse_report, parse_report_limited,
 };
 pub use verdict::{
-    ConditionStatus, INSTANCE_VERDICT_SCHEMA_VERSION, InstanceVerdict, VerdictCondition,
-    VerdictSource,
+    ConditionStatus, INSTANCE_VERDICT_SCHEMA_VERSION, InstanceVerdict, ShadowConfigSource,
+    ShadowVerdict, VerdictCondition, VerdictSource,
 };

@@ -115,4 +115,52 @@ pub struct InstanceVerdict {
     pub rollout_healthy: VerdictCondition,
     /// The `RolloutHardStopped` condition.
     pub rollout_hard_stopped: VerdictCondition,
+    /// The verdict of the candidate gate configuration the agent judges
+    /// beside the live one (`kura-agent run --shadow-gate-config`), on the
+    /// same samples and aggregate. Never written to the status, never a
+    /// condition or an Event: what the instance would be judged with that
+    /// file. Absent when no shadow configuration runs or this replica does
+    /// not sweep the instance (`source` = `cluster`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shadow: Option<ShadowVerdict>,
+}
+
+/// Which gate configuration a shadow verdict was judged with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ShadowConfigSource {
+    /// The shadow file alone (the instance has no valid gate-config
+    /// annotation).
+    File,
+    /// The instance's own `kura.tuist.dev/gate-config` annotation merged
+    /// over the shadow file, as the live verdict merges it over the
+    /// cluster's file.
+    FileAndAnnotation,
+}
+
+/// The shadow configuration's verdict on one instance ([`InstanceVerdict::shadow`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::api_int::declare_stored_formats)]
+pub struct ShadowVerdict {
+    /// `healthy`, `unhealthy` or `hard_stop`.
+    pub verdict: AgentVerdict,
+    /// The first failing check under the shadow configuration; null when
+    /// healthy.
+    pub signal: Option<Signal>,
+    /// Since when every check has passed continuously under the shadow
+    /// configuration; null when not healthy.
+    pub healthy_since: Option<Timestamp>,
+    /// When the shadow verdict was computed (the same sweep as the live
+    /// one).
+    pub evaluated_at: Timestamp,
+    /// Evidence of the failing check (empty when healthy).
+    pub evidence: Vec<Evidence>,
+    /// Whether the shadow's verdict and signal are the live verdict's.
+    pub agrees: bool,
+    /// Which configuration judged.
+    pub config_source: ShadowConfigSource,
+    /// Why the instance's annotation could not be merged over the shadow
+    /// file (the shadow file alone judged); null when it could.
+    pub config_error: Option<String>,
 }

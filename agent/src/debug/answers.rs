@@ -17,8 +17,8 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kura_schemas::{
     ConditionStatus, INSTANCE_VERDICT_SCHEMA_VERSION, InstanceVerdict, KuraInstanceStatus,
-    ROLLOUT_HARD_STOPPED, ROLLOUT_HEALTHY, RolloutGate, RolloutHealth, VerdictCondition,
-    VerdictSource,
+    ROLLOUT_HARD_STOPPED, ROLLOUT_HEALTHY, RolloutGate, RolloutHealth, ShadowVerdict,
+    VerdictCondition, VerdictSource,
 };
 use serde::Serialize;
 use std::sync::Arc;
@@ -136,7 +136,28 @@ pub fn verdict_of(answer: &InstanceAnswer) -> InstanceVerdict {
         source: b.source,
         rollout_healthy: current(healthy, observed, generation),
         rollout_hard_stopped: current(stopped, observed, generation),
+        shadow: match b.source {
+            VerdictSource::Live => answer.live.as_ref().and_then(shadow_of),
+            VerdictSource::Cluster => None,
+        },
     }
+}
+
+/// The shadow verdict of this replica's own sweep, when a shadow
+/// configuration runs.
+fn shadow_of(live: &InstanceView) -> Option<ShadowVerdict> {
+    let shadow = live.shadow.as_ref()?;
+    let g = &shadow.gate;
+    Some(ShadowVerdict {
+        verdict: g.verdict,
+        signal: g.signal,
+        healthy_since: g.healthy_since,
+        evaluated_at: g.evaluated_at,
+        evidence: g.evidence.clone(),
+        agrees: !live.shadow_disagrees(),
+        config_source: shadow.config_source,
+        config_error: g.config_error.clone(),
+    })
 }
 
 /// One entry of `/debug/instances`.

@@ -273,6 +273,7 @@ pub fn render(fleet: &Fleet<'_>, query: &FleetQuery) -> String {
         );
     }
     body.push_str("</ul>\n");
+    body.push_str(&crate::debug::shadow::fleet_section(&window.shadow));
     filter_form(&mut body, window, query);
     window_nav(&mut body, window, query);
 

@@ -16,6 +16,7 @@ use jiff::Timestamp;
 
 use crate::debug::fleet_query::{Column, FleetQuery};
 use crate::debug::html::escape;
+use crate::debug::shadow::ShadowSummary;
 use crate::debug::signals::{sample_age, summary};
 use crate::model::InstanceKey;
 use crate::view::{FleetView, InstanceView, Since, Standing};
@@ -178,6 +179,9 @@ pub struct Window {
     /// True when the fleet fits the window: every instance is a row (the
     /// ones that do not match hidden) and `offset` is 0.
     pub complete: bool,
+    /// The shadow configuration's disagreements, the whole fleet (none
+    /// judged without a shadow configuration).
+    pub shadow: ShadowSummary,
 }
 
 /// An instance keyed for sorting.
@@ -216,7 +220,10 @@ pub fn select(
     let mut pods = 0;
     let mut matching = 0;
     let mut candidates: Vec<Candidate<'_>> = Vec::new();
+    let mut shadow = ShadowSummary::default();
+    let mut disagreeing = Vec::new();
     for v in instances {
+        shadow.count(v, &mut disagreeing);
         let standing = Standing::of(v.gate.as_deref());
         *counts.entry(standing).or_default() += 1;
         namespaces.insert(&v.namespace);
@@ -268,6 +275,10 @@ pub fn select(
         matching,
         offset,
         complete,
+        shadow: {
+            shadow.finish(disagreeing);
+            shadow
+        },
     }
 }
 

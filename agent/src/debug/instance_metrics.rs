@@ -8,6 +8,16 @@
 //! `image` for the version distribution): nothing with unbounded
 //! cardinality such as pod names or IPs.
 //!
+//! With a shadow gate configuration (`run --shadow-gate-config`) the
+//! shadow verdict has its own families, `kura_instance_shadow_gate_verdict`,
+//! `kura_instance_shadow_gate_signal` and `kura_instance_shadow_disagrees`,
+//! each labelled `config="shadow"`; the live verdict's families keep their
+//! names and labels. A shadow series under the live name would be picked up
+//! by every query already written against it (an Argo `AnalysisTemplate`'s
+//! `max(kura_instance_gate_verdict{verdict="healthy"})` would pass a
+//! rollout the live gate holds), so the shadow reaches no consumer that
+//! does not ask for it by name.
+//!
 //! A value the aggregate does not have (e.g. `outboxMessages` on the newest
 //! nodes, or a baseline before the first image change) is not exported at
 //! all: absent is never 0.
@@ -26,6 +36,7 @@ use jiff::Timestamp;
 use kura_schemas::{AgentVerdict, Signal};
 
 use crate::model::InstanceKey;
+use crate::telemetry::label::SHADOW;
 use crate::view::{FleetView, InstanceView};
 
 /// One per-instance gauge whose value comes from the instance alone.
@@ -246,6 +257,12 @@ const GAUGES: [Gauge; 24] = [
 pub const GATE_VERDICT: &str = "kura_instance_gate_verdict";
 /// `kura_instance_gate_signal{signal}`.
 pub const GATE_SIGNAL: &str = "kura_instance_gate_signal";
+/// `kura_instance_shadow_gate_verdict{config="shadow",verdict}`.
+pub const SHADOW_GATE_VERDICT: &str = "kura_instance_shadow_gate_verdict";
+/// `kura_instance_shadow_gate_signal{config="shadow",signal}`.
+pub const SHADOW_GATE_SIGNAL: &str = "kura_instance_shadow_gate_signal";
+/// `kura_instance_shadow_disagrees{config="shadow"}`.
+pub const SHADOW_DISAGREES: &str = "kura_instance_shadow_disagrees";
 /// `kura_instances_running{image}` (was `kura_instances_by_image`).
 pub const INSTANCES_BY_IMAGE: &str = "kura_instances_running";
 /// `kura_instances_targeting{image}` (was `kura_instances_by_target_image`).
@@ -255,7 +272,7 @@ pub const INSTANCES_MIXED_IMAGES: &str = "kura_instances_mixed_images";
 
 /// The series with a label beyond `namespace`/`instance`, and the
 /// fleet-wide ones, with their help texts.
-const LABELLED: [(&str, &str); 5] = [
+const LABELLED: [(&str, &str); 8] = [
     (
         GATE_VERDICT,
         "1 for the instance's current gate verdict (healthy, unhealthy, hard_stop), 0 for the others; absent without a verdict.",
@@ -263,6 +280,18 @@ const LABELLED: [(&str, &str); 5] = [
     (
         GATE_SIGNAL,
         "1 for the signal holding the instance (fixed set), absent when healthy.",
+    ),
+    (
+        SHADOW_GATE_VERDICT,
+        "1 for the shadow gate configuration's verdict on the instance (--shadow-gate-config; never published), 0 for the others; absent without a shadow verdict.",
+    ),
+    (
+        SHADOW_GATE_SIGNAL,
+        "1 for the signal holding the instance under the shadow gate configuration, absent when the shadow finds it healthy.",
+    ),
+    (
+        SHADOW_DISAGREES,
+        "1 when the shadow gate configuration's verdict or signal differs from the live one, 0 when they agree; absent without a shadow verdict.",
     ),
     (
         INSTANCES_BY_IMAGE,
@@ -368,6 +397,9 @@ enum Family {
     Gauge(usize),
     Verdict,
     Signal,
+    ShadowVerdict,
+    ShadowSignal,
+    ShadowDisagrees,
 }
 
 impl Family {
@@ -378,7 +410,10 @@ impl Family {
             Family::Gauge(i) if i + 1 < GAUGES.len() => Some(Family::Gauge(i + 1)),
             Family::Gauge(_) => Some(Family::Verdict),
             Family::Verdict => Some(Family::Signal),
-            Family::Signal => None,
+            Family::Signal => Some(Family::ShadowVerdict),
+            Family::ShadowVerdict => Some(Family::ShadowSignal),
+            Family::ShadowSignal => Some(Family::ShadowDisagrees),
+            Family::ShadowDisagrees => None,
         }
     }
 
@@ -387,6 +422,9 @@ impl Family {
             Family::Gauge(i) => header(out, GAUGES[i].name, GAUGES[i].help),
             Family::Verdict => labelled_header(out, GATE_VERDICT),
             Family::Signal => labelled_header(out, GATE_SIGNAL),
+            Family::ShadowVerdict => labelled_header(out, SHADOW_GATE_VERDICT),
+            Family::ShadowSignal => labelled_header(out, SHADOW_GATE_SIGNAL),
+            Family::ShadowDisagrees => labelled_header(out, SHADOW_DISAGREES),
         }
     }
 
@@ -421,6 +459,34 @@ impl Family {
                         debug_assert!(Signal::ALL.contains(&signal));
                         let l = instance_labels(v);
                         let _ = writeln!(out, "{GATE_SIGNAL}{{{l},signal=\"{signal}\"}} 1");
+                    }
+                }
+                Family::ShadowVerdict => {
+                    let Some(shadow) = &v.shadow else { continue };
+                    let l = instance_labels(v);
+                    for verdict in VERDICTS {
+                        let x = u8::from(shadow.gate.verdict == verdict);
+                        let _ = writeln!(
+                            out,
+                            "{SHADOW_GATE_VERDICT}{{{l},config=\"{SHADOW}\",verdict=\"{}\"}} {x}",
+                            verdict.as_str()
+                        );
+                    }
+                }
+                Family::ShadowSignal => {
+                    if let Some(signal) = v.shadow.as_ref().and_then(|s| s.gate.signal) {
+                        let l = instance_labels(v);
+                        let _ = writeln!(
+                            out,
+                            "{SHADOW_GATE_SIGNAL}{{{l},config=\"{SHADOW}\",signal=\"{signal}\"}} 1"
+                        );
+                    }
+                }
+                Family::ShadowDisagrees => {
+                    if v.shadow.is_some() {
+                        let l = instance_labels(v);
+                        let x = u8::from(v.shadow_disagrees());
+                        let _ = writeln!(out, "{SHADOW_DISAGREES}{{{l},config=\"{SHADOW}\"}} {x}");
                     }
                 }
             }
@@ -641,6 +707,7 @@ mod tests {
             gate: Some(Arc::new(gate())),
             last_write: None,
             notes: vec![],
+            shadow: None,
         }
     }
 
@@ -701,7 +768,9 @@ mod tests {
             assert_eq!(text, render(&view.snapshot(), now), "{n} instances");
             // Every family takes ceil(n / chunk) chunks (one at least),
             // plus one for the image counts.
-            let families = GAUGES.len() + 2;
+            // The gauges, the verdict and the signal, and the shadow's
+            // verdict, signal and disagreement.
+            let families = GAUGES.len() + 5;
             let per_family =
                 n.div_ceil(CHUNK_INSTANCES).max(1) + usize::from(n > 0 && n % CHUNK_INSTANCES == 0);
             assert_eq!(chunks, families * per_family + 1, "{n} instances");
@@ -906,5 +975,54 @@ mod tests {
         let after = render(&[a], now);
         assert!(!after.contains("kura_instance=\"b\""), "{after}");
         assert!(!after.contains("img:3"), "{after}");
+    }
+
+    #[test]
+    fn a_shadow_verdict_has_its_own_series_and_the_live_ones_stay_as_they_are() {
+        let plain = instance("acme", "img:2", vec![pod("acme-0", Some("img:2"))]);
+        let without = render(std::slice::from_ref(&plain), ts("2026-07-21T10:00:35Z"));
+        let mut shadowed = plain.clone();
+        let mut healthy = gate();
+        healthy.verdict = AgentVerdict::Healthy;
+        healthy.signal = None;
+        shadowed.shadow = Some(crate::view::ShadowView {
+            gate: Arc::new(healthy),
+            config_source: kura_schemas::ShadowConfigSource::File,
+            limits: crate::model::GateLimits {
+                max_sample_age_seconds: 60,
+                future_skew_seconds: 60,
+                outbox_band_top: None,
+                replication_lag_band_top: None,
+                fd_timeout_band_top: None,
+                peer_failure_band_top: None,
+                counters_compared: true,
+            },
+        });
+        let with = render(std::slice::from_ref(&shadowed), ts("2026-07-21T10:00:35Z"));
+        // No shadow: no shadow sample at all.
+        for name in [SHADOW_GATE_VERDICT, SHADOW_GATE_SIGNAL, SHADOW_DISAGREES] {
+            assert!(values(&without, name).is_empty(), "{name}: {without}");
+        }
+        // The live families are the same lines with or without a shadow.
+        for name in [GATE_VERDICT, GATE_SIGNAL] {
+            assert_eq!(values(&with, name), values(&without, name), "{name}");
+            assert!(!values(&with, name).iter().any(|l| l.contains("config=")));
+        }
+        let l = "kura_namespace=\"kura\",kura_instance=\"acme\",config=\"shadow\"";
+        let mut verdicts = values(&with, SHADOW_GATE_VERDICT);
+        verdicts.sort_unstable();
+        assert_eq!(
+            verdicts,
+            vec![
+                format!("{{{l},verdict=\"hard_stop\"}} 0"),
+                format!("{{{l},verdict=\"healthy\"}} 1"),
+                format!("{{{l},verdict=\"unhealthy\"}} 0"),
+            ]
+        );
+        assert!(
+            values(&with, SHADOW_GATE_SIGNAL).is_empty(),
+            "healthy: no signal"
+        );
+        assert_eq!(values(&with, SHADOW_DISAGREES), vec![format!("{{{l}}} 1")]);
     }
 }

@@ -398,6 +398,10 @@ pub fn render(page: &Instance<'_>) -> String {
         sentence(v, page.history, now),
     );
     body.push_str(&facts(v, &owner, now));
+    body.push_str(&crate::debug::shadow::instance_section(
+        v,
+        page.history.and_then(|h| h.limits.as_ref()),
+    ));
     body.push_str("<h2>Gated signals</h2>");
     body.push_str(&signals_table(v, page.history));
     body.push_str("<h2>Last hour</h2>");

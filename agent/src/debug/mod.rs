@@ -7,7 +7,8 @@
 //!   (`/instances/{namespace}/{name}`), built from [`html`] (escaping,
 //!   formatting, the page shell and its CSP), [`assets`] (the one style
 //!   sheet and script, inlined), [`signals`] (evidence in words, the gated
-//!   signals table) and [`chart`] (the history as inline SVG);
+//!   signals table), [`chart`] (the history as inline SVG) and [`shadow`]
+//!   (the shadow configuration's verdicts beside the live ones);
 //! - [`answers`]: the JSON answers about instances every replica gives
 //!   for every instance it sweeps or watches (`/debug/instances*`, the
 //!   verdict document of `/api/v1/instances/{namespace}/{name}/verdict`);
@@ -33,6 +34,7 @@ mod instance_page;
 mod listen;
 mod scrape_body;
 mod server;
+mod shadow;
 mod signals;
 
 pub use server::{

@@ -31,6 +31,6 @@ pub use ports::{MembersSource, PodScope, StatusSink, StoredStatusSource, TargetS
 pub use sample::{InstanceInfo, PodIdentity, PodSample, SampleResult};
 #[cfg(test)]
 pub(crate) use status::fixtures;
-pub use status::{DesiredStatus, LastWrite, WriteRecord};
+pub use status::{DesiredStatus, LastWrite, ShadowJudgement, WriteRecord};
 pub use target::{GATE_CONFIG_ANNOTATION, InstanceTarget, NoAddress, PodTarget};
 pub use transition::{InstanceTransitions, Transition, TransitionKind};

@@ -4,7 +4,9 @@
 use std::sync::Arc;
 
 use jiff::Timestamp;
-use kura_schemas::{RolloutGate, RolloutHealth};
+use kura_schemas::{RolloutGate, RolloutHealth, ShadowConfigSource};
+
+use super::GateLimits;
 use serde::Serialize;
 
 /// What the agent wants `status.rolloutHealth` and `status.rolloutGate` of
@@ -26,6 +28,29 @@ impl DesiredStatus {
             health: Arc::new(health),
             gate: Arc::new(gate),
         }
+    }
+}
+
+/// The verdict of the shadow gate configuration (`--shadow-gate-config`)
+/// on one sweep: judged on the same aggregate as the live verdict, kept
+/// by the engine and the fleet view only. It is never part of a
+/// [`DesiredStatus`], so it never reaches the status, a condition, an
+/// Event or any other consumer of the write path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShadowJudgement {
+    /// The shadow verdict (shared with the engine).
+    pub gate: Arc<RolloutGate>,
+    /// The limits it compared against, for the pages' bands.
+    pub limits: GateLimits,
+    /// Which configuration judged: the shadow file, or the instance's
+    /// annotation merged over it.
+    pub source: ShadowConfigSource,
+}
+
+impl ShadowJudgement {
+    /// Whether the shadow's verdict and signal differ from `live`'s.
+    pub fn disagrees_with(&self, live: Option<&RolloutGate>) -> bool {
+        live.is_none_or(|g| g.verdict != self.gate.verdict || g.signal != self.gate.signal)
     }
 }
 

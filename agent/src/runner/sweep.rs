@@ -99,7 +99,7 @@ pub async fn sweep(
         .iter()
         .map(|p| p.identity.name.clone())
         .collect();
-    ends.view.record_sweep(
+    ends.view.record_sweep_with_shadow(
         &key,
         SweepRecord {
             spec_image: &target.spec_image,
@@ -111,6 +111,9 @@ pub async fn sweep(
             limits: engine.limits(),
             at: now,
         },
+        // Shown beside the live verdict, never published: the sink gets
+        // `desired` alone.
+        engine.shadow(),
     );
     ends.sink.publish(&key, desired, now);
     Some(Swept { samples })

@@ -55,9 +55,19 @@ several replicas (or a DaemonSet) without sharding.
 {{- end }}
 {{- end -}}
 
-{{/* The gate configuration document (JSON) of the gate ConfigMap. */}}
+{{/* The gate configuration document (JSON) of the gate ConfigMap (without
+the shadow configuration, which has its own document). */}}
 {{- define "kha.gateConfig" -}}
-{{- .Values.gate | default dict | toJson -}}
+{{- omit (.Values.gate | default dict) "shadow" | toJson -}}
+{{- end -}}
+
+{{/* The shadow gate configuration document (JSON), empty when values
+gate.shadow is null or left out (no shadow). */}}
+{{- define "kha.shadowGateConfig" -}}
+{{- $gate := .Values.gate | default dict -}}
+{{- if kindIs "map" (get $gate "shadow") -}}
+{{- get $gate "shadow" | toJson -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The agent's pod template, shared by the Deployment and the DaemonSet. */}}
@@ -68,6 +78,9 @@ metadata:
   annotations:
     # A new gate configuration rolls the agent: it reads the file at start.
     checksum/gate-config: {{ include "kha.gateConfig" . | sha256sum }}
+    {{- with include "kha.shadowGateConfig" . }}
+    checksum/shadow-gate-config: {{ . | sha256sum }}
+    {{- end }}
 spec:
   serviceAccountName: {{ include "kha.serviceAccountName" . }}
   {{- with .Values.imagePullSecrets }}
@@ -116,6 +129,9 @@ spec:
         - --log-format={{ .Values.logFormat }}
         - --sharding={{ .Values.sharding.enabled }}
         - --gate-config=/etc/kura-health-agent/gate.json
+        {{- if include "kha.shadowGateConfig" . }}
+        - --shadow-gate-config=/etc/kura-health-agent/shadow-gate.json
+        {{- end }}
         {{- if .Values.sharding.enabled }}
         - --agent-group={{ include "kha.agentGroup" . }}
         - --lease-duration={{ .Values.sharding.leaseDuration }}

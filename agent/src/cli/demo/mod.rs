@@ -113,6 +113,10 @@ pub struct DemoConfig {
     pub fleet: Vec<DemoInstance>,
     /// The gate: documented soaks and limits, a shorter wave deadline.
     pub gate: GateConfig,
+    /// A shadow gate configuration judged beside `gate` on every sweep
+    /// (`--shadow-gate-config`), shown on the pages and in the summary,
+    /// never published; `None`: none.
+    pub shadow_gate: Option<GateConfig>,
     /// The agent's sweep interval (simulated time), in a rollout or not:
     /// the story's timeline is paced by it.
     pub sweep_interval: Duration,
@@ -135,6 +139,7 @@ impl Default for DemoConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             fleet: default_fleet(),
             gate: demo_gate_config(),
+            shadow_gate: None,
             sweep_interval: Duration::from_secs(10),
             tick: Duration::from_secs(10),
             pod_roll_interval: Duration::from_secs(20),
@@ -162,6 +167,7 @@ pub struct Demo {
     sim: Simulator,
     targets: StaticTargets,
     sink: MemorySink,
+    view: FleetView,
     debug_addr: SocketAddr,
     listen_note: Option<String>,
     tasks: Vec<JoinHandle<()>>,
@@ -197,6 +203,7 @@ impl Demo {
             engine: EngineConfig {
                 agent: "kura-agent-demo".to_owned(),
                 gate: config.gate.clone(),
+                shadow: config.shadow_gate.clone(),
                 ..EngineConfig::default()
             },
         };
@@ -205,7 +212,7 @@ impl Demo {
             Poller::new(PollConfig::default()),
             Arc::new(targets.clone()),
             Arc::new(sink.clone()),
-            view,
+            view.clone(),
             clock.clone(),
         );
         tasks.push(tokio::spawn(agent.run(std::future::pending::<()>())));
@@ -217,6 +224,7 @@ impl Demo {
             sim,
             targets,
             sink,
+            view,
             debug_addr,
             listen_note,
             tasks,
@@ -311,6 +319,13 @@ pub struct DemoArgs {
     /// back to real speed) until Ctrl-C.
     #[arg(long)]
     pub keep_serving: bool,
+    /// A candidate gate configuration (the format of `run --gate-config`)
+    /// judged beside the demo's on every sweep: its verdicts are shown on
+    /// the fleet and instance pages, in the verdict API and in the summary,
+    /// never published (e.g. `testdata/demo/shadow-loose-fd.yaml`,
+    /// which would let the regression through).
+    #[arg(long, value_name = "FILE")]
+    pub shadow_gate_config: Option<std::path::PathBuf>,
 }
 
 fn parse_scale(input: &str) -> Result<f64, String> {
@@ -331,9 +346,22 @@ pub fn run(args: DemoArgs) -> ExitCode {
         Ok(rt) => rt,
         Err(code) => return code,
     };
+    let shadow_gate = match args
+        .shadow_gate_config
+        .as_deref()
+        .map(super::gate_file::load)
+    {
+        None => None,
+        Some(Ok(file)) => Some(file.config),
+        Some(Err(e)) => {
+            eprintln!("kura-agent demo: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let config = DemoConfig {
         time_scale: args.time_scale,
         listen: args.listen,
+        shadow_gate,
         ..DemoConfig::default()
     };
     let result = runtime.block_on(async {

@@ -42,6 +42,10 @@ pub struct InstanceOutcome {
     pub baseline_fd_timeout_count: Option<u64>,
     /// Counter resets the aggregation absorbed.
     pub counter_resets: Option<u64>,
+    /// The shadow configuration's verdict and signal on the last sweep,
+    /// as the fleet view shows them (`None` without a shadow
+    /// configuration); never in the status store.
+    pub shadow: Option<(AgentVerdict, Option<Signal>)>,
 }
 
 /// The whole run.

@@ -640,6 +640,11 @@ impl Demo {
                     fd_timeout_count: d.map(|d| d.health.fd_timeout_count),
                     baseline_fd_timeout_count: d.and_then(|d| d.gate.baseline.fd_timeout_count),
                     counter_resets: d.map(|d| d.health.counter_resets),
+                    shadow: self
+                        .view
+                        .instance(&s.key)
+                        .and_then(|v| v.shadow)
+                        .map(|sh| (sh.gate.verdict, sh.gate.signal)),
                 }
             })
             .collect();
@@ -718,6 +723,33 @@ impl Demo {
                 format!("; {}", others.join("; "))
             }
         ));
+        if self.config.shadow_gate.is_some() {
+            let disagreeing: Vec<String> = outcome
+                .instances
+                .iter()
+                .filter_map(|i| {
+                    let (verdict, signal) = i.shadow?;
+                    (Some(verdict) != i.verdict || signal != i.signal).then(|| {
+                        format!(
+                            "{} {} ({}) where the live verdict is {} ({})",
+                            i.id,
+                            agent_verdict_word(verdict),
+                            signal_word(signal),
+                            i.verdict.map_or("unpublished", agent_verdict_word),
+                            signal_word(i.signal)
+                        )
+                    })
+                })
+                .collect();
+            lines.push(format!(
+                "  shadow verdicts (--shadow-gate-config, never published): {}",
+                if disagreeing.is_empty() {
+                    "every instance as the live verdict".to_owned()
+                } else {
+                    format!("{} disagree: {}", disagreeing.len(), disagreeing.join("; "))
+                }
+            ));
+        }
         lines.push(if outcome.played_as_designed() {
             "the story played as designed: the canary passed and the regression was stopped"
                 .to_owned()

@@ -14,6 +14,7 @@ use crate::model::{
 use crate::poll::Poller;
 use crate::runner::{MemorySink, SweepEnds, SweepWatch, sweep};
 use crate::view::{FleetView, HistoryFootprint};
+use kura_gate::GateConfig;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -76,14 +77,18 @@ impl std::fmt::Debug for AgentFleet {
 
 impl AgentFleet {
     /// Group `targets` into instances of `pods_per_instance` consecutive
-    /// pods (the last may be smaller), all polled through `poller`.
+    /// pods (the last may be smaller), all polled through `poller`;
+    /// `shadow`: a shadow gate configuration every engine judges beside
+    /// the live one (the cost of `run --shadow-gate-config`).
     pub fn new(
         poller: Poller,
         targets: &[(PodIdentity, SocketAddr)],
         pods_per_instance: usize,
+        shadow: Option<GateConfig>,
     ) -> AgentFleet {
         let engine = Arc::new(EngineConfig {
             agent: AGENT.to_owned(),
+            shadow,
             ..EngineConfig::default()
         });
         let instances = targets

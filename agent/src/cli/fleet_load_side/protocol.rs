@@ -33,6 +33,9 @@ pub enum ProtocolError {
     /// The tokio runtime could not be built.
     #[error("cannot start the runtime: {0}")]
     Runtime(#[source] std::io::Error),
+    /// The shadow gate configuration file is unusable.
+    #[error("{SHADOW_GATE_CONFIG_ENV}: {0}")]
+    ShadowGateConfig(#[from] crate::cli::gate_file::GateFileError),
 }
 
 /// Settings of a measuring side.
@@ -204,9 +207,27 @@ pub fn serve<S: Sweeper>(
     }
 }
 
+/// The environment variable naming a shadow gate configuration file the
+/// agent side judges beside the live one (`run --shadow-gate-config`), so
+/// that `fleet-load` measures its cost: `KURA_FLEET_LOAD_SHADOW_GATE_CONFIG=FILE
+/// fleet-load ...` (the child sides inherit it; the ceiling ignores it).
+pub const SHADOW_GATE_CONFIG_ENV: &str = "KURA_FLEET_LOAD_SHADOW_GATE_CONFIG";
+
 /// The agent side on stdin/stdout: the run loop's per-sweep path
-/// ([`AgentFleet`]) with the poller configured by `config`.
+/// ([`AgentFleet`]) with the poller configured by `config`, and the shadow
+/// gate configuration of [`SHADOW_GATE_CONFIG_ENV`] when it is set.
 pub fn serve_agent(config: SideConfig) -> Result<(), ProtocolError> {
+    let shadow = match std::env::var_os(SHADOW_GATE_CONFIG_ENV) {
+        Some(path) => {
+            let file = crate::cli::gate_file::load(std::path::Path::new(&path))?;
+            eprintln!(
+                "fleet-load agent side: shadow gate config {}",
+                path.to_string_lossy()
+            );
+            Some(file.config)
+        }
+        None => None,
+    };
     let stdin = std::io::stdin();
     let stdout = std::io::stdout();
     serve(stdin.lock(), stdout.lock(), config.workers, |targets| {
@@ -215,7 +236,7 @@ pub fn serve_agent(config: SideConfig) -> Result<(), ProtocolError> {
             keep_alive: config.keep_alive,
             ..PollConfig::default()
         });
-        AgentFleet::new(poller, targets, config.pods_per_instance)
+        AgentFleet::new(poller, targets, config.pods_per_instance, shadow.clone())
     })
 }
 

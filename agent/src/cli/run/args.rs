@@ -198,6 +198,17 @@ pub struct RunArgs {
     #[arg(long, env = "KURA_AGENT_GATE_CONFIG", value_name = "FILE")]
     pub gate_config: Option<PathBuf>,
 
+    /// A candidate gate configuration (the same format as
+    /// `--gate-config`, over the defaults) judged beside the live one on
+    /// the same samples: every instance gets a second, shadow verdict
+    /// (its annotation merged over this file, as the live one is over
+    /// `--gate-config`), shown on the pages, in the verdict API under
+    /// `shadow` and as `kura_instance_shadow_gate_*` series; it is never
+    /// written to the status, a condition or an Event. Restarts start the
+    /// shadow from the live verdict's baseline.
+    #[arg(long, env = "KURA_AGENT_SHADOW_GATE_CONFIG", value_name = "FILE")]
+    pub shadow_gate_config: Option<PathBuf>,
+
     /// Publish Kubernetes Events (events.k8s.io) on the instances'
     /// transitions: baseline captured, healthy, unhealthy, hard stop,
     /// status pruned. Needs create and patch on events.k8s.io events.
@@ -307,6 +318,16 @@ impl RunArgs {
         }
     }
 
+    /// The shadow gate configuration: `--shadow-gate-config`'s file over
+    /// the defaults, `None` without the flag. Reads the file: call at
+    /// start-up only.
+    pub fn shadow_gate_config(&self) -> Result<Option<GateConfig>, ConfigError> {
+        match &self.shadow_gate_config {
+            Some(path) => Ok(Some(gate_file::load(path)?.config)),
+            None => Ok(None),
+        }
+    }
+
     /// The loop's and every instance engine's settings; `agent` is written
     /// to `rolloutHealth.agent`, `gate` is the cluster's gate configuration
     /// ([`RunArgs::gate_config`]). Check them with [`LoopConfig::validate`].
@@ -320,6 +341,7 @@ impl RunArgs {
                     ..AggregateConfig::default()
                 },
                 gate,
+                shadow: None,
             },
             ..LoopConfig::default()
         }

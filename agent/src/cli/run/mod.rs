@@ -35,7 +35,7 @@ pub fn run(args: RunArgs) -> ExitCode {
     super::init_logging(args.log_format, "info");
     // An unusable gate configuration stops the agent before it touches
     // the cluster: one line naming the file, the key and the reason.
-    if let Err(e) = args.gate_config() {
+    if let Err(e) = args.gate_config().and(args.shadow_gate_config()) {
         eprintln!(
             "{}",
             crate::cli::terminal::line(&format!("kura-agent run: {e}"))
@@ -125,7 +125,8 @@ pub async fn run_with_client(
     let agent = args.resolve_identity()?;
     let upkeep = tokio::spawn(crate::telemetry::upkeep(metrics.clone()));
     let gate = args.gate_config()?;
-    let loop_config = args.loop_config(agent.clone(), gate);
+    let mut loop_config = args.loop_config(agent.clone(), gate);
+    loop_config.engine.shadow = args.shadow_gate_config()?;
     loop_config.validate().map_err(ConfigError::from)?;
     let sharding = Sharding::start(client.clone(), args.shard_config(&agent)?);
     tracing::info!(%agent, namespaces = ?args.namespaces, sharding = sharding.is_on(),
@@ -134,6 +135,7 @@ pub async fn run_with_client(
         settle = ?loop_config.cadence.settle,
         gate_config = ?args.gate_config,
         gate = %serde_json::to_string(&loop_config.engine.gate).unwrap_or_default(),
+        shadow_gate_config = ?args.shadow_gate_config,
         "starting kura-agent");
 
     let (discovery, driver) = Discovery::start(
