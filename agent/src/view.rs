@@ -154,9 +154,10 @@ pub struct InstanceView {
     /// read, pods beyond the per-instance limit.
     pub notes: Vec<String>,
     /// The shadow configuration's verdict on the last sweep (absent
-    /// without `--shadow-gate-config`): shown, never published.
+    /// without `--shadow-gate-config`): shown, never published. Boxed, so
+    /// that an agent without a shadow pays one pointer per instance.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub shadow: Option<ShadowView>,
+    pub shadow: Option<Box<ShadowView>>,
 }
 
 /// The shadow verdict of one instance as the view keeps it.
@@ -532,7 +533,7 @@ impl FleetView {
         view.health = sweep.health;
         view.gate = sweep.gate;
         view.notes = sweep.notes;
-        view.shadow = shadow.map(ShadowView::from);
+        view.shadow = shadow.map(|s| Box::new(ShadowView::from(s)));
     }
 
     /// Records the result of a status write (creating the instance's entry

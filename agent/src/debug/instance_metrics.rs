@@ -985,7 +985,7 @@ mod tests {
         let mut healthy = gate();
         healthy.verdict = AgentVerdict::Healthy;
         healthy.signal = None;
-        shadowed.shadow = Some(crate::view::ShadowView {
+        shadowed.shadow = Some(Box::new(crate::view::ShadowView {
             gate: Arc::new(healthy),
             config_source: kura_schemas::ShadowConfigSource::File,
             limits: crate::model::GateLimits {
@@ -997,7 +997,7 @@ mod tests {
                 peer_failure_band_top: None,
                 counters_compared: true,
             },
-        });
+        }));
         let with = render(std::slice::from_ref(&shadowed), ts("2026-07-21T10:00:35Z"));
         // No shadow: no shadow sample at all.
         for name in [SHADOW_GATE_VERDICT, SHADOW_GATE_SIGNAL, SHADOW_DISAGREES] {

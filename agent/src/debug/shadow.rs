@@ -181,7 +181,7 @@ pub fn instance_section(v: &InstanceView, live_limits: Option<&GateLimits>) -> S
         gate,
         config_source,
         limits,
-    } = shadow;
+    } = &**shadow;
     let disagrees = v.shadow_disagrees();
     let mut out = format!(
         "<h2>Shadow configuration</h2><section id=\"shadow\" data-live><p class=\"{}\">{}</p>",
