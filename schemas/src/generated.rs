@@ -57,5 +57,9 @@ pub fn artifacts() -> Result<Vec<(String, String)>, GenerateError> {
             format!("{dir}/instance-verdict.schema.json"),
             schema_of::<crate::InstanceVerdict>()?,
         ),
+        (
+            format!("{dir}/instance-timeline.schema.json"),
+            schema_of::<crate::InstanceTimeline>()?,
+        ),
     ])
 }

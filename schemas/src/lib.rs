@@ -27,6 +27,7 @@ pub mod instance;
 mod lenient_authority;
 pub mod report;
 pub mod strict_json;
+pub mod timeline;
 pub mod verdict;
 
 pub use cluster::{
@@ -44,6 +45,11 @@ pub use instance::{
 };
 pub use report::{
     NodeReport, NodeState, REPORT_PATH, ReportError, parse_report, parse_report_limited,
+};
+pub use timeline::{
+    InstanceTimeline, MAX_TIMELINE_TICKS, TimelineBaseline, TimelineConfig, TimelineDeployment,
+    TimelineHealth, TimelineInstance, TimelinePublished, TimelineServer, TimelineServerStatus,
+    TimelineTick, TimelineWindow,
 };
 pub use verdict::{
     ConditionStatus, INSTANCE_VERDICT_SCHEMA_VERSION, InstanceVerdict, ShadowConfigSource,
