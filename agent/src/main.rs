@@ -28,6 +28,9 @@ enum Command {
     /// Poll a set of plain node URLs once before an upgrade and write the
     /// baseline `check --baseline` judges against after it.
     Baseline(cli::baseline::BaselineArgs),
+    /// Fetch every instance's timeline (the gate inputs it judged, a
+    /// `kura-gate replay` document) from a running agent into one file each.
+    Timelines(cli::timelines::TimelinesArgs),
     /// Play a progressive rollout on a simulated fleet through the real
     /// agent pipeline and gate, in about a minute.
     Demo(cli::demo::DemoArgs),
@@ -46,6 +49,7 @@ fn main() -> ExitCode {
         Command::Check(args) => cli::check::run(args),
         Command::Baseline(args) => cli::baseline::run(args),
         Command::Demo(args) => cli::demo::run(args),
+        Command::Timelines(args) => cli::timelines::run(&args),
         Command::FleetLoadSide(args) => cli::fleet_load_side::run(&args),
     }
 }

@@ -17,12 +17,17 @@
 
 mod history;
 mod standing;
+mod timeline;
 
 pub use history::{
     BUCKET_SECONDS, BandChange, BandTops, HISTORY_BUCKETS, HistoryPoint, HistoryView,
     MAX_BAND_MARKS, Since,
 };
 pub use standing::Standing;
+pub use timeline::{
+    DEFAULT_TIMELINE_BUDGET_BYTES, MAX_TICKS_PER_INSTANCE, TickRecord, TimelineFootprint,
+    TimelineQuery, Timelines,
+};
 
 use crate::model::{
     GateLimits, InstanceKey, LastWrite, MembersSource, PodSample, SampleResult, ShadowJudgement,
@@ -35,7 +40,7 @@ use kura_schemas::{
 };
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// A verdict and its signal, as the verdict gauges count them.
 pub type VerdictSignal = (AgentVerdict, Option<Signal>);
@@ -325,6 +330,9 @@ struct FleetState {
 #[derive(Clone, Default)]
 pub struct FleetView {
     state: Arc<RwLock<FleetState>>,
+    /// Every swept instance's timeline ([`timeline`]), under its own lock:
+    /// recording a tick never waits for a page being rendered.
+    timelines: Arc<Mutex<Timelines>>,
 }
 
 impl std::fmt::Debug for FleetView {
@@ -352,6 +360,40 @@ impl FleetView {
         self.state
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn timelines(&self) -> MutexGuard<'_, Timelines> {
+        self.timelines
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Holds every timeline together to `bytes` (default
+    /// [`DEFAULT_TIMELINE_BUDGET_BYTES`]).
+    pub fn set_timeline_budget(&self, bytes: usize) {
+        self.timelines().set_budget(bytes);
+    }
+
+    /// Adds one judged sweep to `key`'s timeline.
+    pub fn record_tick(&self, key: &InstanceKey, tick: &TickRecord<'_>) {
+        self.timelines().record(key, tick);
+    }
+
+    /// `key`'s timeline (the ticks `query` chooses) as the document of
+    /// `GET /api/v1/instances/{ns}/{name}/timeline`; `None` when this
+    /// replica does not sweep the instance (or has not swept it yet).
+    pub fn timeline(
+        &self,
+        key: &InstanceKey,
+        query: &TimelineQuery,
+        now: Timestamp,
+    ) -> Option<kura_schemas::InstanceTimeline> {
+        self.timelines().document(key, query, now)
+    }
+
+    /// What the timelines hold (the load harness reports it).
+    pub fn timeline_footprint(&self) -> TimelineFootprint {
+        self.timelines().footprint()
     }
 
     /// Gates readiness on `probe` returning no pending list.
@@ -552,6 +594,8 @@ impl FleetView {
         let mut state = self.write();
         state.instances.retain(|k, _| keep(k));
         state.histories.retain(|k, _| keep(k));
+        drop(state);
+        self.timelines().retain(keep);
     }
 
     /// The last hour of `key` up to `now`, once it has been swept.

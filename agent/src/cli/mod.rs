@@ -12,6 +12,7 @@
 //! - [`simulate`]: serve a simulated fleet (`kura-sim`);
 //! - [`gate_file`]: `--gate-config FILE` of `run` and `check`;
 //! - [`out_file`]: `--out FILE` of `baseline` (FILE keeps what it is);
+//! - [`timelines`]: fetch every instance's timeline from a running agent;
 //! - [`terminal`]: foreign text escaped and bounded before it is printed;
 //! - [`fleet_load_side`] (hidden): the agent's side of the `fleet-load`
 //!   harness, so a shipped binary can be measured.
@@ -29,6 +30,7 @@ pub mod parse;
 pub mod run;
 pub mod simulate;
 pub mod terminal;
+pub mod timelines;
 
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Default)]

@@ -424,10 +424,17 @@ pub fn render(page: &Instance<'_>) -> String {
     let _ = write!(
         body,
         "<h2>Raw data</h2><p class=\"links\"><a href=\"/debug/instances/{}/{}\">this instance as JSON</a>\
-<a href=\"{}/metrics\">its Prometheus series</a></p><p class=\"muted\">PromQL: <code>kura_instance_fd_timeouts{}</code></p>",
+<a href=\"{}/metrics\">its Prometheus series</a>\
+<a href=\"/api/v1/instances/{}/{}/timeline\" download=\"{}.timeline.json\">download this rollout</a></p>\
+<p class=\"muted\">The rollout is the gate inputs judged since the current baseline, tick by tick, with the verdicts published: \
+<code>kura-gate replay</code> reads it (schemas/json/instance-timeline.schema.json).</p>\
+<p class=\"muted\">PromQL: <code>kura_instance_fd_timeouts{}</code></p>",
         encode_component(&v.namespace),
         encode_component(&v.name),
         escape(&href),
+        encode_component(&v.namespace),
+        encode_component(&v.name),
+        escape(&format!("{}.{}", v.namespace, v.name)),
         escape(&selector),
     );
     let title = format!("kura-agent · {id}");

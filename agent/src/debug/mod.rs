@@ -12,6 +12,8 @@
 //! - [`answers`]: the JSON answers about instances every replica gives
 //!   for every instance it sweeps or watches (`/debug/instances*`, the
 //!   verdict document of `/api/v1/instances/{namespace}/{name}/verdict`);
+//! - the timeline of `/api/v1/instances/{namespace}/{name}/timeline` (the
+//!   view's [`crate::view::Timelines`], its query in `timeline_query`);
 //! - [`instance_metrics`]: the per-instance `kura_instance_*` series of
 //!   `/metrics`, rendered from the view at scrape time, and streamed a
 //!   chunk at a time by `scrape_body`;
@@ -36,6 +38,7 @@ mod scrape_body;
 mod server;
 mod shadow;
 mod signals;
+mod timeline_query;
 
 pub use server::{
     DebugServer, DebugState, HEADER_READ_TIMEOUT, IDLE_GRACE, MAX_CONNECTIONS, MAX_WAITING,

@@ -8,6 +8,7 @@
 //! | `GET /debug/instances` | JSON: every instance this replica sweeps or watches, with its aggregate, verdict, last write, `ownedBy` and `source` |
 //! | `GET /debug/instances/{namespace}/{name}` | JSON: the instance with per-pod last samples (`source: live`), or its stored status when another replica sweeps it (`source: cluster`) |
 //! | `GET /api/v1/instances/{namespace}/{name}/verdict` | JSON: the stable verdict document (schemas/json/instance-verdict.schema.json); 404 only for an instance this replica neither sweeps nor watches |
+//! | `GET /api/v1/instances/{namespace}/{name}/timeline` | JSON: the gate inputs this replica judged for the instance since its current baseline and configuration, tick by tick, with the verdicts it published: a `kura-gate replay` document (schemas/json/instance-timeline.schema.json). Query: `since`, `until` (RFC 3339, inclusive), `limit` (1-10000, the newest ticks; default 10000); a malformed one is 400 with the reason. 404 when this replica does not sweep the instance, with `ownedBy` (the replica that does; ask it) in the JSON body. Bounded by `--timeline-budget-bytes` fleet-wide: the fleet's oldest ticks are dropped first (`window.droppedTicks`, `window.complete`) |
 //! | `GET /debug/members` | JSON: sharding members, Leases, owned instances, ownership changes (404 when sharding is off) |
 //! | `GET /` | HTML fleet page (query: `ns`, `verdict`, `q`, `sort`, `dir`, `limit`, `offset`, `refresh=off`) |
 //! | `GET /instances/{namespace}/{name}` | HTML instance page (404 page when unknown) |
@@ -38,6 +39,7 @@ use crate::debug::html;
 use crate::debug::instance_metrics;
 use crate::debug::instance_page::{self, Instance};
 use crate::debug::listen;
+use crate::debug::timeline_query;
 use crate::debug::scrape_body::ScrapeBody;
 use crate::model::{Clock, InstanceKey};
 use crate::view::FleetView;
@@ -355,6 +357,9 @@ fn respond_whole(
                 ),
             }
         }
+        ["api", "v1", "instances", namespace, name, "timeline"] => {
+            timeline(state, &InstanceKey::new(*namespace, *name), query, now)
+        }
         _ => text(
             StatusCode::NOT_FOUND,
             "text/plain; charset=utf-8",
@@ -367,6 +372,54 @@ fn respond_whole(
     } else {
         response
     }
+}
+
+/// `GET /api/v1/instances/{namespace}/{name}/timeline`: the instance's
+/// timeline (compact JSON: it may hold thousands of ticks), 400 for a
+/// malformed query, 404 (with the owner, when known) for an instance this
+/// replica holds no timeline of.
+fn timeline(
+    state: &DebugState,
+    key: &InstanceKey,
+    query: &str,
+    now: jiff::Timestamp,
+) -> Response<Full<Bytes>> {
+    let query = match timeline_query::parse(query) {
+        Ok(q) => q,
+        Err(reason) => {
+            return json(
+                StatusCode::BAD_REQUEST,
+                &serde_json::json!({"error": reason}),
+            );
+        }
+    };
+    if let Some(doc) = state.view.timeline(key, &query, now) {
+        return match serde_json::to_vec(&doc) {
+            Ok(body) => text(StatusCode::OK, "application/json", body),
+            Err(e) => text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "text/plain; charset=utf-8",
+                format!("cannot encode: {e}\n"),
+            ),
+        };
+    }
+    let (error, owned_by) = match state.view.answer(key, now) {
+        None => ("no such instance", None),
+        Some(answer) => (
+            "this replica holds no timeline of the instance: only the replica that sweeps it \
+             does (ownedBy)",
+            answer.owned_by,
+        ),
+    };
+    json(
+        StatusCode::NOT_FOUND,
+        &serde_json::json!({
+            "error": error,
+            "namespace": key.namespace,
+            "name": key.name,
+            "ownedBy": owned_by,
+        }),
+    )
 }
 
 /// A bound, not yet serving, debug server.

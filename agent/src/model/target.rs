@@ -86,6 +86,17 @@ impl InstanceTarget {
         InstanceKey::of(&self.info)
     }
 
+    /// Whether the instance has converged on `spec.image`: `spec.replicas`
+    /// pods, none left out, every one running `spec.image` by its pod spec.
+    pub fn converged(&self) -> bool {
+        self.pods_dropped == 0
+            && u32::try_from(self.pods.len()).is_ok_and(|n| n == self.info.expected_pods)
+            && self
+                .pods
+                .iter()
+                .all(|p| p.identity.image.as_deref() == Some(self.spec_image.as_str()))
+    }
+
     /// The agent-owned status as found in the cluster, with the time it was
     /// observed (`rolloutHealth.observedAt`): what to seed the write queue
     /// with, so a restarted agent does not rewrite an unchanged status at

@@ -13,7 +13,7 @@ use crate::engine::{AnnotationChange, InstanceEngine};
 use crate::model::{Clock, DesiredStatus, InstanceKey, InstanceTarget, PodSample, StatusSink};
 use crate::poll::Poller;
 use crate::telemetry;
-use crate::view::{FleetView, SweepRecord};
+use crate::view::{FleetView, SweepRecord, TickRecord};
 
 /// Where a sweep's samples come from and where its result goes.
 #[derive(Clone)]
@@ -114,6 +114,16 @@ pub async fn sweep(
         // Shown beside the live verdict, never published: the sink gets
         // `desired` alone.
         engine.shadow(),
+    );
+    ends.view.record_tick(
+        &key,
+        &TickRecord {
+            config: engine.gate_config(),
+            health: &desired.health,
+            gate: &desired.gate,
+            converged: target.converged(),
+            now,
+        },
     );
     ends.sink.publish(&key, desired, now);
     Some(Swept { samples })

@@ -126,6 +126,7 @@ spec:
         - --heartbeat={{ .Values.status.heartbeat }}
         - --write-rate={{ .Values.status.writesPerSecond }}
         - --debug-listen=[::]:{{ .Values.debug.port }}
+        - --timeline-budget-bytes={{ int64 .Values.debug.timelineBudgetBytes }}
         - --log-format={{ .Values.logFormat }}
         - --sharding={{ .Values.sharding.enabled }}
         - --gate-config=/etc/kura-health-agent/gate.json

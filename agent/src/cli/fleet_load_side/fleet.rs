@@ -13,7 +13,7 @@ use crate::model::{
 };
 use crate::poll::Poller;
 use crate::runner::{MemorySink, SweepEnds, SweepWatch, sweep};
-use crate::view::{FleetView, HistoryFootprint};
+use crate::view::{FleetView, HistoryFootprint, TimelineFootprint};
 use kura_gate::GateConfig;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -140,6 +140,11 @@ impl AgentFleet {
     /// What the fleet view's per-instance histories occupy.
     pub fn history_footprint(&self) -> HistoryFootprint {
         self.ends.view.history_footprint()
+    }
+
+    /// What the fleet view's per-instance timelines hold.
+    pub fn timeline_footprint(&self) -> TimelineFootprint {
+        self.ends.view.timeline_footprint()
     }
 
     /// One sweep: every instance's task polls, folds, judges and publishes.

@@ -11,7 +11,7 @@ use super::fleet::{AgentFleet, IMAGE};
 use super::proc_stats::{cpu_time, peak_rss};
 use crate::model::PodIdentity;
 use crate::poll::{PollConfig, Poller};
-use crate::view::HistoryFootprint;
+use crate::view::{HistoryFootprint, TimelineFootprint};
 use kura_sim::raise_fd_limit;
 use std::future::Future;
 use std::io::{BufRead, Write};
@@ -97,6 +97,12 @@ pub trait Sweeper {
     fn history(&self) -> Option<HistoryFootprint> {
         None
     }
+
+    /// What the per-instance timelines hold, for a side that keeps them
+    /// (answered to `timeline`).
+    fn timeline(&self) -> Option<TimelineFootprint> {
+        None
+    }
 }
 
 impl Sweeper for AgentFleet {
@@ -117,6 +123,10 @@ impl Sweeper for AgentFleet {
 
     fn history(&self) -> Option<HistoryFootprint> {
         Some(self.history_footprint())
+    }
+
+    fn timeline(&self) -> Option<TimelineFootprint> {
+        Some(self.timeline_footprint())
     }
 }
 
@@ -196,6 +206,14 @@ pub fn serve<S: Sweeper>(
             "history" => match sweeper.history() {
                 Some(h) => writeln!(output, "history {} {}", h.instances, h.bytes)?,
                 None => writeln!(output, "history - -")?,
+            },
+            "timeline" => match sweeper.timeline() {
+                Some(t) => writeln!(
+                    output,
+                    "timeline {} {} {} {} {}",
+                    t.instances, t.ticks, t.runs, t.bytes, t.budget
+                )?,
+                None => writeln!(output, "timeline - - - - -")?,
             },
             other => {
                 return Err(ProtocolError::Unexpected(format!(

@@ -208,6 +208,13 @@ pub struct RunArgs {
     /// shadow from the live verdict's baseline.
     #[arg(long, env = "KURA_AGENT_SHADOW_GATE_CONFIG", value_name = "FILE")]
     pub shadow_gate_config: Option<PathBuf>,
+    /// Bytes every instance's timeline (the gate inputs judged since its
+    /// baseline, `GET /api/v1/instances/{ns}/{name}/timeline`) may hold
+    /// together. Past it the fleet's oldest ticks are dropped first; every
+    /// timeline keeps its newest tick. 0 keeps the newest tick only.
+    #[arg(long, env = "KURA_AGENT_TIMELINE_BUDGET_BYTES",
+          default_value_t = crate::view::DEFAULT_TIMELINE_BUDGET_BYTES)]
+    pub timeline_budget_bytes: usize,
 
     /// Publish Kubernetes Events (events.k8s.io) on the instances'
     /// transitions: baseline captured, healthy, unhealthy, hard stop,

@@ -157,6 +157,7 @@ pub async fn run_with_client(
     }
     sharding.show_members(&view);
     view.set_identity(agent.clone());
+    view.set_timeline_budget(args.timeline_budget_bytes);
     view.set_stored(Arc::new(discovery.clone()));
 
     let (events, publisher): (Option<EventSink>, Option<JoinHandle<()>>) = if args.events {
