@@ -453,6 +453,12 @@ async fn the_instance_page_tells_the_story() {
     assert!(r.body.contains("30 → 30"), "raw → clamped");
     assert!(r.body.contains("href=\"/debug/instances/kura/drift\""));
     assert!(r.body.contains("href=\"/instances/kura/drift/metrics\""));
+    assert!(
+        r.body.contains(
+            "href=\"/api/v1/instances/kura/drift/timeline\" download=\"kura.drift.timeline.json\">download this rollout</a>"
+        ),
+        "the timeline link"
+    );
 
     let m = get(addr, "/instances/kura/drift/metrics").await;
     assert_eq!(m.status, 200);

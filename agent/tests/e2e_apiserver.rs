@@ -39,6 +39,7 @@ mod support {
     pub mod agent;
     pub mod cluster;
     pub mod http;
+    pub mod timeline;
 }
 use support::agent::{Agent, init_test_logging, run_args as parse_run_args};
 use support::cluster::{apply_crd, kube_config, shipped_crd, wait_for};
@@ -3004,5 +3005,159 @@ async fn fenced_serving_and_replication_lag_reach_the_status() {
             .is_some_and(|m| m.contains("grant phase Fencing")),
         "{stopped}"
     );
+    agent.stop().await;
+}
+
+// ---------------------------------------------------------------------------
+// Issue 33: every verdict reproducible offline
+// ---------------------------------------------------------------------------
+
+/// The `kura-gate` binary: `KURA_GATE_BIN` (scripts/e2e.sh builds it), else
+/// beside this test's own target directory.
+fn kura_gate_bin() -> PathBuf {
+    if let Some(path) = std::env::var_os("KURA_GATE_BIN") {
+        return PathBuf::from(path);
+    }
+    let exe = std::env::current_exe().expect("test binary");
+    // target/debug/deps/e2e_apiserver-HASH -> target/debug/kura-gate
+    exe.parent()
+        .and_then(|deps| deps.parent())
+        .map(|dir| dir.join("kura-gate"))
+        .expect("target directory")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real API server: scripts/e2e.sh"]
+async fn exported_timelines_replay_to_the_published_verdicts() {
+    let client = admin().await;
+    ensure_crd(&client).await;
+    let ns = create_namespace(&client, "e2e-timeline").await;
+    let v1 = "ghcr.io/tuist/kura:1.0.0";
+    let v2 = "ghcr.io/tuist/kura:1.1.0";
+    let names: Vec<String> = ["soak", "hold", "stop"].map(str::to_owned).to_vec();
+    let fleet = Fleet::create(&client, &ns, &names, 1, v1, Ipv4Addr::new(127, 39, 0, 1)).await;
+    let debug = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
+    let listen = format!("--debug-listen={debug}");
+    let mut agent = start_agent(
+        run_args(&ns, fleet.port, &[listen.as_str()]),
+        admin_config().await,
+    );
+    for name in &names {
+        wait_status(&client, &ns, name, "first verdict", T, |s| {
+            s["rolloutGate"]["verdict"] == "healthy"
+        })
+        .await;
+    }
+    // The rollout: spec.image moves to v2 and the pod rolls (image,
+    // restart), as a fleet controller would do it.
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &kura_agent::cluster::kura_instance_resource(),
+    );
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    for name in &names {
+        api.patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"image": v2}})),
+        )
+        .await
+        .expect("change spec.image");
+        wait_status(&client, &ns, name, "baseline captured", T, |s| {
+            s["rolloutGate"]["targetImage"] == v2
+        })
+        .await;
+        let pod = format!("{name}-0");
+        pods.patch(
+            &pod,
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"spec": {"containers": [{"name": "kura", "image": v2}]}})),
+        )
+        .await
+        .expect("pod image");
+        let p = fleet.pod(&pod);
+        p.restart();
+        patch_pod_status(&client, &ns, &pod, &p.addr().ip().to_string(), 1, v2, true).await;
+    }
+    // The new version: "hold" times out on file descriptors, "stop" runs
+    // out of memory, "soak" is fine.
+    fleet.pod("hold-0").update(|n| n.fd_timeout_count += 3);
+    fleet.pod("stop-0").update(|n| n.memory_pressure_state = 2);
+    wait_status(&client, &ns, "hold", "held", T, |s| {
+        s["rolloutGate"]["signal"] == "fd_timeouts_regressed"
+    })
+    .await;
+    wait_status(&client, &ns, "stop", "hard stop", T, |s| {
+        s["rolloutGate"]["verdict"] == "hard_stop"
+    })
+    .await;
+    // A few more sweeps of each, then the timelines.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let dir = std::env::temp_dir().join(format!("kura-e2e-timelines-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let want = [
+        ("soak", AgentVerdict::Healthy, None),
+        ("hold", AgentVerdict::Unhealthy, Some(Signal::FdTimeoutsRegressed)),
+        ("stop", AgentVerdict::HardStop, Some(Signal::MemoryPressureCritical)),
+    ];
+    for (name, verdict, signal) in want {
+        let (status, body) = http_get(debug, &format!("/api/v1/instances/{ns}/{name}/timeline"))
+            .await
+            .expect("the timeline");
+        assert_eq!(status, 200, "{body}");
+        let doc: kura_schemas::InstanceTimeline =
+            serde_json::from_str(&body).expect("a timeline document");
+        assert_eq!(doc.instance.target_image, v2);
+        assert_eq!(doc.instance.baseline_image.as_deref(), Some(v1));
+        assert!(doc.window.complete, "{name}: {:?}", doc.window);
+        let published = support::timeline::published(&doc);
+        assert!(published.len() >= 3, "{name}: {published:?}");
+        assert_eq!(
+            published.last(),
+            Some(&(verdict, signal)),
+            "{name}: the rollout ends as expected"
+        );
+        // The agent's judge over the document: tick for tick.
+        assert_eq!(
+            support::timeline::reproduce(&doc),
+            published,
+            "{name}: reproduced in process"
+        );
+        // And the gate's command line, in the agent's view: exit 0 means
+        // every tick's verdict and signal is the published one.
+        let file = dir.join(format!("{name}.timeline.json"));
+        std::fs::write(&file, &body).expect("write");
+        let out = std::process::Command::new(kura_gate_bin())
+            .args(["replay", "--agent-view"])
+            .arg(&file)
+            .output()
+            .expect("run kura-gate (build it: cargo build -p kura-gate)");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{name}: kura-gate replay --agent-view: {}\n{stdout}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // Where it prints one JSON line per tick with the replayed verdict
+        // and signal, they are the published ones.
+        let lines: Vec<Value> = stdout
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["tick"].is_u64())
+            .collect();
+        for line in &lines {
+            let tick = line["tick"].as_u64().unwrap_or(u64::MAX) as usize;
+            let Some((verdict, signal)) = published.get(tick) else {
+                panic!("{name}: a line for tick {tick} of {}: {line}", published.len());
+            };
+            if line.get("verdict").is_some() {
+                assert_eq!(line["verdict"], json!(verdict), "{name} tick {tick}: {line}");
+                assert_eq!(line["signal"], json!(signal), "{name} tick {tick}: {line}");
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
     agent.stop().await;
 }
