@@ -5,7 +5,8 @@
 # restart, kube-apiserver outage, the status write economy at rest, the
 # latency of health flips in a rollout at the default settings (issue 19),
 # the gate configuration (the chart's gate ConfigMap as --gate-config, the
-# per-instance annotation); conditions next to another manager's, kubectl
+# per-instance annotation); exported timelines replayed by kura-gate replay
+# --agent-view (issue 33); conditions next to another manager's, kubectl
 # wait, kubectl events, a flapping instance's Event calls, every replica's
 # answers, kstatus; then the Argo Rollouts recipes of docs/integrations.md
 # applied with --dry-run=server over the vendored CRDs, and the Kargo Stage
@@ -41,6 +42,10 @@ export KURA_INTEGRATIONS
 
 part "build the e2e tests"
 cargo test --locked -p kura-agent --test e2e_apiserver --no-run
+# kura-gate replay --agent-view runs over the exported timelines (issue 33).
+cargo build --locked -p kura-gate --bin kura-gate
+KURA_GATE_BIN=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')/debug/kura-gate
+export KURA_GATE_BIN
 
 part "kube-apiserver + etcd up"
 "$root/scripts/k8s-up.sh" "$k8s_dir"

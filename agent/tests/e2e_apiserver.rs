@@ -3098,8 +3098,16 @@ async fn exported_timelines_replay_to_the_published_verdicts() {
     std::fs::create_dir_all(&dir).expect("dir");
     let want = [
         ("soak", AgentVerdict::Healthy, None),
-        ("hold", AgentVerdict::Unhealthy, Some(Signal::FdTimeoutsRegressed)),
-        ("stop", AgentVerdict::HardStop, Some(Signal::MemoryPressureCritical)),
+        (
+            "hold",
+            AgentVerdict::Unhealthy,
+            Some(Signal::FdTimeoutsRegressed),
+        ),
+        (
+            "stop",
+            AgentVerdict::HardStop,
+            Some(Signal::MemoryPressureCritical),
+        ),
     ];
     for (name, verdict, signal) in want {
         let (status, body) = http_get(debug, &format!("/api/v1/instances/{ns}/{name}/timeline"))
@@ -3150,10 +3158,17 @@ async fn exported_timelines_replay_to_the_published_verdicts() {
         for line in &lines {
             let tick = line["tick"].as_u64().unwrap_or(u64::MAX) as usize;
             let Some((verdict, signal)) = published.get(tick) else {
-                panic!("{name}: a line for tick {tick} of {}: {line}", published.len());
+                panic!(
+                    "{name}: a line for tick {tick} of {}: {line}",
+                    published.len()
+                );
             };
             if line.get("verdict").is_some() {
-                assert_eq!(line["verdict"], json!(verdict), "{name} tick {tick}: {line}");
+                assert_eq!(
+                    line["verdict"],
+                    json!(verdict),
+                    "{name} tick {tick}: {line}"
+                );
                 assert_eq!(line["signal"], json!(signal), "{name} tick {tick}: {line}");
             }
         }

@@ -98,8 +98,11 @@ async fn get_json(addr: SocketAddr, path: &str) -> (u16, Value) {
 }
 
 async fn timeline(addr: SocketAddr, name: &str, query: &str) -> InstanceTimeline {
-    let (status, value) =
-        get_json(addr, &format!("/api/v1/instances/kura/{name}/timeline{query}")).await;
+    let (status, value) = get_json(
+        addr,
+        &format!("/api/v1/instances/kura/{name}/timeline{query}"),
+    )
+    .await;
     assert_eq!(status, 200, "{value}");
     serde_json::from_value(value).expect("a timeline document, read strictly")
 }
@@ -201,7 +204,11 @@ async fn every_published_verdict_replays_from_the_exported_timeline() {
         let doc = wait_for(addr, name, "ticks on the old image", |d| d.ticks.len() >= 3).await;
         assert_eq!(doc.instance.baseline_image, None);
         assert_eq!(doc.ticks[0].servers[0].baseline, None);
-        assert_eq!(reproduce(&doc), published(&doc), "{name} before the upgrade");
+        assert_eq!(
+            reproduce(&doc),
+            published(&doc),
+            "{name} before the upgrade"
+        );
     }
     // The upgrade: a new baseline (the last aggregate on the old image)
     // and a timeline that starts with it.
@@ -216,7 +223,9 @@ async fn every_published_verdict_replays_from_the_exported_timeline() {
         })
         .await;
     }
-    sim.pod("hold-0").expect("pod").update(|n| n.fd_timeout_count += 5);
+    sim.pod("hold-0")
+        .expect("pod")
+        .update(|n| n.fd_timeout_count += 5);
     sim.pod("stop-0")
         .expect("pod")
         .update(|n| n.memory_pressure_state = 2);
@@ -239,11 +248,22 @@ async fn every_published_verdict_replays_from_the_exported_timeline() {
         said(d, AgentVerdict::HardStop) >= 5
     })
     .await;
-    assert_eq!(said(&soak, AgentVerdict::Healthy), soak.ticks.len(), "soaks");
-    assert!(hold.ticks.iter().any(|t| t.servers[0].published.signal
-        == Some(Signal::FdTimeoutsRegressed)));
-    assert!(stopped_doc.ticks.iter().any(|t| t.servers[0].published.signal
-        == Some(Signal::MemoryPressureCritical)));
+    assert_eq!(
+        said(&soak, AgentVerdict::Healthy),
+        soak.ticks.len(),
+        "soaks"
+    );
+    assert!(
+        hold.ticks
+            .iter()
+            .any(|t| t.servers[0].published.signal == Some(Signal::FdTimeoutsRegressed))
+    );
+    assert!(
+        stopped_doc
+            .ticks
+            .iter()
+            .any(|t| t.servers[0].published.signal == Some(Signal::MemoryPressureCritical))
+    );
     for doc in [&soak, &hold, &stopped_doc] {
         let name = &doc.instance.name;
         let server = &doc.ticks[0].servers[0];
@@ -269,8 +289,7 @@ async fn every_published_verdict_replays_from_the_exported_timeline() {
     let (status, bad) = get_json(addr, "/api/v1/instances/kura/soak/timeline?limit=0").await;
     assert_eq!(status, 400);
     assert!(bad["error"].as_str().unwrap().contains("limit"), "{bad}");
-    let (status, elsewhere) =
-        get_json(addr, "/api/v1/instances/kura/elsewhere/timeline").await;
+    let (status, elsewhere) = get_json(addr, "/api/v1/instances/kura/elsewhere/timeline").await;
     assert_eq!(status, 404);
     assert_eq!(elsewhere["ownedBy"], "replica-a", "{elsewhere}");
     let (status, unknown) = get_json(addr, "/api/v1/instances/kura/nope/timeline").await;
@@ -278,10 +297,8 @@ async fn every_published_verdict_replays_from_the_exported_timeline() {
     assert_eq!(unknown["error"], "no such instance");
 
     // `kura-agent timelines`: the whole fleet in one command.
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "timelines-{}",
-        std::process::id()
-    ));
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("timelines-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
     let args = TimelinesArgs {
         from: format!("http://{addr}"),

@@ -177,6 +177,9 @@ pub struct LoopOutcome {
     /// Failed polls (`kura_agent_polls_total` with a result other than
     /// `ok`), whole run.
     pub failed_polls: u64,
+    /// What the agent's timelines hold at the window's end: instances,
+    /// ticks, runs, bytes (zero from a side that does not say).
+    pub timeline: [u64; 4],
     /// CPU time of the loop's process during the window.
     pub cpu: Duration,
 }
@@ -392,6 +395,7 @@ async fn run_loop(
         concurrency: config.concurrency,
         ..PollConfig::default()
     });
+    let view = FleetView::new();
     let agent_loop = AgentLoop::new(
         LoopConfig {
             cadence: config.cadence,
@@ -404,7 +408,7 @@ async fn run_loop(
         poller,
         Arc::new(StaticTargets::new(fleet)),
         Arc::new(CountingSink(Arc::clone(&counter))),
-        FleetView::new(),
+        view.clone(),
         Arc::new(SystemClock),
     );
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -433,7 +437,9 @@ async fn run_loop(
             max: h.max(),
         };
         let text = metrics.render();
+        let t = view.timeline_footprint();
         LoopOutcome {
+            timeline: [t.instances as u64, t.ticks, t.runs as u64, t.bytes as u64],
             window,
             instances,
             sweeps: (c.sweeps[0], c.sweeps[1]),
@@ -467,7 +473,7 @@ impl LoopOutcome {
             )
         };
         format!(
-            "ran window_ms={} rollout_instances={} steady_instances={} rollout_sweeps={} steady_sweeps={} rollout_polls={} steady_polls={} {} {} overruns={} failed_polls={} cpu_ms={}",
+            "ran window_ms={} rollout_instances={} steady_instances={} rollout_sweeps={} steady_sweeps={} rollout_polls={} steady_polls={} {} {} overruns={} failed_polls={} cpu_ms={} timeline_instances={} timeline_ticks={} timeline_runs={} timeline_bytes={}",
             ms(self.window),
             self.instances.0,
             self.instances.1,
@@ -480,6 +486,10 @@ impl LoopOutcome {
             self.overruns,
             self.failed_polls,
             ms(self.cpu),
+            self.timeline[0],
+            self.timeline[1],
+            self.timeline[2],
+            self.timeline[3],
         )
     }
 
@@ -522,6 +532,11 @@ impl LoopOutcome {
             overruns: get("overruns")?,
             failed_polls: get("failed_polls")?,
             cpu: millis("cpu_ms")?,
+            timeline: ["instances", "ticks", "runs", "bytes"].map(|k| {
+                map.get(format!("timeline_{k}").as_str())
+                    .copied()
+                    .unwrap_or(0)
+            }),
         })
     }
 }
@@ -716,6 +731,7 @@ mod tests {
             overruns: 1,
             failed_polls: 0,
             cpu: Duration::from_millis(1234),
+            timeline: [100, 5000, 120, 250_000],
         };
         let back = LoopOutcome::from_line(&o.to_line()).expect("parses");
         assert_eq!(back.to_line(), o.to_line());

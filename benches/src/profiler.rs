@@ -29,7 +29,7 @@ pub fn profiled(exe: &Path) -> Command {
 
 /// The first words of the measured children's protocol lines (the burst
 /// side's and the run loop's answers).
-const PROTOCOL_WORDS: [&str; 5] = ["ready", "swept", "stats", "history", "ran"];
+const PROTOCOL_WORDS: [&str; 6] = ["ready", "swept", "stats", "history", "timeline", "ran"];
 
 /// Whether `line`, read from a profiled child's standard output, is the
 /// profiler's own rather than the child's protocol (heaptrack prints its

@@ -226,6 +226,27 @@ impl Runner {
         }
     }
 
+    /// What the side's per-instance timelines hold: `(instances, ticks,
+    /// runs, bytes, budget)`, `None` for a side without them.
+    pub fn timeline(&mut self) -> Result<Option<[u64; 5]>, LoadError> {
+        let words = self.ask(Some("timeline"))?;
+        match words.as_slice() {
+            [t, rest @ ..] if t == "timeline" && rest.len() == 5 => {
+                if rest.iter().all(|w| w == "-") {
+                    return Ok(None);
+                }
+                let mut out = [0u64; 5];
+                for (slot, w) in out.iter_mut().zip(rest) {
+                    *slot = w
+                        .parse()
+                        .map_err(|_| protocol(format!("bad timeline answer {words:?}")))?;
+                }
+                Ok(Some(out))
+            }
+            other => Err(protocol(format!("bad timeline answer {other:?}"))),
+        }
+    }
+
     /// The runner's process id.
     pub fn pid(&self) -> u32 {
         self.child.id()

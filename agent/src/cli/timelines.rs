@@ -107,7 +107,9 @@ impl Endpoint {
         {
             return Err(FetchError::Url(url.to_owned()));
         }
-        let authority = uri.authority().ok_or_else(|| FetchError::Url(url.to_owned()))?;
+        let authority = uri
+            .authority()
+            .ok_or_else(|| FetchError::Url(url.to_owned()))?;
         let port = authority.port_u16().unwrap_or(80);
         Ok(Endpoint {
             authority: format!("{}:{port}", authority.host()),
@@ -127,7 +129,11 @@ impl Endpoint {
             .map_err(|_| FetchError::Timeout(timeout))?
     }
 
-    async fn get_unbounded(&self, path: &str, limit: u64) -> Result<(StatusCode, Bytes), FetchError> {
+    async fn get_unbounded(
+        &self,
+        path: &str,
+        limit: u64,
+    ) -> Result<(StatusCode, Bytes), FetchError> {
         let stream = TcpStream::connect(self.authority.as_str())
             .await
             .map_err(FetchError::Connect)?;
@@ -185,8 +191,14 @@ struct NotHere {
 /// What became of one instance.
 #[derive(Debug)]
 enum Outcome {
-    Wrote { path: PathBuf, ticks: usize, complete: bool },
-    NotHere { owned_by: Option<String> },
+    Wrote {
+        path: PathBuf,
+        ticks: usize,
+        complete: bool,
+    },
+    NotHere {
+        owned_by: Option<String>,
+    },
     Failed(FetchError),
 }
 
@@ -220,11 +232,7 @@ fn segment(part: &str) -> String {
         .collect()
 }
 
-async fn fetch_one(
-    endpoint: &Endpoint,
-    args: &TimelinesArgs,
-    listed: &Listed,
-) -> Outcome {
+async fn fetch_one(endpoint: &Endpoint, args: &TimelinesArgs, listed: &Listed) -> Outcome {
     let path = format!(
         "/api/v1/instances/{}/{}/timeline",
         segment(&listed.namespace),
@@ -307,8 +315,7 @@ pub async fn fetch_all(args: &TimelinesArgs) -> Result<Fetched, FetchError> {
         out.failed += 1;
         out.lines.push(format!(
             "failed   {}/{}: not a Kubernetes name, no file written",
-            &l.namespace,
-            &l.name
+            &l.namespace, &l.name
         ));
     }
     let endpoint = Arc::new(endpoint);
@@ -341,10 +348,7 @@ pub async fn fetch_all(args: &TimelinesArgs) -> Result<Fetched, FetchError> {
             Outcome::NotHere { owned_by } => {
                 out.elsewhere += 1;
                 match owned_by {
-                    Some(owner) => format!(
-                        "not here {id}: swept by {}",
-                        &owner
-                    ),
+                    Some(owner) => format!("not here {id}: swept by {}", &owner),
                     None => format!("not here {id}: not swept by this replica"),
                 }
             }

@@ -70,8 +70,8 @@ mod tests {
     #[test]
     fn the_bounded_parameters_parse() {
         assert_eq!(parse("").unwrap(), TimelineQuery::default());
-        let q = parse("since=2026-12-05T00:00:00Z&until=2026-12-05T01:00:00%2B00:00&limit=20")
-            .unwrap();
+        let q =
+            parse("since=2026-12-05T00:00:00Z&until=2026-12-05T01:00:00%2B00:00&limit=20").unwrap();
         assert_eq!(q.since, Some("2026-12-05T00:00:00Z".parse().unwrap()));
         assert_eq!(q.until, Some("2026-12-05T01:00:00Z".parse().unwrap()));
         assert_eq!(q.limit, 20);
@@ -80,13 +80,22 @@ mod tests {
     #[test]
     fn malformed_parameters_are_refused_with_a_reason() {
         for (query, want) in [
-            ("limit=0", "limit \"0\" is not a whole number from 1 to 10000"),
+            (
+                "limit=0",
+                "limit \"0\" is not a whole number from 1 to 10000",
+            ),
             ("limit=10001", "from 1 to 10000"),
             ("limit=-3", "not a whole number"),
             ("limit=ten", "not a whole number"),
-            ("since=yesterday", "since \"yesterday\" is not an RFC 3339 time"),
+            (
+                "since=yesterday",
+                "since \"yesterday\" is not an RFC 3339 time",
+            ),
             ("until=", "until \"\" is not an RFC 3339 time"),
-            ("limit=1&limit=2", "parameter \"limit\" is given more than once"),
+            (
+                "limit=1&limit=2",
+                "parameter \"limit\" is given more than once",
+            ),
             ("page=2", "unknown parameter \"page\""),
             (
                 "since=2026-12-05T02:00:00Z&until=2026-12-05T01:00:00Z",

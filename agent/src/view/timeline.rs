@@ -413,10 +413,7 @@ impl Timeline {
             }
         }
         let first = chosen.front().map(|c| c.0);
-        let wave_started_at = self
-            .baseline_captured_at
-            .or(first)
-            .unwrap_or(answered_at);
+        let wave_started_at = self.baseline_captured_at.or(first).unwrap_or(answered_at);
         let has_baseline = self.baseline_captured_at.is_some() || self.soak_eligible;
         let id = key.to_string();
         let ticks: Vec<TimelineTick> = chosen
@@ -577,8 +574,8 @@ impl Timelines {
         };
         let span = (nanos(now) - nanos(oldest)).max(0);
         for step in 1..=16i128 {
-            let cutoff = Timestamp::from_nanosecond(nanos(oldest) + span * step / 16)
-                .unwrap_or(now);
+            let cutoff =
+                Timestamp::from_nanosecond(nanos(oldest) + span * step / 16).unwrap_or(now);
             let cutoff = if step == 16 { Timestamp::MAX } else { cutoff };
             for (key, timeline) in &mut self.by_key {
                 if timeline.oldest().is_none_or(|o| o >= cutoff) || timeline.ticks <= 1 {
@@ -708,7 +705,13 @@ mod tests {
         InstanceKey::new("kura", name)
     }
 
-    fn record(store: &mut Timelines, name: &str, h: &RolloutHealth, g: &RolloutGate, now: Timestamp) {
+    fn record(
+        store: &mut Timelines,
+        name: &str,
+        h: &RolloutHealth,
+        g: &RolloutGate,
+        now: Timestamp,
+    ) {
         store.record(
             &key(name),
             &TickRecord {
@@ -740,11 +743,18 @@ mod tests {
         assert_eq!((f.ticks, f.runs), (1001, 1));
         let per_tick = (f.bytes - one) as f64 / 1000.0;
         assert!(per_tick <= 13.0, "{per_tick} bytes per repeated tick");
-        let doc = store.document(&key("a"), &TimelineQuery::default(), t(0)).unwrap();
+        let doc = store
+            .document(&key("a"), &TimelineQuery::default(), t(0))
+            .unwrap();
         let got: Vec<_> = doc
             .ticks
             .iter()
-            .map(|tick| (tick.now, tick.servers[0].health.as_ref().unwrap().sampled_at))
+            .map(|tick| {
+                (
+                    tick.now,
+                    tick.servers[0].health.as_ref().unwrap().sampled_at,
+                )
+            })
             .collect();
         assert_eq!(got, times);
         assert!(doc.window.complete);
@@ -753,7 +763,10 @@ mod tests {
         assert_eq!(doc.ticks[0].wave_started_at, t(0));
         let server = &doc.ticks[5].servers[0];
         assert_eq!(server.id, "kura/a");
-        assert_eq!(server.baseline.as_ref().unwrap().counters.fd_timeout_count, Some(1));
+        assert_eq!(
+            server.baseline.as_ref().unwrap().counters.fd_timeout_count,
+            Some(1)
+        );
         assert_eq!(server.health.as_ref().unwrap().fd_timeout_count, 1);
     }
 
@@ -780,7 +793,10 @@ mod tests {
             .unwrap();
         assert_eq!(doc.ticks.len(), 1);
         let server = &doc.ticks[0].servers[0];
-        assert_eq!(server.baseline.as_ref().unwrap().counters.fd_timeout_count, Some(2));
+        assert_eq!(
+            server.baseline.as_ref().unwrap().counters.fd_timeout_count,
+            Some(2)
+        );
         assert_eq!(server.published.signal, Some(Signal::NotReady));
         assert!(!doc.window.complete, "a tick was left out by since");
     }
@@ -788,14 +804,36 @@ mod tests {
     #[test]
     fn a_new_baseline_or_configuration_restarts_the_timeline() {
         let mut store = Timelines::new(usize::MAX);
-        record(&mut store, "a", &health(1, t(0)), &gate("img:1", None, None), t(0));
-        record(&mut store, "a", &health(1, t(1)), &gate("img:1", None, None), t(1));
-        let doc = store.document(&key("a"), &TimelineQuery::default(), t(0)).unwrap();
+        record(
+            &mut store,
+            "a",
+            &health(1, t(0)),
+            &gate("img:1", None, None),
+            t(0),
+        );
+        record(
+            &mut store,
+            "a",
+            &health(1, t(1)),
+            &gate("img:1", None, None),
+            t(1),
+        );
+        let doc = store
+            .document(&key("a"), &TimelineQuery::default(), t(0))
+            .unwrap();
         assert_eq!(doc.ticks.len(), 2);
         assert_eq!(doc.ticks[0].servers[0].baseline, None, "no baseline yet");
         assert_eq!(doc.ticks[0].wave_started_at, t(0), "the first tick's now");
-        record(&mut store, "a", &health(1, t(2)), &gate("img:2", Some(t(2)), Some(1)), t(2));
-        let doc = store.document(&key("a"), &TimelineQuery::default(), t(0)).unwrap();
+        record(
+            &mut store,
+            "a",
+            &health(1, t(2)),
+            &gate("img:2", Some(t(2)), Some(1)),
+            t(2),
+        );
+        let doc = store
+            .document(&key("a"), &TimelineQuery::default(), t(0))
+            .unwrap();
         assert_eq!(doc.ticks.len(), 1);
         assert_eq!(doc.instance.baseline_image.as_deref(), Some("img:1"));
         assert_eq!(doc.window.dropped_ticks, 0);
@@ -813,7 +851,9 @@ mod tests {
                 now: t(3),
             },
         );
-        let doc = store.document(&key("a"), &TimelineQuery::default(), t(0)).unwrap();
+        let doc = store
+            .document(&key("a"), &TimelineQuery::default(), t(0))
+            .unwrap();
         assert_eq!(doc.ticks.len(), 1);
         assert_eq!(doc.config.fd_timeout_band, 3);
     }
@@ -825,21 +865,46 @@ mod tests {
         // change every tick (a run each), so either could pay.
         let g = gate("img:2", Some(t(0)), Some(1));
         for i in 0..200 {
-            record(&mut store, "rest", &health(1 + i as u64, t(i * 1000)), &g, t(i * 1000));
+            record(
+                &mut store,
+                "rest",
+                &health(1 + i as u64, t(i * 1000)),
+                &g,
+                t(i * 1000),
+            );
         }
         for i in 0..100 {
-            record(&mut store, "rollout", &health(1 + i as u64, t(300_000 + i * 1000)), &g, t(300_000 + i * 1000));
+            record(
+                &mut store,
+                "rollout",
+                &health(1 + i as u64, t(300_000 + i * 1000)),
+                &g,
+                t(300_000 + i * 1000),
+            );
         }
         let full = store.footprint();
         assert_eq!(full.dropped, 0);
         store.set_budget(full.bytes - 2_000);
-        record(&mut store, "rollout", &health(500, t(400_000)), &g, t(400_000));
+        record(
+            &mut store,
+            "rollout",
+            &health(500, t(400_000)),
+            &g,
+            t(400_000),
+        );
         let f = store.footprint();
         assert!(f.bytes <= f.budget - f.budget / 8, "{f:?}");
-        let rest = store.document(&key("rest"), &TimelineQuery::default(), t(0)).unwrap();
-        let rollout = store.document(&key("rollout"), &TimelineQuery::default(), t(0)).unwrap();
+        let rest = store
+            .document(&key("rest"), &TimelineQuery::default(), t(0))
+            .unwrap();
+        let rollout = store
+            .document(&key("rollout"), &TimelineQuery::default(), t(0))
+            .unwrap();
         assert!(rest.window.dropped_ticks > 0, "{f:?}");
-        assert_eq!(rollout.window.dropped_ticks, 0, "the newer timeline is whole: {f:?}");
+        assert_eq!(
+            rollout.window.dropped_ticks, 0,
+            "the newer timeline is whole: {f:?}"
+        );
         assert!(rollout.window.complete);
         assert!(!rest.window.complete);
         assert_eq!(f.dropped, rest.window.dropped_ticks);
@@ -847,13 +912,26 @@ mod tests {
         store.set_budget(1);
         record(&mut store, "rest", &health(1, t(401_000)), &g, t(401_000));
         for name in ["rest", "rollout"] {
-            let doc = store.document(&key(name), &TimelineQuery::default(), t(0)).unwrap();
+            let doc = store
+                .document(&key(name), &TimelineQuery::default(), t(0))
+                .unwrap();
             assert_eq!(doc.ticks.len(), 1, "{name}");
         }
-        assert_eq!(store.document(&key("rest"), &TimelineQuery::default(), t(0)).unwrap().window.to, t(401_000));
+        assert_eq!(
+            store
+                .document(&key("rest"), &TimelineQuery::default(), t(0))
+                .unwrap()
+                .window
+                .to,
+            t(401_000)
+        );
         store.retain(|k| k.name == "rest");
         assert_eq!(store.footprint().instances, 1);
-        assert!(store.document(&key("rollout"), &TimelineQuery::default(), t(0)).is_none());
+        assert!(
+            store
+                .document(&key("rollout"), &TimelineQuery::default(), t(0))
+                .is_none()
+        );
     }
 
     #[test]
@@ -864,17 +942,38 @@ mod tests {
             record(&mut store, "a", &health(1, t(i)), &g, t(i));
         }
         let newest = store
-            .document(&key("a"), &TimelineQuery { limit: 3, ..TimelineQuery::default() }, t(0))
+            .document(
+                &key("a"),
+                &TimelineQuery {
+                    limit: 3,
+                    ..TimelineQuery::default()
+                },
+                t(0),
+            )
             .unwrap();
         let nows: Vec<_> = newest.ticks.iter().map(|t| t.now).collect();
         assert_eq!(nows, [t(7), t(8), t(9)]);
         assert!(!newest.window.complete);
         let early = store
-            .document(&key("a"), &TimelineQuery { until: Some(t(1)), ..TimelineQuery::default() }, t(0))
+            .document(
+                &key("a"),
+                &TimelineQuery {
+                    until: Some(t(1)),
+                    ..TimelineQuery::default()
+                },
+                t(0),
+            )
             .unwrap();
         assert_eq!(early.ticks.len(), 2);
         let none = store
-            .document(&key("a"), &TimelineQuery { since: Some(t(50)), ..TimelineQuery::default() }, t(99))
+            .document(
+                &key("a"),
+                &TimelineQuery {
+                    since: Some(t(50)),
+                    ..TimelineQuery::default()
+                },
+                t(99),
+            )
             .unwrap();
         assert!(none.ticks.is_empty());
         assert_eq!((none.window.from, none.window.to), (t(50), t(99)));

@@ -18,20 +18,22 @@ pub fn reproduce(doc: &InstanceTimeline) -> Vec<(AgentVerdict, Option<Signal>)> 
     )
     .expect("the configuration in force parses");
     let first = doc.ticks.first().map(|t| &t.servers[0]);
-    let mut previous = first.and_then(|s| s.baseline.as_ref()).map(|b| RolloutGate {
-        target_image: doc.instance.target_image.clone(),
-        baseline_image: doc.instance.baseline_image.clone(),
-        baseline_captured_at: Some(b.captured_at),
-        baseline: b.counters.clone(),
-        effective_baseline: b.counters.clone(),
-        soak_eligible: b.soak_eligible,
-        verdict: AgentVerdict::Unhealthy,
-        signal: None,
-        healthy_since: None,
-        evaluated_at: b.captured_at,
-        evidence: Vec::new(),
-        config_error: None,
-    });
+    let mut previous = first
+        .and_then(|s| s.baseline.as_ref())
+        .map(|b| RolloutGate {
+            target_image: doc.instance.target_image.clone(),
+            baseline_image: doc.instance.baseline_image.clone(),
+            baseline_captured_at: Some(b.captured_at),
+            baseline: b.counters.clone(),
+            effective_baseline: b.counters.clone(),
+            soak_eligible: b.soak_eligible,
+            verdict: AgentVerdict::Unhealthy,
+            signal: None,
+            healthy_since: None,
+            evaluated_at: b.captured_at,
+            evidence: Vec::new(),
+            config_error: None,
+        });
     if previous.is_none() {
         // No baseline: the agent judges as for an instance seen first.
         previous = first.map(|_| RolloutGate {
@@ -77,7 +79,11 @@ pub fn reproduce(doc: &InstanceTimeline) -> Vec<(AgentVerdict, Option<Signal>)> 
 pub fn published(doc: &InstanceTimeline) -> Vec<(AgentVerdict, Option<Signal>)> {
     doc.ticks
         .iter()
-        .map(|t| (t.servers[0].published.verdict, t.servers[0].published.signal))
+        .map(|t| {
+            (
+                t.servers[0].published.verdict,
+                t.servers[0].published.signal,
+            )
+        })
         .collect()
 }
-

@@ -256,6 +256,9 @@ struct Record {
     connections: u64,
     /// The agent's per-instance histories: `(instances, bytes)`.
     history: Option<(usize, usize)>,
+    /// The agent's per-instance timelines: `(instances, ticks, runs,
+    /// bytes, budget)`.
+    timeline: Option<[u64; 5]>,
 }
 
 impl Record {
@@ -367,6 +370,7 @@ fn run(args: &LoadArgs) -> Result<bool, LoadError> {
         if let Some(mut r) = m.runner.take() {
             if matches!(m.side, Side::Agent) {
                 m.record.history = r.history()?;
+                m.record.timeline = r.timeline()?;
             }
             m.record.peak_rss = r.peak_rss()?;
         }
@@ -512,6 +516,20 @@ fn run(args: &LoadArgs) -> Result<bool, LoadError> {
                 "{:.2} MiB, {instances} instances, {} B each",
                 mib(bytes as u64),
                 bytes / instances.max(1)
+            ),
+            w = width(agent)
+        );
+    }
+
+    if let Some([instances, ticks, runs, bytes, budget]) = agent.record.timeline {
+        println!(
+            "{:<38} {:>w$}",
+            "agent: timelines (since the baseline)",
+            format!(
+                "{:.2} MiB, {instances} instances, {} B each, {ticks} ticks in {runs} runs, budget {:.0} MiB",
+                mib(bytes),
+                bytes / instances.max(1),
+                mib(budget)
             ),
             w = width(agent)
         );
@@ -686,6 +704,16 @@ fn run_loop(args: &LoadArgs) -> Result<bool, LoadError> {
             },
         ),
         ("agent peak RSS".into(), format!("{:.1} MiB", mib(peak))),
+        (
+            "agent timelines at the end".into(),
+            format!(
+                "{:.2} MiB, {} B per instance, {} ticks in {} runs",
+                mib(o.timeline[3]),
+                o.timeline[3] / o.timeline[0].max(1),
+                o.timeline[1],
+                o.timeline[2]
+            ),
+        ),
     ];
     for (label, value) in &rows {
         println!("{label:<48} {value:>32}");
