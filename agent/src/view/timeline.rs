@@ -41,8 +41,11 @@ use kura_schemas::{
 
 use crate::model::InstanceKey;
 
-/// The fleet's default byte budget for timelines: 8 MiB (at rest, 3,334
-/// instances hold a few hours each within it).
+/// The fleet's default byte budget for timelines: 8 MiB. At 10,000 pods
+/// (3,334 instances) at rest a timeline costs about 1.1 KiB plus 10-12
+/// bytes per 30 s sweep (benches/PERFORMANCE.md), so about an hour of
+/// every instance fits, and an instance whose inputs change every sweep
+/// (a rollout) costs one run, a few hundred bytes, per sweep.
 pub const DEFAULT_TIMELINE_BUDGET_BYTES: usize = 8 * 1024 * 1024;
 
 /// At most this many ticks per instance, whatever the budget.
@@ -734,7 +737,7 @@ mod tests {
         let mut now = t(1);
         let mut times = vec![(now, Some(t(0)))];
         for i in 0..1000i64 {
-            now = now + SignedDuration::new(30, 123_456);
+            now += SignedDuration::new(30, 123_456);
             let sampled = now - SignedDuration::from_millis(3 + i % 3);
             record(&mut store, "a", &health(1, sampled), &g, now);
             times.push((now, Some(sampled)));
@@ -768,6 +771,26 @@ mod tests {
             Some(1)
         );
         assert_eq!(server.health.as_ref().unwrap().fd_timeout_count, 1);
+    }
+
+    #[test]
+    fn a_tick_whose_inputs_changed_costs_one_run() {
+        // In a real rollout the outbox and the replication lag move every
+        // sweep: each tick is then a run of its own.
+        let mut store = Timelines::new(usize::MAX);
+        let g = gate("img:2", Some(t(0)), Some(1));
+        record(&mut store, "a", &health(1, t(0)), &g, t(0));
+        let one = store.footprint().bytes;
+        for i in 1..=100i64 {
+            let mut h = health(1, t(i * 2000));
+            h.outbox_messages = Some(i as u64);
+            record(&mut store, "a", &h, &g, t(i * 2000));
+        }
+        let f = store.footprint();
+        assert_eq!(f.runs, 101);
+        let per_tick = (f.bytes - one) / 100;
+        println!("a changed tick: {per_tick} bytes");
+        assert!(per_tick <= 512, "{per_tick} bytes per changed tick");
     }
 
     #[test]
