@@ -32,7 +32,7 @@ use std::sync::Arc;
 use crate::gate_text::ConfigFormat;
 use jiff::Timestamp;
 use kura_gate::instance::judge_instance;
-use kura_gate::{GateConfig, ReplayError, parse_config_over};
+use kura_gate::{DocumentError, GateConfig, parse_config_over};
 use kura_schemas::gate_status::MAX_CONFIG_ERROR_BYTES;
 use kura_schemas::{KuraInstanceStatus, RolloutGate, RolloutHealth, ShadowConfigSource};
 
@@ -135,17 +135,8 @@ pub fn instance_gate_config(cluster: &GateConfig, annotation: &str) -> Result<Ga
 
 /// A configuration document's error in one line: `key K: reason` (an
 /// unknown key lists the known ones), or the document-level reason.
-pub fn config_error_text(error: &ReplayError) -> String {
-    let text = match error {
-        ReplayError::Field { field, reason, .. } if field == "(config)" => reason.clone(),
-        ReplayError::Field { field, reason, .. } if reason == "unknown field" => format!(
-            "key {field}: unknown key (the keys are {})",
-            kura_gate::config::CONFIG_KEYS.join(", ")
-        ),
-        ReplayError::Field { field, reason, .. } => format!("key {field}: {reason}"),
-        other => other.to_string(),
-    };
-    text.replace(['\n', '\r'], " ")
+pub fn config_error_text(error: &DocumentError) -> String {
+    kura_gate::document::config_error_line(error)
 }
 
 /// `text` cut to at most `max` bytes at a character boundary.

@@ -1,5 +1,7 @@
-//! `kura-gate replay` documents, and so the gate over arbitrary tick
-//! sequences: no panic; every verdict but `pass` names a signal.
+//! `kura-gate replay` documents (and exported timelines), and so the gate
+//! over arbitrary tick sequences: no panic; every verdict but `pass` names
+//! a signal; the agent view judges every server of every tick, and every
+//! verdict but `healthy` names a signal.
 #![no_main]
 
 use kura_gate::wave::VerdictKind;
@@ -24,5 +26,19 @@ fuzz_target!(|data: &[u8]| {
                 );
             }
         }
+    }
+    let servers: usize = input.ticks.iter().map(|t| t.servers.len()).sum();
+    let agent = kura_gate::agent_view(&input);
+    assert_eq!(agent.len(), servers);
+    for line in agent {
+        assert_eq!(
+            line.signal.is_none(),
+            line.verdict == kura_schemas::AgentVerdict::Healthy,
+            "tick {} server {}: {:?} with signal {:?}",
+            line.tick,
+            line.server_id,
+            line.verdict,
+            line.signal
+        );
     }
 });

@@ -48,6 +48,28 @@ pub fn judge_instance(
     now: Timestamp,
     config: &GateConfig,
 ) -> RolloutGate {
+    judge_instance_view(
+        instance,
+        previous,
+        spec_image,
+        baseline_source.map(HealthView::from).as_ref(),
+        current.map(HealthView::from).as_ref(),
+        now,
+        config,
+    )
+}
+
+/// [`judge_instance`] on aggregates already read into [`HealthView`]s (what
+/// a replay document holds): the same judgement, the same result.
+pub fn judge_instance_view(
+    instance: &str,
+    previous: Option<&RolloutGate>,
+    spec_image: &str,
+    baseline_source: Option<&HealthView>,
+    current: Option<&HealthView>,
+    now: Timestamp,
+    config: &GateConfig,
+) -> RolloutGate {
     let mut gate = match previous {
         None => RolloutGate {
             target_image: spec_image.to_owned(),
@@ -64,15 +86,14 @@ pub fn judge_instance(
             config_error: None,
         },
         Some(previous) if previous.target_image != spec_image => {
-            let source = baseline_source.map(HealthView::from);
-            let counters = counters_of(source.as_ref());
+            let counters = counters_of(baseline_source);
             RolloutGate {
                 target_image: spec_image.to_owned(),
                 baseline_image: Some(previous.target_image.clone()),
                 baseline_captured_at: Some(now),
                 baseline: counters.clone(),
                 effective_baseline: counters,
-                soak_eligible: soak_eligible(source.as_ref(), now, config),
+                soak_eligible: soak_eligible(baseline_source, now, config),
                 verdict: AgentVerdict::Unhealthy,
                 signal: None,
                 healthy_since: None,
@@ -84,14 +105,13 @@ pub fn judge_instance(
         Some(previous) => previous.clone(),
     };
 
-    let view = current.map(HealthView::from);
-    if let Some(health) = view.as_ref()
+    if let Some(health) = current
         && freshness(Some(health), now, config) == Freshness::Fresh
     {
         lower_on_reset(&mut gate.effective_baseline, health);
     }
     let counters = gate.soak_eligible.then_some(&gate.effective_baseline);
-    let failure = check_server(instance, view.as_ref(), counters, now, config);
+    let failure = check_server(instance, current, counters, now, config);
 
     gate.evaluated_at = now;
     // Whether the instance's own configuration was refused is the caller's

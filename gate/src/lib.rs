@@ -15,9 +15,16 @@
 //! - [`wave`]: [`Gate::tick`], the wave judge.
 //! - [`instance`]: [`instance::judge_instance`], the agent's per-instance
 //!   `status.rolloutGate`.
-//! - [`replay`](mod@replay): the `kura-gate replay` document, and
-//!   [`parse_config_over`], the one parser of a configuration document
-//!   (replay's `config`, the agent's `--gate-config` file and annotation).
+//! - [`document`]: the strict reader of the `kura-gate replay` document
+//!   (and of an exported timeline) and its parts; [`parse_config_over`] is
+//!   the one parser of a configuration document (replay's `config`, the
+//!   agent's `--gate-config` file and annotation), its errors
+//!   [`DocumentError`]s.
+//! - [`replay`](mod@replay): the document run through the wave judge.
+//! - [`agent_view`](mod@agent_view): the document judged as the agent
+//!   judges each instance, beside the verdicts a timeline says it published.
+//! - [`what_if`](mod@what_if): the document judged with its own and with a
+//!   candidate configuration, and where they differ.
 //!
 //! Decisions where the contract is silent:
 //! - A missing `memoryPressureState` is not a hard stop but `sample_invalid`
@@ -43,24 +50,30 @@
 //!   `soaking`). Boolean checks report `observed` 0/1; missing fields have
 //!   `observed` null and a `detail`.
 
+pub mod agent_view;
 pub mod baseline;
 pub mod checks;
 pub mod config;
+pub mod document;
 pub mod error;
 pub mod health_view;
 pub mod instance;
 pub mod replay;
 pub mod wave;
+pub mod what_if;
 
+pub use agent_view::{AgentLine, agent_view};
 pub use baseline::Baseline;
 pub use config::GateConfig;
+pub use document::{
+    DocumentError, ReplayInput, parse_baseline_json, parse_config_json, parse_config_over,
+    parse_replay, parse_replay_judged_with, parse_tick_json, parse_tick_value,
+};
 pub use error::GateError;
 pub use health_view::HealthView;
-pub use instance::judge_instance;
-pub use replay::{
-    ReplayError, ReplayInput, ReplayLine, parse_baseline_json, parse_config_json,
-    parse_config_over, parse_replay, parse_tick_json, parse_tick_value, replay, run_replay,
-};
+pub use instance::{judge_instance, judge_instance_view};
+pub use replay::{ReplayError, ReplayLine, replay, run_replay};
 pub use wave::{
     Deployment, Gate, GateState, ServerInput, ServerStatus, TickInput, Verdict, VerdictKind,
 };
+pub use what_if::{View, WhatIf, what_if};

@@ -1,9 +1,13 @@
 //! `kura-gate`: offline replay of the rollout gate (contract/gate.md).
 
 use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use kura_gate::GateConfig;
+use kura_gate::what_if::{SummaryLine, View};
+use serde::Serialize;
 
 /// Rollout gate rules, offline.
 #[derive(Debug, Parser)]
@@ -63,50 +67,169 @@ failing tick restarts the clock; still incomplete waveDeadlineSeconds after
 waveStartedAt: hard_stop wave_deadline_exceeded. A hard stop latches until a
 tick with a higher attempt, which starts fresh. An empty wave passes on its
 first tick with a healthy scope. fd timeouts and peer failures below their
-baseline are resets: the effective baseline drops to them.";
+baseline are resets: the effective baseline drops to them.
+
+Exported timelines (the agent's /api/v1/instances/NS/NAME/timeline) are
+replay documents with three more keys, read as strictly:
+  \"instance\": {\"namespace\", \"name\", \"targetImage\", \"baselineImage\": str|null},
+  \"window\": {\"from\": T, \"to\": T, \"droppedTicks\": N, \"complete\": B},
+  and on each server \"published\": {\"verdict\": healthy|unhealthy|hard_stop,
+  \"signal\": a signal, null exactly when healthy} (or null).
+
+--agent-view prints, per tick and per server, the verdict the agent computes
+for that server as one instance (absolute checks always, counter checks only
+when soak-eligible, resets lower the effective baseline; state starts from
+the server's baseline, a null baseline is a first sight):
+  {\"tick\": 0, \"serverId\": \"ns/n\", \"verdict\": \"unhealthy\",
+   \"signal\": \"outbox_regressed\", \"healthySince\": null, \"evidence\": [...],
+   \"published\": {...}|null, \"agrees\": true|false|null}
+and exits 1 (after every line) when a published verdict or signal differs.
+
+--gate-config FILE judges with FILE (a JSON object of the config keys over
+the defaults, at most 64 KiB, refused as the agent's --gate-config is)
+instead of the document's config. With --diff only the ticks where its
+verdict or signal differs from the document's own configuration are
+printed ({\"tick\", \"document\": {...}, \"candidate\": {...}}, with \"serverId\"
+under --agent-view), then {\"summary\": {\"view\", \"ticks\", \"differences\",
+\"document\": O, \"candidate\": O}} where O is {\"firstPass\", \"firstHold\",
+\"firstHardStop\", \"hardStopTicks\", \"timeToPassSeconds\"}; exit 1 when any
+tick differs. Details: docs/gate-replay.md.";
 
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Replay a recorded sequence of ticks and print one verdict per line.
     Replay {
-        /// The replay document, or - for standard input.
+        /// The replay document (or exported timeline), or - for standard
+        /// input.
         file: String,
+        /// Print the agent's per-instance verdict of every server at every
+        /// tick (one line each) instead of the wave judge's, beside what the
+        /// document says the agent published; exit 1 when they disagree.
+        #[arg(long)]
+        agent_view: bool,
+        /// Judge with this configuration (a JSON object of the `config`
+        /// keys, up to 64 KiB) instead of the document's own.
+        #[arg(long, value_name = "FILE")]
+        gate_config: Option<PathBuf>,
+        /// With --gate-config: print only the ticks where the candidate's
+        /// verdict or signal differs from the document's own
+        /// configuration's, then a summary line; exit 1 when any differs.
+        #[arg(long, requires = "gate_config")]
+        diff: bool,
     },
 }
+
+/// The largest `--gate-config` file read, in bytes (the agent's limit).
+const MAX_GATE_FILE_BYTES: u64 = 64 * 1024;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Replay { file } => replay(&file),
+        Command::Replay {
+            file,
+            agent_view,
+            gate_config,
+            diff,
+        } => {
+            let text = match read_input(&file) {
+                Ok(text) => text,
+                Err(message) => return refused(&message),
+            };
+            let candidate = match gate_config.as_deref().map(load_gate_config).transpose() {
+                Ok(candidate) => candidate,
+                Err(message) => return refused(&message),
+            };
+            let view = if agent_view { View::Agent } else { View::Wave };
+            match (candidate, diff) {
+                (Some(candidate), true) => what_if(&text, &candidate, view),
+                (candidate, _) => replay(&text, candidate.as_ref(), view),
+            }
+        }
     }
 }
 
-fn replay(file: &str) -> ExitCode {
-    let text = if file == "-" {
+fn refused(message: &str) -> ExitCode {
+    eprintln!("{message}");
+    ExitCode::from(2)
+}
+
+fn read_input(file: &str) -> Result<String, String> {
+    if file == "-" {
         let mut text = String::new();
-        if let Err(e) = std::io::stdin().read_to_string(&mut text) {
-            eprintln!("cannot read standard input: {e}");
-            return ExitCode::from(2);
-        }
-        text
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .map_err(|e| format!("cannot read standard input: {e}"))?;
+        Ok(text)
     } else {
-        match std::fs::read_to_string(file) {
-            Ok(text) => text,
-            Err(e) => {
-                eprintln!("cannot read {file}: {e}");
-                return ExitCode::from(2);
-            }
-        }
+        std::fs::read_to_string(file).map_err(|e| format!("cannot read {file}: {e}"))
+    }
+}
+
+/// A `--gate-config` file: the strict JSON configuration document over the
+/// defaults, refused with one line naming the file, the key and the reason.
+fn load_gate_config(path: &Path) -> Result<GateConfig, String> {
+    let fail = |reason: String| format!("gate config {}: {reason}", path.display());
+    let file = std::fs::File::open(path).map_err(|e| fail(format!("cannot read: {e}")))?;
+    let mut text = String::new();
+    file.take(MAX_GATE_FILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| fail(format!("cannot read: {e}")))?;
+    if text.len() as u64 > MAX_GATE_FILE_BYTES {
+        return Err(fail(format!(
+            "cannot read: larger than {MAX_GATE_FILE_BYTES} bytes"
+        )));
+    }
+    kura_gate::document::read_config_file(&text).map_err(fail)
+}
+
+fn replay(text: &str, candidate: Option<&GateConfig>, view: View) -> ExitCode {
+    let input = match kura_gate::parse_replay_judged_with(text, candidate) {
+        Ok(input) => input,
+        Err(e) => return refused(&e.to_string()),
     };
-    let lines = match kura_gate::replay(&text) {
-        Ok(lines) => lines,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
+    match view {
+        View::Wave => match kura_gate::run_replay(&input) {
+            Ok(lines) => print_lines(&lines, ExitCode::SUCCESS),
+            Err(e) => refused(&e.to_string()),
+        },
+        View::Agent => {
+            let lines = kura_gate::agent_view(&input);
+            let disagree = lines.iter().any(|line| line.agrees == Some(false));
+            print_lines(
+                &lines,
+                if disagree {
+                    ExitCode::FAILURE
+                } else {
+                    ExitCode::SUCCESS
+                },
+            )
         }
+    }
+}
+
+fn what_if(text: &str, candidate: &GateConfig, view: View) -> ExitCode {
+    let answer = match kura_gate::what_if(text, candidate, view) {
+        Ok(answer) => answer,
+        Err(e) => return refused(&e.to_string()),
     };
+    let code = if answer.differences.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    };
+    let code = print_lines(&answer.differences, code);
+    print_lines(
+        &[SummaryLine {
+            summary: &answer.summary,
+        }],
+        code,
+    )
+}
+
+/// Writes one JSON line per item; `code` unless writing fails (then 1).
+fn print_lines<T: Serialize>(lines: &[T], code: ExitCode) -> ExitCode {
     let mut out = std::io::stdout().lock();
-    for line in &lines {
+    for line in lines {
         let written = serde_json::to_string(line)
             .map_err(std::io::Error::other)
             .and_then(|json| writeln!(out, "{json}"));
@@ -115,5 +238,5 @@ fn replay(file: &str) -> ExitCode {
             return ExitCode::from(1);
         }
     }
-    ExitCode::SUCCESS
+    code
 }

@@ -2,7 +2,7 @@
 //! language bindings feed the gate): the same strict rules and locations.
 
 use kura_gate::{
-    Baseline, Gate, GateConfig, GateState, ReplayError, parse_baseline_json, parse_config_json,
+    Baseline, DocumentError, Gate, GateConfig, GateState, parse_baseline_json, parse_config_json,
     parse_tick_json,
 };
 
@@ -41,7 +41,7 @@ fn a_config_document_is_the_replay_config_object() {
 fn json_errors_carry_line_and_column() {
     let err = parse_config_json("{\n  \"soakSeconds\": [60,]\n}").unwrap_err();
     match err {
-        ReplayError::Json { line, column, .. } => assert_eq!((line, column), (2, 22)),
+        DocumentError::Json { line, column, .. } => assert_eq!((line, column), (2, 22)),
         other => panic!("expected a JSON error, got {other:?}"),
     }
 }

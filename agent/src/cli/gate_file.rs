@@ -109,7 +109,7 @@ pub fn parse(path: &Path, text: &str) -> Result<GateFile, GateFileError> {
         GateFileError::Invalid {
             path: path.to_owned(),
             reason: match (&e, &value) {
-                (kura_gate::ReplayError::Field { field, .. }, Value::Null)
+                (kura_gate::DocumentError::Field { field, .. }, Value::Null)
                     if field == "(config)" =>
                 {
                     "empty: expected an object of gate settings (write {} for the defaults)"

@@ -217,6 +217,46 @@ pub unsafe extern "C" fn kura_gate_judge_instance(
     })
 }
 
+/// What-if: the replay document (or exported timeline) judged with its own
+/// configuration and with the candidate configuration document (`null` or
+/// `{}` is the defaults), in the wave judge's view
+/// (`agent_view` 0) or the agent's (`agent_view` 1). The answer is
+/// `{differences, summary}`, what `kura-gate replay --gate-config FILE
+/// --diff [--agent-view]` prints. A refused document is
+/// `KURA_GATE_INVALID_INPUT`, a refused candidate `KURA_GATE_INVALID_CONFIG`.
+/// Needs no gate.
+///
+/// # Safety
+/// `document` must point to `document_len` readable bytes and `candidate`
+/// to `candidate_len`; `out` must be NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kura_gate_what_if(
+    document: *const u8,
+    document_len: usize,
+    candidate: *const u8,
+    candidate_len: usize,
+    agent_view: u32,
+    out: *mut KuraGateBuffer,
+) -> i32 {
+    guard(out, || {
+        // SAFETY: the caller guarantees readable input.
+        let document = unsafe { bytes(document, document_len, "document")? };
+        // SAFETY: the caller guarantees readable input.
+        let candidate = unsafe { bytes(candidate, candidate_len, "candidate")? };
+        let agent_view = match agent_view {
+            0 => false,
+            1 => true,
+            other => {
+                return Err(FfiError::new(
+                    ErrorCode::InvalidInput,
+                    format!("agent_view is {other}: 0 (the wave judge) or 1 (the agent)"),
+                ));
+            }
+        };
+        api::to_json(&api::what_if(document, candidate, agent_view)?)
+    })
+}
+
 /// Frees a gate: `KURA_GATE_OK`, or `KURA_GATE_INVALID_HANDLE` when `gate`
 /// names no live gate (freed already, or no handle of this library); NULL
 /// is ignored (`KURA_GATE_OK`). The gate's memory goes when a call another

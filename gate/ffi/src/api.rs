@@ -6,8 +6,9 @@ use std::sync::{Mutex, TryLockError};
 
 use jiff::Timestamp;
 use kura_gate::{
-    Baseline, Gate, GateConfig, GateState, HealthView, Verdict, judge_instance as judge,
-    parse_baseline_json, parse_config_json, parse_tick_json, parse_tick_value,
+    Baseline, Gate, GateConfig, GateState, HealthView, Verdict, View, WhatIf,
+    judge_instance as judge, parse_baseline_json, parse_config_json, parse_tick_json,
+    parse_tick_value,
 };
 use kura_schemas::{RolloutGate, RolloutHealth, Signal};
 use serde::{Deserialize, Serialize};
@@ -66,7 +67,7 @@ impl GateHandle {
         let text = text(Document::Input, input)?;
         self.with_gate(|gate| {
             let tick = parse_tick_json(text, gate.config())
-                .map_err(|e| FfiError::replay(Document::Input, e))?;
+                .map_err(|e| FfiError::document(Document::Input, e))?;
             gate.tick(&tick).map_err(FfiError::gate)
         })
     }
@@ -75,7 +76,7 @@ impl GateHandle {
     pub fn tick_value(&self, input: &Value) -> Result<Verdict, FfiError> {
         self.with_gate(|gate| {
             let tick = parse_tick_value(input, gate.config())
-                .map_err(|e| FfiError::replay(Document::Input, e))?;
+                .map_err(|e| FfiError::document(Document::Input, e))?;
             gate.tick(&tick).map_err(FfiError::gate)
         })
     }
@@ -92,7 +93,7 @@ impl GateHandle {
         let text = text(Document::Input, input)?;
         self.with_gate(|gate| {
             parse_baseline_json(text, gate.config())
-                .map_err(|e| FfiError::replay(Document::Input, e))
+                .map_err(|e| FfiError::document(Document::Input, e))
         })
     }
 
@@ -121,7 +122,7 @@ impl GateHandle {
 
 fn parse_config(config: &[u8]) -> Result<GateConfig, FfiError> {
     let config = parse_config_json(text(Document::Config, config)?)
-        .map_err(|e| FfiError::replay(Document::Config, e))?;
+        .map_err(|e| FfiError::document(Document::Config, e))?;
     config.validate().map_err(FfiError::gate)?;
     Ok(config)
 }
@@ -164,6 +165,20 @@ pub fn judge_instance(input: &[u8]) -> Result<RolloutGate, FfiError> {
         input.now,
         &config,
     ))
+}
+
+/// What-if (`kura-gate replay --gate-config FILE --diff`): the replay
+/// document (or exported timeline) `document` judged with its own
+/// configuration and with `candidate` (a configuration document, as
+/// [`GateHandle::new`] reads; null or `{}` is the defaults), in the wave
+/// judge's view (`agent_view` false) or the agent's. The answer is
+/// `{differences, summary}`: the lines and the summary `kura-gate replay
+/// --diff` prints, in one document.
+pub fn what_if(document: &[u8], candidate: &[u8], agent_view: bool) -> Result<WhatIf, FfiError> {
+    let candidate = parse_config(candidate)?;
+    let document = text(Document::Input, document)?;
+    let view = if agent_view { View::Agent } else { View::Wave };
+    kura_gate::what_if(document, &candidate, view).map_err(|e| FfiError::replay(Document::Input, e))
 }
 
 /// What a binding needs to know about this library, from the Rust side so

@@ -1,6 +1,6 @@
 //! Errors as values: a stable code and a message that locates the problem.
 
-use kura_gate::{GateError, ReplayError};
+use kura_gate::{DocumentError, GateError, ReplayError};
 use serde::Serialize;
 
 /// Which document an input was (decides the code of its parse errors).
@@ -150,10 +150,10 @@ impl FfiError {
         )
     }
 
-    /// A refused document, located as the gate's parser located it.
-    pub fn replay(document: Document, error: ReplayError) -> Self {
+    /// A refused document, located as the gate's strict reader located it.
+    pub fn document(document: Document, error: DocumentError) -> Self {
         match error {
-            ReplayError::Json {
+            DocumentError::Json {
                 message,
                 line,
                 column,
@@ -165,14 +165,14 @@ impl FfiError {
                     format!("{} is not valid JSON: {message}", document.name()),
                 )
             },
-            ReplayError::DuplicateKey { line, column, .. } => FfiError {
+            DocumentError::DuplicateKey { line, column, .. } => FfiError {
                 line: Some(line),
                 column: Some(column),
                 ..FfiError::new(document.code(), format!("{}: {error}", document.name()))
             },
-            ReplayError::Field { .. } => {
+            DocumentError::Field { .. } => {
                 let message = error.to_string();
-                let ReplayError::Field { field, server, .. } = error else {
+                let DocumentError::Field { field, server, .. } = error else {
                     return FfiError::new(document.code(), message);
                 };
                 FfiError {
@@ -181,6 +181,14 @@ impl FfiError {
                     ..FfiError::new(document.code(), message)
                 }
             }
+        }
+    }
+
+    /// A refused replay: the document's fault ([`FfiError::document`]) or
+    /// the gate's refusal of a tick.
+    pub fn replay(document: Document, error: ReplayError) -> Self {
+        match error {
+            ReplayError::Document(error) => FfiError::document(document, error),
             ReplayError::Gate { field, source, .. } => FfiError {
                 field: Some(field.to_owned()),
                 ..FfiError::gate(source)
@@ -260,7 +268,7 @@ mod tests {
             &kura_gate::GateConfig::default(),
         )
         .unwrap_err();
-        let e = FfiError::replay(Document::Input, e);
+        let e = FfiError::document(Document::Input, e);
         assert_eq!(e.code, ErrorCode::InvalidInput);
         assert_eq!((e.line, e.column), (Some(2), Some(18)));
         assert!(

@@ -19,5 +19,7 @@ pub mod error;
 pub mod registry;
 pub mod status;
 
-pub use api::{ABI_VERSION, Description, GateHandle, MAX_INPUT_BYTES, describe, judge_instance};
+pub use api::{
+    ABI_VERSION, Description, GateHandle, MAX_INPUT_BYTES, describe, judge_instance, what_if,
+};
 pub use error::{Document, ErrorCode, FfiError};

@@ -185,3 +185,53 @@ fn freeing_a_gate_while_another_thread_ticks_it_is_safe() {
         );
     }
 }
+
+fn what_if(document: &[u8], candidate: &[u8], agent_view: u32) -> (i32, Value) {
+    // SAFETY: valid pointers and lengths.
+    call(|out| unsafe {
+        kura_gate_what_if(
+            document.as_ptr(),
+            document.len(),
+            candidate.as_ptr(),
+            candidate.len(),
+            agent_view,
+            out,
+        )
+    })
+}
+
+#[test]
+fn what_if_through_the_c_abi_is_the_library_what_if() {
+    let timeline = |name: &str| {
+        std::fs::read(format!(
+            "{}/../../testdata/timeline/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap()
+    };
+    let holds = timeline("holds.json");
+    let looser = timeline("looser-outbox.gate.json");
+    for (agent_view, view) in [(0, kura_gate::View::Wave), (1, kura_gate::View::Agent)] {
+        let (code, doc) = what_if(&holds, &looser, agent_view);
+        assert_eq!(code, KURA_GATE_OK, "{doc}");
+        let candidate =
+            kura_gate::parse_config_json(std::str::from_utf8(&looser).unwrap()).unwrap();
+        let want =
+            kura_gate::what_if(std::str::from_utf8(&holds).unwrap(), &candidate, view).unwrap();
+        assert_eq!(doc, serde_json::to_value(&want).unwrap());
+        assert!(!doc["differences"].as_array().unwrap().is_empty());
+    }
+
+    let (code, doc) = what_if(&holds, br#"{"outboxBandPercent": 5000}"#, 0);
+    assert_eq!(code, KURA_GATE_INVALID_CONFIG, "{doc}");
+    assert_eq!(doc["field"], "config.outboxBandPercent");
+    let (code, doc) = what_if(b"{\"ticks\": 1}", b"{}", 0);
+    assert_eq!(code, KURA_GATE_INVALID_INPUT, "{doc}");
+    assert_eq!(doc["field"], "ticks");
+    let (code, doc) = what_if(&holds, b"{}", 2);
+    assert_eq!(code, KURA_GATE_INVALID_INPUT, "{doc}");
+    // SAFETY: a NULL document is refused before it is read.
+    let (code, _) =
+        call(|out| unsafe { kura_gate_what_if(ptr::null(), 0, b"{}".as_ptr(), 2, 0, out) });
+    assert_eq!(code, KURA_GATE_NULL_ARGUMENT);
+}
