@@ -243,6 +243,33 @@ func JudgeInstanceJSON(input []byte) ([]byte, error) {
 	return doc, nil
 }
 
+// WhatIfJSON judges a replay document (or an exported timeline) with its
+// own configuration and with candidate (a configuration document, `{}` or
+// `null` for the defaults), in the wave judge's view or, with agentView,
+// the agent's. The answer is `{"differences": [...], "summary": {...}}`:
+// the lines and the summary of `kura-gate replay --gate-config FILE --diff`
+// (docs/gate-replay.md).
+func WhatIfJSON(document, candidate []byte, agentView bool) ([]byte, error) {
+	if err := abiChecked(); err != nil {
+		return nil, err
+	}
+	view := C.uint32_t(0)
+	if agentView {
+		view = 1
+	}
+	var out C.KuraGateBuffer
+	doc, docLen := cBytes(document)
+	cand, candLen := cBytes(candidate)
+	status := C.kura_gate_what_if(doc, docLen, cand, candLen, view, &out)
+	runtime.KeepAlive(document)
+	runtime.KeepAlive(candidate)
+	answer := take(out)
+	if status != C.KURA_GATE_OK {
+		return nil, decodeError(int(status), answer)
+	}
+	return answer, nil
+}
+
 // Description is what the library says about itself: every signal and
 // verdict, the error codes, the aggregate fields the checks read and the
 // default configuration. Bindings take these from here instead of keeping

@@ -172,6 +172,23 @@ defmodule KuraGate do
     end
   end
 
+  @doc """
+  What-if: the replay document (or exported timeline; a JSON binary or a
+  map) judged with its own configuration and with `candidate` (a
+  configuration, `%{}` for the defaults), in the wave judge's view or, with
+  `agent_view: true`, the agent's. The answer is the map `%{"differences"
+  => [...], "summary" => %{...}}` with the contract's string keys: the lines
+  and the summary of `kura-gate replay --gate-config FILE --diff`
+  (docs/gate-replay.md).
+  """
+  @spec what_if(document, document, keyword) :: {:ok, map} | {:error, Error.t()}
+  def what_if(document, candidate, opts \\ []) do
+    case Native.what_if(document, candidate, Keyword.get(opts, :agent_view, false)) do
+      {:ok, answer} -> {:ok, answer}
+      {:error, error} -> {:error, error(error)}
+    end
+  end
+
   @doc "Every signal the gate can answer, as atoms, from the library."
   @spec signals() :: [atom]
   def signals do

@@ -173,6 +173,25 @@ int32_t kura_gate_judge_instance(const uint8_t *input,
                                  size_t input_len,
                                  struct KuraGateBuffer *out);
 
+// What-if: the replay document (or exported timeline) judged with its own
+// configuration and with the candidate configuration document (`null` or
+// `{}` is the defaults), in the wave judge's view
+// (`agent_view` 0) or the agent's (`agent_view` 1). The answer is
+// `{differences, summary}`, what `kura-gate replay --gate-config FILE
+// --diff [--agent-view]` prints. A refused document is
+// `KURA_GATE_INVALID_INPUT`, a refused candidate `KURA_GATE_INVALID_CONFIG`.
+// Needs no gate.
+//
+// # Safety
+// `document` must point to `document_len` readable bytes and `candidate`
+// to `candidate_len`; `out` must be NULL or writable.
+int32_t kura_gate_what_if(const uint8_t *document,
+                          size_t document_len,
+                          const uint8_t *candidate,
+                          size_t candidate_len,
+                          uint32_t agent_view,
+                          struct KuraGateBuffer *out);
+
 // Frees a gate: `KURA_GATE_OK`, or `KURA_GATE_INVALID_HANDLE` when `gate`
 // names no live gate (freed already, or no handle of this library); NULL
 // is ignored (`KURA_GATE_OK`). The gate's memory goes when a call another

@@ -19,6 +19,7 @@ defmodule KuraGate.Native do
   def dump_state(_gate), do: :erlang.nif_error(:nif_not_loaded)
   def capture_baseline(_gate, _input), do: :erlang.nif_error(:nif_not_loaded)
   def judge_instance(_input), do: :erlang.nif_error(:nif_not_loaded)
+  def what_if(_document, _candidate, _agent_view), do: :erlang.nif_error(:nif_not_loaded)
   def describe_library(), do: :erlang.nif_error(:nif_not_loaded)
   def decode_json(_json), do: :erlang.nif_error(:nif_not_loaded)
   def encode_json(_term), do: :erlang.nif_error(:nif_not_loaded)

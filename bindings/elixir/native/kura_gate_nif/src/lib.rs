@@ -142,6 +142,23 @@ fn judge_instance<'a>(env: Env<'a>, input: Term<'a>) -> Term<'a> {
     answer(env, gate, |env, v| from_value(env, &v))
 }
 
+/// `{:ok, %{"differences" => [...], "summary" => %{...}}}` (string keys,
+/// the JSON document `kura-gate replay --gate-config FILE --diff` prints):
+/// the replay document (or exported timeline) judged with its own
+/// configuration and with `candidate`, in the wave judge's view or the
+/// agent's.
+#[rustler::nif(schedule = "DirtyCpu")]
+fn what_if<'a>(env: Env<'a>, input: Term<'a>, candidate: Term<'a>, agent_view: bool) -> Term<'a> {
+    let answer_doc = caught(|| {
+        let doc = document(input, Document::Input)?;
+        let candidate = document(candidate, Document::Config)?;
+        let answer = kura_gate_ffi::what_if(&doc, &candidate, agent_view)?;
+        serde_json::to_value(answer)
+            .map_err(|e| FfiError::new(ErrorCode::Internal, format!("cannot serialize: {e}")))
+    });
+    answer(env, answer_doc, |env, v| from_value(env, &v))
+}
+
 /// The library's description (string keys, as the JSON document).
 #[rustler::nif]
 fn describe_library(env: Env<'_>) -> Term<'_> {
