@@ -17,7 +17,10 @@ FROM rust:1.95-bookworm AS build
 RUN cargo install --locked cargo-auditable@0.7.7
 WORKDIR /src
 COPY . .
+# The product binary: `run` only, without the tools (check, baseline, demo,
+# aggregate, simulate, fleet-load-side: kura-agent's default `tools` feature).
 RUN cargo auditable build --locked --release -p kura-agent --bin kura-agent \
+      --no-default-features \
     && cp target/release/kura-agent /kura-agent
 
 FROM gcr.io/distroless/cc-debian12:nonroot

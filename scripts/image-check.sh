@@ -6,8 +6,10 @@
 #
 #   scripts/image-check.sh [TEST...]        # e.g. scripts/image-check.sh sigterm
 #   scripts/image-check.sh --fleet-load [FLEET-LOAD ARGS...]
-#                                           # the image's binary beside this build
-#                                           # in fleet-load (default --pods 10000)
+#                                           # the image's build (the product, no
+#                                           # tools) plus only the fleet-load side,
+#                                           # beside this build in fleet-load
+#                                           # (default --pods 10000)
 #
 # Installs podman and runc with apt when missing. Tools come from
 # scripts/build-tools.sh (cached). KURA_IMAGE_CHECK_KEEP=1 keeps the work
@@ -19,16 +21,18 @@ root=$PWD
 if [ "${1:-}" = --fleet-load ]; then
   shift
   [ $# -gt 0 ] || set -- --pods 10000
-  eval "$("$root/scripts/image.sh" | grep '^KURA_')"
+  # The image's binary has no `fleet-load-side` (it is a tool): build the
+  # image's recipe with only that harness added, in a target directory of
+  # its own (the features differ from the default build's).
   work=$(mktemp -d "${TMPDIR:-/tmp}/kura-image-fleet.XXXXXX")
   trap 'rm -rf "$work"' EXIT
-  name=kura-image-cp-$$
-  podman create --name "$name" "$KURA_IMAGE" >/dev/null
-  podman cp "$name:/usr/local/bin/kura-agent" "$work/kura-agent"
-  podman rm "$name" >/dev/null
-  echo "image-check: fleet-load with $KURA_IMAGE's /usr/local/bin/kura-agent beside this build"
+  product_target=${CARGO_TARGET_DIR:-$root/target}/product-fleet-load-side
+  cargo build --locked --release -p kura-agent --bin kura-agent \
+    --no-default-features --features fleet-load-side --target-dir "$product_target"
+  cp "$product_target/release/kura-agent" "$work/kura-agent"
+  echo "image-check: fleet-load with the product binary (+ fleet-load-side) beside this build"
   cargo build --locked --release -p kura-benches --bin fleet-load
-  "${CARGO_TARGET_DIR:-$root/target}/release/fleet-load" --agent-bin "image=$work/kura-agent" "$@"
+  "${CARGO_TARGET_DIR:-$root/target}/release/fleet-load" --agent-bin "product=$work/kura-agent" "$@"
   exit
 fi
 

@@ -3,7 +3,9 @@
 #
 #   scripts/image.sh [--tag REF] [--oci-archive FILE] [--push] [--no-podman]
 #
-# 1. the release binary, with its dependency list embedded by
+# 1. the product's release binary (`run` alone: built with
+#    `--no-default-features`, so without kura-agent's `tools` feature and
+#    the subcommands and dependencies it owns), its dependency list embedded by
 #    `cargo auditable` (section .dep-v0, read by trivy, grype, syft and
 #    `cargo audit bin`); cargo-auditable is installed into the cache on
 #    first use;
@@ -75,7 +77,7 @@ if [ ! -x "$auditable" ]; then
 fi
 target_dir=${CARGO_TARGET_DIR:-$root/target}
 # A binary built from exactly these sources before (same commit trees of
-# the crates it is made of, kura-sim included since `demo` links it; same
+# the crates it is made of, kura-sim included since it is a workspace member; same
 # lock file, compiler and cargo-auditable) is reused: CI clones afresh, so
 # cargo would rebuild the workspace crates from unchanged sources otherwise. Only for committed, unmodified sources.
 src_paths=(Cargo.toml Cargo.lock agent schemas gate sim)
@@ -88,9 +90,9 @@ binary=$cache/bin-$binary_key/kura-agent
 if [ -n "$binary_key" ] && [ -x "$binary" ]; then
   log "reusing $binary (built from these sources before)"
 else
-  log "cargo auditable build --release -p kura-agent"
+  log "cargo auditable build --release -p kura-agent --no-default-features"
   PATH=$(dirname "$auditable"):$PATH cargo auditable build --locked --release \
-    -p kura-agent --bin kura-agent >&2
+    -p kura-agent --bin kura-agent --no-default-features >&2
   binary=$target_dir/release/kura-agent
   [ -x "$binary" ] || die "no binary at $binary"
   if [ -n "$binary_key" ]; then

@@ -18,8 +18,10 @@ Tests, in order (a failed one skips those that depend on it):
   auditable           the binary's .dep-v0 lists the workspace's crates at
                       Cargo.lock's versions
   version             `kura-agent --version` in the container
-  demo                the demo in the container, its page reached from
-                      the host, exit 0 with the story played as designed
+  no-tools            the image's binary is the product alone: `--help`
+                      lists `run` only, `demo` and `check` are refused as
+                      unknown subcommands (exit 2), kura-sim is not in its
+                      embedded dependency list (`run` itself: in-cluster)
   in-cluster          `run` with in-cluster configuration only (service
                       host/port env, a TokenRequest token of the chart's
                       ServiceAccount, ca.crt, namespace): the process's
@@ -398,25 +400,24 @@ def version():
     return p.stdout.strip()
 
 
-@test("demo")
-def demo():
+@test("no-tools", needs=("auditable",))
+def no_tools():
     chart = chart_deployment()
-    port = free_port()
-    name = f"kura-image-demo-{os.getpid()}"
-    started_containers().append(name)
-    run(base_run(name, chart) + [args.image, "demo", "--listen", f"127.0.0.1:{port}", "--time-scale", "150"])
-    page = wait_for("the demo's page from the host", 60,
-                    lambda: (lambda r: r if r[0] == 200 else None)(http_get(f"http://127.0.0.1:{port}/")))
-    check("<html" in page[1].lower() and "/debug/instances" in page[1], "the debug page's HTML")
-    status, metrics = http_get(f"http://127.0.0.1:{port}/metrics")
-    check(status == 200 and "kura_agent_" in metrics, "/metrics from the host")
-    code = int(podman("wait", name, timeout=180).stdout.strip().splitlines()[-1])
-    logs = podman("logs", name).stdout
-    podman("rm", name)
-    started_containers().remove(name)
-    check(code == 0, f"demo exit code {code}: {logs[-1500:]}")
-    check("the story played as designed" in logs, f"the story: {logs[-1500:]}")
-    return f"page and /metrics at 127.0.0.1:{port} from the host; exit 0"
+    base = [*PODMAN, "run", "--rm", "--network", "host", *LIMITS, *secure_run_options(chart), args.image]
+    p = subprocess.run(base + ["--help"], capture_output=True, text=True, timeout=60)
+    check(p.returncode == 0, f"--help exit code {p.returncode}: {p.stderr[-500:]}")
+    commands = re.findall(r"^  (\S+)\s", p.stdout.split("Commands:", 1)[-1].split("Options:", 1)[0], re.M)
+    check(commands == ["run", "help"], f"the product's subcommands are run (and help): {commands}")
+    for tool in ("demo", "check", "fleet-load-side"):
+        p = subprocess.run(base + [tool, "--help"], capture_output=True, text=True, timeout=60)
+        check(p.returncode == 2 and "unrecognized subcommand" in p.stderr,
+              f"`{tool}` is absent from the product binary (exit {p.returncode}: {p.stderr[-300:]})")
+    p = subprocess.run(base + ["run", "--help"], capture_output=True, text=True, timeout=60)
+    check(p.returncode == 0 and "--gate-config" in p.stdout, f"`run --help` works: {p.stderr[-300:]}")
+    deps = dep_v0(state["binary"])
+    names = {p["name"] for p in deps["packages"]}
+    check("kura-sim" not in names, "kura-sim is not linked into the product binary")
+    return "run only; demo, check, fleet-load-side refused; no kura-sim"
 
 
 # ---- the in-cluster run ------------------------------------------------------

@@ -5,7 +5,7 @@
 //! the status publishes, so it restores from a published status after an
 //! agent restart or a handover. `kura-agent check` combines the same
 //! aggregation and judge itself, with a synthetic instance and its own
-//! soak and timeout rules (`cli::check::judge`).
+//! soak and timeout rules (`tools::check::judge`).
 //!
 //! Every engine judges with the cluster's gate configuration
 //! ([`EngineConfig::gate`]) unless its instance carries its own in the

@@ -15,23 +15,22 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("model", &[]),
     ("telemetry", &[]),
     ("gate_text", &[]),
-    // core, pure
+    // core, no IO: the fold, the judge, the fleet view they feed
     ("aggregate", &["model"]),
     ("engine", &["model", "aggregate", "gate_text"]),
-    // state
     ("view", &["model"]),
-    // the poller, which the loop owns
+    // adapters (IO); the loop owns the poller, the others meet it through
+    // model's ports
     ("poll", &["model", "telemetry"]),
-    // loop
-    ("runner", &["model", "telemetry", "engine", "view", "poll"]),
-    // the other adapters
     ("cluster", &["model", "telemetry"]),
     ("shard", &["model", "telemetry"]),
     ("write", &["model", "telemetry"]),
     ("events", &["model", "telemetry"]),
+    // loop
+    ("runner", &["model", "telemetry", "engine", "view", "poll"]),
     // presentation
     ("debug", &["model", "telemetry", "view"]),
-    // composition and tools
+    // the composition root (`run`)
     (
         "cli",
         &[
@@ -42,12 +41,29 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "engine",
             "view",
             "poll",
-            "runner",
             "cluster",
             "shard",
             "write",
             "events",
+            "runner",
             "debug",
+        ],
+    ),
+    // the tools (feature `tools`): the product's parts and cli's shared
+    // set-up; never `cluster`, `shard`, `write` or `events`, the product's
+    // adapters to the API server
+    (
+        "tools",
+        &[
+            "model",
+            "telemetry",
+            "aggregate",
+            "engine",
+            "view",
+            "poll",
+            "runner",
+            "debug",
+            "cli",
         ],
     ),
 ];

@@ -33,6 +33,8 @@ pub mod poll;
 pub mod runner;
 pub mod shard;
 pub mod telemetry;
+#[cfg(feature = "fleet-load-side")]
+pub mod tools;
 pub mod view;
 pub mod write;
 

@@ -1,7 +1,11 @@
-//! `kura-agent`: the Kura rollout-health agent.
+//! `kura-agent`: the Kura rollout-health agent. `run` is the product;
+//! every other subcommand is a tool, compiled in with the `tools` feature
+//! (default; the container image is built without it).
 
 use clap::{Parser, Subcommand};
 use kura_agent::cli;
+#[cfg(feature = "fleet-load-side")]
+use kura_agent::tools;
 use std::process::ExitCode;
 
 #[global_allocator]
@@ -20,36 +24,50 @@ enum Command {
     /// Run the agent in a cluster: watch, poll, aggregate, judge, write status.
     Run(Box<cli::run::RunArgs>),
     /// Aggregate recorded pod reports from a file, one JSON line per sweep.
-    Aggregate(cli::aggregate::AggregateArgs),
+    #[cfg(feature = "tools")]
+    Aggregate(tools::aggregate::AggregateArgs),
     /// Serve a simulated Kura fleet from a scenario file.
-    Simulate(cli::simulate::SimulateArgs),
+    #[cfg(feature = "tools")]
+    Simulate(tools::simulate::SimulateArgs),
     /// Gate a set of plain node URLs: baseline, soak, pass or hard stop.
-    Check(cli::check::CheckArgs),
+    #[cfg(feature = "tools")]
+    Check(tools::check::CheckArgs),
     /// Poll a set of plain node URLs once before an upgrade and write the
     /// baseline `check --baseline` judges against after it.
-    Baseline(cli::baseline::BaselineArgs),
+    #[cfg(feature = "tools")]
+    Baseline(tools::baseline::BaselineArgs),
     /// Fetch every instance's timeline (the gate inputs it judged, a
     /// `kura-gate replay` document) from a running agent into one file each.
-    Timelines(cli::timelines::TimelinesArgs),
+    #[cfg(feature = "tools")]
+    Timelines(tools::timelines::TimelinesArgs),
     /// Play a progressive rollout on a simulated fleet through the real
     /// agent pipeline and gate, in about a minute.
-    Demo(cli::demo::DemoArgs),
-    /// The agent side of the `fleet-load` harness on stdin/stdout, so the
-    /// shipped binary can be measured (internal).
+    #[cfg(feature = "tools")]
+    Demo(tools::demo::DemoArgs),
+    /// The agent side of the `fleet-load` harness on stdin/stdout, so a
+    /// built binary can be measured (internal).
+    #[cfg(feature = "fleet-load-side")]
     #[command(hide = true)]
-    FleetLoadSide(cli::fleet_load_side::FleetLoadSideArgs),
+    FleetLoadSide(tools::fleet_load_side::FleetLoadSideArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Run(args) => cli::run::run(*args),
-        Command::Aggregate(args) => cli::aggregate::run(&args),
-        Command::Simulate(args) => cli::simulate::run(args),
-        Command::Check(args) => cli::check::run(args),
-        Command::Baseline(args) => cli::baseline::run(args),
-        Command::Demo(args) => cli::demo::run(args),
-        Command::Timelines(args) => cli::timelines::run(&args),
-        Command::FleetLoadSide(args) => cli::fleet_load_side::run(&args),
+        #[cfg(feature = "tools")]
+        Command::Aggregate(args) => tools::aggregate::run(&args),
+        #[cfg(feature = "tools")]
+        Command::Simulate(args) => tools::simulate::run(args),
+        #[cfg(feature = "tools")]
+        Command::Check(args) => tools::check::run(args),
+        #[cfg(feature = "tools")]
+        Command::Baseline(args) => tools::baseline::run(args),
+        #[cfg(feature = "tools")]
+        Command::Demo(args) => tools::demo::run(args),
+        #[cfg(feature = "tools")]
+        Command::Timelines(args) => tools::timelines::run(&args),
+        #[cfg(feature = "fleet-load-side")]
+        Command::FleetLoadSide(args) => tools::fleet_load_side::run(&args),
     }
 }

@@ -4,7 +4,7 @@
 
 use kura_agent::aggregate::AggregateConfig;
 use kura_agent::aggregate::input::{parse_input, run};
-use kura_agent::cli::aggregate::DEFAULT_AGENT;
+use kura_agent::tools::aggregate::DEFAULT_AGENT;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;

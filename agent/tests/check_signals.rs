@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use kura_agent::cli::check::{CheckNode, CheckRun, CheckSettings, PollReport, run_check};
+use kura_agent::tools::check::{CheckNode, CheckRun, CheckSettings, PollReport, run_check};
 use kura_agent::poll::{PollConfig, Poller};
 use kura_gate::{GateConfig, VerdictKind};
 use kura_schemas::Signal;

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use kura_agent::cli::demo::{Demo, DemoConfig, NEW_IMAGE};
+use kura_agent::tools::demo::{Demo, DemoConfig, NEW_IMAGE};
 use kura_gate::VerdictKind;
 use kura_schemas::{AgentVerdict, Signal};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

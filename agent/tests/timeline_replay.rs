@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use kura_agent::cli::timelines::{TimelinesArgs, fetch_all, timeline_file};
+use kura_agent::tools::timelines::{TimelinesArgs, fetch_all, timeline_file};
 use kura_agent::debug::{DebugServer, DebugState};
 use kura_agent::model::{
     InstanceInfo, InstanceKey, InstanceTarget, PodTarget, StoredInstance, StoredStatusSource,

@@ -15,7 +15,7 @@ pub enum LoadError {
     Sim(#[from] kura_sim::SimError),
     /// A measuring side stopped early.
     #[error(transparent)]
-    Side(#[from] kura_agent::cli::fleet_load_side::protocol::ProtocolError),
+    Side(#[from] kura_agent::tools::fleet_load_side::protocol::ProtocolError),
     /// The tokio runtime could not be built.
     #[error("cannot start the runtime: {0}")]
     Runtime(#[source] std::io::Error),

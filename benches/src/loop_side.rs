@@ -33,7 +33,7 @@ use crate::proc_stats::{cpu_time, peak_rss};
 use crate::profiler::{is_profiler_line, profiled};
 use crate::sim_process::FD_SLACK;
 use jiff::{SignedDuration, Timestamp};
-use kura_agent::cli::fleet_load_side::protocol::parse_target;
+use kura_agent::tools::fleet_load_side::protocol::parse_target;
 use kura_agent::engine::EngineConfig;
 use kura_agent::model::{
     DesiredStatus, InstanceInfo, InstanceKey, InstanceTarget, PodIdentity, PodTarget, StatusSink,

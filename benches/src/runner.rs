@@ -5,14 +5,14 @@
 //! the bare-GET loopback ceiling ([`Side::Bare`]). The parent alternates
 //! their sweeps, so all see the same machine load.
 //!
-//! The line protocol is `kura_agent::cli::fleet_load_side::protocol`: the child side
+//! The line protocol is `kura_agent::tools::fleet_load_side::protocol`: the child side
 //! of the agent lives in the agent crate, so `kura-agent fleet-load-side`
 //! runs the same code as this build's `fleet-load run-side --side agent`.
 
 use crate::ceiling::BareClient;
 use crate::error::LoadError;
 use crate::profiler::{is_profiler_line, profiled};
-use kura_agent::cli::fleet_load_side::protocol::{self, SideConfig, Sweeper, Swept};
+use kura_agent::tools::fleet_load_side::protocol::{self, SideConfig, Sweeper, Swept};
 use kura_agent::model::PodIdentity;
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;

@@ -10,7 +10,7 @@
 //! accepted so far.
 
 use crate::error::LoadError;
-use kura_agent::cli::fleet_load_side::protocol::parse_target;
+use kura_agent::tools::fleet_load_side::protocol::parse_target;
 use kura_agent::model::PodIdentity;
 use kura_sim::{Addressing, ReportGeneration, SimPodSpec, Simulator, raise_fd_limit};
 use std::io::{BufRead, BufReader, Write};
@@ -18,7 +18,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
-pub use kura_agent::cli::fleet_load_side::protocol::FD_SLACK;
+pub use kura_agent::tools::fleet_load_side::protocol::FD_SLACK;
 
 /// Which report generation the simulated pods answer in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,36 +1,21 @@
-//! The `kura-agent` subcommands, one module each; `main.rs` only
-//! dispatches to them. This is the top of the crate: it composes the
-//! parts below and nothing below imports it.
+//! The composition root: `kura-agent run`, the one subcommand of the
+//! product binary, and what every subcommand shares. Only `main.rs` and
+//! the tools (`crate::tools`) import it; it imports everything below.
 //!
-//! - [`run`]: the agent in a cluster (flags in [`run::RunArgs`]);
-//! - [`check`]: the gate for plain node URLs (standalone chart);
-//! - [`baseline`]: one poll of plain node URLs written down before an
-//!   upgrade, for `check --baseline` after it ([`baseline_store`]: into a
-//!   ConfigMap);
-//! - [`demo`]: a rollout on a simulated fleet (`kura-sim`);
-//! - [`aggregate`]: the aggregation over recorded reports;
-//! - [`simulate`]: serve a simulated fleet (`kura-sim`);
-//! - [`gate_file`]: `--gate-config FILE` of `run` and `check`;
-//! - [`out_file`]: `--out FILE` of `baseline` (FILE keeps what it is);
-//! - [`timelines`]: fetch every instance's timeline from a running agent;
+//! - [`run`]: the agent in a cluster (flags in [`run::RunArgs`], the
+//!   composition);
+//! - [`gate_file`]: `--gate-config FILE` of `run` (and of `check`);
+//! - [`parse`]: the flag value parsers (durations, rates, counts);
 //! - [`terminal`]: foreign text escaped and bounded before it is printed;
-//! - [`fleet_load_side`] (hidden): the agent's side of the `fleet-load`
-//!   harness, so a shipped binary can be measured.
+//! - [`allocator`]: the binaries' global allocator;
+//! - [`LogFormat`], [`init_logging`], [`multi_thread_runtime`]: the one
+//!   logging and runtime set-up of every subcommand.
 
-pub mod aggregate;
 pub mod allocator;
-pub mod baseline;
-pub mod baseline_store;
-pub mod check;
-pub mod demo;
-pub mod fleet_load_side;
 pub mod gate_file;
-pub mod out_file;
 pub mod parse;
 pub mod run;
-pub mod simulate;
 pub mod terminal;
-pub mod timelines;
 
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Default)]

@@ -2,7 +2,7 @@
 //! poll its pods, fold and judge the samples ([`InstanceEngine::step`]),
 //! record the result in the [`FleetView`] and publish the desired status
 //! to the [`StatusSink`]. The run loop's instance task calls [`sweep`] at
-//! its cadence; `fleet-load` (`cli::fleet_load_side`) calls it for every
+//! its cadence; `fleet-load` (`tools::fleet_load_side`) calls it for every
 //! instance at once, so the benchmark measures this code, not a copy.
 
 use std::sync::Arc;

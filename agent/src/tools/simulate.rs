@@ -18,8 +18,8 @@ pub struct SimulateArgs {
 
 /// Run the subcommand.
 pub fn run(args: SimulateArgs) -> ExitCode {
-    super::init_logging(super::LogFormat::Text, "warn");
-    let runtime = match super::multi_thread_runtime("simulate") {
+    crate::cli::init_logging(crate::cli::LogFormat::Text, "warn");
+    let runtime = match crate::cli::multi_thread_runtime("simulate") {
         Ok(rt) => rt,
         Err(code) => return code,
     };

@@ -24,7 +24,7 @@
 //! see the same machine load.
 
 use clap::{Parser, Subcommand};
-use kura_agent::cli::fleet_load_side::protocol::Swept;
+use kura_agent::tools::fleet_load_side::protocol::Swept;
 use kura_agent::poll::PollConfig;
 use kura_agent::runner::Cadence;
 use kura_benches::error::LoadError;

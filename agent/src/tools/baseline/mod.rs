@@ -17,7 +17,7 @@
 //! a new path is written whole or not at all, a FIFO or character device is
 //! written through, a link's target is written; anything else is refused.
 //! With `--configmap`, into that ConfigMap's `baseline.json`
-//! ([`baseline_store`]), for a hook Job before an upgrade.
+//! ([`store`]), for a hook Job before an upgrade.
 //!
 //! Exit 0 when every node was sampled; 1 when not (the document is still
 //! written, each unsampled node named on standard error with why; such a
@@ -30,14 +30,15 @@ use std::process::ExitCode;
 
 use jiff::Timestamp;
 
-use super::LogFormat;
-use super::baseline_store;
-use super::check::{
+use crate::cli::{LogFormat, terminal};
+use crate::tools::check::{
     BaselineDocument, CheckNode, CheckRun, CheckSettings, EXIT_FAIL, EXIT_PASS, EXIT_USAGE,
     check_runtime, nodes_of, poll_nodes,
 };
-use super::{out_file, terminal};
 use crate::poll::{PollConfig, Poller};
+
+pub mod out_file;
+pub mod store;
 
 /// Arguments of `kura-agent baseline`.
 #[derive(Debug, clap::Args)]
@@ -66,7 +67,7 @@ pub struct BaselineArgs {
 
 /// Entry point of `kura-agent baseline`; returns exit code 0, 1 or 2.
 pub fn run(args: BaselineArgs) -> ExitCode {
-    super::init_logging(LogFormat::Text, "warn");
+    crate::cli::init_logging(LogFormat::Text, "warn");
     let runtime = match check_runtime("baseline") {
         Ok(rt) => rt,
         Err(code) => return code,
@@ -121,7 +122,7 @@ pub fn run(args: BaselineArgs) -> ExitCode {
         (Some(path), _) => out_file::write(path, &text)
             .map_err(|e| format!("cannot write {}: {e}", path.display())),
         (None, Some(name)) => runtime
-            .block_on(baseline_store::store(
+            .block_on(store::store(
                 name,
                 args.configmap_namespace.as_deref(),
                 &text,

@@ -13,7 +13,7 @@ use serde::Serialize;
 use crate::aggregate::{AggregateConfig, InstanceAggregator};
 use crate::model::{InstanceInfo, PodSample};
 
-use super::baseline::BaselineDocument;
+use super::baseline_document::BaselineDocument;
 
 /// The name of the synthetic instance, as evidence names the server.
 pub const SERVER: &str = "nodes";

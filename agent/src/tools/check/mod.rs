@@ -59,14 +59,14 @@
 //!
 //! Usage or input errors exit 2; [`run`] is the subcommand's entry point.
 
-mod baseline;
+mod baseline_document;
 mod judge;
 mod line;
 mod run;
 mod url;
 pub(crate) mod words;
 
-pub use baseline::{BaselineDocument, BaselineError};
+pub use baseline_document::{BaselineDocument, BaselineError};
 pub use judge::{BaselineSource, CheckRun, CheckSettings, PollReport};
 pub use run::{CheckNode, poll_nodes, run_check};
 pub use url::{NodeUrlError, node_report_urls, refuse_same_nodes};
@@ -79,7 +79,7 @@ use std::time::Duration;
 use jiff::{SignedDuration, Timestamp};
 use kura_gate::VerdictKind;
 
-use super::LogFormat;
+use crate::cli::LogFormat;
 
 use crate::cli::gate_file;
 use crate::cli::parse::{parse_duration, parse_positive_duration};
@@ -188,7 +188,7 @@ pub(crate) fn check_runtime(command: &str) -> Result<tokio::runtime::Runtime, Ex
 
 /// Entry point of `kura-agent check`; returns exit code 0, 1 or 2.
 pub fn run(args: CheckArgs) -> ExitCode {
-    super::init_logging(LogFormat::Text, "warn");
+    crate::cli::init_logging(LogFormat::Text, "warn");
     let runtime = match check_runtime("check") {
         Ok(rt) => rt,
         Err(code) => return code,

@@ -58,7 +58,7 @@ use jiff::Timestamp;
 use kura_gate::GateConfig;
 use tokio::task::JoinHandle;
 
-use super::LogFormat;
+use crate::cli::LogFormat;
 use crate::debug::{DebugServer, DebugState};
 use crate::engine::EngineConfig;
 use crate::model::ScaledClock;
@@ -341,8 +341,8 @@ fn parse_scale(input: &str) -> Result<f64, String> {
 
 /// Entry point of `kura-agent demo`.
 pub fn run(args: DemoArgs) -> ExitCode {
-    super::init_logging(LogFormat::Text, "warn");
-    let runtime = match super::multi_thread_runtime("demo") {
+    crate::cli::init_logging(LogFormat::Text, "warn");
+    let runtime = match crate::cli::multi_thread_runtime("demo") {
         Ok(rt) => rt,
         Err(code) => return code,
     };

@@ -16,7 +16,7 @@ use kura_schemas::{AgentVerdict, RolloutHealth, Signal};
 use super::fleet::{DemoInstance, NEW_IMAGE, OLD_IMAGE, pod_target, wave_count};
 use super::outcome::{DemoOutcome, InstanceOutcome, WaveOutcome};
 use super::{Demo, DemoError};
-use crate::cli::check::words::{count, describe};
+use crate::tools::check::words::{count, describe};
 use crate::model::{Clock, InstanceKey};
 use kura_sim::SimPodHandle;
 
