@@ -488,7 +488,7 @@ async fn instances_another_replica_owns_are_answered_from_the_stored_status() {
         "rolloutGate": serde_json::to_value(gate()).expect("gate"),
         "conditions": [
             {"type": "RolloutHealthy", "status": "False", "reason": "PodsUnsampled",
-             "message": "server kura/other: pods_unsampled: observed 1, band top 2",
+             "message": "server kura/other: pods_unsampled: 1 of 2 pods sampled",
              "observedGeneration": 2, "lastTransitionTime": "2026-07-21T10:00:10Z"},
             {"type": "Ready", "status": "True", "reason": "Running", "message": "",
              "lastTransitionTime": "2026-07-21T09:00:00Z"}
@@ -516,7 +516,7 @@ async fn instances_another_replica_owns_are_answered_from_the_stored_status() {
     assert_eq!(v["generation"], 2);
     assert_eq!(v["rolloutHealthy"]["status"], "False");
     assert_eq!(
-        v["rolloutHealthy"]["message"], "server kura/other: pods_unsampled: observed 1, band top 2",
+        v["rolloutHealthy"]["message"], "server kura/other: pods_unsampled: 1 of 2 pods sampled",
         "the owner's own condition"
     );
 

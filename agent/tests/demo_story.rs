@@ -115,7 +115,7 @@ async fn the_demo_passes_the_canary_and_stops_the_regression_with_evidence() {
         "wave 0 (canary): pass",
         "wave 2: soak (fd_timeouts_regressed)",
         "wave 2: hard_stop (wave_deadline_exceeded) held by kura/umbrella-us-east",
-        "evidence: fd_timeouts_regressed on kura/umbrella-us-east",
+        "evidence: server kura/umbrella-us-east: fd_timeouts_regressed",
         "the story played as designed",
     ] {
         assert!(text.contains(needle), "missing {needle:?} in\n{text}");

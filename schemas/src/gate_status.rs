@@ -310,32 +310,94 @@ impl Evidence {
     }
 }
 
+/// The one phrasing of a failing check's evidence, for people: every
+/// surface (the `RolloutHealthy` condition's message and the Events, the
+/// debug pages, `kura-agent check`'s readable lines, the demo) prints these
+/// words and adds only its markup (escaping, length limits).
 impl Evidence {
-    /// The evidence on one line, for a condition's `message` or an Event's
-    /// note: `server kura/acme: fd_timeouts_regressed: observed 7, band top
-    /// 5, baseline 5 (detail)`; figures that are absent are left out.
+    /// The evidence on one line: `server kura/acme: fd_timeouts_regressed:
+    /// fd timeouts 7, band top 5, baseline 5` (the server, the signal, then
+    /// [`Evidence::figures`]). A condition's `message`, an Event's note,
+    /// `check`'s and the demo's evidence.
     pub fn summary(&self) -> String {
-        let mut figures = Vec::new();
-        if let Some(v) = self.observed {
-            figures.push(format!("observed {v}"));
+        match self.phrase() {
+            Some(phrase) => format!("server {}: {}: {phrase}", self.server, self.signal),
+            None => format!("server {}: {}", self.server, self.signal),
         }
-        if let Some(v) = self.band_top {
-            figures.push(format!("band top {v}"));
-        }
-        if let Some(v) = self.baseline {
-            figures.push(format!("baseline {v}"));
-        }
-        let mut line = format!("server {}: {}", self.server, self.signal);
-        if !figures.is_empty() {
-            line.push_str(": ");
-            line.push_str(&figures.join(", "));
-        }
-        if let Some(detail) = self.detail.as_deref().filter(|d| !d.is_empty()) {
-            line.push_str(" (");
-            line.push_str(detail);
-            line.push(')');
-        }
-        line.replace(['\n', '\r'], " ")
+    }
+
+    /// What the failing check saw, without the server, for a surface that
+    /// shows the server beside it (the debug pages, `check`'s line after
+    /// `signal=`): `fd timeouts 66, band top 8, baseline 8`, `memory
+    /// pressure 2 (critical), limit 1`, `1 of 3 pods sampled`, the fence
+    /// state of checks 16 and 17, else the gate's detail (`ready is
+    /// false`), else the signal's name.
+    pub fn figures(&self) -> String {
+        self.phrase().unwrap_or_else(|| self.signal.to_string())
+    }
+
+    /// The figures in words, on one line, or the detail when the signal
+    /// has no figures; `None` when there is neither.
+    fn phrase(&self) -> Option<String> {
+        let or_dash = |v: Option<u64>| v.map_or_else(|| "–".to_owned(), |v| v.to_string());
+        let detail = || self.detail.clone().filter(|d| !d.is_empty());
+        let phrase = match self.signal {
+            s if s.quantity_label().is_some() => {
+                let label = s.quantity_label().unwrap_or_default();
+                let observed = self
+                    .observed
+                    .map_or_else(|| "not reported".to_owned(), |v| v.to_string());
+                let mut line = format!("{label} {observed}");
+                if let Some(top) = self.band_top {
+                    line.push_str(&format!(", band top {top}"));
+                }
+                if let Some(base) = self.baseline {
+                    line.push_str(&format!(", baseline {base}"));
+                }
+                Some(line)
+            }
+            Signal::MemoryPressureCritical => Some(format!(
+                "memory pressure {} (critical), limit {}",
+                or_dash(self.observed),
+                or_dash(self.band_top)
+            )),
+            Signal::SampleMissing => Some("no aggregate yet: no sweep has produced one".to_owned()),
+            Signal::SampleStale => match self.observed {
+                Some(age) => Some(format!(
+                    "sample age {age} s, limit {} s",
+                    or_dash(self.band_top)
+                )),
+                None => Some(format!(
+                    "no pod answered ({})",
+                    detail().unwrap_or_else(|| self.signal.to_string())
+                )),
+            },
+            Signal::SampleInvalid => self.observed.map(|ahead| {
+                format!(
+                    "sampledAt {ahead} s in the future, limit {} s",
+                    or_dash(self.band_top)
+                )
+            }),
+            Signal::PodsUnsampled => match (self.observed, self.band_top) {
+                (Some(s), Some(x)) => Some(format!("{s} of {x} pods sampled")),
+                _ => None,
+            },
+            Signal::BootstrapInFlight => Some(format!(
+                "{} peers still bootstrapping, limit 0",
+                or_dash(self.observed)
+            )),
+            Signal::BackfillBudgetExhausted => Some(format!(
+                "{} peers out of backfill budget, limit 0",
+                or_dash(self.observed)
+            )),
+            Signal::ServingFenced | Signal::NoValidWriter => {
+                self.fence.as_ref().map(FenceEvidence::describe)
+            }
+            _ => None,
+        };
+        phrase
+            .or_else(detail)
+            .map(|line| line.replace(['\n', '\r'], " "))
     }
 }
 
@@ -429,3 +491,60 @@ pub struct RolloutGate {
 
 /// The longest [`RolloutGate::config_error`] written, in bytes.
 pub const MAX_CONFIG_ERROR_BYTES: usize = 512;
+
+#[cfg(test)]
+mod evidence_words {
+    use super::{Evidence, FenceEvidence, Signal};
+
+    #[test]
+    fn the_summary_is_the_server_the_signal_and_the_figures() {
+        let e = Evidence {
+            observed: Some(7),
+            band_top: Some(5),
+            baseline: Some(5),
+            ..Evidence::new("kura/acme", Signal::FdTimeoutsRegressed)
+        };
+        assert_eq!(e.figures(), "fd timeouts 7, band top 5, baseline 5");
+        assert_eq!(
+            e.summary(),
+            "server kura/acme: fd_timeouts_regressed: fd timeouts 7, band top 5, baseline 5"
+        );
+        let e = Evidence {
+            observed: Some(1),
+            band_top: Some(2),
+            detail: Some("sampledPods below expectedPods".to_owned()),
+            ..Evidence::new("kura/acme", Signal::PodsUnsampled)
+        };
+        assert_eq!(
+            e.summary(),
+            "server kura/acme: pods_unsampled: 1 of 2 pods sampled"
+        );
+    }
+
+    #[test]
+    fn without_figures_the_detail_then_the_signal_stands_in() {
+        let e = Evidence {
+            observed: Some(0),
+            detail: Some("ready is\nfalse".to_owned()),
+            ..Evidence::new("kura/acme", Signal::NotReady)
+        };
+        assert_eq!(e.figures(), "ready is false");
+        assert_eq!(e.summary(), "server kura/acme: not_ready: ready is false");
+        let bare = Evidence::new("kura/acme", Signal::NotServing);
+        assert_eq!(bare.figures(), "not_serving");
+        assert_eq!(bare.summary(), "server kura/acme: not_serving");
+        let fenced = Evidence {
+            fence: Some(FenceEvidence {
+                phase: "Fencing".to_owned(),
+                enabled_pods: 2,
+                valid_writers: 0,
+                epoch: 3,
+            }),
+            ..Evidence::new("kura/acme", Signal::NoValidWriter)
+        };
+        assert_eq!(
+            fenced.figures(),
+            "grant phase Fencing, 2 pods with fenced serving, 0 valid writers, highest epoch 3"
+        );
+    }
+}

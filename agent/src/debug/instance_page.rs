@@ -12,7 +12,7 @@ use crate::debug::html::{
     self, Page, age, clock, clock_text, encode_component, escape, instance_href, seconds_between,
     yes_no,
 };
-use crate::debug::signals::{Outcome, check_rows, evidence_line};
+use crate::debug::signals::{Outcome, check_rows};
 use crate::model::{MembersSnapshot, WriteRecord};
 use crate::view::{HistoryView, InstanceView, Readiness, Standing};
 
@@ -64,7 +64,7 @@ pub fn sentence(v: &InstanceView, history: Option<&HistoryView>, now: Timestamp)
     };
     match g.evidence.first() {
         Some(e) => {
-            let _ = write!(out, ": {}", escape(&evidence_line(e)));
+            let _ = write!(out, ": {}", escape(&e.figures()));
             let counter = e.signal.is_banded();
             if counter && let Some(c) = &captured {
                 let _ = write!(out, " {c}");

@@ -1,5 +1,7 @@
 //! The gate's words for people: the one-line summary of a verdict's
-//! evidence ([`evidence_line`]), and every gated signal of an instance with
+//! evidence ([`summary`]: the evidence's own words,
+//! `kura_schemas::Evidence::figures`, which the conditions, `check` and
+//! the demo share), and every gated signal of an instance with
 //! its baseline, limit, current value and result ([`check_rows`]), in the
 //! order of the contract's server checks.
 //!
@@ -10,81 +12,16 @@
 //! the restatement says.
 
 use jiff::{SignedDuration, Timestamp};
-use kura_schemas::{Evidence, FenceEvidence, RolloutGate, RolloutHealth, Signal};
+use kura_schemas::{FenceEvidence, RolloutGate, RolloutHealth, Signal};
 
 use crate::model::GateLimits;
-
-/// A counter signal's label for people (the one wording, next to the
-/// signal: [`Signal::quantity_label`]).
-fn counter_label(signal: Signal) -> Option<&'static str> {
-    signal.quantity_label()
-}
-
-fn or_dash(v: Option<u64>) -> String {
-    v.map_or_else(|| "–".to_owned(), |v| v.to_string())
-}
-
-/// One line saying what a failing check saw, e.g. `fd timeouts 66, band
-/// top 8, baseline 8`.
-pub fn evidence_line(e: &Evidence) -> String {
-    let detail = || e.detail.clone().unwrap_or_else(|| e.signal.to_string());
-    match e.signal {
-        s if counter_label(s).is_some() => {
-            let label = counter_label(s).unwrap_or_default();
-            let observed = e
-                .observed
-                .map_or_else(|| "not reported".to_owned(), |v| v.to_string());
-            let mut line = format!("{label} {observed}");
-            if let Some(top) = e.band_top {
-                line.push_str(&format!(", band top {top}"));
-            }
-            if let Some(base) = e.baseline {
-                line.push_str(&format!(", baseline {base}"));
-            }
-            line
-        }
-        Signal::MemoryPressureCritical => format!(
-            "memory pressure {} (critical), limit {}",
-            or_dash(e.observed),
-            or_dash(e.band_top)
-        ),
-        Signal::SampleMissing => "no aggregate yet: no sweep has produced one".to_owned(),
-        Signal::SampleStale => match e.observed {
-            Some(age) => format!("sample age {age} s, limit {} s", or_dash(e.band_top)),
-            None => format!("no pod answered ({})", detail()),
-        },
-        Signal::SampleInvalid => match e.observed {
-            Some(ahead) => format!(
-                "sampledAt {ahead} s in the future, limit {} s",
-                or_dash(e.band_top)
-            ),
-            None => detail(),
-        },
-        Signal::PodsUnsampled => match (e.observed, e.band_top) {
-            (Some(s), Some(x)) => format!("{s} of {x} pods sampled"),
-            _ => detail(),
-        },
-        Signal::BootstrapInFlight => {
-            format!("{} peers still bootstrapping, limit 0", or_dash(e.observed))
-        }
-        Signal::BackfillBudgetExhausted => format!(
-            "{} peers out of backfill budget, limit 0",
-            or_dash(e.observed)
-        ),
-        Signal::ServingFenced | Signal::NoValidWriter => match &e.fence {
-            Some(f) => f.describe(),
-            None => detail(),
-        },
-        _ => detail(),
-    }
-}
 
 /// The first evidence of `gate` in one line, or a dash.
 pub fn summary(gate: Option<&RolloutGate>) -> String {
     match gate {
         None => "not judged yet".to_owned(),
         Some(g) => match g.evidence.first() {
-            Some(e) => evidence_line(e),
+            Some(e) => e.figures(),
             None if g.signal.is_none() => "every gated signal passes".to_owned(),
             None => g.signal.map(|s| s.to_string()).unwrap_or_default(),
         },
@@ -455,7 +392,7 @@ mod tests {
     use super::*;
     use crate::engine::gate_limits;
     use kura_gate::GateConfig;
-    use kura_schemas::{AgentVerdict, RetiredCounters};
+    use kura_schemas::{AgentVerdict, Evidence, RetiredCounters};
     use proptest::prelude::*;
 
     fn ts(s: i64) -> Timestamp {
@@ -504,24 +441,24 @@ mod tests {
             baseline: Some(8),
             ..Evidence::new("kura/a", Signal::FdTimeoutsRegressed)
         };
-        assert_eq!(evidence_line(&e), "fd timeouts 66, band top 8, baseline 8");
+        assert_eq!(e.figures(), "fd timeouts 66, band top 8, baseline 8");
         let e = Evidence {
             observed: Some(2),
             band_top: Some(1),
             ..Evidence::new("kura/a", Signal::MemoryPressureCritical)
         };
-        assert_eq!(evidence_line(&e), "memory pressure 2 (critical), limit 1");
+        assert_eq!(e.figures(), "memory pressure 2 (critical), limit 1");
         let e = Evidence {
             detail: Some("ready is false".into()),
             ..Evidence::new("kura/a", Signal::NotReady)
         };
-        assert_eq!(evidence_line(&e), "ready is false");
+        assert_eq!(e.figures(), "ready is false");
         let e = Evidence {
             observed: Some(1),
             band_top: Some(3),
             ..Evidence::new("kura/a", Signal::PodsUnsampled)
         };
-        assert_eq!(evidence_line(&e), "1 of 3 pods sampled");
+        assert_eq!(e.figures(), "1 of 3 pods sampled");
         assert_eq!(summary(None), "not judged yet");
     }
 

@@ -396,7 +396,7 @@ mod tests {
         assert_eq!(c.reason, "FdTimeoutsRegressed");
         assert_eq!(
             c.message,
-            "server kura/acme: fd_timeouts_regressed: observed 7, band top 5, baseline 5; gate config: bad \"soak\" value"
+            "server kura/acme: fd_timeouts_regressed: fd timeouts 7, band top 5, baseline 5; gate config: bad \"soak\" value"
         );
         let hs = gate(AgentVerdict::HardStop, Some(Signal::MemoryPressureCritical));
         assert_eq!(
@@ -406,7 +406,7 @@ mod tests {
         let stopped = rollout_hard_stopped(Some(&hs));
         assert_eq!(stopped.status, ConditionStatus::True);
         assert_eq!(stopped.reason, "MemoryPressureCritical");
-        assert!(stopped.message.contains("observed 7"));
+        assert!(stopped.message.contains("memory pressure 7 (critical), limit 5"));
     }
 
     #[test]

@@ -13,6 +13,8 @@
 //! - [`aggregate`]: the aggregation over recorded reports;
 //! - [`simulate`]: serve a simulated fleet (`kura-sim`);
 //! - [`timelines`]: fetch every instance's timeline from a running agent;
+//! - [`words`]: what `check` and `demo` print beside the gate's own
+//!   words;
 //! - [`fleet_load_side`] (hidden; its own feature `fleet-load-side`, which
 //!   `tools` includes): the agent's side of the `fleet-load` harness, so a
 //!   built binary can be measured.
@@ -31,3 +33,5 @@ pub mod fleet_load_side;
 pub mod simulate;
 #[cfg(feature = "tools")]
 pub mod timelines;
+#[cfg(feature = "tools")]
+pub mod words;

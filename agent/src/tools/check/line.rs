@@ -6,7 +6,7 @@ use kura_gate::VerdictKind;
 use kura_schemas::Signal;
 
 use super::judge::{BaselineSource, PollReport};
-use super::words::{count, describe_fields};
+use crate::tools::words::count;
 
 fn verdict_word(v: VerdictKind) -> &'static str {
     match v {
@@ -72,7 +72,7 @@ pub fn readable(report: &PollReport) -> String {
                         line,
                         "; last failing: {}: {}",
                         cause.signal,
-                        describe_fields(cause)
+                        cause.figures()
                     );
                 }
                 None => {
@@ -89,7 +89,7 @@ pub fn readable(report: &PollReport) -> String {
         _ => {
             if let Some(e) = report.evidence.first() {
                 line.push(' ');
-                line.push_str(&describe_fields(e));
+                line.push_str(&e.figures());
             }
             if !report.nodes.is_empty() {
                 let _ = write!(line, "; nodes: {}", nodes_with_reasons(report));

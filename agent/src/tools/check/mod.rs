@@ -64,7 +64,6 @@ mod judge;
 mod line;
 mod run;
 mod url;
-pub(crate) mod words;
 
 pub use baseline_document::{BaselineDocument, BaselineError};
 pub use judge::{BaselineSource, CheckRun, CheckSettings, PollReport};

@@ -11,12 +11,12 @@ use kura_gate::{
     Baseline, Deployment, Gate, HealthView, ServerInput, ServerStatus, TickInput, Verdict,
     VerdictKind,
 };
-use kura_schemas::{AgentVerdict, RolloutHealth, Signal};
+use kura_schemas::{AgentVerdict, Evidence, RolloutHealth, Signal};
 
 use super::fleet::{DemoInstance, NEW_IMAGE, OLD_IMAGE, pod_target, wave_count};
 use super::outcome::{DemoOutcome, InstanceOutcome, WaveOutcome};
 use super::{Demo, DemoError};
-use crate::tools::check::words::{count, describe};
+use crate::tools::words::count;
 use crate::model::{Clock, InstanceKey};
 use kura_sim::SimPodHandle;
 
@@ -488,7 +488,7 @@ impl Demo {
                         .gate
                         .evidence
                         .first()
-                        .map(|e| format!(": {}", describe(e)))
+                        .map(|e| format!(": {}", e.summary()))
                         .unwrap_or_default();
                     tl.at(
                         now,
@@ -580,7 +580,7 @@ impl Demo {
                         ),
                     )?;
                     for e in &verdict.evidence {
-                        tl.at(now, &format!("  evidence: {}", describe(e)))?;
+                        tl.at(now, &format!("  evidence: {}", e.summary()))?;
                     }
                     return Ok(verdict);
                 }
@@ -607,7 +607,11 @@ impl Demo {
                             "{}: soak ({}): {}; deadline in {deadline_in} s",
                             wave_label(wave),
                             signal_word(other),
-                            verdict.evidence.first().map(describe).unwrap_or_default()
+                            verdict
+                                .evidence
+                                .first()
+                                .map(Evidence::summary)
+                                .unwrap_or_default()
                         ),
                     };
                     tl.at(now, &text)?;
@@ -682,7 +686,7 @@ impl Demo {
                         .evidence
                         .iter()
                         .find(|e| e.signal != Signal::WaveDeadlineExceeded)
-                        .map(describe)
+                        .map(Evidence::summary)
                         .unwrap_or_default();
                     format!("{}: {cause}", signal_word(v.signal))
                 }
