@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use kura_agent::tools::check::{CheckNode, CheckRun, CheckSettings, PollReport, run_check};
 use kura_agent::poll::{PollConfig, Poller};
+use kura_agent::tools::check::{CheckNode, CheckRun, CheckSettings, PollReport, run_check};
 use kura_gate::{GateConfig, VerdictKind};
 use kura_schemas::Signal;
 use kura_sim::{Addressing, ReportGeneration, SimNode, SimPodSpec, Simulator};

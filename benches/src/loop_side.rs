@@ -33,7 +33,6 @@ use crate::proc_stats::{cpu_time, peak_rss};
 use crate::profiler::{is_profiler_line, profiled};
 use crate::sim_process::FD_SLACK;
 use jiff::{SignedDuration, Timestamp};
-use kura_agent::tools::fleet_load_side::protocol::parse_target;
 use kura_agent::engine::EngineConfig;
 use kura_agent::model::{
     DesiredStatus, InstanceInfo, InstanceKey, InstanceTarget, PodIdentity, PodTarget, StatusSink,
@@ -41,6 +40,7 @@ use kura_agent::model::{
 };
 use kura_agent::poll::{PollConfig, Poller};
 use kura_agent::runner::{AgentLoop, Cadence, LoopConfig, StaticTargets};
+use kura_agent::tools::fleet_load_side::protocol::parse_target;
 use kura_agent::view::FleetView;
 use kura_schemas::{AgentVerdict, BaselineCounters, KuraInstanceStatus, RolloutGate};
 use kura_sim::raise_fd_limit;

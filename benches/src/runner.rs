@@ -12,8 +12,8 @@
 use crate::ceiling::BareClient;
 use crate::error::LoadError;
 use crate::profiler::{is_profiler_line, profiled};
-use kura_agent::tools::fleet_load_side::protocol::{self, SideConfig, Sweeper, Swept};
 use kura_agent::model::PodIdentity;
+use kura_agent::tools::fleet_load_side::protocol::{self, SideConfig, Sweeper, Swept};
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -24,9 +24,9 @@
 //! see the same machine load.
 
 use clap::{Parser, Subcommand};
-use kura_agent::tools::fleet_load_side::protocol::Swept;
 use kura_agent::poll::PollConfig;
 use kura_agent::runner::Cadence;
+use kura_agent::tools::fleet_load_side::protocol::Swept;
 use kura_benches::error::LoadError;
 use kura_benches::loop_side::{LoopOutcome, LoopRunConfig, LoopRunner, serve_loop};
 use kura_benches::proc_stats::{cpu_time_of, mib};

@@ -31,11 +31,11 @@ use std::process::ExitCode;
 use jiff::Timestamp;
 
 use crate::cli::{LogFormat, terminal};
+use crate::poll::{PollConfig, Poller};
 use crate::tools::check::{
     BaselineDocument, CheckNode, CheckRun, CheckSettings, EXIT_FAIL, EXIT_PASS, EXIT_USAGE,
     check_runtime, nodes_of, poll_nodes,
 };
-use crate::poll::{PollConfig, Poller};
 
 pub mod out_file;
 pub mod store;
