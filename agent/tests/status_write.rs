@@ -130,7 +130,6 @@ async fn write_once(
     let conditions = kura_agent::write::conditions::conditions_for(
         &desired(),
         &[],
-        None,
         kura_agent::write::conditions::ConditionSet::default(),
     );
     let result = writer.write(&key, &desired(), &conditions).await;

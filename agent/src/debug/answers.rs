@@ -116,7 +116,7 @@ pub fn verdict_of(answer: &InstanceAnswer) -> InstanceVerdict {
     let observed = b.health.map(|h| h.observed_generation);
     let generation = generation(answer);
     let healthy = written(b.written, ROLLOUT_HEALTHY)
-        .unwrap_or_else(|| stated(rollout_healthy(b.health, b.gate, None)));
+        .unwrap_or_else(|| stated(rollout_healthy(b.health, b.gate)));
     let stopped = written(b.written, ROLLOUT_HARD_STOPPED)
         .unwrap_or_else(|| stated(rollout_hard_stopped(b.gate)));
     InstanceVerdict {

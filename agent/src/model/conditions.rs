@@ -114,15 +114,9 @@ fn reason_of(gate: &RolloutGate, otherwise: &str) -> String {
     gate.signal.map_or(otherwise, |s| s.reason()).to_owned()
 }
 
-/// `message`, with `note` appended, on one line and at most
-/// [`MAX_CONDITION_MESSAGE`] bytes.
-fn one_line(message: String, note: Option<&str>) -> String {
-    let mut line = message;
-    if let Some(note) = note.filter(|n| !n.trim().is_empty()) {
-        line.push_str("; ");
-        line.push_str(note.trim());
-    }
-    let mut line = line.replace(['\n', '\r'], " ");
+/// `message` on one line and at most [`MAX_CONDITION_MESSAGE`] bytes.
+fn one_line(message: String) -> String {
+    let mut line = message.replace(['\n', '\r'], " ");
     if line.len() > MAX_CONDITION_MESSAGE {
         let mut cut = MAX_CONDITION_MESSAGE;
         while !line.is_char_boundary(cut) {
@@ -134,13 +128,10 @@ fn one_line(message: String, note: Option<&str>) -> String {
 }
 
 /// `RolloutHealthy` for an instance's aggregate and verdict (see the
-/// module documentation). `note` is appended to the message: what else an
-/// operator must know about the verdict, such as a per-instance gate
-/// configuration that could not be used.
+/// module documentation).
 pub fn rollout_healthy(
     health: Option<&RolloutHealth>,
     gate: Option<&RolloutGate>,
-    note: Option<&str>,
 ) -> ConditionState {
     let status = rollout_healthy_status(health, gate);
     let (reason, message) = match (gate, status) {
@@ -188,7 +179,7 @@ pub fn rollout_healthy(
         type_: ROLLOUT_HEALTHY,
         status,
         reason,
-        message: one_line(message, note),
+        message: one_line(message),
     }
 }
 
@@ -216,7 +207,7 @@ pub fn rollout_hard_stopped(gate: Option<&RolloutGate>) -> ConditionState {
         type_: ROLLOUT_HARD_STOPPED,
         status,
         reason,
-        message: one_line(message, None),
+        message: one_line(message),
     }
 }
 
@@ -273,12 +264,8 @@ pub fn kstatus_conditions(
 pub fn agent_conditions(
     health: Option<&RolloutHealth>,
     gate: Option<&RolloutGate>,
-    note: Option<&str>,
 ) -> [ConditionState; 2] {
-    [
-        rollout_healthy(health, gate, note),
-        rollout_hard_stopped(gate),
-    ]
+    [rollout_healthy(health, gate), rollout_hard_stopped(gate)]
 }
 
 #[cfg(test)]
@@ -340,7 +327,7 @@ mod tests {
     fn healthy_on_the_target_image_is_true() {
         let h = health(vec![pod("a-0", Some("kura:2")), pod("a-1", Some("kura:2"))]);
         let g = gate(AgentVerdict::Healthy, None);
-        let c = rollout_healthy(Some(&h), Some(&g), None);
+        let c = rollout_healthy(Some(&h), Some(&g));
         assert_eq!(c.status, ConditionStatus::True);
         assert_eq!(c.reason, "Healthy");
         assert!(c.message.contains("kura:2") && c.message.contains("2 of 2"));
@@ -354,7 +341,7 @@ mod tests {
     fn healthy_on_old_pods_is_unknown_until_every_pod_runs_the_target() {
         let g = gate(AgentVerdict::Healthy, None);
         let h = health(vec![pod("a-0", Some("kura:2")), pod("a-1", Some("kura:1"))]);
-        let c = rollout_healthy(Some(&h), Some(&g), None);
+        let c = rollout_healthy(Some(&h), Some(&g));
         assert_eq!(c.status, ConditionStatus::Unknown);
         assert_eq!(c.reason, "NotConverged");
         assert!(
@@ -371,16 +358,16 @@ mod tests {
             gone,
         ]);
         assert_eq!(
-            rollout_healthy(Some(&h), Some(&g), None).status,
+            rollout_healthy(Some(&h), Some(&g)).status,
             ConditionStatus::True
         );
         let h = health(vec![pod("a-0", Some("kura:2")), pod("a-1", None)]);
-        let c = rollout_healthy(Some(&h), Some(&g), None);
+        let c = rollout_healthy(Some(&h), Some(&g));
         assert_eq!(
             (c.status, c.reason.as_str()),
             (ConditionStatus::Unknown, "PodImagesUnknown")
         );
-        let c = rollout_healthy(Some(&health(vec![])), Some(&g), None);
+        let c = rollout_healthy(Some(&health(vec![])), Some(&g));
         assert_eq!(
             (c.status, c.reason.as_str()),
             (ConditionStatus::Unknown, "NotConverged")
@@ -391,29 +378,40 @@ mod tests {
     fn a_failing_check_is_false_with_the_signal_and_its_evidence() {
         let h = health(vec![pod("a-0", Some("kura:1"))]);
         let g = gate(AgentVerdict::Unhealthy, Some(Signal::FdTimeoutsRegressed));
-        let c = rollout_healthy(Some(&h), Some(&g), Some("gate config: bad \"soak\"\nvalue"));
+        let c = rollout_healthy(Some(&h), Some(&g));
         assert_eq!(c.status, ConditionStatus::False);
         assert_eq!(c.reason, "FdTimeoutsRegressed");
         assert_eq!(
             c.message,
-            "server kura/acme: fd_timeouts_regressed: fd timeouts 7, band top 5, baseline 5; gate config: bad \"soak\" value"
+            "server kura/acme: fd_timeouts_regressed: fd timeouts 7, band top 5, baseline 5"
+        );
+        // Foreign text with a line break stays on one line.
+        let mut broken = g.clone();
+        broken.evidence[0].server = "kura/bad \"soak\"\nvalue".to_owned();
+        assert_eq!(
+            rollout_healthy(Some(&h), Some(&broken)).message,
+            "server kura/bad \"soak\" value: fd_timeouts_regressed: fd timeouts 7, band top 5, baseline 5"
         );
         let hs = gate(AgentVerdict::HardStop, Some(Signal::MemoryPressureCritical));
         assert_eq!(
-            rollout_healthy(Some(&h), Some(&hs), None).reason,
+            rollout_healthy(Some(&h), Some(&hs)).reason,
             "MemoryPressureCritical"
         );
         let stopped = rollout_hard_stopped(Some(&hs));
         assert_eq!(stopped.status, ConditionStatus::True);
         assert_eq!(stopped.reason, "MemoryPressureCritical");
-        assert!(stopped.message.contains("memory pressure 7 (critical), limit 5"));
+        assert!(
+            stopped
+                .message
+                .contains("memory pressure 7 (critical), limit 5")
+        );
     }
 
     #[test]
     fn kstatus_reads_in_progress_until_healthy_and_failed_on_a_hard_stop() {
         let h = health(vec![pod("a-0", Some("kura:2")), pod("a-1", Some("kura:1"))]);
         let g = gate(AgentVerdict::Healthy, None);
-        let [healthy, stopped] = agent_conditions(Some(&h), Some(&g), None);
+        let [healthy, stopped] = agent_conditions(Some(&h), Some(&g));
         let [reconciling, stalled] = kstatus_conditions(&healthy, &stopped);
         assert_eq!(
             (reconciling.status, reconciling.reason.as_str()),
@@ -421,11 +419,11 @@ mod tests {
         );
         assert_eq!(stalled.status, ConditionStatus::False);
         let h = health(vec![pod("a-0", Some("kura:2"))]);
-        let [healthy, stopped] = agent_conditions(Some(&h), Some(&g), None);
+        let [healthy, stopped] = agent_conditions(Some(&h), Some(&g));
         let [reconciling, _] = kstatus_conditions(&healthy, &stopped);
         assert_eq!(reconciling.status, ConditionStatus::False);
         let hs = gate(AgentVerdict::HardStop, Some(Signal::MemoryPressureCritical));
-        let [healthy, stopped] = agent_conditions(Some(&h), Some(&hs), None);
+        let [healthy, stopped] = agent_conditions(Some(&h), Some(&hs));
         let [reconciling, stalled] = kstatus_conditions(&healthy, &stopped);
         assert_eq!(
             reconciling.status,
@@ -440,13 +438,16 @@ mod tests {
 
     #[test]
     fn no_verdict_is_unknown_and_messages_stay_bounded() {
-        for c in agent_conditions(None, None, None) {
+        for c in agent_conditions(None, None) {
             assert_eq!(c.status, ConditionStatus::Unknown);
             assert_eq!(c.reason, "AwaitingFirstSample");
         }
         let g = gate(AgentVerdict::Unhealthy, Some(Signal::NotReady));
         let long = "é".repeat(MAX_CONDITION_MESSAGE);
-        let c = rollout_healthy(None, Some(&g), Some(&long));
+        let mut g = g;
+        g.evidence[0].server = long;
+        let c = rollout_healthy(None, Some(&g));
+        assert!(c.message.starts_with("server é"), "{}", c.message);
         assert!(c.message.len() <= MAX_CONDITION_MESSAGE);
     }
 }

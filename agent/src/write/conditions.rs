@@ -30,17 +30,14 @@ impl ConditionSet {
 }
 
 /// The agent's conditions for `status`, continuing `previous` (the ones
-/// last written, or found in the cluster). `note` is appended to the
-/// `RolloutHealthy` message (see
-/// [`rollout_healthy`](crate::model::conditions::rollout_healthy)).
+/// last written, or found in the cluster).
 pub fn conditions_for(
     status: &DesiredStatus,
     previous: &[Condition],
-    note: Option<&str>,
     set: ConditionSet,
 ) -> Vec<Condition> {
     let flipped_at = seconds(status.gate.evaluated_at);
-    let [healthy, stopped] = agent_conditions(Some(&status.health), Some(&status.gate), note);
+    let [healthy, stopped] = agent_conditions(Some(&status.health), Some(&status.gate));
     let kstatus = set.kstatus.then(|| kstatus_conditions(&healthy, &stopped));
     [healthy, stopped]
         .into_iter()
@@ -125,7 +122,6 @@ mod tests {
         let first = conditions_for(
             &status(0, 1, AgentVerdict::Healthy),
             &[],
-            None,
             ConditionSet::default(),
         );
         let healthy = find(&first, ROLLOUT_HEALTHY);
@@ -137,7 +133,6 @@ mod tests {
         let later = conditions_for(
             &status(40, 2, AgentVerdict::Healthy),
             &first,
-            None,
             ConditionSet::default(),
         );
         assert_eq!(
@@ -151,7 +146,6 @@ mod tests {
         let flipped = conditions_for(
             &status(50, 2, AgentVerdict::Unhealthy),
             &later,
-            None,
             ConditionSet::default(),
         );
         let unhealthy = find(&flipped, ROLLOUT_HEALTHY);
@@ -166,7 +160,6 @@ mod tests {
         let again = conditions_for(
             &status(60, 2, AgentVerdict::Unhealthy),
             &flipped,
-            None,
             ConditionSet::default(),
         );
         assert!(same_statement(&flipped, &again));
@@ -178,7 +171,6 @@ mod tests {
         let with_kstatus = conditions_for(
             &status(60, 2, AgentVerdict::Unhealthy),
             &flipped,
-            None,
             ConditionSet { kstatus: true },
         );
         let types: Vec<&str> = with_kstatus.iter().map(|c| c.type_.as_str()).collect();

@@ -3,10 +3,10 @@
 //! shared rate limit. Pure comparisons; the heartbeat and the rate limit
 //! belong to the [queue](super::queue).
 //!
-//! [`ChangePolicy::CONTRACT`] is the agent's policy: material means
-//! [`material_change`] of the aggregate (anything but `observedAt`,
+//! Material means [`material_status_change`]: [`material_change`] of the aggregate (anything but `observedAt`,
 //! `sampledAt` and the per-pod `sampledAt`) or any change of the verdict
-//! but `evaluatedAt`; priority means [`is_priority_change`] (`ready`,
+//! but `evaluatedAt`; priority means [`priority_status_change`]:
+//! [`is_priority_change`] (`ready`,
 //! `serving` or `ringConsistent` flipped, `memoryPressureState` rose, no
 //! valid writer left or the grant moved to `Fencing`), a
 //! new gate verdict, a new `RolloutHealthy` status or a new generation.
@@ -16,35 +16,11 @@ use kura_schemas::{PodHealth, RolloutHealth};
 use crate::model::DesiredStatus;
 use crate::model::conditions::rollout_healthy_status;
 
-/// Decides whether a desired status is worth a write before the heartbeat
-/// (`material`), and whether it should jump the queue (`priority`); each
-/// is asked with the status last written and the one desired now.
-#[derive(Debug, Clone, Copy)]
-pub struct ChangePolicy {
-    /// Whether `desired` differs from `written` in anything but times that
-    /// move every sweep.
-    pub material: fn(written: &DesiredStatus, desired: &DesiredStatus) -> bool,
-    /// Whether the change should be written before others.
-    pub priority: fn(written: &DesiredStatus, desired: &DesiredStatus) -> bool,
-}
-
-impl ChangePolicy {
-    /// The contract's "When to write" (see the module documentation).
-    pub const CONTRACT: ChangePolicy = ChangePolicy {
-        material: material_status_change,
-        priority: priority_status_change,
-    };
-}
-
-impl Default for ChangePolicy {
-    fn default() -> Self {
-        ChangePolicy::CONTRACT
-    }
-}
-
-/// [`material_change`] of the aggregate, or any change of the verdict but
-/// `evaluatedAt`.
-fn material_status_change(written: &DesiredStatus, desired: &DesiredStatus) -> bool {
+/// Whether `desired` is worth a write before the heartbeat, against the
+/// status last `written`: [`material_change`] of the aggregate, or any
+/// change of the verdict but `evaluatedAt` (times that move every sweep
+/// are not a change).
+pub fn material_status_change(written: &DesiredStatus, desired: &DesiredStatus) -> bool {
     if material_change(&written.health, &desired.health) {
         return true;
     }
@@ -56,10 +32,11 @@ fn material_status_change(written: &DesiredStatus, desired: &DesiredStatus) -> b
     gate != *desired.gate
 }
 
+/// Whether a material change should be written before others:
 /// [`is_priority_change`] of the aggregate, a new verdict, a new
 /// `RolloutHealthy` status, or a new generation judged (`kubectl wait`
 /// waits for the conditions' `observedGeneration` to reach it).
-fn priority_status_change(written: &DesiredStatus, desired: &DesiredStatus) -> bool {
+pub fn priority_status_change(written: &DesiredStatus, desired: &DesiredStatus) -> bool {
     is_priority_change(Some(&written.health), &desired.health)
         || written.gate.verdict != desired.gate.verdict
         || written.health.observed_generation != desired.health.observed_generation

@@ -5,10 +5,10 @@
 //!   aggregate replaces an unwritten older one, so nothing is lost (the
 //!   newest is always what gets written) and nothing stale is written.
 //! - A slot is due when its desired status differs materially from the
-//!   last written one ([`ChangePolicy::material`]), or when the last
+//!   last written one ([`material_status_change`]), or when the last
 //!   write is older than the heartbeat, or when nothing was written yet.
 //! - All writes share one token bucket; due slots whose change is a
-//!   priority change ([`ChangePolicy::priority`]) go first, then
+//!   priority change ([`priority_status_change`]) go first, then
 //!   the longest-waiting.
 //! - A failed write is retried with exponential backoff (backon), always
 //!   with the then-latest desired status; a write for an instance that no
@@ -22,7 +22,7 @@
 //!   older agent, or by none).
 
 use super::conditions::{ConditionSet, conditions_for, same_statement};
-use super::policy::ChangePolicy;
+use super::policy::{material_status_change, priority_status_change};
 use crate::model::{DesiredStatus, InstanceKey};
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use jiff::{SignedDuration, Timestamp};
@@ -263,7 +263,6 @@ type ReadyKey = (bool, Option<Timestamp>, InstanceKey);
 #[derive(Debug)]
 pub struct WriteQueue {
     config: WriteQueueConfig,
-    policy: ChangePolicy,
     bucket: TokenBucket,
     slots: BTreeMap<InstanceKey, Slot>,
     /// Slots due at a time, by that time (it may have come).
@@ -275,25 +274,16 @@ pub struct WriteQueue {
 }
 
 impl WriteQueue {
-    /// An empty queue writing by the contract's policy.
+    /// An empty queue writing by the contract's "When to write"
+    /// ([`super::policy`]).
     pub fn new(config: WriteQueueConfig) -> Self {
         Self {
             bucket: TokenBucket::new(config.rate_per_second, config.burst),
             config,
-            policy: ChangePolicy::CONTRACT,
             slots: BTreeMap::new(),
             waiting: BTreeSet::new(),
             ready: BTreeSet::new(),
             pending: 0,
-        }
-    }
-
-    /// An empty queue writing by `policy` (the tests' other policies).
-    #[cfg(test)]
-    fn with_policy(config: WriteQueueConfig, policy: ChangePolicy) -> Self {
-        Self {
-            policy,
-            ..Self::new(config)
         }
     }
 
@@ -344,10 +334,8 @@ impl WriteQueue {
         if slot.written.is_none() {
             let mut conditions = conditions;
             conditions.retain(|c| set.owns(&c.type_));
-            slot.conditions_stale = !same_statement(
-                &conditions,
-                &conditions_for(&written, &conditions, None, set),
-            );
+            slot.conditions_stale =
+                !same_statement(&conditions, &conditions_for(&written, &conditions, set));
             slot.written = Some((written, written_at));
             slot.conditions = conditions;
         }
@@ -370,11 +358,11 @@ impl WriteQueue {
         let (ready_at, priority, material) = match &slot.written {
             None => (None, true, true),
             Some((written, at)) => {
-                let material = (self.policy.material)(written, desired);
+                let material = material_status_change(written, desired);
                 if slot.conditions_stale {
                     (None, false, material)
                 } else if material {
-                    (None, (self.policy.priority)(written, desired), true)
+                    (None, priority_status_change(written, desired), true)
                 } else {
                     (Some(add(*at, self.config.heartbeat)), false, false)
                 }
@@ -465,7 +453,7 @@ impl WriteQueue {
         let slot = self.slots.get_mut(&key)?;
         let status = slot.desired.clone()?;
         slot.in_flight = true;
-        let conditions = conditions_for(&status, &slot.conditions, None, self.config.conditions);
+        let conditions = conditions_for(&status, &slot.conditions, self.config.conditions);
         let attempt = slot.retry.as_ref().map_or(0, |r| r.attempt);
         self.reindex(&key);
         Some(WriteJob {
@@ -755,30 +743,24 @@ mod tests {
     }
 
     #[test]
-    fn a_function_policy_can_replace_the_basic_one() {
-        // Only fdTimeoutCount is material; nothing is priority.
-        let policy = ChangePolicy {
-            material: |a, b| a.health.fd_timeout_count != b.health.fd_timeout_count,
-            priority: |_, _| false,
-        };
-        let mut q = WriteQueue::with_policy(
-            WriteQueueConfig {
-                jitter: false,
-                ..WriteQueueConfig::default()
-            },
-            policy,
-        );
+    fn only_a_material_change_is_written_before_the_heartbeat() {
+        // (Was a test of a replaceable policy; the queue now has the one
+        // policy of the contract.) A sweep that moves only the times waits
+        // for the heartbeat; a ready flip and an fd timeout are material.
+        let mut q = WriteQueue::new(WriteQueueConfig {
+            jitter: false,
+            ..WriteQueueConfig::default()
+        });
         q.push(key("a"), status(0, true, 1), ts(0));
         let j = q.next(ts(0)).expect("first");
         q.complete(&j, JobResult::Accepted, ts(0));
+        q.push(key("a"), status(1, true, 1), ts(1));
+        assert_eq!(q.next(ts(1)), None, "only the times moved");
         q.push(key("a"), status(1, false, 1), ts(1));
-        assert_eq!(
-            q.next(ts(1)),
-            None,
-            "ready flip is not material under this policy"
-        );
+        let j = q.next(ts(1)).expect("a ready flip is material");
+        q.complete(&j, JobResult::Accepted, ts(1));
         q.push(key("a"), status(2, false, 2), ts(2));
-        assert!(q.next(ts(2)).is_some());
+        assert!(q.next(ts(2)).is_some(), "an fd timeout is material");
     }
 
     #[test]
@@ -794,7 +776,7 @@ mod tests {
     #[test]
     fn seeded_status_defers_an_unchanged_first_write_to_the_heartbeat() {
         let mut q = queue(100.0, 10);
-        let found = conditions_for(&status(0, true, 1), &[], None, ConditionSet::default());
+        let found = conditions_for(&status(0, true, 1), &[], ConditionSet::default());
         q.seed_written(key("a"), status(0, true, 1), found.clone(), ts(0));
         q.push(key("a"), status(5, true, 1), ts(5));
         assert_eq!(q.next(ts(5)), None);
@@ -839,16 +821,15 @@ mod tests {
 
     #[test]
     fn memory_pressure_rise_and_verdict_change_are_priority() {
-        let p = ChangePolicy::CONTRACT;
         let a = status(0, true, 1);
         let mut b = status(10, true, 1);
-        assert!(!(p.material)(&a, &b));
+        assert!(!material_status_change(&a, &b));
         std::sync::Arc::make_mut(&mut b.health).memory_pressure_state = 1;
-        assert!((p.material)(&a, &b) && (p.priority)(&a, &b));
-        assert!(!(p.priority)(&b, &a), "a fall is not priority");
+        assert!(material_status_change(&a, &b) && priority_status_change(&a, &b));
+        assert!(!priority_status_change(&b, &a), "a fall is not priority");
         let mut c = status(10, true, 1);
         std::sync::Arc::make_mut(&mut c.gate).verdict = AgentVerdict::HardStop;
-        assert!((p.priority)(&a, &c));
+        assert!(priority_status_change(&a, &c));
     }
 
     /// Every status is rewritten within the heartbeat at fleet scale, with
@@ -937,7 +918,7 @@ mod tests {
                 let pending = q.slots.values().filter(|s| match (&s.desired, &s.written) {
                     (None, _) => false,
                     (Some(_), None) => true,
-                    (Some(d), Some((w, _))) => s.in_flight || s.retry.is_some() || (q.policy.material)(w, d),
+                    (Some(d), Some((w, _))) => s.in_flight || s.retry.is_some() || material_status_change(w, d),
                 }).count();
                 prop_assert_eq!(q.pending(), pending);
             }

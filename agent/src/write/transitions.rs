@@ -180,9 +180,9 @@ mod tests {
     ) -> Vec<TransitionKind> {
         let set = ConditionSet::default();
         let conditions_before = before
-            .map(|b| conditions_for(b, &[], None, set))
+            .map(|b| conditions_for(b, &[], set))
             .unwrap_or_default();
-        let conditions_sent = conditions_for(next, &conditions_before, None, set);
+        let conditions_sent = conditions_for(next, &conditions_before, set);
         transitions(&WriteChange {
             before,
             conditions_before: &conditions_before,
