@@ -16,8 +16,8 @@ use kura_schemas::{AgentVerdict, Evidence, RolloutHealth, Signal};
 use super::fleet::{DemoInstance, NEW_IMAGE, OLD_IMAGE, pod_target, wave_count};
 use super::outcome::{DemoOutcome, InstanceOutcome, WaveOutcome};
 use super::{Demo, DemoError};
+use crate::model::{Clock, DesiredStatus, InstanceKey};
 use crate::tools::words::count;
-use crate::model::{Clock, InstanceKey};
 use kura_sim::SimPodHandle;
 
 /// How long to wait for the first aggregates of every instance.
@@ -457,7 +457,10 @@ impl Demo {
         }
     }
 
-    /// Ticks the wave judge until the wave passes or stops.
+    /// Ticks the wave judge until the wave passes or stops: each tick
+    /// rolls the pods that are due, grows the scripted fault, tells the
+    /// agent's changed verdicts, builds the wave's inputs, judges them and
+    /// tells the verdict.
     async fn run_wave<W: Write>(
         &self,
         tl: &mut Timeline<'_, W>,
@@ -467,165 +470,184 @@ impl Demo {
         wave: u32,
         started_at: Timestamp,
     ) -> Result<Verdict, DemoError> {
-        let deadline = SignedDuration::from_secs(
-            i64::try_from(self.config.gate.wave_deadline_seconds).unwrap_or(i64::MAX),
-        );
-        let mut last: Option<(VerdictKind, Option<Signal>, Option<String>)> = None;
-        let mut last_line_at = started_at;
+        let mut told = Told {
+            last: None,
+            at: started_at,
+        };
         loop {
             self.sleep(self.config.tick).await;
             let now = self.clock.now();
             self.roll_due(tl, servers, now)?;
             self.inject_faults(servers, now);
             let all = self.sink.all();
-
-            // The agent's own per-instance verdicts (status.rolloutGate).
-            for (key, desired) in &all {
-                let id = key.to_string();
-                let current = (desired.gate.verdict, desired.gate.signal);
-                if agent_seen.get(&id) != Some(&current) {
-                    let why = desired
-                        .gate
-                        .evidence
-                        .first()
-                        .map(|e| format!(": {}", e.summary()))
-                        .unwrap_or_default();
-                    tl.at(
-                        now,
-                        &format!(
-                            "  agent: {id} status.rolloutGate {} ({}){why}",
-                            agent_verdict_word(current.0),
-                            signal_word(current.1)
-                        ),
-                    )?;
-                    agent_seen.insert(id, current);
-                }
-            }
-
-            let mut inputs = Vec::new();
-            for s in servers.iter_mut().filter(|s| s.spec.wave <= wave) {
-                let health = all.get(&s.key).map(|d| &*d.health);
-                let is_converged = s.deployment == Some(Deployment::Succeeded)
-                    && converged(health, s.spec.replicas);
-                if is_converged
-                    && !s.converged_announced
-                    && let Some(h) = health
-                {
-                    s.converged_announced = true;
-                    let raw: u64 = h.pods.iter().filter_map(|p| p.fd_timeout_count_raw).sum();
-                    let base = s
-                        .baseline
-                        .as_ref()
-                        .and_then(|b| b.counters.fd_timeout_count);
-                    tl.at(
-                        now,
-                        &format!(
-                            "  {} converged on {}: fdTimeoutCount {} (baseline {}); the restarted pods' raw \
-                             counters sum to {raw}, counter resets absorbed: {}",
-                            s.id,
-                            short_image(NEW_IMAGE),
-                            h.fd_timeout_count,
-                            count(base),
-                            h.counter_resets
-                        ),
-                    )?;
-                }
-                inputs.push(ServerInput {
-                    id: s.id.clone(),
-                    wave: s.spec.wave,
-                    converged: is_converged,
-                    deployment: s.deployment,
-                    status: ServerStatus::Active,
-                    baseline: s.baseline.clone(),
-                    health: health.map(HealthView::from),
-                });
-            }
-            let input = TickInput {
+            tell_agent_verdicts(tl, &all, agent_seen, now)?;
+            let servers = self.wave_inputs(tl, servers, &all, wave, now)?;
+            let verdict = gate.tick(&TickInput {
                 now,
                 wave,
                 wave_started_at: started_at,
                 attempt: 0,
-                servers: inputs,
-            };
-            let verdict = gate.tick(&input)?;
-            let key = (verdict.verdict, verdict.signal, verdict.server_id.clone());
-            let elapsed = now.duration_since(started_at);
-            let deadline_in = (deadline - elapsed).as_secs().max(0);
-            let changed = last.as_ref() != Some(&key);
-            let due = now.duration_since(last_line_at) >= signed(self.config.progress_every);
-            match verdict.verdict {
-                VerdictKind::Pass => {
-                    let since = verdict
-                        .healthy_since
-                        .map(|t| stamp(t.duration_since(self.virtual_start)))
-                        .unwrap_or_default();
-                    tl.at(
-                        now,
-                        &format!(
-                            "{}: pass: converged and healthy for {} s without a break (since {since})",
-                            wave_label(wave),
-                            self.config.gate.soak_for(wave)
-                        ),
-                    )?;
-                    return Ok(verdict);
-                }
-                VerdictKind::HardStop => {
-                    tl.at(
-                        now,
-                        &format!(
-                            "{}: hard_stop ({}) held by {}",
-                            wave_label(wave),
-                            signal_word(verdict.signal),
-                            verdict.server_id.as_deref().unwrap_or("-")
-                        ),
-                    )?;
-                    for e in &verdict.evidence {
-                        tl.at(now, &format!("  evidence: {}", e.summary()))?;
-                    }
-                    return Ok(verdict);
-                }
-                VerdictKind::Soak if changed || due => {
-                    let text = match verdict.signal {
-                        Some(Signal::Soaking) => format!(
-                            "{}: soak (soaking): converged and healthy, {} s of {} s soak remaining",
-                            wave_label(wave),
-                            verdict.remaining_seconds.unwrap_or(0),
-                            self.config.gate.soak_for(wave)
-                        ),
-                        Some(Signal::NotConverged) => {
-                            let waiting = verdict
-                                .evidence
-                                .iter()
-                                .filter(|e| e.signal == Signal::NotConverged)
-                                .count();
-                            format!(
-                                "{}: soak (not_converged): {waiting} server(s) still upgrading; deadline in {deadline_in} s",
-                                wave_label(wave)
-                            )
-                        }
-                        other => format!(
-                            "{}: soak ({}): {}; deadline in {deadline_in} s",
-                            wave_label(wave),
-                            signal_word(other),
-                            verdict
-                                .evidence
-                                .first()
-                                .map(Evidence::summary)
-                                .unwrap_or_default()
-                        ),
-                    };
-                    tl.at(now, &text)?;
-                    last_line_at = now;
-                }
-                VerdictKind::Soak => {}
+                servers,
+            })?;
+            if self.tell_verdict(tl, &verdict, wave, started_at, now, &mut told)? {
+                return Ok(verdict);
             }
-            last = Some(key);
-            if elapsed > deadline + STALL_MARGIN {
+            let elapsed = now.duration_since(started_at);
+            if elapsed > self.wave_deadline() + STALL_MARGIN {
                 return Err(DemoError::Stalled(format!(
                     "wave {wave} ran {} s, past its deadline, without a hard stop",
                     elapsed.as_secs()
                 )));
             }
+        }
+    }
+
+    fn wave_deadline(&self) -> SignedDuration {
+        SignedDuration::from_secs(
+            i64::try_from(self.config.gate.wave_deadline_seconds).unwrap_or(i64::MAX),
+        )
+    }
+
+    /// The wave judge's input for every server of this wave and the ones
+    /// before it, announcing each server's convergence once.
+    fn wave_inputs<W: Write>(
+        &self,
+        tl: &mut Timeline<'_, W>,
+        servers: &mut [Server],
+        all: &BTreeMap<InstanceKey, DesiredStatus>,
+        wave: u32,
+        now: Timestamp,
+    ) -> Result<Vec<ServerInput>, DemoError> {
+        let mut inputs = Vec::new();
+        for s in servers.iter_mut().filter(|s| s.spec.wave <= wave) {
+            let health = all.get(&s.key).map(|d| &*d.health);
+            let is_converged =
+                s.deployment == Some(Deployment::Succeeded) && converged(health, s.spec.replicas);
+            if is_converged
+                && !s.converged_announced
+                && let Some(h) = health
+            {
+                s.converged_announced = true;
+                let raw: u64 = h.pods.iter().filter_map(|p| p.fd_timeout_count_raw).sum();
+                let base = s
+                    .baseline
+                    .as_ref()
+                    .and_then(|b| b.counters.fd_timeout_count);
+                tl.at(
+                    now,
+                    &format!(
+                        "  {} converged on {}: fdTimeoutCount {} (baseline {}); the restarted pods' raw \
+                         counters sum to {raw}, counter resets absorbed: {}",
+                        s.id,
+                        short_image(NEW_IMAGE),
+                        h.fd_timeout_count,
+                        count(base),
+                        h.counter_resets
+                    ),
+                )?;
+            }
+            inputs.push(ServerInput {
+                id: s.id.clone(),
+                wave: s.spec.wave,
+                converged: is_converged,
+                deployment: s.deployment,
+                status: ServerStatus::Active,
+                baseline: s.baseline.clone(),
+                health: health.map(HealthView::from),
+            });
+        }
+        Ok(inputs)
+    }
+
+    /// Tells the wave judge's verdict: always a pass or a hard stop (with
+    /// its evidence), a soak when it changed or every `progress_every`.
+    /// Whether the wave is over.
+    fn tell_verdict<W: Write>(
+        &self,
+        tl: &mut Timeline<'_, W>,
+        verdict: &Verdict,
+        wave: u32,
+        started_at: Timestamp,
+        now: Timestamp,
+        told: &mut Told,
+    ) -> Result<bool, DemoError> {
+        let key = (verdict.verdict, verdict.signal, verdict.server_id.clone());
+        let changed = told.last.as_ref() != Some(&key);
+        let due = now.duration_since(told.at) >= signed(self.config.progress_every);
+        told.last = Some(key);
+        match verdict.verdict {
+            VerdictKind::Pass => {
+                let since = verdict
+                    .healthy_since
+                    .map(|t| stamp(t.duration_since(self.virtual_start)))
+                    .unwrap_or_default();
+                tl.at(
+                    now,
+                    &format!(
+                        "{}: pass: converged and healthy for {} s without a break (since {since})",
+                        wave_label(wave),
+                        self.config.gate.soak_for(wave)
+                    ),
+                )?;
+                Ok(true)
+            }
+            VerdictKind::HardStop => {
+                tl.at(
+                    now,
+                    &format!(
+                        "{}: hard_stop ({}) held by {}",
+                        wave_label(wave),
+                        signal_word(verdict.signal),
+                        verdict.server_id.as_deref().unwrap_or("-")
+                    ),
+                )?;
+                for e in &verdict.evidence {
+                    tl.at(now, &format!("  evidence: {}", e.summary()))?;
+                }
+                Ok(true)
+            }
+            VerdictKind::Soak if changed || due => {
+                let deadline_in = (self.wave_deadline() - now.duration_since(started_at))
+                    .as_secs()
+                    .max(0);
+                tl.at(now, &self.soak_line(verdict, wave, deadline_in))?;
+                told.at = now;
+                Ok(false)
+            }
+            VerdictKind::Soak => Ok(false),
+        }
+    }
+
+    /// A soak verdict in words.
+    fn soak_line(&self, verdict: &Verdict, wave: u32, deadline_in: i64) -> String {
+        match verdict.signal {
+            Some(Signal::Soaking) => format!(
+                "{}: soak (soaking): converged and healthy, {} s of {} s soak remaining",
+                wave_label(wave),
+                verdict.remaining_seconds.unwrap_or(0),
+                self.config.gate.soak_for(wave)
+            ),
+            Some(Signal::NotConverged) => {
+                let waiting = verdict
+                    .evidence
+                    .iter()
+                    .filter(|e| e.signal == Signal::NotConverged)
+                    .count();
+                format!(
+                    "{}: soak (not_converged): {waiting} server(s) still upgrading; deadline in {deadline_in} s",
+                    wave_label(wave)
+                )
+            }
+            other => format!(
+                "{}: soak ({}): {}; deadline in {deadline_in} s",
+                wave_label(wave),
+                signal_word(other),
+                verdict
+                    .evidence
+                    .first()
+                    .map(Evidence::summary)
+                    .unwrap_or_default()
+            ),
         }
     }
 
@@ -762,6 +784,45 @@ impl Demo {
         });
         lines
     }
+}
+
+/// What the wave's timeline last told: the verdict, and when a soak line
+/// was last printed.
+struct Told {
+    last: Option<(VerdictKind, Option<Signal>, Option<String>)>,
+    at: Timestamp,
+}
+
+/// Tells every instance whose own verdict (`status.rolloutGate`, the
+/// agent's) changed since `seen`.
+fn tell_agent_verdicts<W: Write>(
+    tl: &mut Timeline<'_, W>,
+    all: &BTreeMap<InstanceKey, DesiredStatus>,
+    seen: &mut BTreeMap<String, (AgentVerdict, Option<Signal>)>,
+    now: Timestamp,
+) -> Result<(), DemoError> {
+    for (key, desired) in all {
+        let id = key.to_string();
+        let current = (desired.gate.verdict, desired.gate.signal);
+        if seen.get(&id) != Some(&current) {
+            let why = desired
+                .gate
+                .evidence
+                .first()
+                .map(|e| format!(": {}", e.summary()))
+                .unwrap_or_default();
+            tl.at(
+                now,
+                &format!(
+                    "  agent: {id} status.rolloutGate {} ({}){why}",
+                    agent_verdict_word(current.0),
+                    signal_word(current.1)
+                ),
+            )?;
+            seen.insert(id, current);
+        }
+    }
+    Ok(())
 }
 
 fn agent_verdict_word(v: AgentVerdict) -> &'static str {
