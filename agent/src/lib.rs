@@ -8,14 +8,18 @@
 //! view -> debug (page, routes, /metrics series);   every layer -> telemetry (metric names)
 //! ```
 //!
-//! Layers; a module imports only from the layers above it in this list
-//! (`layering_check` holds the table of allowed imports):
+//! Layers; a module imports only modules listed before it, and only the
+//! ones `layering_check`'s table allows it (that test fails on any other
+//! `use crate::`):
 //! - vocabulary: [`model`] (keys, samples, targets, desired status, every port, clock), [`telemetry`] (metric names, label values), [`gate_text`] (the strict reader of gate-configuration text)
-//! - core, pure: [`aggregate`], [`engine`]; state: [`view`] (the fleet view)
-//! - the poller the loop owns: [`poll`]; loop: [`runner`] (one sweep: `runner::sweep`)
-//! - adapters behind the ports: [`cluster`], [`shard`], [`write`], [`events`]
+//! - core, no IO: [`aggregate`], [`engine`] (pure), and [`view`], the fleet view they feed
+//! - adapters (IO): [`poll`] (the one the loop owns), [`cluster`], [`shard`], [`write`], [`events`] (behind `model`'s ports)
+//! - loop: [`runner`] (one sweep: `runner::sweep`)
 //! - presentation, reads the view: [`debug`]
-//! - cli: [`cli`] composes everything (`run`); `check`, `baseline`, `demo`, `aggregate`, `simulate`, `fleet_load_side` are tooling
+//! - composition root: [`cli`] (`run`, the product binary's one subcommand)
+//! - tools (feature `tools`, on by default; the image is built without
+//!   it): `tools` (`check`, `baseline`, `demo`, `aggregate`, `simulate`,
+//!   `fleet_load_side`)
 //!
 //! docs/architecture.md draws the same map with what each module owns.
 
