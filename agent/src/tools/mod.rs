@@ -13,8 +13,6 @@
 //! - [`aggregate`]: the aggregation over recorded reports;
 //! - [`simulate`]: serve a simulated fleet (`kura-sim`);
 //! - [`timelines`]: fetch every instance's timeline from a running agent;
-//! - [`words`]: what `check` and `demo` print beside the gate's own
-//!   words;
 //! - [`fleet_load_side`] (hidden; its own feature `fleet-load-side`, which
 //!   `tools` includes): the agent's side of the `fleet-load` harness, so a
 //!   built binary can be measured.
@@ -33,5 +31,19 @@ pub mod fleet_load_side;
 pub mod simulate;
 #[cfg(feature = "tools")]
 pub mod timelines;
-#[cfg(feature = "tools")]
-pub mod words;
+
+/// An optional count as `check` and `demo` print it: `null` when absent
+/// (absent is never 0). A failing check's evidence is the gate's own
+/// words (`kura_schemas::Evidence::summary` and `figures`).
+pub fn count(value: Option<u64>) -> String {
+    value.map_or_else(|| "null".to_owned(), |v| v.to_string())
+}
+
+#[cfg(all(test, feature = "tools"))]
+mod tests {
+    #[test]
+    fn an_absent_count_is_null_never_zero() {
+        assert_eq!(super::count(None), "null");
+        assert_eq!(super::count(Some(0)), "0");
+    }
+}

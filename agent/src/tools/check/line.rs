@@ -6,7 +6,7 @@ use kura_gate::VerdictKind;
 use kura_schemas::Signal;
 
 use super::judge::{BaselineSource, PollReport};
-use crate::tools::words::count;
+use crate::tools::count;
 
 fn verdict_word(v: VerdictKind) -> &'static str {
     match v {

@@ -17,7 +17,7 @@ use super::fleet::{DemoInstance, NEW_IMAGE, OLD_IMAGE, pod_target, wave_count};
 use super::outcome::{DemoOutcome, InstanceOutcome, WaveOutcome};
 use super::{Demo, DemoError};
 use crate::model::{Clock, DesiredStatus, InstanceKey};
-use crate::tools::words::count;
+use crate::tools::count;
 use kura_sim::SimPodHandle;
 
 /// How long to wait for the first aggregates of every instance.
