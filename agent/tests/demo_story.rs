@@ -242,7 +242,7 @@ fn a_time_scale_below_1_is_a_usage_error() {
 
 /// The shipped shadow file of the demo (`demo --shadow-gate-config`).
 fn shadow_file() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/demo/shadow-loose-fd.yaml")
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/demo/shadow-loose-fd.json")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -285,6 +285,34 @@ async fn every_published_verdict_replays_from_the_exported_timeline() {
         assert_eq!(reproduce(&part), published(&part), "{name}: a window");
     }
 
+    // docs/tuning-the-gate.md's what-if: the held rollout's export judged
+    // with the demo's looser fd-timeout band. The default band holds on
+    // the fd timeouts that grew; the candidate would have let every tick
+    // through, and says so tick by tick and in its summary.
+    let candidate_file = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../testdata/demo/shadow-loose-fd.json");
+    let candidate = kura_gate::document::read_config_file(
+        &std::fs::read_to_string(&candidate_file).expect("candidate file"),
+    )
+    .expect("a valid candidate");
+    let text = serde_json::to_string(&hold).expect("serialise");
+    let what_if = kura_gate::what_if::what_if(&text, &candidate, kura_gate::what_if::View::Agent)
+        .expect("the export replays");
+    let held = published(&hold)
+        .iter()
+        .filter(|(v, _)| *v == AgentVerdict::Unhealthy)
+        .count();
+    assert_eq!(what_if.differences.len(), held, "every held tick differs");
+    let hold_signal = what_if.summary.document.first_hold.as_ref().map(|m| m.signal);
+    assert_eq!(hold_signal, Some(Some(Signal::FdTimeoutsRegressed)));
+    assert!(what_if.summary.candidate.first_hold.is_none());
+    assert!(what_if.summary.candidate.first_hard_stop.is_none());
+    // The same candidate changes nothing for the rollout that soaked.
+    let soaked = serde_json::to_string(&soak).expect("serialise");
+    let same = kura_gate::what_if::what_if(&soaked, &candidate, kura_gate::what_if::View::Agent)
+        .expect("the export replays");
+    assert!(same.differences.is_empty());
+
     // A malformed query, an instance swept elsewhere, one unknown.
     let (status, bad) = get_json(addr, "/api/v1/instances/kura/soak/timeline?limit=0").await;
     assert_eq!(status, 400);

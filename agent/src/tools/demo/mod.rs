@@ -322,7 +322,7 @@ pub struct DemoArgs {
     /// A candidate gate configuration (the format of `run --gate-config`)
     /// judged beside the demo's on every sweep: its verdicts are shown on
     /// the fleet and instance pages, in the verdict API and in the summary,
-    /// never published (e.g. `testdata/demo/shadow-loose-fd.yaml`,
+    /// never published (e.g. `testdata/demo/shadow-loose-fd.json`,
     /// which would let the regression through).
     #[arg(long, value_name = "FILE")]
     pub shadow_gate_config: Option<std::path::PathBuf>,
