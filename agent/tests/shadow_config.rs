@@ -76,9 +76,9 @@ fn target(sim: &Simulator, spec: &str, pods_on: &str) -> InstanceTarget {
 /// fields as JSON, the conditions, the transitions (the Events).
 fn written(before: Option<&DesiredStatus>, sent: &DesiredStatus) -> String {
     let previous = before.map_or_else(Vec::new, |b| {
-        conditions_for(b, &[], None, ConditionSet::default())
+        conditions_for(b, &[], ConditionSet::default())
     });
-    let conditions = conditions_for(sent, &previous, None, ConditionSet::default());
+    let conditions = conditions_for(sent, &previous, ConditionSet::default());
     let events = transitions(&WriteChange {
         before,
         conditions_before: &previous,

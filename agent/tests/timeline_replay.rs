@@ -16,7 +16,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use kura_agent::tools::timelines::{TimelinesArgs, fetch_all, timeline_file};
 use kura_agent::debug::{DebugServer, DebugState};
 use kura_agent::model::{
     InstanceInfo, InstanceKey, InstanceTarget, PodTarget, StoredInstance, StoredStatusSource,
@@ -24,6 +23,7 @@ use kura_agent::model::{
 };
 use kura_agent::poll::{PollConfig, Poller};
 use kura_agent::runner::{AgentLoop, Cadence, LoopConfig, MemorySink, StaticTargets};
+use kura_agent::tools::timelines::{TimelinesArgs, fetch_all, timeline_file};
 use kura_agent::view::FleetView;
 use kura_schemas::{AgentVerdict, InstanceTimeline, Signal};
 use kura_sim::{Addressing, SimPodSpec, Simulator};
@@ -289,8 +289,8 @@ async fn every_published_verdict_replays_from_the_exported_timeline() {
     // with the demo's looser fd-timeout band. The default band holds on
     // the fd timeouts that grew; the candidate would have let every tick
     // through, and says so tick by tick and in its summary.
-    let candidate_file = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../testdata/demo/shadow-loose-fd.json");
+    let candidate_file =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/demo/shadow-loose-fd.json");
     let candidate = kura_gate::document::read_config_file(
         &std::fs::read_to_string(&candidate_file).expect("candidate file"),
     )
@@ -303,7 +303,12 @@ async fn every_published_verdict_replays_from_the_exported_timeline() {
         .filter(|(v, _)| *v == AgentVerdict::Unhealthy)
         .count();
     assert_eq!(what_if.differences.len(), held, "every held tick differs");
-    let hold_signal = what_if.summary.document.first_hold.as_ref().map(|m| m.signal);
+    let hold_signal = what_if
+        .summary
+        .document
+        .first_hold
+        .as_ref()
+        .map(|m| m.signal);
     assert_eq!(hold_signal, Some(Some(Signal::FdTimeoutsRegressed)));
     assert!(what_if.summary.candidate.first_hold.is_none());
     assert!(what_if.summary.candidate.first_hard_stop.is_none());

@@ -11,7 +11,6 @@ use std::fmt::Write as _;
 use kura_schemas::{RolloutGate, ShadowConfigSource};
 
 use crate::debug::html::{escape, instance_href};
-use crate::debug::signals::evidence_line;
 use crate::model::GateLimits;
 use crate::view::{InstanceView, ShadowView, Standing};
 
@@ -81,7 +80,7 @@ fn evidence_cell(gate: Option<&RolloutGate>) -> String {
         Some(g) => g
             .evidence
             .iter()
-            .map(|e| escape(&evidence_line(e)))
+            .map(|e| escape(&e.figures()))
             .collect::<Vec<_>>()
             .join("<br>"),
     }

@@ -364,7 +364,7 @@ pub async fn fetch_all(args: &TimelinesArgs) -> Result<Fetched, FetchError> {
 
 /// Entry point of `kura-agent timelines`.
 pub fn run(args: &TimelinesArgs) -> ExitCode {
-    let runtime = match super::multi_thread_runtime("timelines") {
+    let runtime = match crate::cli::multi_thread_runtime("timelines") {
         Ok(r) => r,
         Err(code) => return code,
     };

@@ -349,7 +349,7 @@ pub fn run(args: DemoArgs) -> ExitCode {
     let shadow_gate = match args
         .shadow_gate_config
         .as_deref()
-        .map(super::gate_file::load)
+        .map(crate::cli::gate_file::load)
     {
         None => None,
         Some(Ok(file)) => Some(file.config),
