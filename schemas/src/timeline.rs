@@ -45,6 +45,7 @@ pub struct InstanceTimeline {
 /// The gate configuration (`kura_gate::GateConfig`, every key written).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(transform = crate::api_int::declare_stored_formats)]
 pub struct TimelineConfig {
     /// Soak per wave in seconds.
     pub soak_seconds: Vec<u64>,
@@ -87,6 +88,7 @@ pub struct TimelineInstance {
 /// The span of the ticks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(transform = crate::api_int::declare_stored_formats)]
 pub struct TimelineWindow {
     /// The first tick's `now` (the request's `since`, or the time of the
     /// answer, when there is no tick).
@@ -106,6 +108,7 @@ pub struct TimelineWindow {
 /// One sweep of the instance, as a `kura-gate replay` tick.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(transform = crate::api_int::declare_stored_formats)]
 pub struct TimelineTick {
     /// When the agent judged the sweep.
     pub now: Timestamp,
@@ -141,6 +144,7 @@ pub enum TimelineServerStatus {
 /// The instance at one tick.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(transform = crate::api_int::declare_stored_formats)]
 pub struct TimelineServer {
     /// `namespace/name` (the name the agent's judge gives the instance in
     /// its evidence).
