@@ -13,7 +13,7 @@
 #   scripts/cluster-load.sh [cluster-load options...]
 #   scripts/cluster-load.sh --instances 100 --max-peak-rss-mib 150   # the .ci/run size
 #   scripts/cluster-load.sh --instances 3334                          # 10,002 pods
-#   scripts/cluster-load.sh --instances 3334 --agent-bin /work/targets/kura-agent-before
+#   scripts/cluster-load.sh --instances 3334 --agent-bin ./kura-agent-before
 #   scripts/cluster-load.sh --instances 3334 --replicas 3             # 3 sharding replicas
 #
 # --replicas N (default 1) starts N `kura-agent run` sharding the instances
