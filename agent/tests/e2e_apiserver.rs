@@ -2358,7 +2358,7 @@ async fn events_tell_the_transitions_to_kubectl() {
     assert_eq!(e.0, "Warning");
     assert!(
         e.2.contains("fd_timeouts_regressed")
-            && e.2.contains("observed 9")
+            && e.2.contains("fd timeouts 9")
             && e.2.contains("baseline 5"),
         "the evidence: {e:?}"
     );
