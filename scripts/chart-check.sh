@@ -215,7 +215,7 @@ schema_refused "/gate/soakSeconds" -f "$dir/empty-soak.yaml"
 configmap_key() {
   local key=$1; shift
   "$helm" template x "$chart" "$@" --show-only templates/gate-configmap.yaml \
-    | "$py" -c 'import json,sys,yaml; d=yaml.safe_load(sys.stdin)["data"]; print(json.loads(d[sys.argv[1]]) if sys.argv[1] in d else "")' "$key"
+    | "$py" -c 'import json,sys,yaml; d=yaml.safe_load(sys.stdin)["data"]; print(json.dumps(json.loads(d[sys.argv[1]]), separators=(",", ":")) if sys.argv[1] in d else "")' "$key"
 }
 gate_json=$(configmap_key gate.json -f "$dir/variant-values.yaml")
 [ "$gate_json" = '{"fdTimeoutBand":2,"maxSampleAgeSeconds":120,"soakSeconds":[600,120]}' ] \
