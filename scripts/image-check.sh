@@ -78,9 +78,14 @@ kubectl create namespace kura-system >/dev/null
 kubectl apply --server-side --field-manager=image-check -f "$dir/chart.yaml" >/dev/null
 
 part "tests (scripts/image_check.py)"
+# The stand-in pods run `kura-agent simulate`, a tool the image's binary
+# does not have: a build with the tools serves them (the tests' own, once
+# scripts/test.sh has run).
+cargo build --locked --quiet -p kura-agent --bin kura-agent
+sim_binary=${CARGO_TARGET_DIR:-$root/target}/debug/kura-agent
 version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
 python3 "$root/scripts/image_check.py" \
-  --image "$KURA_IMAGE" --binary "$KURA_IMAGE_BINARY" \
+  --image "$KURA_IMAGE" --binary "$KURA_IMAGE_BINARY" --sim-binary "$sim_binary" \
   --version "$version" --revision "$(git rev-parse HEAD)" \
   --kubectl "$KURA_KUBECTL" --ca "$KURA_APISERVER_CA" \
   --apiserver-port "${KURA_APISERVER_URL##*:}" --audit-log "$dir/audit.log" \
