@@ -23,6 +23,12 @@ use kura_gate::GateConfig;
 use kura_schemas::{AgentVerdict, ShadowConfigSource, Signal};
 use kura_sim::{SimPodHandle, Simulator};
 
+#[allow(dead_code)]
+mod support {
+    pub mod sim;
+}
+use support::sim::PodIdentityOf;
+
 const OLD: &str = "ghcr.io/tuist/kura:0.5.0";
 const NEW: &str = "ghcr.io/tuist/kura:0.6.0";
 
@@ -50,11 +56,8 @@ fn config(shadow: bool) -> Arc<EngineConfig> {
 fn pod_target(pod: &SimPodHandle, image: &str) -> PodTarget {
     PodTarget {
         identity: PodIdentity {
-            name: pod.name().to_owned(),
-            uid: pod.uid().to_owned(),
-            restart_count: pod.restarts(),
             image: Some(image.to_owned()),
-            ip: Some(pod.addr().ip().to_string()),
+            ..pod.identity()
         },
         addr: Ok(pod.addr()),
     }

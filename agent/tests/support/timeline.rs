@@ -1,78 +1,22 @@
-//! An exported timeline replayed with the agent's own judge
-//! (`kura_gate::instance::judge_instance`), as `kura-gate replay
-//! --agent-view` does it: what the timeline tests compare with the
-//! verdicts the agent published.
+//! An exported timeline replayed as `kura-gate replay --agent-view`
+//! replays it (the gate's strict document reader, then
+//! [`kura_gate::agent_view`]: the agent's own `judge_instance` with its
+//! state carried from the document's baseline): what the timeline tests
+//! compare with the verdicts the agent published.
 
-use kura_gate::instance::judge_instance;
-use kura_gate::{GateConfig, parse_config_over};
-use kura_schemas::{AgentVerdict, BaselineCounters, InstanceTimeline, RolloutGate, Signal};
+use kura_gate::agent_view;
+use kura_gate::document::parse_replay;
+use kura_schemas::{AgentVerdict, InstanceTimeline, Signal};
 
-/// The agent's judge over an exported timeline: the previous verdict
-/// starts as the first tick's baseline (the effective one in force there)
-/// and then is each tick's own result, as the agent's engine carries it.
-/// Returns each tick's verdict and signal.
+/// The agent's view of an exported timeline: each tick's verdict and
+/// signal for its one server. The document goes through its JSON text, so
+/// what is compared is what `kura-gate` reads from the file.
 pub fn reproduce(doc: &InstanceTimeline) -> Vec<(AgentVerdict, Option<Signal>)> {
-    let config: GateConfig = parse_config_over(
-        &GateConfig::default(),
-        &serde_json::to_value(&doc.config).expect("config"),
-    )
-    .expect("the configuration in force parses");
-    let first = doc.ticks.first().map(|t| &t.servers[0]);
-    let mut previous = first
-        .and_then(|s| s.baseline.as_ref())
-        .map(|b| RolloutGate {
-            target_image: doc.instance.target_image.clone(),
-            baseline_image: doc.instance.baseline_image.clone(),
-            baseline_captured_at: Some(b.captured_at),
-            baseline: b.counters.clone(),
-            effective_baseline: b.counters.clone(),
-            soak_eligible: b.soak_eligible,
-            verdict: AgentVerdict::Unhealthy,
-            signal: None,
-            healthy_since: None,
-            evaluated_at: b.captured_at,
-            evidence: Vec::new(),
-            config_error: None,
-        });
-    if previous.is_none() {
-        // No baseline: the agent judges as for an instance seen first.
-        previous = first.map(|_| RolloutGate {
-            target_image: doc.instance.target_image.clone(),
-            baseline_image: None,
-            baseline_captured_at: None,
-            baseline: BaselineCounters::default(),
-            effective_baseline: BaselineCounters::default(),
-            soak_eligible: false,
-            verdict: AgentVerdict::Unhealthy,
-            signal: None,
-            healthy_since: None,
-            evaluated_at: doc.window.from,
-            evidence: Vec::new(),
-            config_error: None,
-        });
-    }
-    doc.ticks
-        .iter()
-        .map(|tick| {
-            let server = &tick.servers[0];
-            let health = server
-                .health
-                .as_ref()
-                .map(|h| h.to_rollout_health(tick.now));
-            let gate = judge_instance(
-                &server.id,
-                previous.as_ref(),
-                &doc.instance.target_image,
-                None,
-                health.as_ref(),
-                tick.now,
-                &config,
-            );
-            let out = (gate.verdict, gate.signal);
-            previous = Some(gate);
-            out
-        })
-        .collect()
+    let text = serde_json::to_string(doc).expect("serialise the timeline");
+    let input = parse_replay(&text).expect("an exported timeline is a replay document");
+    let lines = agent_view(&input);
+    assert_eq!(lines.len(), doc.ticks.len(), "one server per tick");
+    lines.into_iter().map(|l| (l.verdict, l.signal)).collect()
 }
 
 /// Each tick's published verdict and signal.
