@@ -17,7 +17,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::gate_status::{AgentVerdict, BaselineCounters, Signal};
-use crate::health::{RetiredCounters, RolloutHealth, ServingAuthorityHealth};
+use crate::health::{RolloutHealth, ServingAuthorityHealth};
 
 /// At most this many ticks in one [`InstanceTimeline`] document (the
 /// schema's `maxItems`; a longer timeline is read a window at a time).
@@ -254,45 +254,6 @@ impl From<&RolloutHealth> for TimelineHealth {
     }
 }
 
-impl TimelineHealth {
-    /// An aggregate carrying these fields, every other one empty (no pods,
-    /// zero, false, `observed_at` = `observed_at`): what the agent's judge
-    /// reads of it is exactly this tick's health.
-    pub fn to_rollout_health(&self, observed_at: Timestamp) -> RolloutHealth {
-        RolloutHealth {
-            schema_version: crate::health::ROLLOUT_HEALTH_SCHEMA_VERSION,
-            observed_at,
-            sampled_at: self.sampled_at,
-            observed_generation: 0,
-            expected_pods: self.expected_pods,
-            sampled_pods: self.sampled_pods,
-            ready: self.ready,
-            serving: self.serving,
-            writer_lock_owned: false,
-            initial_discovery_completed: false,
-            generation_consistent: false,
-            ring_consistent: self.ring_consistent,
-            ring_members: 0,
-            bootstrap_inflight_peers: self.bootstrap_inflight_peers,
-            backfill_initial_cycle: self.backfill_initial_cycle.clone(),
-            backfilling_peers: None,
-            backfill_degraded: self.backfill_degraded,
-            backfill_budget_exhausted_peers: self.backfill_budget_exhausted_peers,
-            outbox_messages: self.outbox_messages,
-            replication_lag_entries: self.replication_lag_entries,
-            serving_authority: self.serving_authority.clone(),
-            fd_timeout_count: self.fd_timeout_count,
-            peer_connection_failures: self.peer_connection_failures,
-            memory_pressure_state: self.memory_pressure_state,
-            inflight_requests: 0,
-            counter_resets: 0,
-            pods: Vec::new(),
-            retired_counters: RetiredCounters::default(),
-            agent: String::new(),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -304,29 +265,5 @@ mod tests {
             schema["properties"]["ticks"]["maxItems"],
             serde_json::json!(MAX_TIMELINE_TICKS)
         );
-    }
-
-    #[test]
-    fn an_aggregate_made_of_a_tick_has_the_same_gate_fields() {
-        let health = TimelineHealth {
-            sampled_at: Some(Timestamp::from_second(1_800_000_000).unwrap()),
-            expected_pods: 3,
-            sampled_pods: 2,
-            ready: false,
-            serving: true,
-            ring_consistent: true,
-            bootstrap_inflight_peers: Some(1),
-            backfill_initial_cycle: "running".into(),
-            backfill_degraded: true,
-            backfill_budget_exhausted_peers: None,
-            outbox_messages: Some(7),
-            replication_lag_entries: None,
-            serving_authority: Some(ServingAuthorityHealth::default()),
-            fd_timeout_count: 4,
-            peer_connection_failures: Some(5),
-            memory_pressure_state: 1,
-        };
-        let aggregate = health.to_rollout_health(Timestamp::UNIX_EPOCH);
-        assert_eq!(TimelineHealth::from(&aggregate), health);
     }
 }
