@@ -838,10 +838,10 @@ mod tests {
             failed("a-2", 0, "timeout"),
         ];
         let mut health = crate::model::fixtures::health(ts(0));
-        health.pods = vec![kura_schemas::PodHealth {
+        health.pods = vec![std::sync::Arc::new(kura_schemas::PodHealth {
             name: "a-0".into(),
             ..Default::default()
-        }];
+        })];
         v.record_sweep(
             &k,
             SweepRecord {

@@ -45,7 +45,7 @@ fn desired() -> DesiredStatus {
             memory_pressure_state: 1,
             inflight_requests: 5,
             counter_resets: 1,
-            pods: vec![PodHealth {
+            pods: vec![std::sync::Arc::new(PodHealth {
                 name: "acme-eu-0".into(),
                 uid: "u-0".into(),
                 restart_count: 1,
@@ -57,7 +57,7 @@ fn desired() -> DesiredStatus {
                 fd_timeout_count: Some(7),
                 fd_timeout_count_raw: Some(3),
                 ..PodHealth::default()
-            }],
+            })],
             retired_counters: RetiredCounters::default(),
             agent: "kura-health-agent-0".into(),
         },

@@ -10,6 +10,7 @@
 use jiff::Timestamp;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// The `schemaVersion` this crate writes.
 pub const ROLLOUT_HEALTH_SCHEMA_VERSION: u32 = 1;
@@ -89,10 +90,13 @@ pub struct RolloutHealth {
     pub inflight_requests: u64,
     /// Counter resets absorbed for this instance so far.
     pub counter_resets: u64,
-    /// Per tracked pod, at most [`MAX_POD_ENTRIES`] entries.
+    /// Per tracked pod, at most [`MAX_POD_ENTRIES`] entries. Shared: the
+    /// aggregator keeps each pod's entry as its own state and publishes the
+    /// same allocation, copying an entry only when a sweep changes it while
+    /// an earlier aggregate still holds it.
     #[serde(default)]
     #[schemars(length(max = 32))]
-    pub pods: Vec<PodHealth>,
+    pub pods: Vec<Arc<PodHealth>>,
     /// Clamped totals folded in from pods gone for good.
     #[serde(default)]
     pub retired_counters: RetiredCounters,

@@ -12,6 +12,7 @@ use kura_schemas::health::{MAX_POD_ENTRIES, ROLLOUT_HEALTH_SCHEMA_VERSION};
 use kura_schemas::{NodeReport, RetiredCounters, RolloutHealth};
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+use std::sync::Arc;
 
 /// Most pods whose counter state one instance keeps (about 0.5 KiB each).
 /// Past it, the pods gone longest (then the first names) are folded into
@@ -236,9 +237,9 @@ impl InstanceAggregator {
     /// The `pods` entries: every tracked pod up to [`MAX_POD_ENTRIES`];
     /// past that, the pods whose last sample failed (or that are gone)
     /// first, then by name; in name order either way.
-    fn published_pods(&self) -> Vec<kura_schemas::PodHealth> {
+    fn published_pods(&self) -> Vec<Arc<kura_schemas::PodHealth>> {
         if self.pods.len() <= MAX_POD_ENTRIES {
-            return self.pods.iter().map(|p| p.detail.clone()).collect();
+            return self.pods.iter().map(|p| Arc::clone(&p.detail)).collect();
         }
         // Sorted by name already: a stable sort on "has an error" keeps
         // name order within each group.
@@ -248,7 +249,7 @@ impl InstanceAggregator {
         order.sort_unstable();
         order
             .into_iter()
-            .map(|i| self.pods[i].detail.clone())
+            .map(|i| Arc::clone(&self.pods[i].detail))
             .collect()
     }
 

@@ -5,6 +5,7 @@
 use super::counters::{self, Counter};
 use jiff::Timestamp;
 use kura_schemas::{NodeReport, PodHealth};
+use std::sync::Arc;
 
 use crate::model::PodIdentity;
 
@@ -15,8 +16,11 @@ pub const GONE_ERROR: &str = kura_schemas::health::GONE_POD_ERROR;
 /// One tracked pod.
 #[derive(Debug, Clone)]
 pub(crate) struct TrackedPod {
-    /// Exactly what is published in `pods`.
-    pub(crate) detail: PodHealth,
+    /// Exactly what is published in `pods`, and the same allocation: a
+    /// sweep that changes it copies it only while an earlier aggregate
+    /// (the view's, the write queue's) still holds it, so between sweeps
+    /// each pod's entry exists once.
+    pub(crate) detail: Arc<PodHealth>,
     /// `fd_timeout_count` state; `Some` once the pod had a valid sample.
     pub(crate) fd: Option<Counter>,
     /// `peer_connection_failure_count` state; `None` while never reported.
@@ -31,10 +35,10 @@ impl TrackedPod {
     /// A pod seen for the first time.
     pub(crate) fn new(pod: &PodIdentity, now: Timestamp) -> Self {
         TrackedPod {
-            detail: PodHealth {
+            detail: Arc::new(PodHealth {
                 name: pod.name.clone(),
                 ..PodHealth::default()
-            },
+            }),
             fd: None,
             peer: None,
             last_seen: now,
@@ -46,7 +50,7 @@ impl TrackedPod {
     /// time of the aggregate it comes from: a pod listed then was last seen
     /// then; a pod already gone was last seen no later than its last valid
     /// sample, which is used (retiring it earlier never loses a count).
-    pub(crate) fn restore(detail: &PodHealth, observed_at: Timestamp) -> Self {
+    pub(crate) fn restore(detail: &Arc<PodHealth>, observed_at: Timestamp) -> Self {
         let last_seen = if detail.error.as_deref() == Some(GONE_ERROR) {
             detail
                 .sampled_at
@@ -55,7 +59,7 @@ impl TrackedPod {
             observed_at
         };
         TrackedPod {
-            detail: detail.clone(),
+            detail: Arc::clone(detail),
             fd: Counter::restore(detail.fd_timeout_count, detail.fd_timeout_count_raw),
             peer: Counter::restore(
                 detail.peer_connection_failures,
@@ -75,17 +79,19 @@ impl TrackedPod {
         replication_lag_entries: Option<u64>,
         at: Timestamp,
     ) -> bool {
-        let d = &mut self.detail;
+        let prev = &*self.detail;
         let identity_changed = self.fd.is_some()
-            && (d.uid != pod.uid
-                || pod.restart_count > d.restart_count
-                || matches!((d.incarnation.as_deref(), report.incarnation()),
+            && (prev.uid != pod.uid
+                || pod.restart_count > prev.restart_count
+                || matches!((prev.incarnation.as_deref(), report.incarnation()),
                             (Some(a), Some(b)) if a != b));
         let mut reset = counters::observe(&mut self.fd, report.fd_timeout_count, identity_changed);
         match report.peer_connection_failure_count {
             Some(raw) => reset |= counters::observe(&mut self.peer, raw, identity_changed),
             None => counters::close_on_identity_change(&mut self.peer, identity_changed),
         }
+        // A valid sample always moves `sampledAt`: the entry changes.
+        let d = Arc::make_mut(&mut self.detail);
         set_str(&mut d.uid, &pod.uid);
         d.restart_count = pod.restart_count;
         set_opt(&mut d.image, pod.image.as_deref());
@@ -109,7 +115,7 @@ impl TrackedPod {
         if d.fence.as_deref() != fence.as_ref() {
             d.fence = fence.map(Box::new);
         }
-        self.publish_counters();
+        publish_counters(d, self.fd, self.peer);
         reset || identity_changed
     }
 
@@ -117,28 +123,41 @@ impl TrackedPod {
     /// sample (its `sampledAt` says when); a pod that never answered shows
     /// what discovery knows of it.
     pub(crate) fn fail(&mut self, pod: &PodIdentity, reason: &str, max_len: usize) {
-        if self.fd.is_none() {
-            let d = &mut self.detail;
+        let reason = truncate(reason, max_len);
+        let d = &*self.detail;
+        // A pod that never answered shows what discovery knows of it.
+        let identity_moved = self.fd.is_none()
+            && (d.uid != pod.uid
+                || d.restart_count != pod.restart_count
+                || d.image.as_deref() != pod.image.as_deref()
+                || d.ip.as_deref() != pod.ip.as_deref());
+        if !identity_moved && d.error.as_deref() == Some(reason) {
+            return;
+        }
+        let d = Arc::make_mut(&mut self.detail);
+        if identity_moved {
             set_str(&mut d.uid, &pod.uid);
             d.restart_count = pod.restart_count;
             set_opt(&mut d.image, pod.image.as_deref());
             set_opt(&mut d.ip, pod.ip.as_deref());
         }
-        set_opt(&mut self.detail.error, Some(truncate(reason, max_len)));
+        set_opt(&mut d.error, Some(reason));
     }
 
     /// Mark the pod as no longer listed by discovery.
     pub(crate) fn mark_gone(&mut self) {
-        set_opt(&mut self.detail.error, Some(GONE_ERROR));
+        if !self.detail.is_gone() {
+            set_opt(&mut Arc::make_mut(&mut self.detail).error, Some(GONE_ERROR));
+        }
     }
+}
 
-    fn publish_counters(&mut self) {
-        let d = &mut self.detail;
-        d.fd_timeout_count = self.fd.map(Counter::clamped);
-        d.fd_timeout_count_raw = self.fd.map(|c| c.last_raw);
-        d.peer_connection_failures = self.peer.map(Counter::clamped);
-        d.peer_connection_failures_raw = self.peer.map(|c| c.last_raw);
-    }
+/// The entry's counter fields from the pod's counter state.
+fn publish_counters(d: &mut PodHealth, fd: Option<Counter>, peer: Option<Counter>) {
+    d.fd_timeout_count = fd.map(Counter::clamped);
+    d.fd_timeout_count_raw = fd.map(|c| c.last_raw);
+    d.peer_connection_failures = peer.map(Counter::clamped);
+    d.peer_connection_failures_raw = peer.map(|c| c.last_raw);
 }
 
 /// Longest prefix of `s` within `max` bytes, cut at a character boundary.

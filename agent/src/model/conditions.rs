@@ -292,7 +292,7 @@ mod tests {
             expected_pods: 2,
             sampled_pods: 2,
             ring_members: 2,
-            pods,
+            pods: pods.into_iter().map(std::sync::Arc::new).collect(),
             ..crate::model::fixtures::health(ts(0))
         }
     }

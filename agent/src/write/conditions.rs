@@ -97,11 +97,11 @@ mod tests {
         DesiredStatus::new(
             RolloutHealth {
                 observed_generation: generation,
-                pods: vec![PodHealth {
+                pods: vec![std::sync::Arc::new(PodHealth {
                     name: "a-0".into(),
                     image: Some("img".into()),
                     ..PodHealth::default()
-                }],
+                })],
                 ..crate::model::fixtures::health(ts(at))
             },
             RolloutGate {

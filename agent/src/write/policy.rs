@@ -209,14 +209,14 @@ mod tests {
             peer_connection_failures: Some(1),
             memory_pressure_state: 1,
             inflight_requests: 3,
-            pods: vec![PodHealth {
+            pods: vec![std::sync::Arc::new(PodHealth {
                 name: "p-0".into(),
                 uid: "u".into(),
                 sampled_at: Some(ts("2026-07-21T09:59:59Z")),
                 fd_timeout_count: Some(2),
                 fd_timeout_count_raw: Some(2),
                 ..PodHealth::default()
-            }],
+            })],
             agent: "agent-0".into(),
             ..crate::model::fixtures::health(ts("2026-07-21T10:00:00Z"))
         }
@@ -228,7 +228,7 @@ mod tests {
         let mut next = base();
         next.observed_at = ts("2026-07-21T10:00:10Z");
         next.sampled_at = Some(ts("2026-07-21T10:00:09Z"));
-        next.pods[0].sampled_at = Some(ts("2026-07-21T10:00:09Z"));
+        std::sync::Arc::make_mut(&mut next.pods[0]).sampled_at = Some(ts("2026-07-21T10:00:09Z"));
         assert!(!material_change(&prev, &next));
         assert!(!is_priority_change(Some(&prev), &next));
     }
@@ -250,10 +250,10 @@ mod tests {
         a.fd_timeout_count = 3;
         assert!(material_change(&prev, &a));
         let mut b = base();
-        b.pods[0].fd_timeout_count_raw = Some(0);
+        std::sync::Arc::make_mut(&mut b.pods[0]).fd_timeout_count_raw = Some(0);
         assert!(material_change(&prev, &b));
         let mut c = base();
-        c.pods[0].error = Some("timeout".into());
+        std::sync::Arc::make_mut(&mut c.pods[0]).error = Some("timeout".into());
         assert!(material_change(&prev, &c));
         let mut d = base();
         d.pods.clear();
@@ -340,10 +340,11 @@ mod tests {
         };
         assert!(material_change(&base(), &lag));
         let mut pods = base();
-        pods.pods[0].fence = Some(Box::new(kura_schemas::PodFence {
-            enabled: Some(true),
-            ..Default::default()
-        }));
+        std::sync::Arc::make_mut(&mut pods.pods[0]).fence =
+            Some(Box::new(kura_schemas::PodFence {
+                enabled: Some(true),
+                ..Default::default()
+            }));
         assert!(material_change(&base(), &pods));
     }
 }

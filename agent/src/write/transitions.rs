@@ -151,11 +151,11 @@ mod tests {
     fn status(at: i64, verdict: AgentVerdict, signal: Option<Signal>) -> DesiredStatus {
         DesiredStatus::new(
             RolloutHealth {
-                pods: vec![PodHealth {
+                pods: vec![std::sync::Arc::new(PodHealth {
                     name: "a-0".into(),
                     image: Some("img:2".into()),
                     ..PodHealth::default()
-                }],
+                })],
                 ..crate::model::fixtures::health(ts(at))
             },
             RolloutGate {

@@ -425,7 +425,7 @@ impl BaselineDocument {
             memory_pressure_state: 0,
             inflight_requests: 0,
             counter_resets: 0,
-            pods,
+            pods: pods.into_iter().map(std::sync::Arc::new).collect(),
             retired_counters: Default::default(),
             agent: agent.to_owned(),
         }
