@@ -60,6 +60,10 @@ pub struct Discovery {
     /// Per pod watch, the value of the scope's signal its last complete
     /// list was made under ([`NOT_LISTED`] before the first).
     pod_lists: Vec<Arc<AtomicU64>>,
+    /// For reading one instance again ([`Discovery::keep_status`]).
+    client: Client,
+    /// The watched namespaces, in scope order; empty: one scope, all.
+    namespaces: Vec<String>,
 }
 
 /// No pod list complete yet.
@@ -302,6 +306,8 @@ impl Discovery {
                 image_changes,
                 pod_scope,
                 pod_lists,
+                client,
+                namespaces: config.namespaces.clone(),
             },
             driver,
         )
@@ -362,7 +368,74 @@ impl Discovery {
     pub fn targets_of(&self, keys: &[InstanceKey]) -> Vec<InstanceTarget> {
         locked(&self.store).targets_of(keys)
     }
+
+    /// `key`'s task has its state: its status is no longer kept
+    /// ([`FactStore::release_status`]).
+    pub fn release_status(&self, key: &InstanceKey) {
+        locked(&self.store).release_status(key);
+    }
+
+    /// `key`'s task stopped or ended: its status is kept again, and read
+    /// again at once when it was released (one GET of the instance, retried
+    /// with back-off until it answers or the instance is gone), so the
+    /// fleet view answers from it and a task started for the instance again
+    /// continues from it. Must be called within the tokio runtime.
+    pub fn keep_status(&self, key: &InstanceKey) {
+        if !locked(&self.store).keep_status(key) {
+            return;
+        }
+        let Some(scope) = self.scope_of(&key.namespace) else {
+            locked(&self.store).abandon_reread(key);
+            return;
+        };
+        let api: Api<InstanceObject> = Api::namespaced(self.client.clone(), &key.namespace);
+        let store = Arc::clone(&self.store);
+        let key = key.clone();
+        tokio::spawn(async move {
+            let mut wait = REREAD_FIRST_WAIT;
+            loop {
+                if !locked(&store).status_pending(&key) {
+                    return; // a watch event brought it, or it was released again
+                }
+                match api.get_opt(&key.name).await {
+                    Ok(Some(obj)) => {
+                        locked(&store).apply_instance(scope, &watcher::Event::Apply(obj));
+                        return;
+                    }
+                    Ok(None) => {
+                        locked(&store).abandon_reread(&key);
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(namespace = %key.namespace, instance = %key.name,
+                            error = %e, "reading the instance's status again failed; retrying");
+                        tokio::time::sleep(wait).await;
+                        wait = (wait * 2).min(REREAD_MAX_WAIT);
+                    }
+                }
+            }
+        });
+    }
+
+    /// Whether `key`'s status is being read again: a task must not start
+    /// for it yet.
+    pub fn status_pending(&self, key: &InstanceKey) -> bool {
+        locked(&self.store).status_pending(key)
+    }
+
+    /// The watch scope that holds instances of `namespace`.
+    fn scope_of(&self, namespace: &str) -> Option<usize> {
+        if self.namespaces.is_empty() {
+            return Some(0);
+        }
+        self.namespaces.iter().position(|n| n == namespace)
+    }
 }
+
+/// First wait before a failed read of an instance's status is retried.
+const REREAD_FIRST_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+/// Longest wait between retries of that read.
+const REREAD_MAX_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The status stored in the cluster, from the instance watch: what the
 /// fleet view answers from for the instances this replica does not sweep.

@@ -41,4 +41,13 @@ impl TargetSource for ClusterTargets {
     fn targets_of(&self, keys: &[InstanceKey]) -> Vec<InstanceTarget> {
         self.discovery.targets_of(keys)
     }
+    fn release_status(&self, key: &InstanceKey) {
+        self.discovery.release_status(key);
+    }
+    fn keep_status(&self, key: &InstanceKey) {
+        self.discovery.keep_status(key);
+    }
+    fn status_pending(&self, key: &InstanceKey) -> bool {
+        self.discovery.status_pending(key)
+    }
 }

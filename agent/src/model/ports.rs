@@ -58,6 +58,21 @@ pub trait TargetSource: Send + Sync + 'static {
             .filter(|t| keys.contains(&t.key()))
             .collect()
     }
+    /// `key`'s task has published its first sweep: its engine holds all
+    /// the stored status says, so the source may stop keeping it (the
+    /// statuses seen from then on are the agent's own writes). Default:
+    /// nothing.
+    fn release_status(&self, _key: &InstanceKey) {}
+    /// `key`'s task stopped or ended: the source keeps its status again
+    /// (reading it again if it was let go), for the view's answers and for
+    /// a task started for it later. Default: nothing.
+    fn keep_status(&self, _key: &InstanceKey) {}
+    /// Whether `key`'s status is being read again: a task must not start
+    /// for it until it is in (it would start without its history).
+    /// Default: never.
+    fn status_pending(&self, _key: &InstanceKey) -> bool {
+        false
+    }
 }
 
 /// Where the loop's results go.

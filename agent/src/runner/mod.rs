@@ -101,6 +101,9 @@ struct Shared {
     config: LoopConfig,
     engine: Arc<EngineConfig>,
     ends: SweepEnds,
+    /// The loop's source, for its instance tasks to let their stored
+    /// status go once they hold it ([`TargetSource::release_status`]).
+    source: Arc<dyn TargetSource>,
 }
 
 struct Running {
@@ -141,6 +144,7 @@ impl AgentLoop {
                     sink,
                     clock,
                 },
+                source: Arc::clone(&source),
             }),
             source,
         }
@@ -265,6 +269,7 @@ impl AgentLoop {
     fn stop(&self, running: &mut BTreeMap<InstanceKey, Running>, key: &InstanceKey) {
         if let Some(r) = running.remove(key) {
             r.task.abort();
+            self.source.keep_status(key);
             self.shared.ends.sink.forget(key);
             tracing::info!(namespace = %key.namespace, instance = %key.name, "instance gone");
         }
@@ -294,7 +299,18 @@ impl AgentLoop {
                     }
                 });
             }
-            _ => {
+            ended => {
+                if ended.is_some() {
+                    // The task ended on its own (it never does unless it
+                    // panicked): the status it let go is read again first.
+                    self.source.keep_status(&key);
+                }
+                if target.previous_status.is_none() && self.source.status_pending(&key) {
+                    // Started once the status is in (the source then names
+                    // the instance as changed).
+                    running.remove(&key);
+                    return;
+                }
                 self.shared.ends.sink.seed(&target);
                 // The engine continues from the status as found; the
                 // task's target keeps no copy of it (850 B an
@@ -424,6 +440,7 @@ async fn instance_task(
     })
     .await;
     let mut previous: Option<Instant> = None;
+    let mut released = false;
     let mut label = match wake {
         Wake::Due(phase) => phase.label(),
         Wake::ImageChanged => cadence::IMAGE_CHANGE,
@@ -445,6 +462,13 @@ async fn instance_task(
             // The supervisor dropped this instance while the sweep ran:
             // nothing was published for it.
             return;
+        }
+        if !released {
+            // The first sweep is published (the view answers from it): the
+            // engine holds the status it was restored from, and every status
+            // the watch brings from now on is this task's own write.
+            shared.source.release_status(&t.key());
+            released = true;
         }
         let ended = Instant::now();
         let unit = rand::random::<f64>();
@@ -622,6 +646,11 @@ mod tests {
         state: std::sync::Mutex<NamedState>,
         full_reads: AtomicUsize,
         asked: std::sync::Mutex<Vec<Vec<InstanceKey>>>,
+        /// The keys whose status was let go, then kept again, in order.
+        released: std::sync::Mutex<Vec<InstanceKey>>,
+        kept: std::sync::Mutex<Vec<InstanceKey>>,
+        /// What `status_pending` answers.
+        pending: AtomicBool,
     }
 
     impl TargetSource for Arc<Named> {
@@ -655,6 +684,108 @@ mod tests {
                 .filter(|t| keys.contains(&t.key()))
                 .cloned()
                 .collect()
+        }
+        fn release_status(&self, key: &InstanceKey) {
+            self.released.lock().expect("lock").push(key.clone());
+        }
+        fn keep_status(&self, key: &InstanceKey) {
+            self.kept.lock().expect("lock").push(key.clone());
+        }
+        fn status_pending(&self, _key: &InstanceKey) -> bool {
+            self.pending.load(Ordering::SeqCst)
+        }
+    }
+
+    /// A task lets its stored status go once its first sweep is published,
+    /// a stopped one asks for it again, and no task starts while the
+    /// status is being read again (it would start without its history).
+    #[tokio::test]
+    async fn a_task_lets_its_status_go_after_its_first_sweep_and_waits_for_it_back() {
+        let target = InstanceTarget {
+            info: InstanceInfo {
+                namespace: "kura".into(),
+                name: "a".into(),
+                expected_pods: 0,
+                generation: 1,
+            },
+            spec_image: "v1".into(),
+            pods: Vec::new(),
+            pods_dropped: 0,
+            previous_status: None,
+            status_warnings: Vec::new(),
+            gate_config: None,
+        };
+        let key = target.key();
+        let source = Arc::new(Named::default());
+        *source.state.lock().expect("lock") = (1, vec![target.clone()], vec![]);
+        let view = FleetView::new();
+        let agent_loop = AgentLoop::new(
+            LoopConfig {
+                cadence: Cadence::fixed(Duration::from_millis(1)),
+                ..LoopConfig::default()
+            },
+            Poller::new(PollConfig::default()),
+            Arc::new(Arc::clone(&source)),
+            Arc::new(MemorySink::new()),
+            view.clone(),
+            Arc::new(SystemClock),
+        );
+        let mut supervised = Supervised::default();
+        agent_loop.reconcile(&mut supervised);
+        let released = tokio::time::timeout(Duration::from_secs(5), async {
+            while source.released.lock().expect("lock").is_empty() {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        })
+        .await;
+        assert!(released.is_ok(), "the first sweep lets the status go");
+        assert!(
+            view.answer(&key, jiff::Timestamp::now())
+                .and_then(|a| a.live)
+                .and_then(|v| v.gate)
+                .is_some(),
+            "only once the view answers from the task's own verdict"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(
+            *source.released.lock().expect("lock"),
+            vec![key.clone()],
+            "once per task, not per sweep"
+        );
+        assert!(source.kept.lock().expect("lock").is_empty());
+
+        // The instance leaves (say, to another replica): its status is kept again.
+        {
+            let mut state = source.state.lock().expect("lock");
+            state.1.clear();
+            state.0 = 2;
+            state.2 = vec![(2, key.clone())];
+        }
+        agent_loop.reconcile(&mut supervised);
+        assert!(supervised.tasks.is_empty());
+        assert_eq!(*source.kept.lock().expect("lock"), vec![key.clone()]);
+
+        // It comes back while its status is still being read: no task yet.
+        source.pending.store(true, Ordering::SeqCst);
+        {
+            let mut state = source.state.lock().expect("lock");
+            state.1 = vec![target];
+            state.0 = 3;
+            state.2 = vec![(3, key.clone())];
+        }
+        agent_loop.reconcile(&mut supervised);
+        assert!(supervised.tasks.is_empty(), "waits for its status");
+        // The status is in (the source names the instance again).
+        source.pending.store(false, Ordering::SeqCst);
+        {
+            let mut state = source.state.lock().expect("lock");
+            state.0 = 4;
+            state.2 = vec![(4, key.clone())];
+        }
+        agent_loop.reconcile(&mut supervised);
+        assert!(supervised.tasks.contains_key(&key));
+        for r in supervised.tasks.values() {
+            r.task.abort();
         }
     }
 

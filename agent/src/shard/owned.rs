@@ -122,6 +122,16 @@ impl TargetSource for OwnedTargets {
         self.shard.record_owned(all, &membership, now);
         owned
     }
+
+    fn release_status(&self, key: &InstanceKey) {
+        self.inner.release_status(key);
+    }
+    fn keep_status(&self, key: &InstanceKey) {
+        self.inner.keep_status(key);
+    }
+    fn status_pending(&self, key: &InstanceKey) -> bool {
+        self.inner.status_pending(key)
+    }
 }
 
 #[cfg(test)]
