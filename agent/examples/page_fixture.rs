@@ -116,13 +116,13 @@ fn pod_name(f: &Fixture, i: usize) -> String {
 
 fn pod_target(pod: &SimPodHandle, image: &str) -> PodTarget {
     PodTarget {
-        identity: PodIdentity {
+        identity: std::sync::Arc::new(PodIdentity {
             name: pod.name().to_owned(),
             uid: pod.uid().to_owned(),
             restart_count: pod.restarts(),
             image: Some(image.to_owned()),
             ip: Some(pod.addr().ip().to_string()),
-        },
+        }),
         addr: Ok(pod.addr()),
     }
 }

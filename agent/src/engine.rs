@@ -490,13 +490,13 @@ mod tests {
         let report = parse_report(&serde_json::to_vec(&v).expect("bytes")).expect("report");
         PodSample {
             replication_lag_entries: None,
-            pod: PodIdentity {
+            pod: std::sync::Arc::new(PodIdentity {
                 name: format!("acme-{i}"),
                 uid: format!("u-{i}"),
                 restart_count: 0,
                 image: Some(image.to_owned()),
                 ip: None,
-            },
+            }),
             received_at: at,
             result: SampleResult::Report(Box::new(report)),
         }
@@ -554,11 +554,11 @@ mod tests {
     fn sample(node: &SimNode, received_at: Timestamp) -> Vec<PodSample> {
         vec![PodSample {
             replication_lag_entries: None,
-            pod: PodIdentity {
+            pod: std::sync::Arc::new(PodIdentity {
                 name: "p-0".into(),
                 uid: "u-0".into(),
                 ..PodIdentity::default()
-            },
+            }),
             received_at,
             result: SampleResult::Report(Box::new(node.report())),
         }]

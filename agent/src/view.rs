@@ -30,8 +30,8 @@ pub use timeline::{
 };
 
 use crate::model::{
-    GateLimits, InstanceKey, LastWrite, MembersSource, PodSample, SampleResult, ShadowJudgement,
-    StoredInstance, StoredStatusSource, WriteRecord,
+    GateLimits, InstanceKey, LastWrite, MembersSource, PodIdentity, PodSample, SampleResult,
+    ShadowJudgement, StoredInstance, StoredStatusSource, WriteRecord,
 };
 use history::{History, HistoryInput};
 use jiff::Timestamp;
@@ -56,16 +56,10 @@ pub type VerdictSignal = (AgentVerdict, Option<Signal>);
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PodView {
-    /// Pod name.
-    pub name: String,
-    /// Pod UID.
-    pub uid: String,
-    /// The Kura container's restart count.
-    pub restart_count: u32,
-    /// The Kura container's image.
-    pub image: Option<String>,
-    /// The pod IP polled.
-    pub ip: Option<String>,
+    /// The pod as discovery saw it when polled (name, UID, restart count,
+    /// image, IP; flattened in the JSON), shared with the sample.
+    #[serde(flatten)]
+    pub pod: Arc<PodIdentity>,
     /// When the sample (or failure) was received.
     pub received_at: Timestamp,
     /// Why the sample failed, if it did.
@@ -119,11 +113,7 @@ impl PodView {
             SampleResult::Error(e) => (Some(e.clone()), None),
         };
         Self {
-            name: sample.pod.name.clone(),
-            uid: sample.pod.uid.clone(),
-            restart_count: sample.pod.restart_count,
-            image: sample.pod.image.clone(),
-            ip: sample.pod.ip.clone(),
+            pod: Arc::clone(&sample.pod),
             received_at: sample.received_at,
             error,
             outbox_messages: r.and_then(|r| r.outbox_messages),
@@ -562,13 +552,14 @@ impl FleetView {
         for sample in sweep.samples {
             let keep_report = !published.iter().any(|p| p.name == sample.pod.name);
             let pod = PodView::from_sample(sample, keep_report);
-            match view.pods.iter_mut().find(|p| p.name == pod.name) {
+            match view.pods.iter_mut().find(|p| p.pod.name == pod.pod.name) {
                 Some(slot) => *slot = pod,
                 None => view.pods.push(pod),
             }
         }
-        view.pods.retain(|p| sweep.current_pods.contains(&p.name));
-        view.pods.sort_by(|a, b| a.name.cmp(&b.name));
+        view.pods
+            .retain(|p| sweep.current_pods.contains(&p.pod.name));
+        view.pods.sort_by(|a, b| a.pod.name.cmp(&b.pod.name));
         // Pushing grows the list by doubling (three pods get room for
         // four); a few hundred bytes per slot, kept for the instance's life.
         view.pods.shrink_to_fit();
@@ -751,11 +742,11 @@ mod tests {
     fn failed(name: &str, at: i64, why: &str) -> PodSample {
         PodSample {
             replication_lag_entries: None,
-            pod: PodIdentity {
+            pod: std::sync::Arc::new(PodIdentity {
                 name: name.into(),
                 uid: format!("u-{name}"),
                 ..Default::default()
-            },
+            }),
             received_at: ts(at),
             result: SampleResult::Error(why.into()),
         }
@@ -814,11 +805,11 @@ mod tests {
             kura_schemas::parse_report(&std::fs::read(path).expect("fixture")).expect("report");
         PodSample {
             replication_lag_entries: None,
-            pod: PodIdentity {
+            pod: std::sync::Arc::new(PodIdentity {
                 name: name.into(),
                 uid: format!("u-{name}"),
                 ..Default::default()
-            },
+            }),
             received_at: ts(at),
             result: SampleResult::Report(Box::new(report)),
         }
@@ -859,7 +850,7 @@ mod tests {
         let kept: Vec<(&str, bool)> = view
             .pods
             .iter()
-            .map(|p| (p.name.as_str(), p.report.is_some()))
+            .map(|p| (p.pod.name.as_str(), p.report.is_some()))
             .collect();
         assert_eq!(kept, [("a-0", false), ("a-1", true), ("a-2", false)]);
         let SampleResult::Report(sent) = &samples[1].result else {

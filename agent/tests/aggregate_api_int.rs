@@ -45,13 +45,13 @@ fn report(count: u64) -> NodeReport {
 fn sample(name: &str, at: Timestamp, count: u64) -> PodSample {
     PodSample {
         replication_lag_entries: None,
-        pod: PodIdentity {
+        pod: std::sync::Arc::new(PodIdentity {
             name: name.into(),
             uid: format!("uid-{name}"),
             restart_count: 0,
             image: None,
             ip: None,
-        },
+        }),
         received_at: at,
         result: SampleResult::Report(Box::new(report(count))),
     }

@@ -87,11 +87,11 @@ fn sweep(pods: &[Pod], at: Timestamp) -> RolloutHealth {
         .iter()
         .enumerate()
         .map(|(i, p)| PodSample {
-            pod: PodIdentity {
+            pod: std::sync::Arc::new(PodIdentity {
                 name: format!("acme-{i}"),
                 uid: format!("u-{i}"),
                 ..PodIdentity::default()
-            },
+            }),
             received_at: at,
             result: if p.failed {
                 SampleResult::Error("/status/cluster: timeout".into())

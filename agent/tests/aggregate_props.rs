@@ -182,13 +182,13 @@ fn materialize(
             };
             samples.push(PodSample {
                 replication_lag_entries: None,
-                pod: PodIdentity {
+                pod: std::sync::Arc::new(PodIdentity {
                     name: format!("acme-{i:02}"),
                     uid: format!("uid-{}", p.uid),
                     restart_count: p.restarts,
                     image: None,
                     ip: None,
-                },
+                }),
                 received_at: now - SignedDuration::from_millis(i as i64),
                 result,
             });

@@ -37,13 +37,13 @@ fn report(fd: u64, discovery: Option<bool>) -> NodeReport {
 fn sample(name: &str, at: Timestamp, result: SampleResult) -> PodSample {
     PodSample {
         replication_lag_entries: None,
-        pod: PodIdentity {
+        pod: std::sync::Arc::new(PodIdentity {
             name: name.into(),
             uid: format!("uid-{name}"),
             restart_count: 0,
             image: None,
             ip: None,
-        },
+        }),
         received_at: at,
         result,
     }

@@ -38,10 +38,11 @@ fn target(sim: &Simulator, spec_image: &str, pod_images: &[&str]) -> InstanceTar
             .targets()
             .into_iter()
             .zip(pod_images)
-            .map(|((mut identity, addr), image)| {
+            .map(|((identity, addr), image)| {
+                let mut identity = std::sync::Arc::unwrap_or_clone(identity);
                 identity.image = Some((*image).to_owned());
                 PodTarget {
-                    identity,
+                    identity: std::sync::Arc::new(identity),
                     addr: Ok(addr),
                 }
             })

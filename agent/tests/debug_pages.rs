@@ -83,13 +83,13 @@ impl Sim {
             .enumerate()
             .map(|(i, node)| PodSample {
                 replication_lag_entries: None,
-                pod: PodIdentity {
+                pod: std::sync::Arc::new(PodIdentity {
                     name: format!("{}-{i}", self.info.name),
                     uid: format!("uid-{}-{i}", self.info.name),
                     restart_count: 0,
                     image: Some(self.image.to_owned()),
                     ip: Some(format!("10.0.0.{i}")),
-                },
+                }),
                 received_at: at,
                 result: if self.answering {
                     SampleResult::Report(Box::new(node.report()))

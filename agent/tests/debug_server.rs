@@ -94,13 +94,13 @@ async fn start() -> Fixture {
     let pods = ["acme-eu-0".to_owned(), "acme-eu-1".to_owned()];
     let samples = [PodSample {
         replication_lag_entries: None,
-        pod: PodIdentity {
+        pod: std::sync::Arc::new(PodIdentity {
             name: "acme-eu-1".into(),
             uid: "u-1".into(),
             restart_count: 0,
             image: Some("img:2".into()),
             ip: Some("10.0.0.2".into()),
-        },
+        }),
         received_at: ts("2026-07-21T10:00:09Z"),
         result: SampleResult::Error("timeout".into()),
     }];
@@ -356,13 +356,13 @@ async fn pod_rows_show_outbox_capacity_fullness_and_fence_state() {
     };
     let sample = |name: &str, result: SampleResult| PodSample {
         replication_lag_entries: None,
-        pod: PodIdentity {
+        pod: std::sync::Arc::new(PodIdentity {
             name: name.into(),
             uid: format!("u-{name}"),
             restart_count: 0,
             image: Some("img:3".into()),
             ip: Some("10.0.0.9".into()),
-        },
+        }),
         received_at: ts("2026-07-21T10:00:09Z"),
         result,
     };

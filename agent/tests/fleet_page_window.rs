@@ -81,13 +81,13 @@ fn story(view: &FleetView) -> Timestamp {
                 .iter()
                 .enumerate()
                 .map(|(p, node)| PodSample {
-                    pod: PodIdentity {
+                    pod: std::sync::Arc::new(PodIdentity {
                         name: format!("{}-{p}", info.name),
                         uid: format!("uid-{}-{p}", info.name),
                         restart_count: 0,
                         image: Some(image.to_owned()),
                         ip: Some(format!("10.{}.{}.{p}", i / 250, i % 250)),
-                    },
+                    }),
                     received_at: at,
                     result: if upgraded && i % 97 == 0 {
                         SampleResult::Error("HTTP 500".into())

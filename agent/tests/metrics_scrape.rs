@@ -202,10 +202,11 @@ fn target(name: &str, sim: &Simulator, expected_pods: u32) -> InstanceTarget {
         .targets()
         .into_iter()
         .filter(|(p, _)| p.name.starts_with(&format!("{name}-")))
-        .map(|(mut identity, addr)| {
+        .map(|(identity, addr)| {
+            let mut identity = std::sync::Arc::unwrap_or_clone(identity);
             identity.image = Some(IMAGE.to_owned());
             PodTarget {
-                identity,
+                identity: std::sync::Arc::new(identity),
                 addr: Ok(addr),
             }
         })

@@ -227,7 +227,9 @@ async fn report_naming_another_pod_is_an_identity_mismatch() {
     assert!(poll(&poller, &pod).await.is_ok());
     // With fenced serving the identity is written, and checked.
     pod.update(|n| n.fenced_serving = true);
-    let sample = poller.poll(&pod.identity(), pod.addr()).await;
+    let sample = poller
+        .poll(&std::sync::Arc::new(pod.identity()), pod.addr())
+        .await;
     assert_eq!(
         sample.result,
         SampleResult::Error("pod identity mismatch".into())
@@ -271,7 +273,7 @@ async fn restart_over_a_kept_alive_connection_reads_the_new_incarnation() {
 /// The sample of one sweep of one pod.
 async fn sweep_one(poller: &Poller, pod: &SimPodHandle) -> kura_agent::model::PodSample {
     poller
-        .sweep(&[(pod.identity(), pod.addr())])
+        .sweep(&[(std::sync::Arc::new(pod.identity()), pod.addr())])
         .await
         .remove(0)
 }

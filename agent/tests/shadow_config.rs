@@ -55,10 +55,10 @@ fn config(shadow: bool) -> Arc<EngineConfig> {
 
 fn pod_target(pod: &SimPodHandle, image: &str) -> PodTarget {
     PodTarget {
-        identity: PodIdentity {
+        identity: std::sync::Arc::new(PodIdentity {
             image: Some(image.to_owned()),
             ..pod.identity()
-        },
+        }),
         addr: Ok(pod.addr()),
     }
 }

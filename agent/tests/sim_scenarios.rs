@@ -68,7 +68,7 @@ async fn broken_scenario_fails_each_pod_its_own_way() {
     let mut got = Vec::new();
     for (pod, addr) in sim.targets() {
         let reason = p.poll_result(&pod, addr).await.err().map(|e| e.reason());
-        got.push((pod.name, reason.unwrap_or("ok")));
+        got.push((pod.name.clone(), reason.unwrap_or("ok")));
     }
     let want = [
         ("healthy", "ok"),

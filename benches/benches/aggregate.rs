@@ -51,13 +51,13 @@ fn sweeps(pods: usize, sweeps: usize) -> Vec<(Timestamp, Vec<PodSample>)> {
                     };
                     PodSample {
                         replication_lag_entries: None,
-                        pod: PodIdentity {
+                        pod: std::sync::Arc::new(PodIdentity {
                             name: format!("acme-eu-{p}"),
                             uid: format!("0f6e2a9c-1b3d-4c5e-8f7a-9b0c1d2e3f{p:02}"),
                             restart_count: 0,
                             image: Some("ghcr.io/tuist/kura:0.6.0".into()),
                             ip: Some(format!("10.0.{p}.10")),
-                        },
+                        }),
                         received_at: now,
                         result,
                     }
@@ -102,13 +102,13 @@ fn reverse_sweep(pods: usize, at: Timestamp) -> Vec<PodSample> {
         .rev()
         .map(|p| PodSample {
             replication_lag_entries: None,
-            pod: PodIdentity {
+            pod: std::sync::Arc::new(PodIdentity {
                 name: format!("acme-eu-{p:06}"),
                 uid: format!("uid-{p}"),
                 restart_count: 0,
                 image: None,
                 ip: None,
-            },
+            }),
             received_at: at,
             result: SampleResult::Report(Box::new(report.clone())),
         })

@@ -84,13 +84,13 @@ fn story(view: &FleetView, instances: usize, sweeps: usize) -> Timestamp {
                 .enumerate()
                 .map(|(p, node)| PodSample {
                     replication_lag_entries: None,
-                    pod: PodIdentity {
+                    pod: std::sync::Arc::new(PodIdentity {
                         name: format!("{}-{p}", info.name),
                         uid: format!("uid-{}-{p}", info.name),
                         restart_count: 0,
                         image: Some(image.to_owned()),
                         ip: Some(format!("10.{}.{}.{p}", i / 250, i % 250)),
-                    },
+                    }),
                     received_at: at,
                     result: if upgraded && i % 97 == 0 && p == 1 {
                         SampleResult::Error("HTTP 500".into())

@@ -265,7 +265,7 @@ impl StatusSink for CountingSink {
 /// them in a rollout (see the module documentation). Returns the targets
 /// and, per instance key, whether it is in a rollout and its pod count.
 pub fn fleet(
-    pods: &[(PodIdentity, SocketAddr)],
+    pods: &[(std::sync::Arc<PodIdentity>, SocketAddr)],
     pods_per_instance: usize,
     rollout_fraction: f64,
     now: Timestamp,
@@ -287,7 +287,7 @@ pub fn fleet(
                 .iter()
                 .enumerate()
                 .map(|(j, (identity, addr))| {
-                    let mut identity = identity.clone();
+                    let mut identity = PodIdentity::clone(identity);
                     identity.image = Some(
                         if rollout && j == 0 {
                             NEW_IMAGE
@@ -297,7 +297,7 @@ pub fn fleet(
                         .to_owned(),
                     );
                     PodTarget {
-                        identity,
+                        identity: std::sync::Arc::new(identity),
                         addr: Ok(*addr),
                     }
                 })
@@ -370,7 +370,7 @@ fn metric_sum(text: &str, name: &str, except: &str) -> u64 {
 /// Runs the loop over `targets` as configured; returns what the window
 /// measured.
 async fn run_loop(
-    targets: Vec<(PodIdentity, SocketAddr)>,
+    targets: Vec<(std::sync::Arc<PodIdentity>, SocketAddr)>,
     config: LoopRunConfig,
     metrics: &metrics_exporter_prometheus::PrometheusHandle,
 ) -> LoopOutcome {
@@ -555,7 +555,7 @@ impl LoopRunner {
     pub fn spawn(
         exe: &Path,
         config: &LoopRunConfig,
-        targets: &[(PodIdentity, SocketAddr)],
+        targets: &[(std::sync::Arc<PodIdentity>, SocketAddr)],
     ) -> Result<LoopRunner, LoadError> {
         let c = &config.cadence;
         let mut cmd = profiled(exe);
@@ -740,14 +740,14 @@ mod tests {
 
     #[test]
     fn the_fleet_has_its_share_in_a_rollout_with_mixed_images() {
-        let pods: Vec<(PodIdentity, SocketAddr)> = (0..60)
+        let pods: Vec<(std::sync::Arc<PodIdentity>, SocketAddr)> = (0..60)
             .map(|i| {
                 (
-                    PodIdentity {
+                    std::sync::Arc::new(PodIdentity {
                         name: format!("pod-{i}"),
                         uid: format!("u-{i}"),
                         ..PodIdentity::default()
-                    },
+                    }),
                     SocketAddr::from(([127, 0, 0, 1], 4000)),
                 )
             })

@@ -97,7 +97,7 @@ impl Runner {
         exe: &Path,
         side: &Side,
         config: RunnerConfig,
-        targets: &[(PodIdentity, SocketAddr)],
+        targets: &[(std::sync::Arc<PodIdentity>, SocketAddr)],
     ) -> Result<Runner, LoadError> {
         let mut cmd = match side {
             Side::Binary { path, .. } => {

@@ -99,7 +99,7 @@ struct SimChild {
 #[derive(Debug)]
 pub struct SimProcesses {
     children: Vec<SimChild>,
-    targets: Vec<(PodIdentity, SocketAddr)>,
+    targets: Vec<(std::sync::Arc<PodIdentity>, SocketAddr)>,
 }
 
 impl SimProcesses {
@@ -178,7 +178,7 @@ impl SimProcesses {
     }
 
     /// Every pod as a poll target, in start order.
-    pub fn targets(&self) -> &[(PodIdentity, SocketAddr)] {
+    pub fn targets(&self) -> &[(std::sync::Arc<PodIdentity>, SocketAddr)] {
         &self.targets
     }
 

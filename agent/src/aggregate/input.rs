@@ -281,7 +281,7 @@ fn parse_pod(
     };
     let (result, replication_lag_entries) = cluster_read(&p, o, result)?;
     Ok(PodSample {
-        pod,
+        pod: std::sync::Arc::new(pod),
         received_at,
         result,
         replication_lag_entries,

@@ -9,6 +9,7 @@
 //! `Succeeded` or `Failed` are left out (no process answers there).
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use crate::model::{InstanceKey, NoAddress, PodIdentity, PodTarget};
 
@@ -58,7 +59,7 @@ impl Default for TargetConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodFacts {
     /// Name, UID, the Kura container's restart count and image, pod IP.
-    pub identity: PodIdentity,
+    pub identity: Arc<PodIdentity>,
     /// Where to poll it, or why it cannot be polled.
     pub addr: Result<SocketAddr, NoAddress>,
 }
@@ -171,7 +172,7 @@ pub fn facts_of(pod: &PodObject, config: &TargetConfig) -> Option<(InstanceKey, 
     Some((
         owner,
         PodFacts {
-            identity,
+            identity: Arc::new(identity),
             addr: pod_address(pod, config),
         },
     ))

@@ -564,7 +564,7 @@ mod tests {
             Ok("10.0.0.1:4000".parse().expect("addr"))
         );
         assert_eq!(
-            acme.pods[0].identity,
+            *acme.pods[0].identity,
             PodIdentity {
                 name: "acme-0".into(),
                 uid: "u-acme-0".into(),

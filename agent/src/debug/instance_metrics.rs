@@ -331,7 +331,7 @@ pub const VERDICTS: [AgentVerdict; 3] = [
 fn observed_image(v: &InstanceView) -> Option<Result<&str, ()>> {
     let mut seen: Option<&str> = None;
     let mut unknown = v.pods.is_empty();
-    for image in v.pods.iter().map(|p| p.image.as_deref()) {
+    for image in v.pods.iter().map(|p| p.pod.image.as_deref()) {
         match (image, seen) {
             (None, _) => unknown = true,
             (Some(i), None) => seen = Some(i),
@@ -347,7 +347,7 @@ fn observed_image(v: &InstanceView) -> Option<Result<&str, ()>> {
 /// unknown image.
 fn converged(v: &InstanceView) -> Option<bool> {
     let spec = v.spec_image.as_deref()?;
-    let images = v.pods.iter().map(|p| p.image.as_deref());
+    let images = v.pods.iter().map(|p| p.pod.image.as_deref());
     if images.clone().flatten().any(|i| i != spec) {
         Some(false)
     } else if v.pods.is_empty() || images.clone().any(|i| i.is_none()) {
@@ -621,11 +621,13 @@ mod tests {
 
     fn pod(name: &str, image: Option<&str>) -> PodView {
         PodView {
-            name: name.into(),
-            uid: format!("uid-{name}"),
-            restart_count: 0,
-            image: image.map(str::to_owned),
-            ip: Some("10.1.2.3".into()),
+            pod: Arc::new(crate::model::PodIdentity {
+                name: name.into(),
+                uid: format!("uid-{name}"),
+                restart_count: 0,
+                image: image.map(str::to_owned),
+                ip: Some("10.1.2.3".into()),
+            }),
             received_at: ts("2026-07-21T10:00:00Z"),
             error: None,
             outbox_messages: None,

@@ -288,7 +288,7 @@ fn pods_table(v: &InstanceView, now: Timestamp) -> String {
         .map(|h| h.pods.as_slice())
         .unwrap_or(&[]);
     for p in &v.pods {
-        let ph = health_pods.iter().find(|x| x.name == p.name);
+        let ph = health_pods.iter().find(|x| x.name == p.pod.name);
         // The report's fields as the aggregate's pod entry carries them
         // (from the pod's last valid report; raw counters beside clamped),
         // or, for a pod it has no entry for, as the view kept them.
@@ -354,8 +354,8 @@ fn pods_table(v: &InstanceView, now: Timestamp) -> String {
             "<tr><th scope=\"row\">{}</th><td class=\"img\">{}</td><td>{} / {}</td><td class=\"num\">{}</td><td>{ring}</td>\
 <td class=\"num\">{}</td><td class=\"num\">{fd}</td><td class=\"num\">{peers}</td><td class=\"num\">{outbox}</td>\
 <td class=\"num\">{lag}</td><td class=\"num\">{}</td><td>{fence}</td><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td></tr>",
-            escape(&p.name),
-            escape(p.image.as_deref().unwrap_or("–")),
+            escape(&p.pod.name),
+            escape(p.pod.image.as_deref().unwrap_or("–")),
             yes_no(ready),
             escape(state.unwrap_or("–")),
             num(r
@@ -366,7 +366,7 @@ fn pods_table(v: &InstanceView, now: Timestamp) -> String {
                 .map_or_else(dash, |p| p.to_string()),
             p.ring_fullness_percent
                 .map_or_else(dash, |f| format!("{f} %")),
-            p.restart_count,
+            p.pod.restart_count,
             p.error.as_deref().map_or_else(
                 || "–".to_owned(),
                 |e| format!("<span class=\"fail\">{}</span>", escape(e))

@@ -3,6 +3,7 @@
 
 use jiff::Timestamp;
 use kura_schemas::NodeReport;
+use std::sync::Arc;
 
 /// The instance a sweep ran against.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,8 +18,12 @@ pub struct InstanceInfo {
     pub generation: i64,
 }
 
-/// A pod as discovery sees it (never as a report claims it).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+/// A pod as discovery sees it (never as a report claims it). Held as
+/// `Arc<PodIdentity>` from the watch's store through the targets, the
+/// samples and the fleet view: one allocation per pod, not a copy of its
+/// strings in each.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct PodIdentity {
     /// Pod name: the key of the per-pod counter state.
     pub name: String,
@@ -46,7 +51,7 @@ pub enum SampleResult {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodSample {
     /// The pod polled.
-    pub pod: PodIdentity,
+    pub pod: Arc<PodIdentity>,
     /// When the answer (or the failure) was received.
     pub received_at: Timestamp,
     /// What came back.

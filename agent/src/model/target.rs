@@ -6,6 +6,7 @@
 
 use std::fmt;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -46,8 +47,9 @@ impl fmt::Display for NoAddress {
 /// One pod of an instance, as discovery sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodTarget {
-    /// Identity from the pod object (never from a report).
-    pub identity: PodIdentity,
+    /// Identity from the pod object (never from a report), shared with
+    /// the store.
+    pub identity: Arc<PodIdentity>,
     /// Where to poll it, or why it cannot be polled.
     pub addr: Result<SocketAddr, NoAddress>,
 }
@@ -138,7 +140,7 @@ impl InstanceTarget {
     }
 
     /// The pods that have an address: the poller's input.
-    pub fn pollable(&self) -> Vec<(PodIdentity, SocketAddr)> {
+    pub fn pollable(&self) -> Vec<(Arc<PodIdentity>, SocketAddr)> {
         self.pods
             .iter()
             .filter_map(|p| p.addr.as_ref().ok().map(|a| (p.identity.clone(), *a)))

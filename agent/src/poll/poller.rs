@@ -63,7 +63,7 @@ impl Poller {
     /// waiting poll is only its place in the semaphore's queue, about a
     /// hundred bytes: the poll's own state (the retry loop, its timers) is
     /// allocated once the permit is granted, for those in flight only.
-    pub async fn sweep(&self, targets: &[(PodIdentity, SocketAddr)]) -> Vec<PodSample> {
+    pub async fn sweep(&self, targets: &[(Arc<PodIdentity>, SocketAddr)]) -> Vec<PodSample> {
         futures::future::join_all(
             targets
                 .iter()
@@ -74,7 +74,7 @@ impl Poller {
 
     /// One poll of a sweep: waits for a permit, then runs the poll (boxed)
     /// with that permit as its first attempt's.
-    async fn poll_queued(&self, pod: &PodIdentity, addr: SocketAddr) -> PodSample {
+    async fn poll_queued(&self, pod: &Arc<PodIdentity>, addr: SocketAddr) -> PodSample {
         // The semaphore is never closed; a closed one would leave the
         // first attempt to find that out and fail the poll.
         let permit = self.inner.permits.acquire().await.ok();
@@ -82,14 +82,14 @@ impl Poller {
     }
 
     /// Poll one pod at `addr` and return its sample.
-    pub async fn poll(&self, pod: &PodIdentity, addr: SocketAddr) -> PodSample {
+    pub async fn poll(&self, pod: &Arc<PodIdentity>, addr: SocketAddr) -> PodSample {
         self.poll_with(pod, addr, None).await
     }
 
     /// [`Poller::poll`], its first attempt holding `permit` when given.
     async fn poll_with(
         &self,
-        pod: &PodIdentity,
+        pod: &Arc<PodIdentity>,
         addr: SocketAddr,
         permit: Option<SemaphorePermit<'_>>,
     ) -> PodSample {
@@ -108,7 +108,7 @@ impl Poller {
             Err(e) => (SampleResult::Error(e.to_string()), None),
         };
         PodSample {
-            pod: pod.clone(),
+            pod: Arc::clone(pod),
             received_at: Timestamp::now(),
             result,
             replication_lag_entries,

@@ -28,14 +28,14 @@ impl PodIdentityOf for SimPodHandle {
 /// Every pod of a simulator as a poll target, in start order.
 pub trait PollTargets {
     /// Identity and address of every pod.
-    fn targets(&self) -> Vec<(PodIdentity, SocketAddr)>;
+    fn targets(&self) -> Vec<(std::sync::Arc<PodIdentity>, SocketAddr)>;
 }
 
 impl PollTargets for Simulator {
-    fn targets(&self) -> Vec<(PodIdentity, SocketAddr)> {
+    fn targets(&self) -> Vec<(std::sync::Arc<PodIdentity>, SocketAddr)> {
         self.pods()
             .iter()
-            .map(|p| (p.identity(), p.addr()))
+            .map(|p| (std::sync::Arc::new(p.identity()), p.addr()))
             .collect()
     }
 }

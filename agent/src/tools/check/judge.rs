@@ -407,11 +407,11 @@ mod tests {
             .enumerate()
             .map(|(i, n)| PodSample {
                 replication_lag_entries: None,
-                pod: PodIdentity {
+                pod: std::sync::Arc::new(PodIdentity {
                     name: format!("http://n{i}/status/rollout"),
                     uid: format!("http://n{i}/status/rollout"),
                     ..PodIdentity::default()
-                },
+                }),
                 received_at: at,
                 result: SampleResult::Report(Box::new(n.report())),
             })

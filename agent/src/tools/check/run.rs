@@ -10,6 +10,7 @@ use kura_schemas::CLUSTER_PATH;
 
 use crate::model::{PodIdentity, PodSample, SampleResult};
 use crate::poll::Poller;
+use std::sync::Arc;
 
 use super::judge::{CheckRun, PollReport};
 
@@ -21,7 +22,7 @@ pub struct CheckNode {
     pub url: Uri,
     /// Name (the URL), a constant UID and restart count: a node's restarts
     /// show through its report's incarnation and its counters dropping.
-    pub identity: PodIdentity,
+    pub identity: Arc<PodIdentity>,
 }
 
 impl CheckNode {
@@ -29,13 +30,13 @@ impl CheckNode {
     pub fn new(url: Uri) -> Self {
         let name = url.to_string();
         CheckNode {
-            identity: PodIdentity {
+            identity: Arc::new(PodIdentity {
                 uid: name.clone(),
                 ip: url.host().map(str::to_owned),
                 name,
                 restart_count: 0,
                 image: None,
-            },
+            }),
             url,
         }
     }

@@ -129,13 +129,13 @@ fn fingerprint(account: &str) -> String {
 /// pod (name, UID, restart count, IP) with the image it runs.
 pub fn pod_target(pod: &SimPodHandle, image: &str) -> PodTarget {
     PodTarget {
-        identity: PodIdentity {
+        identity: std::sync::Arc::new(PodIdentity {
             name: pod.name().to_owned(),
             uid: pod.uid().to_owned(),
             restart_count: pod.restarts(),
             image: Some(image.to_owned()),
             ip: Some(pod.addr().ip().to_string()),
-        },
+        }),
         addr: Ok(pod.addr()),
     }
 }

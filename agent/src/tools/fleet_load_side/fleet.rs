@@ -82,7 +82,7 @@ impl AgentFleet {
     /// the live one (the cost of `run --shadow-gate-config`).
     pub fn new(
         poller: Poller,
-        targets: &[(PodIdentity, SocketAddr)],
+        targets: &[(Arc<PodIdentity>, SocketAddr)],
         pods_per_instance: usize,
         shadow: Option<GateConfig>,
     ) -> AgentFleet {
@@ -108,7 +108,7 @@ impl AgentFleet {
                         pods: pods
                             .iter()
                             .map(|(identity, addr)| PodTarget {
-                                identity: identity.clone(),
+                                identity: Arc::clone(identity),
                                 addr: Ok(*addr),
                             })
                             .collect(),

@@ -16,6 +16,7 @@ use kura_sim::raise_fd_limit;
 use std::future::Future;
 use std::io::{BufRead, Write};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Descriptors kept aside for everything but the pods' connections.
@@ -73,7 +74,7 @@ pub fn parse_target(
     name: &str,
     uid: &str,
     addr: &str,
-) -> Result<(PodIdentity, SocketAddr), ProtocolError> {
+) -> Result<(Arc<PodIdentity>, SocketAddr), ProtocolError> {
     let addr: SocketAddr = addr
         .parse()
         .map_err(|_| ProtocolError::Unexpected(format!("bad address {addr:?} of pod {name}")))?;
@@ -84,7 +85,7 @@ pub fn parse_target(
         image: Some(IMAGE.to_owned()),
         ip: Some(addr.ip().to_string()),
     };
-    Ok((pod, addr))
+    Ok((Arc::new(pod), addr))
 }
 
 /// What a side measures: one sweep over every pod.
@@ -141,7 +142,7 @@ pub fn serve<S: Sweeper>(
     mut input: impl BufRead,
     mut output: impl Write,
     workers: Option<usize>,
-    make: impl FnOnce(&[(PodIdentity, SocketAddr)]) -> S,
+    make: impl FnOnce(&[(Arc<PodIdentity>, SocketAddr)]) -> S,
 ) -> Result<(), ProtocolError> {
     let mut targets = Vec::new();
     let mut line = String::new();
