@@ -90,10 +90,11 @@ pub struct RolloutHealth {
     pub inflight_requests: u64,
     /// Counter resets absorbed for this instance so far.
     pub counter_resets: u64,
-    /// Per tracked pod, at most [`MAX_POD_ENTRIES`] entries. Shared: the
-    /// aggregator keeps each pod's entry as its own state and publishes the
-    /// same allocation, copying an entry only when a sweep changes it while
-    /// an earlier aggregate still holds it.
+    // Shared (`Arc`): the aggregator keeps each pod's entry as its own
+    // state and publishes the same allocation, copying an entry only when
+    // a sweep changes it while an earlier aggregate still holds it. Not in
+    // the doc comment, which is the CRD's description.
+    /// Per tracked pod, at most [`MAX_POD_ENTRIES`] entries.
     #[serde(default)]
     #[schemars(length(max = 32))]
     pub pods: Vec<Arc<PodHealth>>,
