@@ -129,10 +129,10 @@ impl PodView {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InstanceView {
-    /// Namespace.
-    pub namespace: String,
-    /// Name.
-    pub name: String,
+    /// Namespace (shared with the key).
+    pub namespace: Arc<str>,
+    /// Name (shared with the key).
+    pub name: Arc<str>,
     /// `spec.image`, when known.
     pub spec_image: Option<String>,
     /// When the last sweep of this instance finished.
@@ -181,8 +181,8 @@ impl From<ShadowJudgement> for ShadowView {
 impl InstanceView {
     fn empty(key: &InstanceKey) -> Self {
         Self {
-            namespace: key.namespace.clone(),
-            name: key.name.clone(),
+            namespace: Arc::clone(&key.namespace),
+            name: Arc::clone(&key.name),
             spec_image: None,
             swept_at: None,
             pods: Vec::new(),
@@ -234,8 +234,8 @@ pub struct InstanceSummary {
 impl From<&InstanceView> for InstanceSummary {
     fn from(v: &InstanceView) -> Self {
         Self {
-            namespace: v.namespace.clone(),
-            name: v.name.clone(),
+            namespace: v.namespace.to_string(),
+            name: v.name.to_string(),
             spec_image: v.spec_image.clone(),
             swept_at: v.swept_at,
             health: v.health.clone(),
@@ -656,8 +656,8 @@ impl FleetView {
             .iter()
             .map(|(k, h)| {
                 std::mem::size_of::<InstanceKey>()
-                    + k.namespace.capacity()
-                    + k.name.capacity()
+                    + k.namespace.len()
+                    + k.name.len()
                     + std::mem::size_of::<Box<History>>()
                     + h.heap_bytes()
             })
@@ -887,7 +887,7 @@ mod tests {
                 result: WriteRecord::Applied,
             },
         );
-        let names = v.read_instances(|all| all.map(|i| i.name.clone()).collect::<Vec<_>>());
+        let names = v.read_instances(|all| all.map(|i| i.name.to_string()).collect::<Vec<_>>());
         assert_eq!(names, ["a", "b", "c"], "by namespace and name");
         let missing = InstanceKey::new("ns", "c");
         let since = v.since_of([&b, &missing, &a]);

@@ -468,7 +468,7 @@ async fn instances_another_replica_owns_are_answered_from_the_stored_status() {
         }
         fn owner_of(&self, key: &InstanceKey, _: Timestamp) -> Option<String> {
             Some(
-                if key.name == "other" {
+                if &*key.name == "other" {
                     "replica-b"
                 } else {
                     "replica-a"

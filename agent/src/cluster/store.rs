@@ -645,7 +645,7 @@ mod tests {
         let reasons: Vec<_> = t
             .skipped
             .iter()
-            .map(|s| (s.key.name.as_str(), s.reason.as_str()))
+            .map(|s| (&*s.key.name, s.reason.as_str()))
             .collect();
         assert_eq!(
             reasons,
@@ -943,7 +943,7 @@ mod tests {
 
     #[test]
     fn only_the_pods_of_kept_instances_are_held() {
-        let only_acme = |k: &InstanceKey| k.name == "acme";
+        let only_acme = |k: &InstanceKey| &*k.name == "acme";
         let mut store = FactStore::new(1, TargetConfig::default());
         store.apply_pod(0, &Event::Init, &only_acme);
         for (p, owner) in [("acme-0", "acme"), ("beta-0", "beta")] {
@@ -963,7 +963,7 @@ mod tests {
         );
         assert_eq!(store.counts(), (0, 1));
         // The scope moved to beta: the list made under it swaps in whole.
-        let only_beta = |k: &InstanceKey| k.name == "beta";
+        let only_beta = |k: &InstanceKey| &*k.name == "beta";
         store.apply_pod(0, &Event::Init, &only_beta);
         for (p, owner) in [("acme-0", "acme"), ("beta-0", "beta"), ("beta-1", "beta")] {
             store.apply_pod(

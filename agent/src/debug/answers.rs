@@ -121,8 +121,8 @@ pub fn verdict_of(answer: &InstanceAnswer) -> InstanceVerdict {
         .unwrap_or_else(|| stated(rollout_hard_stopped(b.gate)));
     InstanceVerdict {
         schema_version: INSTANCE_VERDICT_SCHEMA_VERSION,
-        namespace: answer.key.namespace.clone(),
-        name: answer.key.name.clone(),
+        namespace: answer.key.namespace.to_string(),
+        name: answer.key.name.to_string(),
         verdict: b.gate.map(|g| g.verdict),
         signal: b.gate.and_then(|g| g.signal),
         healthy_since: b.gate.and_then(|g| g.healthy_since),
@@ -181,8 +181,8 @@ pub fn summary_of(answer: &InstanceAnswer) -> AnswerSummary {
     let summary = match (&answer.live, b.source) {
         (Some(live), VerdictSource::Live) => InstanceSummary::from(live),
         _ => InstanceSummary {
-            namespace: answer.key.namespace.clone(),
-            name: answer.key.name.clone(),
+            namespace: answer.key.namespace.to_string(),
+            name: answer.key.name.to_string(),
             spec_image: answer.stored.as_ref().map(|s| s.spec_image.clone()),
             swept_at: None,
             health: b.health.cloned().map(Arc::new),

@@ -231,7 +231,7 @@ pub fn select(
         let matches = query
             .namespace
             .as_deref()
-            .is_none_or(|ns| ns == v.namespace)
+            .is_none_or(|ns| ns == &*v.namespace)
             && query.standing.is_none_or(|s| s == standing)
             && (needle.is_empty() || filter_text(v).contains(&needle));
         matching += usize::from(matches);
@@ -289,7 +289,12 @@ pub fn gather(view: &FleetView, query: &FleetQuery, owner: &str, now: Timestamp)
     let keys: Vec<InstanceKey> = window
         .rows
         .iter()
-        .map(|r| InstanceKey::new(r.view.namespace.as_str(), r.view.name.as_str()))
+        .map(|r| {
+            InstanceKey::new(
+                std::sync::Arc::clone(&r.view.namespace),
+                std::sync::Arc::clone(&r.view.name),
+            )
+        })
         .collect();
     for (row, since) in window.rows.iter_mut().zip(view.since_of(&keys)) {
         row.since = since;

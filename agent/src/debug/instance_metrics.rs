@@ -591,9 +591,12 @@ impl FleetScrape {
             family.rows(&mut out, chunk.iter().copied(), now);
             (chunk.len() == CHUNK_INSTANCES)
                 .then(|| {
-                    chunk
-                        .last()
-                        .map(|v| InstanceKey::new(v.namespace.as_str(), v.name.as_str()))
+                    chunk.last().map(|v| {
+                        InstanceKey::new(
+                            std::sync::Arc::clone(&v.namespace),
+                            std::sync::Arc::clone(&v.name),
+                        )
+                    })
                 })
                 .flatten()
         });
@@ -805,7 +808,7 @@ mod tests {
         let mut text = scrape.next_chunk(&view, now).expect("first chunk");
         // The chunk's last instance leaves; the walk resumes after its key.
         let gone = format!("i-{:04}", CHUNK_INSTANCES - 1);
-        view.retain(|k| k.name != gone);
+        view.retain(|k| *k.name != *gone);
         while let Some(chunk) = scrape.next_chunk(&view, now) {
             text.push_str(&chunk);
         }

@@ -128,8 +128,8 @@ pub fn reference_of(p: &Publish) -> ObjectReference {
     ObjectReference {
         api_version: Some("kura.tuist.dev/v1alpha1".to_owned()),
         kind: Some("KuraInstance".to_owned()),
-        namespace: Some(p.key.namespace.clone()),
-        name: Some(p.key.name.clone()),
+        namespace: Some(p.key.namespace.to_string()),
+        name: Some(p.key.name.to_string()),
         uid: p.uid.clone(),
         ..ObjectReference::default()
     }

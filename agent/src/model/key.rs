@@ -3,22 +3,26 @@
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
+use std::sync::Arc;
 
 use super::sample::InstanceInfo;
 
 /// Namespace and name of a `KuraInstance`: the key of every per-instance
-/// map (fleet view, write queue, loop tasks).
+/// map (fleet view, write queue, loop tasks). Its parts are shared
+/// (`Arc<str>`): a clone, one per map that keys an instance (the store,
+/// its pods' owners, the tasks, the view, the histories, the timelines,
+/// the write queue, the Events), costs no allocation.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct InstanceKey {
     /// Namespace.
-    pub namespace: String,
+    pub namespace: Arc<str>,
     /// Name.
-    pub name: String,
+    pub name: Arc<str>,
 }
 
 impl InstanceKey {
     /// A key from its parts.
-    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+    pub fn new(namespace: impl Into<Arc<str>>, name: impl Into<Arc<str>>) -> Self {
         Self {
             namespace: namespace.into(),
             name: name.into(),
@@ -27,7 +31,7 @@ impl InstanceKey {
 
     /// The key of a sweep's instance.
     pub fn of(info: &InstanceInfo) -> Self {
-        Self::new(info.namespace.clone(), info.name.clone())
+        Self::new(info.namespace.as_str(), info.name.as_str())
     }
 }
 

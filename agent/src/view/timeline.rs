@@ -320,8 +320,8 @@ impl Timeline {
 
     fn bytes(&self, key: &InstanceKey) -> usize {
         size_of::<InstanceKey>()
-            + key.namespace.capacity()
-            + key.name.capacity()
+            + key.namespace.len()
+            + key.name.len()
             + size_of::<Timeline>()
             + self.target_image.capacity()
             + self.baseline_image.as_ref().map_or(0, String::capacity)
@@ -462,8 +462,8 @@ impl Timeline {
                 peer_failure_band_minimum: c.peer_failure_band_minimum,
             },
             instance: TimelineInstance {
-                namespace: key.namespace.clone(),
-                name: key.name.clone(),
+                namespace: key.namespace.to_string(),
+                name: key.name.to_string(),
                 target_image: self.target_image.clone(),
                 baseline_image: self.baseline_image.clone(),
             },
@@ -948,7 +948,7 @@ mod tests {
                 .to,
             t(401_000)
         );
-        store.retain(|k| k.name == "rest");
+        store.retain(|k| &*k.name == "rest");
         assert_eq!(store.footprint().instances, 1);
         assert!(
             store
