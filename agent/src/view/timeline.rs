@@ -353,6 +353,12 @@ impl Timeline {
         }
         let run = Run::new(inputs, tick.now, sampled);
         self.runs_heap += run.heap_bytes();
+        if self.runs.len() == self.runs.capacity() {
+            // A timeline at rest holds one run: the first push would make
+            // room for four (about 290 B of empty slots an instance);
+            // past one, grow by a quarter.
+            self.runs.reserve_exact((self.runs.len() / 4).max(1));
+        }
         self.runs.push_back(run);
         self.ticks += 1;
     }
@@ -733,6 +739,8 @@ mod tests {
         let g = gate("img:2", Some(t(0)), Some(1));
         record(&mut store, "a", &health(1, t(0)), &g, t(1));
         let one = store.footprint().bytes;
+        let slots = store.by_key[&key("a")].runs.capacity();
+        assert_eq!(slots, 1, "a timeline of one run holds no empty slots");
         // 1,000 sweeps 30.000123456 s apart, sampled 3-5 ms before each.
         let mut now = t(1);
         let mut times = vec![(now, Some(t(0)))];
