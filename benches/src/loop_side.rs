@@ -318,10 +318,10 @@ pub fn fleet(
                 spec_image: spec_image.to_owned(),
                 pods,
                 pods_dropped: 0,
-                previous_status: Some(KuraInstanceStatus {
+                previous_status: Some(Box::new(KuraInstanceStatus {
                     rollout_gate: Some(gate),
                     ..KuraInstanceStatus::default()
-                }),
+                })),
                 status_warnings: Vec::new(),
                 gate_config: None,
             }

@@ -43,8 +43,11 @@ pub struct InstanceShape {
 pub struct InstanceEntry {
     /// The shape, or the reason the instance is skipped.
     pub shape: Result<InstanceShape, String>,
-    /// The status as last seen, its unreadable fields `None`.
-    pub status: Option<KuraInstanceStatus>,
+    /// The status as last seen, its unreadable fields `None`. Boxed: a
+    /// status is 752 B inline, and the map holding the entries keeps room
+    /// for about a seventh more entries than it holds, most of them
+    /// without a status once their tasks hold it.
+    pub status: Option<Box<KuraInstanceStatus>>,
 }
 
 /// The key of a watched instance, when it has a name and a namespace.
@@ -61,7 +64,7 @@ pub fn entry_of(obj: &InstanceObject) -> InstanceEntry {
     match shape_of(obj, status_warnings) {
         Ok(shape) => InstanceEntry {
             shape: Ok(shape),
-            status,
+            status: status.map(Box::new),
         },
         Err(reason) => InstanceEntry {
             shape: Err(reason),

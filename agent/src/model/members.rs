@@ -130,7 +130,7 @@ impl StoredInstance {
             key: target.key(),
             generation: target.info.generation,
             spec_image: target.spec_image.clone(),
-            status: target.previous_status.clone(),
+            status: target.previous_status.as_deref().cloned(),
             notes: target.status_warnings.clone(),
         }
     }

@@ -68,7 +68,7 @@ pub struct InstanceTarget {
     pub pods_dropped: usize,
     /// The status as read from the cluster (what a restarted agent
     /// continues from); the fields that did not parse are `None`.
-    pub previous_status: Option<KuraInstanceStatus>,
+    pub previous_status: Option<Box<KuraInstanceStatus>>,
     /// Why a status field could not be read, one line each.
     pub status_warnings: Vec<String>,
     /// The text of the instance's [`GATE_CONFIG_ANNOTATION`], as found

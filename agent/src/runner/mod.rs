@@ -316,7 +316,7 @@ impl AgentLoop {
                 // task's target keeps no copy of it (850 B an
                 // instance at 10,000 pods, benches/PERFORMANCE.md).
                 let engine = InstanceEngine::restore(
-                    target.previous_status.take().as_ref(),
+                    target.previous_status.take().as_deref(),
                     Arc::clone(&self.shared.engine),
                 );
                 let (tx, rx) = watch::channel(Arc::new(target));
@@ -642,10 +642,10 @@ mod tests {
             spec_image: image.into(),
             pods: Vec::new(),
             pods_dropped: 0,
-            previous_status: Some(KuraInstanceStatus {
+            previous_status: Some(Box::new(KuraInstanceStatus {
                 phase: Some(phase.into()),
                 ..KuraInstanceStatus::default()
-            }),
+            })),
             status_warnings: Vec::new(),
             gate_config: None,
         };
