@@ -164,21 +164,31 @@ impl FactStore {
         }
     }
 
-    /// The entry of a watched instance, its status let go when released;
-    /// an instance whose status was being read again is logged as changed.
-    fn entry_for(
-        &mut self,
-        key: &InstanceKey,
-        obj: &InstanceObject,
-        changed: &mut Vec<InstanceKey>,
-    ) -> InstanceEntry {
+    /// The entry of a watched instance, its status let go when released.
+    fn entry_for(&self, key: &InstanceKey, obj: &InstanceObject) -> InstanceEntry {
         let mut entry = entry_of(obj);
         if self.released.contains(key) {
             entry.status = None;
-        } else if self.rereading.remove(key) {
-            changed.push(key.clone());
         }
         entry
+    }
+
+    /// The instances whose status was being read again and is now in
+    /// `instances` (the ones the loop can start from it): no longer
+    /// pending, and logged as changed, so the loop reads their targets
+    /// again.
+    fn reread_done(
+        rereading: &mut HashSet<InstanceKey>,
+        instances: &HashMap<InstanceKey, InstanceEntry>,
+        changed: &mut Vec<InstanceKey>,
+    ) {
+        rereading.retain(|key| match instances.get(key) {
+            Some(entry) if entry.status.is_some() => {
+                changed.push(key.clone());
+                false
+            }
+            _ => true,
+        });
     }
 
     /// A number that moves exactly when some instance's target changed.
@@ -230,17 +240,16 @@ impl FactStore {
         let mut changed = Vec::new();
         let mut applied = Applied::default();
         let keyed = match event {
-            watcher::Event::InitApply(obj) | watcher::Event::Apply(obj) => key_of(obj).map(|key| {
-                let entry = self.entry_for(&key, obj, &mut changed);
-                (key, entry)
-            }),
+            watcher::Event::InitApply(obj) | watcher::Event::Apply(obj) => {
+                key_of(obj).map(|key| (self.entry_for(&key, obj), key))
+            }
             _ => None,
         };
         let s = &mut self.scopes[scope];
         match event {
             watcher::Event::Init => s.instance_relist = Some(HashMap::new()),
             watcher::Event::InitApply(_) => {
-                if let (Some(relist), Some((key, entry))) = (s.instance_relist.as_mut(), keyed) {
+                if let (Some(relist), Some((entry, key))) = (s.instance_relist.as_mut(), keyed) {
                     relist.insert(key, entry);
                 }
             }
@@ -263,10 +272,13 @@ impl FactStore {
                             .cloned(),
                     );
                     s.instances = new;
+                    // Only now: a status in a re-list still under way is
+                    // not in the targets yet.
+                    Self::reread_done(&mut self.rereading, &s.instances, &mut changed);
                 }
             }
             watcher::Event::Apply(_) => {
-                if let Some((key, entry)) = keyed {
+                if let Some((entry, key)) = keyed {
                     match s.instances.get_mut(&key) {
                         Some(old) => {
                             applied.image_changed = image_moved(old, &entry);
@@ -280,6 +292,7 @@ impl FactStore {
                             changed.push(key);
                         }
                     }
+                    Self::reread_done(&mut self.rereading, &s.instances, &mut changed);
                 }
             }
             watcher::Event::Delete(obj) => {
@@ -776,6 +789,23 @@ mod tests {
             Some(vec![key("acme")]),
             "named as changed, so the loop reads its target (and status) again"
         );
+        // A re-list under way does not end a re-read: its entries are not
+        // in the targets until it completes.
+        store.release_status(&key("acme"));
+        assert!(store.keep_status(&key("acme")));
+        let rev = store.revision();
+        store.apply_instance(0, &Event::Init);
+        store.apply_instance(0, &Event::InitApply(with_gate("healthy")));
+        assert!(store.status_pending(&key("acme")), "the re-list is not in");
+        assert_eq!(store.changed_since(rev), Some(vec![]));
+        store.apply_instance(
+            0,
+            &Event::InitApply(instance("kura", "beta", 1, json!(null))),
+        );
+        store.apply_instance(0, &Event::InitDone);
+        assert!(!store.status_pending(&key("acme")));
+        assert_eq!(store.changed_since(rev), Some(vec![key("acme")]));
+        assert!(gate_of(&store).is_some());
         // A re-list brings statuses in for kept instances only.
         store.release_status(&key("acme"));
         store.apply_instance(0, &Event::Init);
