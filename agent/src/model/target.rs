@@ -165,23 +165,36 @@ impl InstanceTarget {
 }
 
 #[cfg(test)]
+impl InstanceTarget {
+    /// A target for tests: instance `kura/NAME` of `expected_pods`, at
+    /// generation 1, on `image`; no pods, no stored status, no notes.
+    pub(crate) fn bare(name: &str, image: &str, expected_pods: u32) -> Self {
+        InstanceTarget {
+            info: InstanceInfo {
+                namespace: "kura".into(),
+                name: name.into(),
+                expected_pods,
+                generation: 1,
+            },
+            spec_image: image.into(),
+            pods: Vec::new(),
+            pods_dropped: 0,
+            previous_status: None,
+            status_warnings: Vec::new(),
+            gate_config: None,
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
     fn target(warnings: &[&str], dropped: usize) -> InstanceTarget {
         InstanceTarget {
-            info: InstanceInfo {
-                namespace: "ns".into(),
-                name: "a".into(),
-                expected_pods: 3,
-                generation: 1,
-            },
-            spec_image: "img".into(),
-            pods: Vec::new(),
             pods_dropped: dropped,
-            previous_status: None,
             status_warnings: warnings.iter().map(|w| (*w).to_owned()).collect(),
-            gate_config: None,
+            ..InstanceTarget::bare("a", "img", 3)
         }
     }
 

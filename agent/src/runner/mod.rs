@@ -101,9 +101,17 @@ struct Shared {
     config: LoopConfig,
     engine: Arc<EngineConfig>,
     ends: SweepEnds,
-    /// The loop's source, for its instance tasks to let their stored
-    /// status go once they hold it ([`TargetSource::release_status`]).
-    source: Arc<dyn TargetSource>,
+}
+
+/// What an instance task tells its supervisor, read at every reconcile.
+#[derive(Default)]
+struct TaskFlags {
+    /// Whether the task's instance is in a rollout now (for the gauge).
+    in_rollout: AtomicBool,
+    /// Whether the task has published its first sweep: its engine then
+    /// holds all the stored status said, and the supervisor lets the
+    /// source drop it ([`TargetSource::release_status`]).
+    swept: AtomicBool,
 }
 
 struct Running {
@@ -111,8 +119,12 @@ struct Running {
     /// holds an `Arc` across its awaits, not a copy. It carries no stored
     /// status: the task's engine was restored from that before it started.
     target: watch::Sender<Arc<InstanceTarget>>,
-    /// Whether the task's instance is in a rollout now (for the gauge).
-    in_rollout: Arc<AtomicBool>,
+    /// What the task tells the supervisor.
+    flags: Arc<TaskFlags>,
+    /// Whether the source was told to drop the instance's stored status.
+    /// Told here, on the supervisor's side, so that it is ordered with
+    /// [`TargetSource::keep_status`] when the task stops.
+    released: bool,
     task: JoinHandle<()>,
     /// The pods of its current target.
     pods: usize,
@@ -144,7 +156,6 @@ impl AgentLoop {
                     sink,
                     clock,
                 },
-                source: Arc::clone(&source),
             }),
             source,
         }
@@ -203,11 +214,17 @@ impl AgentLoop {
             }
             supervised.pods = supervised.tasks.values().map(|r| r.pods).sum();
         }
+        let mut in_rollout = 0;
+        for (key, r) in &mut supervised.tasks {
+            if r.flags.in_rollout.load(Ordering::Relaxed) {
+                in_rollout += 1;
+            }
+            if !r.released && r.flags.swept.load(Ordering::Acquire) {
+                self.source.release_status(key);
+                r.released = true;
+            }
+        }
         let running = &supervised.tasks;
-        let in_rollout = running
-            .values()
-            .filter(|r| r.in_rollout.load(Ordering::Relaxed))
-            .count();
         metrics::gauge!(telemetry::INSTANCES_TRACKED).set(running.len() as f64);
         metrics::gauge!(telemetry::INSTANCES_BY_CADENCE, "cadence" => cadence::ROLLOUT)
             .set(in_rollout as f64);
@@ -320,18 +337,22 @@ impl AgentLoop {
                     Arc::clone(&self.shared.engine),
                 );
                 let (tx, rx) = watch::channel(Arc::new(target));
-                let in_rollout = Arc::new(AtomicBool::new(true));
+                let flags = Arc::new(TaskFlags {
+                    in_rollout: AtomicBool::new(true),
+                    swept: AtomicBool::new(false),
+                });
                 let task = tokio::spawn(instance_task(
                     self.shared.clone(),
                     rx,
                     engine,
-                    Arc::clone(&in_rollout),
+                    Arc::clone(&flags),
                 ));
                 running.insert(
                     key,
                     Running {
                         target: tx,
-                        in_rollout,
+                        flags,
+                        released: false,
                         task,
                         pods,
                     },
@@ -421,7 +442,7 @@ async fn instance_task(
     shared: Arc<Shared>,
     mut target: watch::Receiver<Arc<InstanceTarget>>,
     mut engine: InstanceEngine,
-    in_rollout: Arc<AtomicBool>,
+    flags: Arc<TaskFlags>,
 ) {
     let cadence = shared.config.cadence;
     let first = Arc::clone(&target.borrow_and_update());
@@ -431,7 +452,9 @@ async fn instance_task(
     let spread = rand::random::<f64>();
     let wake = Box::pin(wait_next(&mut target, &first.spec_image, |t| {
         let phase = phase_of(t, engine.gate(), shared.ends.clock.now(), &cadence);
-        in_rollout.store(phase.in_rollout(), Ordering::Relaxed);
+        flags
+            .in_rollout
+            .store(phase.in_rollout(), Ordering::Relaxed);
         let wait = shared
             .ends
             .clock
@@ -440,7 +463,6 @@ async fn instance_task(
     }))
     .await;
     let mut previous: Option<Instant> = None;
-    let mut released = false;
     let mut label = match wake {
         Wake::Due(phase) => phase.label(),
         Wake::ImageChanged => cadence::IMAGE_CHANGE,
@@ -470,19 +492,17 @@ async fn instance_task(
             // nothing was published for it.
             return;
         }
-        if !released {
-            // The first sweep is published (the view answers from it): the
-            // engine holds the status it was restored from, and every status
-            // the watch brings from now on is this task's own write.
-            shared.source.release_status(&t.key());
-            released = true;
-        }
+        // Published (the view answers from it): the engine holds the
+        // status it was restored from.
+        flags.swept.store(true, Ordering::Release);
         let ended = Instant::now();
         let unit = rand::random::<f64>();
         let mut overran_counted = false;
         let wake = Box::pin(wait_next(&mut target, &t.spec_image, |t| {
             let phase = phase_of(t, engine.gate(), shared.ends.clock.now(), &cadence);
-            in_rollout.store(phase.in_rollout(), Ordering::Relaxed);
+            flags
+                .in_rollout
+                .store(phase.in_rollout(), Ordering::Relaxed);
             let interval = shared
                 .ends
                 .clock
@@ -516,7 +536,7 @@ impl SweepWatch for Supervisee<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{InstanceInfo, SystemClock};
+    use crate::model::SystemClock;
     use crate::poll::PollConfig;
     use kura_schemas::KuraInstanceStatus;
     use std::sync::atomic::AtomicUsize;
@@ -556,26 +576,13 @@ mod tests {
             FleetView::new(),
             Arc::new(SystemClock),
         );
-        let (_tx, rx) = watch::channel(Arc::new(InstanceTarget {
-            info: InstanceInfo {
-                namespace: "kura".into(),
-                name: "acme".into(),
-                expected_pods: 0,
-                generation: 1,
-            },
-            spec_image: "img".into(),
-            pods: vec![],
-            pods_dropped: 0,
-            previous_status: None,
-            status_warnings: vec![],
-            gate_config: None,
-        }));
+        let (_tx, rx) = watch::channel(Arc::new(InstanceTarget::bare("acme", "img", 0)));
         let engine = InstanceEngine::new(Arc::new(EngineConfig::default()));
         let task = instance_task(
             Arc::clone(&agent_loop.shared),
             rx,
             engine,
-            Arc::new(AtomicBool::new(false)),
+            Arc::new(TaskFlags::default()),
         );
         let size = std::mem::size_of_val(&task);
         assert!(size <= 1024, "an instance task's future is {size} B");
@@ -585,20 +592,7 @@ mod tests {
     /// source's revision fixed at `revision`.
     async fn reads_over_30_reconciles(revision: Option<u64>) -> usize {
         let source = Arc::new(Counted {
-            targets: vec![InstanceTarget {
-                info: InstanceInfo {
-                    namespace: "kura".into(),
-                    name: "acme".into(),
-                    expected_pods: 0,
-                    generation: 1,
-                },
-                spec_image: "img".into(),
-                pods: Vec::new(),
-                pods_dropped: 0,
-                previous_status: None,
-                status_warnings: Vec::new(),
-                gate_config: None,
-            }],
+            targets: vec![InstanceTarget::bare("acme", "img", 0)],
             revision,
             reads: AtomicUsize::new(0),
         });
@@ -633,21 +627,11 @@ mod tests {
     #[tokio::test]
     async fn a_running_task_is_not_sent_its_stored_status() {
         let target = |image: &str, phase: &str| InstanceTarget {
-            info: InstanceInfo {
-                namespace: "kura".into(),
-                name: "acme".into(),
-                expected_pods: 0,
-                generation: 1,
-            },
-            spec_image: image.into(),
-            pods: Vec::new(),
-            pods_dropped: 0,
             previous_status: Some(Box::new(KuraInstanceStatus {
                 phase: Some(phase.into()),
                 ..KuraInstanceStatus::default()
             })),
-            status_warnings: Vec::new(),
-            gate_config: None,
+            ..InstanceTarget::bare("acme", image, 0)
         };
         let source = StaticTargets::new(vec![target("img", "Running")]);
         let agent_loop = AgentLoop::new(
@@ -748,20 +732,7 @@ mod tests {
     /// status is being read again (it would start without its history).
     #[tokio::test]
     async fn a_task_lets_its_status_go_after_its_first_sweep_and_waits_for_it_back() {
-        let target = InstanceTarget {
-            info: InstanceInfo {
-                namespace: "kura".into(),
-                name: "a".into(),
-                expected_pods: 0,
-                generation: 1,
-            },
-            spec_image: "v1".into(),
-            pods: Vec::new(),
-            pods_dropped: 0,
-            previous_status: None,
-            status_warnings: Vec::new(),
-            gate_config: None,
-        };
+        let target = InstanceTarget::bare("a", "v1", 0);
         let key = target.key();
         let source = Arc::new(Named::default());
         *source.state.lock().expect("lock") = (1, vec![target.clone()], vec![]);
@@ -779,25 +750,31 @@ mod tests {
         );
         let mut supervised = Supervised::default();
         agent_loop.reconcile(&mut supervised);
-        let released = tokio::time::timeout(Duration::from_secs(5), async {
-            while source.released.lock().expect("lock").is_empty() {
+        assert!(
+            source.released.lock().expect("lock").is_empty(),
+            "kept until the task has swept"
+        );
+        let swept = tokio::time::timeout(Duration::from_secs(5), async {
+            while !supervised.tasks[&key].flags.swept.load(Ordering::Acquire) {
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
         })
         .await;
-        assert!(released.is_ok(), "the first sweep lets the status go");
+        assert!(swept.is_ok(), "the task's first sweep");
         assert!(
             view.answer(&key, jiff::Timestamp::now())
                 .and_then(|a| a.live)
                 .and_then(|v| v.gate)
                 .is_some(),
-            "only once the view answers from the task's own verdict"
+            "the view answers from the task's own verdict by then"
         );
+        agent_loop.reconcile(&mut supervised);
         tokio::time::sleep(Duration::from_millis(20)).await;
+        agent_loop.reconcile(&mut supervised);
         assert_eq!(
             *source.released.lock().expect("lock"),
             vec![key.clone()],
-            "once per task, not per sweep"
+            "let go by the supervisor once the task has swept, once per task"
         );
         assert!(source.kept.lock().expect("lock").is_empty());
 
@@ -841,20 +818,7 @@ mod tests {
     /// task stops, the others are neither read nor touched.
     #[tokio::test]
     async fn only_the_instances_named_as_changed_are_re_read() {
-        let target = |name: &str, image: &str| InstanceTarget {
-            info: InstanceInfo {
-                namespace: "kura".into(),
-                name: name.into(),
-                expected_pods: 1,
-                generation: 1,
-            },
-            spec_image: image.into(),
-            pods: Vec::new(),
-            pods_dropped: 0,
-            previous_status: None,
-            status_warnings: Vec::new(),
-            gate_config: None,
-        };
+        let target = |name: &str, image: &str| InstanceTarget::bare(name, image, 1);
         let source = Arc::new(Named::default());
         *source.state.lock().expect("lock") = (
             1,
@@ -926,18 +890,9 @@ mod tests {
     #[tokio::test]
     async fn discovery_notes_reach_the_fleet_view() {
         let target = InstanceTarget {
-            info: InstanceInfo {
-                namespace: "kura".into(),
-                name: "acme".into(),
-                expected_pods: 3,
-                generation: 1,
-            },
-            spec_image: "img".into(),
-            pods: Vec::new(),
             pods_dropped: 2,
-            previous_status: None,
             status_warnings: vec!["status.rolloutGate unreadable: x".into()],
-            gate_config: None,
+            ..InstanceTarget::bare("acme", "img", 3)
         };
         let expected = target.notes();
         let view = FleetView::new();

@@ -137,7 +137,6 @@ impl TargetSource for OwnedTargets {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::InstanceInfo;
     use crate::model::WriteGate;
     use crate::shard::ShardConfig;
     use std::time::Duration;
@@ -155,20 +154,7 @@ mod tests {
     }
 
     fn target(name: &str) -> InstanceTarget {
-        InstanceTarget {
-            info: InstanceInfo {
-                namespace: "kura".into(),
-                name: name.into(),
-                expected_pods: 1,
-                generation: 1,
-            },
-            spec_image: "img".into(),
-            pods: vec![],
-            pods_dropped: 0,
-            previous_status: None,
-            status_warnings: vec![],
-            gate_config: None,
-        }
+        InstanceTarget::bare(name, "img", 1)
     }
 
     /// A shard whose client is never answered: the driver is not even
