@@ -82,4 +82,22 @@ mod tests {
             serde_json::json!({"fdTimeoutBand": 3, "soakSeconds": [60]})
         );
     }
+
+    #[test]
+    fn a_leading_byte_order_mark_is_skipped_by_the_file_and_the_annotation() {
+        // The fuzz target's find (testdata/gate-config/byte-order-mark.json):
+        // a mark, `{}`, CR and LF line ends.
+        let text = "\u{FEFF}{}\r\n\r\r\n\r\n\r\r";
+        assert_eq!(
+            read_document(text, ConfigFormat::Json).unwrap(),
+            serde_json::json!({})
+        );
+        let file = crate::cli::gate_file::parse(std::path::Path::new("gate.json"), text).unwrap();
+        let annotation =
+            crate::engine::instance_gate_config(&kura_gate::GateConfig::default(), text).unwrap();
+        assert_eq!(file.config, annotation);
+        assert_eq!(annotation, kura_gate::GateConfig::default());
+        // A mark anywhere else is not skipped.
+        assert!(read_document("{}\u{FEFF}", ConfigFormat::Json).is_err());
+    }
 }
