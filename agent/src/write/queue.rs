@@ -218,6 +218,8 @@ struct Slot {
     desired: Option<DesiredStatus>,
     /// When the oldest unwritten desired status arrived.
     waiting_since: Option<Timestamp>,
+    /// The status last written and when; or a later desired status equal
+    /// to it in every material field (see [`WriteQueue::push`]).
     written: Option<(DesiredStatus, Timestamp)>,
     /// The agent's conditions as last written (or found at start).
     conditions: Vec<Condition>,
@@ -289,8 +291,21 @@ impl WriteQueue {
 
     /// Records the latest desired status of an instance, replacing any
     /// unwritten older one.
+    ///
+    /// When it equals the status last written in every material field
+    /// ([`material_status_change`] compares exactly, times apart), it also
+    /// stands for the written one from now on (the write's time is kept):
+    /// every later comparison answers the same, and the slot shares the
+    /// aggregate the fleet view holds instead of keeping an older copy of
+    /// it. At rest each pod's entry changes every sweep (its `sampledAt`),
+    /// so the written copy was a second set of pod entries per instance.
     pub fn push(&mut self, key: InstanceKey, desired: DesiredStatus, now: Timestamp) {
         let slot = self.slots.entry(key.clone()).or_default();
+        if let Some((written, _)) = &mut slot.written
+            && !material_status_change(written, &desired)
+        {
+            *written = desired.clone();
+        }
         slot.desired = Some(desired);
         slot.waiting_since.get_or_insert(now);
         self.reindex(&key);
@@ -584,6 +599,7 @@ impl WriteQueue {
 mod tests {
     use super::*;
     use kura_schemas::{AgentVerdict, RolloutHealth};
+    use std::sync::Arc;
 
     fn ts(s: i64) -> Timestamp {
         Timestamp::from_second(1_780_000_000 + s).expect("ts")
@@ -641,6 +657,38 @@ mod tests {
         );
     }
 
+    /// A queue that has written `a`'s first status (`status(0, true, 1)`)
+    /// at 0.
+    fn written_once() -> WriteQueue {
+        let mut q = queue(100.0, 10);
+        q.push(key("a"), status(0, true, 1), ts(0));
+        let job = q.next(ts(0)).expect("first write");
+        q.complete(&job, JobResult::Accepted, ts(0));
+        q
+    }
+
+    #[test]
+    fn an_unchanged_aggregate_stands_for_the_written_one_and_a_changed_one_does_not() {
+        let mut q = written_once();
+        let written = |q: &WriteQueue| q.slots[&key("a")].written.clone().expect("written");
+        // Not material: the slot holds the newer aggregate only, and the
+        // heartbeat still counts from the write.
+        let same = status(10, true, 1);
+        q.push(key("a"), same.clone(), ts(10));
+        let (held, at) = written(&q);
+        assert!(Arc::ptr_eq(&held.health, &same.health));
+        assert!(Arc::ptr_eq(&held.gate, &same.gate));
+        assert_eq!(at, ts(0));
+        assert_eq!(q.next_wakeup(ts(10)), Some(ts(30)));
+        // Material: the written status stays what was written.
+        q.push(key("a"), status(20, true, 2), ts(20));
+        let (held, at) = written(&q);
+        assert!(Arc::ptr_eq(&held.health, &same.health));
+        assert_eq!(at, ts(0));
+        let job = q.next(ts(20)).expect("material change");
+        assert_eq!(job.status.health.fd_timeout_count, 2);
+    }
+
     #[test]
     fn a_newer_aggregate_replaces_an_unwritten_older_one() {
         let mut q = queue(100.0, 10);
@@ -654,10 +702,7 @@ mod tests {
 
     #[test]
     fn material_change_is_written_before_the_heartbeat() {
-        let mut q = queue(100.0, 10);
-        q.push(key("a"), status(0, true, 1), ts(0));
-        let job = q.next(ts(0)).expect("write");
-        q.complete(&job, JobResult::Accepted, ts(0));
+        let mut q = written_once();
         q.push(key("a"), status(10, true, 2), ts(10));
         let job = q.next(ts(10)).expect("material change");
         assert!(!job.priority, "a counter change is not a priority change");
