@@ -17,7 +17,7 @@ use kura_agent::model::{
 use kura_agent::poll::{PollConfig, Poller};
 use kura_agent::runner::{MemorySink, SweepEnds, SweepWatch, sweep};
 use kura_agent::view::FleetView;
-use kura_agent::write::conditions::{ConditionSet, conditions_for};
+use kura_agent::write::conditions::{ConditionSet, conditions_for, marks};
 use kura_agent::write::transitions::{WriteChange, transitions};
 use kura_gate::GateConfig;
 use kura_schemas::{AgentVerdict, ShadowConfigSource, Signal};
@@ -78,8 +78,8 @@ fn target(sim: &Simulator, spec: &str, pods_on: &str) -> InstanceTarget {
 /// What a write of `sent` after `before` sends and reports: the status
 /// fields as JSON, the conditions, the transitions (the Events).
 fn written(before: Option<&DesiredStatus>, sent: &DesiredStatus) -> String {
-    let previous = before.map_or_else(Vec::new, |b| {
-        conditions_for(b, &[], ConditionSet::default())
+    let previous = before.map_or_else(Box::default, |b| {
+        marks(&conditions_for(b, &[], ConditionSet::default()))
     });
     let conditions = conditions_for(sent, &previous, ConditionSet::default());
     let events = transitions(&WriteChange {

@@ -29,11 +29,43 @@ impl ConditionSet {
     }
 }
 
+/// What is kept of a condition the agent wrote (or found at start): what
+/// the next write continues (`lastTransitionTime`) and what tells a flip
+/// (`status`, `reason`), not its message or generation. Full `Condition`s
+/// kept per instance were about 0.5 KiB an instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConditionMark {
+    /// `type`.
+    pub type_: Box<str>,
+    /// `status`.
+    pub status: Box<str>,
+    /// `reason`.
+    pub reason: Box<str>,
+    /// `lastTransitionTime`.
+    pub last_transition_time: Time,
+}
+
+impl From<&Condition> for ConditionMark {
+    fn from(c: &Condition) -> Self {
+        ConditionMark {
+            type_: c.type_.as_str().into(),
+            status: c.status.as_str().into(),
+            reason: c.reason.as_str().into(),
+            last_transition_time: c.last_transition_time.clone(),
+        }
+    }
+}
+
+/// The marks of `conditions`.
+pub fn marks(conditions: &[Condition]) -> Box<[ConditionMark]> {
+    conditions.iter().map(ConditionMark::from).collect()
+}
+
 /// The agent's conditions for `status`, continuing `previous` (the ones
 /// last written, or found in the cluster).
 pub fn conditions_for(
     status: &DesiredStatus,
-    previous: &[Condition],
+    previous: &[ConditionMark],
     set: ConditionSet,
 ) -> Vec<Condition> {
     let flipped_at = seconds(status.gate.evaluated_at);
@@ -46,7 +78,7 @@ pub fn conditions_for(
             let status_text = state.status.as_str();
             let last_transition_time = previous
                 .iter()
-                .find(|c| c.type_ == state.type_ && c.status == status_text)
+                .find(|c| *c.type_ == *state.type_ && *c.status == *status_text)
                 .map_or(Time(flipped_at), |c| c.last_transition_time.clone());
             Condition {
                 type_: state.type_.to_owned(),
@@ -132,7 +164,7 @@ mod tests {
         // A later sweep, a new generation, same status: the time stays.
         let later = conditions_for(
             &status(40, 2, AgentVerdict::Healthy),
-            &first,
+            &marks(&first),
             ConditionSet::default(),
         );
         assert_eq!(
@@ -145,7 +177,7 @@ mod tests {
         // The verdict flips: the time moves to the flipping sweep.
         let flipped = conditions_for(
             &status(50, 2, AgentVerdict::Unhealthy),
-            &later,
+            &marks(&later),
             ConditionSet::default(),
         );
         let unhealthy = find(&flipped, ROLLOUT_HEALTHY);
@@ -159,7 +191,7 @@ mod tests {
         );
         let again = conditions_for(
             &status(60, 2, AgentVerdict::Unhealthy),
-            &flipped,
+            &marks(&flipped),
             ConditionSet::default(),
         );
         assert!(same_statement(&flipped, &again));
@@ -170,7 +202,7 @@ mod tests {
 
         let with_kstatus = conditions_for(
             &status(60, 2, AgentVerdict::Unhealthy),
-            &flipped,
+            &marks(&flipped),
             ConditionSet { kstatus: true },
         );
         let types: Vec<&str> = with_kstatus.iter().map(|c| c.type_.as_str()).collect();

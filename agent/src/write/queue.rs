@@ -21,7 +21,7 @@
 //!   when the ones found do not match the status found (written by an
 //!   older agent, or by none).
 
-use super::conditions::{ConditionSet, conditions_for, same_statement};
+use super::conditions::{ConditionMark, ConditionSet, conditions_for, marks, same_statement};
 use super::policy::{material_status_change, priority_status_change};
 use crate::model::{DesiredStatus, InstanceKey};
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
@@ -190,8 +190,8 @@ pub struct WriteJob {
 pub struct Previous {
     /// The status accepted last (or found at start), if any.
     pub status: Option<DesiredStatus>,
-    /// The conditions accepted last (or found at start).
-    pub conditions: Vec<Condition>,
+    /// What is kept of the conditions accepted last (or found at start).
+    pub conditions: Box<[ConditionMark]>,
 }
 
 /// What became of a [`WriteJob`], as far as scheduling cares.
@@ -221,8 +221,9 @@ struct Slot {
     /// The status last written and when; or a later desired status equal
     /// to it in every material field (see [`WriteQueue::push`]).
     written: Option<(DesiredStatus, Timestamp)>,
-    /// The agent's conditions as last written (or found at start).
-    conditions: Vec<Condition>,
+    /// The agent's conditions as last written (or found at start), as
+    /// much as the next write continues.
+    conditions: Box<[ConditionMark]>,
     /// The conditions found at start do not match the status found: the
     /// next write is due at once.
     conditions_stale: bool,
@@ -351,10 +352,11 @@ impl WriteQueue {
         if slot.written.is_none() {
             let mut conditions = conditions;
             conditions.retain(|c| set.owns(&c.type_));
+            let found = marks(&conditions);
             slot.conditions_stale =
-                !same_statement(&conditions, &conditions_for(&written, &conditions, set));
+                !same_statement(&conditions, &conditions_for(&written, &found, set));
             slot.written = Some((written, written_at));
-            slot.conditions = conditions;
+            slot.conditions = found;
         }
         self.reindex(&key);
         self.resize(written_at);
@@ -509,7 +511,7 @@ impl WriteQueue {
             JobResult::Accepted => {
                 slot.retry = None;
                 slot.conditions_stale = false;
-                slot.conditions = job.conditions.clone();
+                slot.conditions = marks(&job.conditions);
                 slot.written = Some((job.status.clone(), now));
                 if slot.desired.as_ref() == Some(&job.status) {
                     slot.desired = None;
@@ -872,7 +874,7 @@ mod tests {
             .complete(&second, JobResult::Accepted, ts(5))
             .expect("slot");
         assert_eq!(before.status, Some(status(0, true, 1)));
-        assert_eq!(before.conditions, first.conditions);
+        assert_eq!(before.conditions, marks(&first.conditions));
     }
 
     #[test]

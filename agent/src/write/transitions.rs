@@ -19,6 +19,8 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kura_schemas::{BaselineCounters, ROLLOUT_HARD_STOPPED, ROLLOUT_HEALTHY};
 
+use super::conditions::ConditionMark;
+
 use crate::model::{DesiredStatus, Transition, TransitionKind, WriteRecord};
 
 /// What a write changed, as far as Events care.
@@ -27,7 +29,7 @@ pub struct WriteChange<'a> {
     /// The status accepted before this write (or found at start), if any.
     pub before: Option<&'a DesiredStatus>,
     /// The conditions written before (or found at start).
-    pub conditions_before: &'a [Condition],
+    pub conditions_before: &'a [ConditionMark],
     /// Whether the last write before this one was pruned.
     pub pruned_before: bool,
     /// What this write sent.
@@ -40,6 +42,10 @@ pub struct WriteChange<'a> {
 
 fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conditions.iter().find(|c| c.type_ == type_)
+}
+
+fn find_mark<'a>(marks: &'a [ConditionMark], type_: &str) -> Option<&'a ConditionMark> {
+    marks.iter().find(|c| &*c.type_ == type_)
 }
 
 /// The transitions of one write (see the module documentation).
@@ -72,12 +78,12 @@ pub fn transitions(change: &WriteChange<'_>) -> Vec<Transition> {
             note: baseline_note(gate),
         });
     }
-    let was = |t: &str| find(change.conditions_before, t);
+    let was = |t: &str| find_mark(change.conditions_before, t);
     let now = |t: &str| find(change.conditions_sent, t);
     let mut hard_stop_reason = None;
     if let Some(stopped) = now(ROLLOUT_HARD_STOPPED)
         && stopped.status == "True"
-        && was(ROLLOUT_HARD_STOPPED).is_none_or(|c| c.status != "True")
+        && was(ROLLOUT_HARD_STOPPED).is_none_or(|c| &*c.status != "True")
     {
         hard_stop_reason = Some(stopped.reason.as_str());
         out.push(Transition {
@@ -89,13 +95,13 @@ pub fn transitions(change: &WriteChange<'_>) -> Vec<Transition> {
     if let Some(healthy) = now(ROLLOUT_HEALTHY) {
         let before = was(ROLLOUT_HEALTHY);
         match healthy.status.as_str() {
-            "True" if before.is_none_or(|c| c.status != "True") => out.push(Transition {
+            "True" if before.is_none_or(|c| &*c.status != "True") => out.push(Transition {
                 kind: TransitionKind::RolloutHealthy,
                 action: "Judge".to_owned(),
                 note: healthy.message.clone(),
             }),
             "False"
-                if before.is_none_or(|c| c.status != "False" || c.reason != healthy.reason)
+                if before.is_none_or(|c| &*c.status != "False" || *c.reason != *healthy.reason)
                     && hard_stop_reason != Some(healthy.reason.as_str()) =>
             {
                 out.push(Transition {
@@ -140,7 +146,7 @@ fn baseline_note(gate: &kura_schemas::RolloutGate) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::write::conditions::{ConditionSet, conditions_for};
+    use crate::write::conditions::{ConditionSet, conditions_for, marks};
     use jiff::Timestamp;
     use kura_schemas::{AgentVerdict, Evidence, PodHealth, RolloutGate, RolloutHealth, Signal};
 
@@ -180,7 +186,7 @@ mod tests {
     ) -> Vec<TransitionKind> {
         let set = ConditionSet::default();
         let conditions_before = before
-            .map(|b| conditions_for(b, &[], set))
+            .map(|b| marks(&conditions_for(b, &[], set)))
             .unwrap_or_default();
         let conditions_sent = conditions_for(next, &conditions_before, set);
         transitions(&WriteChange {
