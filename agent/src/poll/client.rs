@@ -7,10 +7,7 @@
 //! interim 1xx answers, keep-alive). The pool is ours, because hyper-util's
 //! pooled client keeps a task, a request channel and read and write buffers
 //! for every idle connection, about 18 KiB each (176 MiB at 10,000 pods).
-//! Here an idle connection is its socket and nothing else, not even its
-//! registration with tokio's reactor (about 250 B each, 2 MB at 10,000
-//! pods): it is kept as a `std` socket and registered again when it is
-//! used, one `epoll_ctl` each way per reused connection. Per request the
+//! Here an idle connection is its socket and nothing else: per request the
 //! socket is handed to a fresh hyper connection, the request is driven
 //! together with that connection in the caller's task (no task per
 //! request), and once the body is read the socket is taken back with
@@ -88,8 +85,7 @@ struct Pool {
 
 #[derive(Debug)]
 struct Idle {
-    /// Non-blocking, not registered with the reactor.
-    stream: std::net::TcpStream,
+    stream: TcpStream,
     since: Instant,
 }
 
@@ -248,19 +244,13 @@ impl Client {
         // An idle connection has nothing to read: end of stream, stray bytes
         // or an error all mean it cannot carry the next exchange.
         let mut probe = [0u8; 1];
-        match std::io::Read::read(&mut &idle.stream, &mut probe) {
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                TcpStream::from_std(idle.stream).ok()
-            }
+        match idle.stream.try_read(&mut probe) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Some(idle.stream),
             _ => None,
         }
     }
 
     fn checkin(&self, addr: SocketAddr, stream: TcpStream) {
-        // Deregistered from the reactor (still non-blocking).
-        let Ok(stream) = stream.into_std() else {
-            return;
-        };
         let now = Instant::now();
         let mut pool = self.lock();
         if now.duration_since(pool.last_sweep) > self.idle_timeout / 2 {
