@@ -30,10 +30,6 @@ pub const BUCKET_SECONDS: i64 = 30;
 pub const MAX_BAND_MARKS: usize = 8;
 
 const N: usize = HISTORY_BUCKETS;
-/// "Not reported" in a tiny series.
-const TINY_ABSENT: u8 = u8::MAX;
-/// "Not reported" in a narrow series.
-const NARROW_ABSENT: u16 = u16::MAX;
 /// "Not reported" in a wide series; a count at or above it is stored as
 /// `u32::MAX - 1` (4,294,967,294), far beyond anything a node counts in an
 /// hour.
@@ -66,27 +62,76 @@ enum Series {
     /// replication lag, pull-sync nodes no outbox), so an absent series
     /// costs no more than its tag.
     Absent,
-    /// `base + offset` per bucket; [`TINY_ABSENT`] where not reported.
-    Tiny(Box<Tiny>),
-    /// `base + offset` per bucket; [`NARROW_ABSENT`] where not reported.
-    Narrow(Box<Narrow>),
+    /// Values spanning less than 255 in the window: 124 B, where a narrow
+    /// series takes 244 (128 and 256 with the allocator's size classes).
+    Tiny(Box<Based<u8>>),
+    /// Values spanning less than 65,535 in the window.
+    Narrow(Box<Based<u16>>),
     /// The value per bucket; [`WIDE_ABSENT`] where not reported.
     Wide(Box<[u32; N]>),
 }
 
-/// A series whose values in the window span less than 255: 124 B where a
-/// narrow one takes 244 (128 and 256 with the allocator's size classes).
-#[derive(Debug, Clone)]
-struct Tiny {
-    base: u32,
-    offsets: [u8; N],
+/// The offset type of a [`Based`] series.
+trait Offset: Copy + Eq + Into<u32> + TryFrom<u32> {
+    /// "Not reported".
+    const ABSENT: Self;
+    /// The largest offset stored.
+    const MAX: Self;
 }
 
-/// A series whose values in the window span less than 65,535.
+impl Offset for u8 {
+    const ABSENT: u8 = u8::MAX;
+    const MAX: u8 = u8::MAX - 1;
+}
+
+impl Offset for u16 {
+    const ABSENT: u16 = u16::MAX;
+    const MAX: u16 = u16::MAX - 1;
+}
+
+/// `base + offset` per bucket; [`Offset::ABSENT`] where not reported.
 #[derive(Debug, Clone)]
-struct Narrow {
+struct Based<T> {
     base: u32,
-    offsets: [u16; N],
+    offsets: [T; N],
+}
+
+impl<T: Offset> Based<T> {
+    /// Whether values `span` apart fit.
+    fn fits(span: u32) -> bool {
+        span < T::ABSENT.into()
+    }
+
+    /// `values` ([`WIDE_ABSENT`] where not reported) around `base`, their
+    /// smallest; they must fit ([`Based::fits`]).
+    fn of(values: &[u32; N], base: u32) -> Self {
+        let offsets = std::array::from_fn(|i| match values[i] {
+            WIDE_ABSENT => T::ABSENT,
+            v => T::try_from(v - base).unwrap_or(T::MAX),
+        });
+        Based { base, offsets }
+    }
+
+    fn get(&self, i: usize) -> Option<u32> {
+        let o = self.offsets[i];
+        (o != T::ABSENT).then(|| self.base + o.into())
+    }
+
+    fn clear(&mut self, i: usize) {
+        self.offsets[i] = T::ABSENT;
+    }
+
+    /// Stores `value` in bucket `i` if it fits around the base.
+    fn try_set(&mut self, i: usize, value: u32) -> bool {
+        let offset = value
+            .checked_sub(self.base)
+            .and_then(|d| T::try_from(d).ok())
+            .filter(|&d| d != T::ABSENT);
+        if let Some(o) = offset {
+            self.offsets[i] = o;
+        }
+        offset.is_some()
+    }
 }
 
 impl Series {
@@ -97,12 +142,8 @@ impl Series {
     fn get(&self, i: usize) -> Option<u32> {
         match self {
             Series::Absent => None,
-            Series::Tiny(t) => {
-                (t.offsets[i] != TINY_ABSENT).then(|| t.base + u32::from(t.offsets[i]))
-            }
-            Series::Narrow(n) => {
-                (n.offsets[i] != NARROW_ABSENT).then(|| n.base + u32::from(n.offsets[i]))
-            }
+            Series::Tiny(t) => t.get(i),
+            Series::Narrow(n) => n.get(i),
             Series::Wide(values) => (values[i] != WIDE_ABSENT).then_some(values[i]),
         }
     }
@@ -110,8 +151,8 @@ impl Series {
     fn clear(&mut self, i: usize) {
         match self {
             Series::Absent => {}
-            Series::Tiny(t) => t.offsets[i] = TINY_ABSENT,
-            Series::Narrow(n) => n.offsets[i] = NARROW_ABSENT,
+            Series::Tiny(t) => t.clear(i),
+            Series::Narrow(n) => n.clear(i),
             Series::Wide(values) => values[i] = WIDE_ABSENT,
         }
     }
@@ -129,22 +170,12 @@ impl Series {
         match self {
             Series::Absent => {}
             Series::Tiny(t) => {
-                if let Some(offset) = value
-                    .checked_sub(t.base)
-                    .and_then(|d| u8::try_from(d).ok())
-                    .filter(|&d| d != TINY_ABSENT)
-                {
-                    t.offsets[i] = offset;
+                if t.try_set(i, value) {
                     return;
                 }
             }
             Series::Narrow(n) => {
-                if let Some(offset) = value
-                    .checked_sub(n.base)
-                    .and_then(|d| u16::try_from(d).ok())
-                    .filter(|&d| d != NARROW_ABSENT)
-                {
-                    n.offsets[i] = offset;
+                if n.try_set(i, value) {
                     return;
                 }
             }
@@ -170,19 +201,11 @@ impl Series {
             return Series::Absent;
         };
         let lo = lowest(values);
-        if span < u32::from(TINY_ABSENT) {
-            let offsets = std::array::from_fn(|i| match values[i] {
-                WIDE_ABSENT => TINY_ABSENT,
-                v => u8::try_from(v - lo).unwrap_or(TINY_ABSENT - 1),
-            });
-            return Series::Tiny(Box::new(Tiny { base: lo, offsets }));
+        if Based::<u8>::fits(span) {
+            return Series::Tiny(Box::new(Based::of(values, lo)));
         }
-        if span < u32::from(NARROW_ABSENT) {
-            let offsets = std::array::from_fn(|i| match values[i] {
-                WIDE_ABSENT => NARROW_ABSENT,
-                v => u16::try_from(v - lo).unwrap_or(NARROW_ABSENT - 1),
-            });
-            return Series::Narrow(Box::new(Narrow { base: lo, offsets }));
+        if Based::<u16>::fits(span) {
+            return Series::Narrow(Box::new(Based::of(values, lo)));
         }
         Series::Wide(Box::new(*values))
     }
@@ -196,8 +219,8 @@ impl Series {
         let values = self.values();
         let narrower = match (span(&values), &*self) {
             (None, _) => true,
-            (Some(d), Series::Narrow(_)) => d < u32::from(TINY_ABSENT),
-            (Some(d), Series::Wide(_)) => d < u32::from(NARROW_ABSENT),
+            (Some(d), Series::Narrow(_)) => Based::<u8>::fits(d),
+            (Some(d), Series::Wide(_)) => Based::<u16>::fits(d),
             _ => false,
         };
         if narrower {
@@ -208,8 +231,8 @@ impl Series {
     fn heap_bytes(&self) -> usize {
         match self {
             Series::Absent => 0,
-            Series::Tiny(_) => std::mem::size_of::<Tiny>(),
-            Series::Narrow(_) => std::mem::size_of::<Narrow>(),
+            Series::Tiny(_) => std::mem::size_of::<Based<u8>>(),
+            Series::Narrow(_) => std::mem::size_of::<Based<u16>>(),
             Series::Wide(_) => std::mem::size_of::<[u32; N]>(),
         }
     }
@@ -683,7 +706,7 @@ mod tests {
         h.record(&input(90 + 3600, Standing::Healthy, 1_001));
         assert!(matches!(h.fd_timeouts, Series::Tiny(_)));
         assert_eq!(h.view(at(3690)).points[n - 1].fd_timeouts, Some(1_001));
-        assert!(std::mem::size_of::<Tiny>() <= 128);
+        assert!(std::mem::size_of::<Based<u8>>() <= 128);
     }
 
     #[test]
@@ -696,14 +719,14 @@ mod tests {
         assert_eq!(
             two,
             std::mem::size_of::<History>()
-                + 2 * std::mem::size_of::<Tiny>()
+                + 2 * std::mem::size_of::<Based<u8>>()
                 + h.bands.capacity() * std::mem::size_of::<BandMark>()
         );
         let mut i = input(30, Standing::Healthy, 1);
         i.replication_lag = Some(7);
         h.record(&i);
         assert!(matches!(h.replication_lag, Series::Tiny(_)));
-        assert_eq!(h.heap_bytes(), two + std::mem::size_of::<Tiny>());
+        assert_eq!(h.heap_bytes(), two + std::mem::size_of::<Based<u8>>());
         assert_eq!(
             h.view(at(30)).points[HISTORY_BUCKETS - 1].replication_lag,
             Some(7)
