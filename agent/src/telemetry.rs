@@ -59,7 +59,8 @@ pub const COUNTER_RESETS_TOTAL: &str = "kura_agent_counter_resets_total";
 /// Instances by the signal of their current verdict (`signal` = a
 /// [`Signal`] wire name, or [`NO_SIGNAL`] when healthy).
 pub const INSTANCES_BY_SIGNAL: &str = "kura_agent_signalled_instances";
-/// Instances by verdict (`verdict` = `healthy`, `unhealthy`, `hard_stop`).
+/// Instances by verdict (`verdict` = `healthy`, `unhealthy`, `hard_stop`,
+/// `suspended`).
 pub const INSTANCES_BY_VERDICT: &str = "kura_agent_judged_instances";
 /// Watch errors by `resource` ([`WATCH_RESOURCES`]).
 pub const WATCH_ERRORS_TOTAL: &str = "kura_agent_watch_errors_total";
@@ -442,11 +443,7 @@ pub const METRICS: [Metric; 25] = [
 ];
 
 /// The verdicts counted in [`INSTANCES_BY_VERDICT`], in label order.
-const VERDICTS: [AgentVerdict; 3] = [
-    AgentVerdict::Healthy,
-    AgentVerdict::Unhealthy,
-    AgentVerdict::HardStop,
-];
+const VERDICTS: [AgentVerdict; 4] = AgentVerdict::ALL;
 
 /// Registers the description and unit of every metric in [`METRICS`] with
 /// the installed recorder. Call once after installing it.
@@ -558,7 +555,12 @@ mod tests {
         assert_eq!(get("ring_skew"), Some(0));
         assert_eq!(
             by_verdict,
-            vec![("healthy", 1), ("unhealthy", 2), ("hard_stop", 0)]
+            vec![
+                ("healthy", 1),
+                ("unhealthy", 2),
+                ("hard_stop", 0),
+                ("suspended", 0)
+            ]
         );
     }
 

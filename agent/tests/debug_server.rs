@@ -49,6 +49,8 @@ fn health(ready: bool) -> RolloutHealth {
         pods: vec![],
         retired_counters: RetiredCounters::default(),
         agent: "agent-0".into(),
+        suspended: false,
+        update_paused: None,
     }
 }
 

@@ -21,6 +21,8 @@ fn desired() -> DesiredStatus {
         RolloutHealth {
             replication_lag_entries: None,
             serving_authority: None,
+            suspended: false,
+            update_paused: None,
             schema_version: 1,
             observed_at: ts("2026-07-21T10:00:10Z"),
             sampled_at: Some(ts("2026-07-21T10:00:09Z")),

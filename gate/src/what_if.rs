@@ -302,6 +302,9 @@ pub fn agent_outcome(input: &ReplayInput, lines: &[AgentLine]) -> Outcome {
                         outcome.first_hard_stop = Some(moment());
                     }
                 }
+                // A suspended instance has nothing to judge: neither a
+                // pass nor a hold.
+                AgentVerdict::Suspended => {}
             }
         }
     }

@@ -40,6 +40,8 @@ fn health(sampled: i64) -> RolloutHealth {
         pods: Vec::new(),
         retired_counters: Default::default(),
         agent: "agent-0".into(),
+        suspended: false,
+        update_paused: None,
     }
 }
 

@@ -61,11 +61,18 @@ pub enum Signal {
     NoValidWriter,
     /// Server check 18: replication lag (pull-sync nodes) above its band.
     ReplicationLagRegressed,
+    /// Server check 19 (hard stop): an operator's update pause
+    /// (`status.updatePaused`: `OnDelete` or a `partition`) holds pods on
+    /// the old image and nothing will replace them.
+    UpdatePaused,
+    /// The agent's verdict `suspended`: the instance is suspended
+    /// (`spec.suspended`, phase `Suspending`/`Suspended`), no pods to judge.
+    InstanceSuspended,
 }
 
 impl Signal {
     /// Every signal, in a fixed order.
-    pub const ALL: [Signal; 23] = [
+    pub const ALL: [Signal; 25] = [
         Signal::Soaking,
         Signal::NotConverged,
         Signal::MemoryPressureCritical,
@@ -89,6 +96,8 @@ impl Signal {
         Signal::ServingFenced,
         Signal::NoValidWriter,
         Signal::ReplicationLagRegressed,
+        Signal::UpdatePaused,
+        Signal::InstanceSuspended,
     ];
 
     /// The wire spelling (snake_case).
@@ -117,6 +126,8 @@ impl Signal {
             Signal::ServingFenced => "serving_fenced",
             Signal::NoValidWriter => "no_valid_writer",
             Signal::ReplicationLagRegressed => "replication_lag_regressed",
+            Signal::UpdatePaused => "update_paused",
+            Signal::InstanceSuspended => "instance_suspended",
         }
     }
 
@@ -147,6 +158,8 @@ impl Signal {
             Signal::ServingFenced => "ServingFenced",
             Signal::NoValidWriter => "NoValidWriter",
             Signal::ReplicationLagRegressed => "ReplicationLagRegressed",
+            Signal::UpdatePaused => "UpdatePaused",
+            Signal::InstanceSuspended => "InstanceSuspended",
         }
     }
 
@@ -156,6 +169,7 @@ impl Signal {
             self,
             Signal::MemoryPressureCritical
                 | Signal::ServingFenced
+                | Signal::UpdatePaused
                 | Signal::DeploymentFailed
                 | Signal::ServerRegressedToFailed
                 | Signal::WaveDeadlineExceeded
@@ -244,6 +258,28 @@ pub struct Evidence {
     /// `no_valid_writer`); absent on every other signal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fence: Option<FenceEvidence>,
+    /// The backlog's run behind checks 13 and 18 (the drain rule): since
+    /// when, and from which level, the backlog has not fallen; absent on
+    /// every other signal and when the drain window is 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<BacklogRunEvidence>,
+    /// The operator's pause behind check 19 (`update_paused`), as the
+    /// aggregate copied it; absent on every other signal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub update_paused: Option<crate::health::UpdatePaused>,
+}
+
+/// A backlog's run (gate.md, the drain rule): the backlog has stood at or
+/// above `level` without falling since `since`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::api_int::declare_stored_formats)]
+pub struct BacklogRunEvidence {
+    /// When the run started (the first tick above the band, or the last
+    /// tick on which the backlog fell).
+    pub since: Timestamp,
+    /// The backlog's level when the run started.
+    pub level: u64,
 }
 
 /// The fence state a fencing check saw: the aggregate's `servingAuthority`.
@@ -306,6 +342,8 @@ impl Evidence {
             baseline: None,
             detail: None,
             fence: None,
+            run: None,
+            update_paused: None,
         }
     }
 }
@@ -393,6 +431,10 @@ impl Evidence {
             Signal::ServingFenced | Signal::NoValidWriter => {
                 self.fence.as_ref().map(FenceEvidence::describe)
             }
+            Signal::UpdatePaused => self.update_paused.as_ref().map(|p| p.describe()),
+            Signal::InstanceSuspended => {
+                Some("the instance is suspended: no pods to judge".to_owned())
+            }
             _ => None,
         };
         phrase
@@ -411,15 +453,27 @@ pub enum AgentVerdict {
     Unhealthy,
     /// A hard-stop check fails.
     HardStop,
+    /// The instance is suspended: no pods, nothing to judge (signal
+    /// `instance_suspended`). Neither healthy nor a regression.
+    Suspended,
 }
 
 impl AgentVerdict {
+    /// Every verdict, in a fixed order (metric label order).
+    pub const ALL: [AgentVerdict; 4] = [
+        AgentVerdict::Healthy,
+        AgentVerdict::Unhealthy,
+        AgentVerdict::HardStop,
+        AgentVerdict::Suspended,
+    ];
+
     /// The wire spelling.
     pub fn as_str(self) -> &'static str {
         match self {
             AgentVerdict::Healthy => "healthy",
             AgentVerdict::Unhealthy => "unhealthy",
             AgentVerdict::HardStop => "hard_stop",
+            AgentVerdict::Suspended => "suspended",
         }
     }
 }
@@ -560,6 +614,8 @@ mod evidence_words {
             band_top: Some(4),
             baseline: Some(4),
             detail: None,
+            run: None,
+            update_paused: None,
         };
         assert_eq!(
             e.summary(),
@@ -573,6 +629,8 @@ mod evidence_words {
             band_top: None,
             baseline: None,
             detail: Some("ready is false".into()),
+            run: None,
+            update_paused: None,
         };
         assert_eq!(e.summary(), "server nodes: not_ready: ready is false");
     }

@@ -101,9 +101,69 @@ pub struct RolloutHealth {
     /// Clamped totals folded in from pods gone for good.
     #[serde(default)]
     pub retired_counters: RetiredCounters,
+    /// True while the instance is suspended (`spec.suspended`, or phase
+    /// `Suspending`/`Suspended`): no pods, nothing sampled, the verdict is
+    /// `suspended`. Absent when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspended: bool,
+    /// Kura's controller's `status.updatePaused` as read (an operator's
+    /// `OnDelete` or `Partition` pause); null when the instance has none.
+    #[serde(default)]
+    pub update_paused: Option<UpdatePaused>,
     /// The agent replica that wrote this (pod name).
     #[serde(default)]
     pub agent: String,
+}
+
+/// Kura's controller's `status.updatePaused`: an operator's pause holds
+/// pods on the old image while the StatefulSet's template carries the new
+/// one, and nothing will replace them (gate check 19). Read leniently: a
+/// value of an unexpected type is dropped, never the pause itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::api_int::declare_stored_formats)]
+pub struct UpdatePaused {
+    /// `OnDelete` or `Partition` (kept verbatim, at most 64 characters).
+    #[serde(default)]
+    #[schemars(length(max = 64))]
+    pub strategy: String,
+    /// The StatefulSet's partition (pods with a lower ordinal stay on the
+    /// old image); absent when not reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<u64>,
+    /// The image the StatefulSet's template carries; absent when not
+    /// reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 512))]
+    pub template_image: Option<String>,
+    /// The pods held on the old image, by name (at most 32 kept).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub held_pods: Vec<String>,
+}
+
+impl UpdatePaused {
+    /// The pause in words: `OnDelete pause, partition 2, template image
+    /// ghcr.io/tuist/kura:0.7.0, holding acme-0, acme-1`: the one phrasing
+    /// of check 19's evidence.
+    pub fn describe(&self) -> String {
+        let strategy = if self.strategy.is_empty() {
+            "update"
+        } else {
+            self.strategy.as_str()
+        };
+        let mut line = format!("{strategy} pause");
+        if let Some(p) = self.partition {
+            line.push_str(&format!(", partition {p}"));
+        }
+        if let Some(image) = &self.template_image {
+            line.push_str(&format!(", template image {image}"));
+        }
+        if !self.held_pods.is_empty() {
+            line.push_str(&format!(", holding {}", self.held_pods.join(", ")));
+        }
+        line
+    }
 }
 
 /// One tracked pod in [`RolloutHealth::pods`]. It carries exactly the

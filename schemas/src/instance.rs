@@ -51,6 +51,20 @@ pub struct KuraInstanceSpec {
     /// The region.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
+    /// Kura's controller scales a suspended instance to zero pods and
+    /// wipes its volumes; the agent's verdict is then `suspended`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspended: bool,
+    /// Present on instances whose pods run on a node-local network (pod
+    /// IPs nobody can route to): the agent polls them through the API
+    /// server's pod port-forward. Its content belongs to Kura's
+    /// controller.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+    pub node_local_network: Option<serde_json::Map<String, serde_json::Value>>,
+    /// `PositiveFenceV1` for fenced serving; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serving_mode: Option<String>,
 }
 
 fn default_replicas() -> i32 {
@@ -77,6 +91,11 @@ pub struct KuraInstanceStatus {
     /// Controller-owned: its own view of the initial backfill cycle.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backfill_initial_cycle: Option<String>,
+    /// Controller-owned: an operator's update pause (`OnDelete` or
+    /// `Partition`) holding pods on the old image; the agent copies it
+    /// into `rolloutHealth.updatePaused` (gate check 19).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub update_paused: Option<crate::health::UpdatePaused>,
     /// Agent-owned: the aggregate of the pods' reports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout_health: Option<RolloutHealth>,

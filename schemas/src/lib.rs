@@ -34,10 +34,12 @@ pub use cluster::{
     CLUSTER_PATH, ClusterError, ClusterStatus, parse_cluster_status, parse_cluster_status_limited,
 };
 pub use gate_status::{
-    AgentVerdict, BaselineCounters, Evidence, FenceEvidence, RolloutGate, Signal,
+    AgentVerdict, BacklogRunEvidence, BaselineCounters, Evidence, FenceEvidence, RolloutGate,
+    Signal,
 };
 pub use health::{
-    PodFence, PodHealth, RetiredCounters, RolloutHealth, ServingAuthorityHealth, fence_phase_rank,
+    PodFence, PodHealth, RetiredCounters, RolloutHealth, ServingAuthorityHealth, UpdatePaused,
+    fence_phase_rank,
 };
 pub use instance::{
     AGENT_CONDITION_TYPES, KSTATUS_CONDITION_TYPES, KuraInstance, KuraInstanceSpec,

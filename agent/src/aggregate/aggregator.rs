@@ -298,6 +298,8 @@ impl InstanceAggregator {
             pods: self.published_pods(),
             retired_counters: retired,
             agent: agent.to_owned(),
+            suspended: false,
+            update_paused: None,
         }
     }
 }

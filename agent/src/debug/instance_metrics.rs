@@ -318,11 +318,7 @@ fn series_names() -> impl Iterator<Item = &'static str> {
 
 /// The verdicts a [`GATE_VERDICT`] series is rendered for, every one of
 /// them per instance.
-pub const VERDICTS: [AgentVerdict; 3] = [
-    AgentVerdict::Healthy,
-    AgentVerdict::Unhealthy,
-    AgentVerdict::HardStop,
-];
+pub const VERDICTS: [AgentVerdict; 4] = AgentVerdict::ALL;
 
 /// What the instance's tracked pods run: `Some(image)` when every one runs
 /// the same known image, `Err(())` when they run different known images,

@@ -430,6 +430,8 @@ mod tests {
             pods: Vec::new(),
             retired_counters: RetiredCounters::default(),
             agent: "a".into(),
+            suspended: false,
+            update_paused: None,
         }
     }
 

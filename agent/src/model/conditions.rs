@@ -16,6 +16,10 @@
 //!   can be said of that image yet; a pod of unknown image: `Unknown`,
 //!   `PodImagesUnknown`.
 //!
+//! - the instance is suspended (verdict `suspended`): `Unknown`,
+//!   `InstanceSuspended`: no pod runs, so nothing can be said of any
+//!   image (neither healthy nor failing; kstatus reads it as current).
+//!
 //! `RolloutHardStopped`: `True` (reason = the hard-stop signal) while the
 //! verdict is `hard_stop`, `False` otherwise, `Unknown` before the first
 //! verdict. The agent's per-instance gate latches nothing (a wave judge
@@ -29,6 +33,11 @@ use kura_schemas::{
     AgentVerdict, ConditionStatus, RECONCILING, ROLLOUT_HARD_STOPPED, ROLLOUT_HEALTHY, RolloutGate,
     RolloutHealth, STALLED,
 };
+
+/// The reason of `RolloutHealthy` (and of kstatus' `Reconciling`) while
+/// the instance is suspended: the signal `instance_suspended` in
+/// CamelCase.
+pub const SUSPENDED_REASON: &str = "InstanceSuspended";
 
 /// A condition's `message` is cut to this many bytes.
 pub const MAX_CONDITION_MESSAGE: usize = 1024;
@@ -82,7 +91,7 @@ pub fn rollout_healthy_status(
     gate: Option<&RolloutGate>,
 ) -> ConditionStatus {
     match gate.map(|g| g.verdict) {
-        None => ConditionStatus::Unknown,
+        None | Some(AgentVerdict::Suspended) => ConditionStatus::Unknown,
         Some(AgentVerdict::Unhealthy | AgentVerdict::HardStop) => ConditionStatus::False,
         Some(AgentVerdict::Healthy) => {
             let on_target = match (health, gate) {
@@ -140,6 +149,10 @@ pub fn rollout_healthy(
             "the agent has not judged a sweep of this instance yet".to_owned(),
         ),
         (Some(g), ConditionStatus::False) => (reason_of(g, "Unhealthy"), failure_message(g)),
+        (Some(g), _) if g.verdict == AgentVerdict::Suspended => (
+            SUSPENDED_REASON.to_owned(),
+            "the instance is suspended: it runs no pod, so no image can be judged".to_owned(),
+        ),
         (Some(g), ConditionStatus::True) => {
             let (on, of) = health.map_or((0, 0), |h| pod_counts(h, &g.target_image));
             let since = g
@@ -231,6 +244,16 @@ pub fn kstatus_conditions(
             status: ConditionStatus::False,
             reason: hard_stopped.reason.clone(),
             message: "stalled: the rollout gate stopped the rollout".to_owned(),
+        }
+    } else if healthy.reason == SUSPENDED_REASON {
+        // Nothing to reconcile: a suspended instance is at rest, so kstatus
+        // (Flux, `helm --wait`) reads it as current rather than waiting
+        // for ever on an instance with no pods.
+        ConditionState {
+            type_: RECONCILING,
+            status: ConditionStatus::False,
+            reason: healthy.reason.clone(),
+            message: healthy.message.clone(),
         }
     } else if healthy.status == ConditionStatus::True {
         ConditionState {

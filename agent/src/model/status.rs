@@ -132,6 +132,8 @@ pub(crate) mod fixtures {
             pods: vec![],
             retired_counters: RetiredCounters::default(),
             agent: "a".into(),
+            suspended: false,
+            update_paused: None,
         }
     }
 

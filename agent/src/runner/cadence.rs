@@ -237,6 +237,8 @@ pub fn phase<'a>(
         AgentVerdict::HardStop => return Phase::Rollout(Why::HardStop),
         AgentVerdict::Unhealthy => return Phase::Rollout(Why::Unhealthy),
         AgentVerdict::Healthy => {}
+        // No pods to poll: the steady cadence is plenty to see it return.
+        AgentVerdict::Suspended => return Phase::Steady,
     }
     let mut images = pod_images.into_iter().flatten();
     if let Some(first) = images.next()
@@ -335,6 +337,7 @@ mod tests {
                 AgentVerdict::Healthy => None,
                 AgentVerdict::Unhealthy => Some(Signal::NotReady),
                 AgentVerdict::HardStop => Some(Signal::MemoryPressureCritical),
+                AgentVerdict::Suspended => Some(Signal::InstanceSuspended),
             },
             healthy_since: since.map(ts),
             evaluated_at: ts(0),

@@ -1,5 +1,6 @@
-//! [`Standing`]: the four ways an instance can stand on the fleet page and
-//! in its history: healthy, unhealthy, hard stop, or no sample to judge.
+//! [`Standing`]: the five ways an instance can stand on the fleet page and
+//! in its history: healthy, unhealthy, hard stop, no sample to judge, or
+//! suspended (no pods, nothing to judge).
 
 use kura_schemas::{AgentVerdict, RolloutGate, Signal};
 
@@ -8,25 +9,28 @@ use kura_schemas::{AgentVerdict, RolloutGate, Signal};
 /// answered, or the sample too old) set apart as [`Standing::NoSample`].
 /// The order is "how bad": sorting by it descending lists hard stops first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[repr(u8)]
 pub enum Standing {
+    /// The instance is suspended (verdict `suspended`): no pods, nothing
+    /// to judge; the least worrying standing.
+    Suspended,
     /// Every gated signal passes.
-    Healthy = 1,
+    Healthy,
     /// No verdict yet, or the verdict is `sample_missing`/`sample_stale`.
-    NoSample = 2,
+    NoSample,
     /// A gated signal fails.
-    Unhealthy = 3,
+    Unhealthy,
     /// A hard-stop check fails (memory pressure 2).
-    HardStop = 4,
+    HardStop,
 }
 
 impl Standing {
     /// Every standing, worst first.
-    pub const WORST_FIRST: [Standing; 4] = [
+    pub const WORST_FIRST: [Standing; 5] = [
         Standing::HardStop,
         Standing::Unhealthy,
         Standing::NoSample,
         Standing::Healthy,
+        Standing::Suspended,
     ];
 
     /// How `gate` stands (`None`: the instance has no verdict yet).
@@ -36,6 +40,7 @@ impl Standing {
             Some(g) => match g.verdict {
                 AgentVerdict::Healthy => Standing::Healthy,
                 AgentVerdict::HardStop => Standing::HardStop,
+                AgentVerdict::Suspended => Standing::Suspended,
                 AgentVerdict::Unhealthy => match g.signal {
                     Some(Signal::SampleMissing | Signal::SampleStale) => Standing::NoSample,
                     _ => Standing::Unhealthy,
@@ -51,6 +56,7 @@ impl Standing {
             Standing::NoSample => "no sample",
             Standing::Unhealthy => "unhealthy",
             Standing::HardStop => "hard stop",
+            Standing::Suspended => "suspended",
         }
     }
 
@@ -61,6 +67,7 @@ impl Standing {
             Standing::NoSample => "no_sample",
             Standing::Unhealthy => "unhealthy",
             Standing::HardStop => "hard_stop",
+            Standing::Suspended => "suspended",
         }
     }
 
@@ -73,7 +80,13 @@ impl Standing {
 
     /// Its one-byte code (0 is reserved for "nothing recorded").
     pub(crate) fn code(self) -> u8 {
-        self as u8
+        match self {
+            Standing::Healthy => 1,
+            Standing::NoSample => 2,
+            Standing::Unhealthy => 3,
+            Standing::HardStop => 4,
+            Standing::Suspended => 5,
+        }
     }
 
     /// The standing of a code, `None` for 0 or an unknown code.
@@ -83,6 +96,7 @@ impl Standing {
             2 => Some(Standing::NoSample),
             3 => Some(Standing::Unhealthy),
             4 => Some(Standing::HardStop),
+            5 => Some(Standing::Suspended),
             _ => None,
         }
     }
@@ -134,6 +148,11 @@ mod tests {
                 AgentVerdict::Unhealthy,
                 Some(Signal::FdTimeoutsRegressed),
                 Standing::Unhealthy,
+            ),
+            (
+                AgentVerdict::Suspended,
+                Some(Signal::InstanceSuspended),
+                Standing::Suspended,
             ),
         ];
         for (verdict, signal, want) in cases {

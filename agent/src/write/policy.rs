@@ -78,6 +78,8 @@ pub fn material_change(prev: &RolloutHealth, next: &RolloutHealth) -> bool {
         counter_resets,
         pods,
         retired_counters,
+        suspended,
+        update_paused,
         agent,
     } = next;
     *schema_version != prev.schema_version
@@ -105,6 +107,8 @@ pub fn material_change(prev: &RolloutHealth, next: &RolloutHealth) -> bool {
         || *inflight_requests != prev.inflight_requests
         || *counter_resets != prev.counter_resets
         || *retired_counters != prev.retired_counters
+        || *suspended != prev.suspended
+        || *update_paused != prev.update_paused
         || *agent != prev.agent
         || pods.len() != prev.pods.len()
         || pods
@@ -162,7 +166,8 @@ fn pod_material_change(prev: &PodHealth, next: &PodHealth) -> bool {
 /// Whether writing `next` should go ahead of other writes: it flips `ready`,
 /// `serving` or `ringConsistent`, raises `memoryPressureState`, drops
 /// `servingAuthority.validWriters` to 0 or moves `servingAuthority.phase`
-/// to `Fencing`, compared with the last aggregate written (`prev`). With nothing written yet
+/// to `Fencing`, marks the instance suspended or brings an `updatePaused`,
+/// compared with the last aggregate written (`prev`). With nothing written yet
 /// (`None`) the first aggregate is a priority: consumers have no status at all.
 pub fn is_priority_change(prev: Option<&RolloutHealth>, next: &RolloutHealth) -> bool {
     match prev {
@@ -173,6 +178,8 @@ pub fn is_priority_change(prev: Option<&RolloutHealth>, next: &RolloutHealth) ->
                 || p.ring_consistent != next.ring_consistent
                 || next.memory_pressure_state > p.memory_pressure_state
                 || fence_worsened(p, next)
+                || (next.suspended && !p.suspended)
+                || (next.update_paused.is_some() && p.update_paused.is_none())
         }
     }
 }
@@ -289,6 +296,24 @@ mod tests {
         f.fd_timeout_count = 40;
         assert!(!is_priority_change(Some(&prev), &f));
         assert!(is_priority_change(None, &f));
+    }
+
+    #[test]
+    fn suspension_and_an_update_pause_go_first_and_their_end_does_not() {
+        let prev = base();
+        let mut suspended = base();
+        suspended.suspended = true;
+        assert!(is_priority_change(Some(&prev), &suspended));
+        assert!(material_change(&prev, &suspended));
+        assert!(!is_priority_change(Some(&suspended), &prev));
+        let mut paused = base();
+        paused.update_paused = Some(kura_schemas::UpdatePaused {
+            strategy: "OnDelete".into(),
+            ..Default::default()
+        });
+        assert!(is_priority_change(Some(&prev), &paused));
+        assert!(material_change(&prev, &paused));
+        assert!(!is_priority_change(Some(&paused), &prev));
     }
 
     #[test]

@@ -428,6 +428,8 @@ impl BaselineDocument {
             pods: pods.into_iter().map(std::sync::Arc::new).collect(),
             retired_counters: Default::default(),
             agent: agent.to_owned(),
+            suspended: false,
+            update_paused: None,
         }
     }
 }

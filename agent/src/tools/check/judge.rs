@@ -274,7 +274,9 @@ impl CheckRun {
                     report.soak_remaining_seconds = Some(ceil_secs(soak - healthy_for));
                 }
             }
-            AgentVerdict::Unhealthy => {
+            // `check` polls plain node URLs: no instance to suspend. Were a
+            // verdict ever `suspended`, it is no pass: wait, as unhealthy.
+            AgentVerdict::Unhealthy | AgentVerdict::Suspended => {
                 if timed_out {
                     let cause = gate.signal.unwrap_or(Signal::SampleMissing);
                     self.time_out(&mut report, elapsed, cause);
@@ -300,6 +302,8 @@ impl CheckRun {
         let timeout_secs = self.settings.timeout.as_secs();
         let mut evidence = vec![Evidence {
             fence: None,
+            run: None,
+            update_paused: None,
             server: SERVER.to_owned(),
             signal: Signal::WaveDeadlineExceeded,
             observed: Some(u64::try_from(elapsed.as_secs()).unwrap_or(0)),

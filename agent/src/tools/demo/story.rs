@@ -830,5 +830,6 @@ fn agent_verdict_word(v: AgentVerdict) -> &'static str {
         AgentVerdict::Healthy => "healthy",
         AgentVerdict::Unhealthy => "unhealthy",
         AgentVerdict::HardStop => "hard_stop",
+        AgentVerdict::Suspended => "suspended",
     }
 }
