@@ -233,6 +233,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                     Vec::new()
                 },
                 gate_config: None,
+                traits: Default::default(),
             })
             .collect(),
     );

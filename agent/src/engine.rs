@@ -31,15 +31,18 @@ use std::sync::Arc;
 
 use crate::gate_text::ConfigFormat;
 use jiff::Timestamp;
-use kura_gate::instance::judge_instance;
+use kura_gate::instance::{hold_until_converged, judge_instance};
 use kura_gate::{DocumentError, GateConfig, parse_config_over};
 use kura_schemas::gate_status::MAX_CONFIG_ERROR_BYTES;
-use kura_schemas::{KuraInstanceStatus, RolloutGate, RolloutHealth, ShadowConfigSource};
+use kura_schemas::{
+    AgentVerdict, BaselineCounters, Evidence, KuraInstanceStatus, RolloutGate, RolloutHealth,
+    ShadowConfigSource, Signal,
+};
 
 use crate::aggregate::{AggregateConfig, InstanceAggregator};
 use crate::model::{
-    GATE_CONFIG_ANNOTATION, GateLimits, InstanceInfo, InstanceKey, PodSample, SampleResult,
-    ShadowJudgement,
+    GATE_CONFIG_ANNOTATION, GateLimits, InstanceInfo, InstanceKey, InstanceTraits, PodSample,
+    SampleResult, ShadowJudgement,
 };
 
 /// What every instance's engine is held to; shared by all of them.
@@ -80,6 +83,9 @@ pub struct InstanceEngine {
     own_gate: OwnGateConfig,
     /// The shadow's state, when [`EngineConfig::shadow`] is set.
     shadow: Option<Box<ShadowState>>,
+    /// Whether the last sweep's pods had converged on its `spec.image`
+    /// (the agent's convergence rule, [`pods_converged`]).
+    converged: bool,
 }
 
 /// What the shadow configuration keeps of one instance between sweeps.
@@ -161,6 +167,7 @@ impl InstanceEngine {
             last_health: None,
             last_gate: None,
             own_gate: OwnGateConfig::default(),
+            converged: false,
         }
     }
 
@@ -179,6 +186,7 @@ impl InstanceEngine {
             last_gate: gate.map(Arc::new),
             own_gate: OwnGateConfig::default(),
             shadow: None,
+            converged: false,
         };
         // The shadow never reached the status: it carries on from the
         // live verdict (same baseline, same soak clock).
@@ -277,6 +285,13 @@ impl InstanceEngine {
         self.last_gate.as_deref()
     }
 
+    /// Whether the last sweep's pods had converged on its `spec.image` by
+    /// the agent's rule ([`pods_converged`]; false before the first sweep
+    /// and while suspended): what the timeline records as `converged`.
+    pub fn converged(&self) -> bool {
+        self.converged
+    }
+
     /// The limits the last verdict compared against (`None` before the
     /// first verdict), for the fleet view.
     pub fn limits(&self) -> Option<GateLimits> {
@@ -299,42 +314,78 @@ impl InstanceEngine {
         samples: &[PodSample],
         now: Timestamp,
     ) -> (&Arc<RolloutHealth>, &Arc<RolloutGate>) {
+        self.step_with(info, &InstanceTraits::default(), spec_image, samples, now)
+    }
+
+    /// [`InstanceEngine::step`] of an instance with its `traits`
+    /// (rollout-health.md, "Instances the agent must treat apart"):
+    /// - suspended: the aggregate is the suspended one (no pods, counters
+    ///   kept) and the verdict `suspended` (signal `instance_suspended`),
+    ///   with no baseline; the first sweep after a suspension judges a new
+    ///   instance (no baseline survives it);
+    /// - otherwise the verdict is held at `not_converged` while the pods
+    ///   have not converged on `spec_image` ([`pods_converged`]), unless
+    ///   a hard stop applies.
+    pub fn step_with(
+        &mut self,
+        info: &InstanceInfo,
+        traits: &InstanceTraits,
+        spec_image: &str,
+        samples: &[PodSample],
+        now: Timestamp,
+    ) -> (&Arc<RolloutHealth>, &Arc<RolloutGate>) {
+        let name = InstanceKey::of(info).to_string();
         let health = self
             .aggregator
-            .sweep(info, samples, now, &self.config.agent);
-        let fresh_baseline = self
-            .last_gate
-            .as_deref()
+            .sweep_with(info, traits, samples, now, &self.config.agent);
+        if health.suspended {
+            self.converged = false;
+            let mut gate = suspended_gate(&name, spec_image, now);
+            gate.config_error.clone_from(&self.own_gate.error);
+            if let Some(shadow) = self.shadow.as_deref_mut() {
+                let mut judged = gate.clone();
+                judged.config_error.clone_from(&shadow.error);
+                shadow.last_gate = Some(Arc::new(judged));
+                shadow.judged = true;
+            }
+            let health = self.last_health.insert(Arc::new(health));
+            let gate = self.last_gate.insert(Arc::new(gate));
+            return (health, gate);
+        }
+        let (converged, detail) = pods_converged(&health, spec_image);
+        self.converged = converged;
+        // After a suspension the instance starts over: no previous
+        // verdict, no baseline from before it.
+        let before_suspension = |g: &&RolloutGate| g.verdict != AgentVerdict::Suspended;
+        let last_health = self.last_health.as_deref().filter(|h| !h.suspended);
+        let previous = self.last_gate.as_deref().filter(before_suspension);
+        let fresh_baseline = previous
             .is_some_and(|g| g.target_image != spec_image && all_on(samples, &g.target_image));
         let baseline_source = if fresh_baseline {
             Some(&health)
         } else {
-            self.last_health.as_deref()
+            last_health
         };
-        let gate = judge_instance(
-            &InstanceKey::of(info).to_string(),
-            self.last_gate.as_deref(),
+        let mut gate = judge_instance(
+            &name,
+            previous,
             spec_image,
             baseline_source,
             Some(&health),
             now,
             self.gate_config(),
         );
-        let mut gate = gate;
+        hold_until_converged(&mut gate, &name, converged, detail.clone());
         gate.config_error.clone_from(&self.own_gate.error);
         if let (Some(shadow), Some(file)) = (self.shadow.as_deref_mut(), &self.config.shadow) {
             // The same aggregate, the same baseline rule, the shadow's own
             // last verdict and configuration.
-            let prior = shadow.last_gate.as_deref();
+            let prior = shadow.last_gate.as_deref().filter(before_suspension);
             let fresh = prior
                 .is_some_and(|g| g.target_image != spec_image && all_on(samples, &g.target_image));
-            let baseline_source = if fresh {
-                Some(&health)
-            } else {
-                self.last_health.as_deref()
-            };
+            let baseline_source = if fresh { Some(&health) } else { last_health };
             let mut judged = judge_instance(
-                &InstanceKey::of(info).to_string(),
+                &name,
                 prior,
                 spec_image,
                 baseline_source,
@@ -342,6 +393,7 @@ impl InstanceEngine {
                 now,
                 shadow.merged.as_ref().unwrap_or(file),
             );
+            hold_until_converged(&mut judged, &name, converged, detail);
             judged.config_error.clone_from(&shadow.error);
             shadow.last_gate = Some(Arc::new(judged));
             shadow.judged = true;
@@ -397,6 +449,65 @@ pub fn gate_limits(config: &GateConfig, gate: &RolloutGate) -> GateLimits {
             .map(|b| config.peer_failure_band_top(b)),
         counters_compared: gate.soak_eligible,
     }
+}
+
+/// The verdict of a suspended instance: `suspended`, signal
+/// `instance_suspended`, no baseline, no soak clock; its target is the
+/// current `spec.image`.
+fn suspended_gate(instance: &str, spec_image: &str, now: Timestamp) -> RolloutGate {
+    RolloutGate {
+        target_image: spec_image.to_owned(),
+        baseline_image: None,
+        baseline_captured_at: None,
+        baseline: BaselineCounters::default(),
+        effective_baseline: BaselineCounters::default(),
+        soak_eligible: false,
+        verdict: AgentVerdict::Suspended,
+        signal: Some(Signal::InstanceSuspended),
+        healthy_since: None,
+        evaluated_at: now,
+        evidence: vec![Evidence {
+            detail: Some(
+                "spec.suspended or status.phase Suspending/Suspended: no pods to judge".to_owned(),
+            ),
+            ..Evidence::new(instance, Signal::InstanceSuspended)
+        }],
+        config_error: None,
+    }
+}
+
+/// At most this many pods are named in `not_converged`'s evidence.
+const MAX_NAMED_PODS: usize = 8;
+
+/// The agent's convergence rule on an aggregate (gate.md, "In the
+/// agent"): converged when no current pod entry runs an image other than
+/// `spec_image` and, when any pod was sampled, one of the sampled pods
+/// runs it (with no pod sampled at all the sample checks already say
+/// so, and keep saying it); otherwise also which pods run what, for the
+/// evidence (`acme-1 runs img:1; no sampled pod runs img:2`).
+pub fn pods_converged(health: &RolloutHealth, spec_image: &str) -> (bool, Option<String>) {
+    let current = || health.pods.iter().filter(|p| !p.is_gone());
+    let off: Vec<_> = current()
+        .filter(|p| p.image.as_deref().is_some_and(|i| i != spec_image))
+        .collect();
+    let sampled = || current().filter(|p| p.error.is_none() && p.sampled_at.is_some());
+    let none_sampled = sampled().next().is_none();
+    let sampled_on = sampled().any(|p| p.image.as_deref() == Some(spec_image));
+    if off.is_empty() && (sampled_on || none_sampled) {
+        return (true, None);
+    }
+    let mut words: Vec<String> = off
+        .iter()
+        .take(MAX_NAMED_PODS)
+        .map(|p| format!("{} runs {}", p.name, p.image.as_deref().unwrap_or("?")))
+        .collect();
+    if off.len() > MAX_NAMED_PODS {
+        words.push(format!("{} more", off.len() - MAX_NAMED_PODS));
+    }
+    if !sampled_on {
+        words.push(format!("no sampled pod runs {spec_image}"));
+    }
+    (false, Some(words.join("; ")))
 }
 
 /// Whether `samples` is not empty and every one is a report from a pod
@@ -506,6 +617,159 @@ mod tests {
         Timestamp::from_second(1_780_000_000).expect("ts") + SignedDuration::from_secs(s)
     }
 
+    fn suspended() -> InstanceTraits {
+        InstanceTraits {
+            suspended: true,
+            ..InstanceTraits::default()
+        }
+    }
+
+    #[test]
+    fn a_suspension_keeps_the_counters_and_no_baseline_survives_it() {
+        let plain = InstanceTraits::default();
+        let mut engine = InstanceEngine::new(Arc::new(EngineConfig::default()));
+        let (health, _) = engine.step_with(
+            &acme(),
+            &plain,
+            V1,
+            &[g1_sample(0, V1, 3, at(0)), g1_sample(1, V1, 4, at(0))],
+            at(0),
+        );
+        assert_eq!(health.fd_timeout_count, 7);
+        // Suspended: no pods, nothing sampled, the totals kept.
+        let (health, gate) = engine.step_with(&acme(), &suspended(), V1, &[], at(30));
+        assert!(health.suspended);
+        assert_eq!(
+            (health.expected_pods, health.sampled_pods, health.pods.len()),
+            (0, 0, 0)
+        );
+        assert!(!health.ready && !health.serving && !health.ring_consistent);
+        assert_eq!(health.fd_timeout_count, 7);
+        assert_eq!(health.retired_counters.fd_timeout_count, 7);
+        assert_eq!(gate.verdict, AgentVerdict::Suspended);
+        assert_eq!(gate.signal, Some(Signal::InstanceSuspended));
+        assert_eq!(gate.baseline_captured_at, None);
+        assert!(!engine.converged());
+        // The image changes while suspended: still suspended, no baseline.
+        let (_, gate) = engine.step_with(&acme(), &suspended(), V2, &[], at(60));
+        assert_eq!(
+            (gate.verdict, gate.target_image.as_str()),
+            (AgentVerdict::Suspended, V2)
+        );
+        assert_eq!(gate.baseline_image, None);
+        // Back: a new instance's pods, judged as new (no baseline from
+        // before the suspension), the totals never below what was published.
+        let (health, gate) = engine.step_with(
+            &acme(),
+            &plain,
+            V2,
+            &[g1_sample(0, V2, 0, at(90)), g1_sample(1, V2, 1, at(90))],
+            at(90),
+        );
+        assert!(!health.suspended);
+        assert_eq!(health.fd_timeout_count, 8);
+        assert_eq!(gate.baseline_image, None);
+        assert_eq!(gate.baseline_captured_at, None);
+        assert!(!gate.soak_eligible);
+        assert_ne!(gate.verdict, AgentVerdict::Suspended);
+        // A restart while suspended continues the suspension's totals.
+        let mut restored = InstanceEngine::restore(
+            Some(&KuraInstanceStatus {
+                rollout_health: engine.health().cloned(),
+                rollout_gate: engine.gate().cloned(),
+                ..KuraInstanceStatus::default()
+            }),
+            Arc::new(EngineConfig::default()),
+        );
+        let (health, _) = restored.step_with(&acme(), &suspended(), V2, &[], at(120));
+        assert_eq!(health.fd_timeout_count, 8);
+    }
+
+    #[test]
+    fn pods_on_another_image_hold_the_verdict_at_not_converged() {
+        let mut engine = InstanceEngine::new(Arc::new(EngineConfig::default()));
+        engine.step(
+            &acme(),
+            V1,
+            &[g1_sample(0, V1, 1, at(0)), g1_sample(1, V1, 1, at(0))],
+            at(0),
+        );
+        let (_, gate) = engine.step(
+            &acme(),
+            V2,
+            &[g1_sample(0, V2, 1, at(30)), g1_sample(1, V1, 1, at(30))],
+            at(30),
+        );
+        assert_eq!(gate.verdict, AgentVerdict::Unhealthy);
+        assert_eq!(gate.signal, Some(Signal::NotConverged));
+        assert_eq!(gate.healthy_since, None);
+        let detail = gate.evidence[0].detail.clone().unwrap_or_default();
+        assert!(detail.contains(&format!("acme-1 runs {V1}")), "{detail}");
+        assert!(!engine.converged());
+        // Every pod on the target, one of them sampled: converged.
+        engine.step(
+            &acme(),
+            V2,
+            &[g1_sample(0, V2, 1, at(60)), g1_sample(1, V2, 1, at(60))],
+            at(60),
+        );
+        assert!(engine.converged());
+        assert_ne!(
+            engine.gate().map(|g| g.signal),
+            Some(Some(Signal::NotConverged))
+        );
+        // Pods sampled, none known to run the target: never healthy for it.
+        let health = engine.health().cloned().expect("health");
+        let unknown: Vec<_> = health
+            .pods
+            .iter()
+            .map(|p| {
+                Arc::new(kura_schemas::PodHealth {
+                    image: None,
+                    ..(**p).clone()
+                })
+            })
+            .collect();
+        let (converged, detail) = pods_converged(
+            &RolloutHealth {
+                pods: unknown,
+                ..health.clone()
+            },
+            V2,
+        );
+        assert!(!converged);
+        assert_eq!(
+            detail.as_deref(),
+            Some(format!("no sampled pod runs {V2}").as_str())
+        );
+        // No pod sampled at all: the sample checks say so, not this rule.
+        let (converged, _) = pods_converged(
+            &RolloutHealth {
+                pods: Vec::new(),
+                ..health
+            },
+            V2,
+        );
+        assert!(converged);
+    }
+
+    #[test]
+    fn fenced_serving_configured_but_not_reported_is_zero_not_null() {
+        let mut engine = InstanceEngine::new(Arc::new(EngineConfig::default()));
+        let fenced = InstanceTraits {
+            fence_configured: true,
+            ..InstanceTraits::default()
+        };
+        let (health, _) =
+            engine.step_with(&acme(), &fenced, V1, &[g1_sample(0, V1, 1, at(0))], at(0));
+        assert_eq!(
+            health.serving_authority,
+            Some(kura_schemas::ServingAuthorityHealth::default())
+        );
+        let (health, _) = engine.step(&acme(), V1, &[g1_sample(0, V1, 1, at(10))], at(10));
+        assert_eq!(health.serving_authority, None);
+    }
+
     #[test]
     fn the_baseline_is_the_aggregate_closest_to_the_upgrade() {
         let mut engine = InstanceEngine::new(Arc::new(EngineConfig::default()));
@@ -551,12 +815,13 @@ mod tests {
         assert!(!all_on(&[], V1));
     }
 
-    fn sample(node: &SimNode, received_at: Timestamp) -> Vec<PodSample> {
+    fn sample(node: &SimNode, image: &str, received_at: Timestamp) -> Vec<PodSample> {
         vec![PodSample {
             replication_lag_entries: None,
             pod: std::sync::Arc::new(PodIdentity {
                 name: "p-0".into(),
                 uid: "u-0".into(),
+                image: Some(image.into()),
                 ..PodIdentity::default()
             }),
             received_at,
@@ -572,12 +837,12 @@ mod tests {
     /// and fd timeouts growing by 3: the verdict of the last sweep.
     fn upgrade_with_fd_growth(engine: &mut InstanceEngine, name: &str) -> RolloutGate {
         let mut node = SimNode::default();
-        engine.step(&info(name), "img:1", &sample(&node, t(0)), t(0));
-        engine.step(&info(name), "img:1", &sample(&node, t(10)), t(10));
+        engine.step(&info(name), "img:1", &sample(&node, "img:1", t(0)), t(0));
+        engine.step(&info(name), "img:1", &sample(&node, "img:1", t(10)), t(10));
         node.fd_timeout_count += 3;
-        engine.step(&info(name), "img:2", &sample(&node, t(20)), t(20));
+        engine.step(&info(name), "img:2", &sample(&node, "img:2", t(20)), t(20));
         engine
-            .step(&info(name), "img:2", &sample(&node, t(30)), t(30))
+            .step(&info(name), "img:2", &sample(&node, "img:2", t(30)), t(30))
             .1
             .as_ref()
             .clone()
@@ -656,7 +921,12 @@ mod tests {
             fd_timeout_count: 3,
             ..SimNode::default()
         };
-        let (_, gate) = engine.step(&info("refused"), "img:2", &sample(&node, t(40)), t(40));
+        let (_, gate) = engine.step(
+            &info("refused"),
+            "img:2",
+            &sample(&node, "img:2", t(40)),
+            t(40),
+        );
         assert_eq!(gate.config_error, None);
         assert_eq!(gate.verdict, AgentVerdict::Healthy);
         // Removed: the cluster's configuration again.
@@ -719,18 +989,18 @@ mod tests {
         let mut strict = InstanceEngine::new(Arc::new(EngineConfig::default()));
         strict.set_gate_annotation(Some(r#"{"maxSampleAgeSeconds": 4}"#));
         let mut default = InstanceEngine::new(Arc::new(EngineConfig::default()));
-        let (_, gate) = strict.step(&info("a"), "img", &sample(&node, t(0)), t(5));
+        let (_, gate) = strict.step(&info("a"), "img", &sample(&node, "img", t(0)), t(5));
         assert_eq!(gate.signal, Some(Signal::SampleStale));
-        let (_, gate) = default.step(&info("a"), "img", &sample(&node, t(0)), t(5));
+        let (_, gate) = default.step(&info("a"), "img", &sample(&node, "img", t(0)), t(5));
         assert_eq!(gate.verdict, AgentVerdict::Healthy);
         // A sample 30 s ahead of the judge's clock: invalid with a skew
         // allowance of 10 s, fine by default (60 s).
         let mut skewed = InstanceEngine::new(Arc::new(EngineConfig::default()));
         skewed.set_gate_annotation(Some(r#"{"futureSkewSeconds": 10}"#));
-        let (_, gate) = skewed.step(&info("b"), "img", &sample(&node, t(30)), t(0));
+        let (_, gate) = skewed.step(&info("b"), "img", &sample(&node, "img", t(30)), t(0));
         assert_eq!(gate.signal, Some(Signal::SampleInvalid));
         let mut default = InstanceEngine::new(Arc::new(EngineConfig::default()));
-        let (_, gate) = default.step(&info("b"), "img", &sample(&node, t(30)), t(0));
+        let (_, gate) = default.step(&info("b"), "img", &sample(&node, "img", t(30)), t(0));
         assert_eq!(gate.verdict, AgentVerdict::Healthy);
     }
 
@@ -805,14 +1075,24 @@ mod tests {
             fd_timeout_count: 3,
             ..SimNode::default()
         };
-        engine.step(&info("annotated"), "img:2", &sample(&node, t(40)), t(40));
+        engine.step(
+            &info("annotated"),
+            "img:2",
+            &sample(&node, "img:2", t(40)),
+            t(40),
+        );
         let shadow = engine.shadow().expect("judged");
         assert_eq!(shadow.source, ShadowConfigSource::File);
         assert_eq!(shadow.gate.signal, Some(Signal::FdTimeoutsRegressed));
         // An annotation the shadow file cannot take (a band minimum above
         // ... refused by the parser) leaves the file and says why.
         engine.set_gate_annotation(Some(r#"{"fdTimeoutBand": "x"}"#));
-        engine.step(&info("annotated"), "img:2", &sample(&node, t(50)), t(50));
+        engine.step(
+            &info("annotated"),
+            "img:2",
+            &sample(&node, "img:2", t(50)),
+            t(50),
+        );
         let shadow = engine.shadow().expect("judged");
         assert_eq!(shadow.source, ShadowConfigSource::File);
         let error = shadow.gate.config_error.as_deref().unwrap_or_default();
@@ -834,7 +1114,12 @@ mod tests {
             fd_timeout_count: 3,
             ..SimNode::default()
         };
-        let (_, gate) = next.step(&info("moved"), "img:2", &sample(&node, t(40)), t(40));
+        let (_, gate) = next.step(
+            &info("moved"),
+            "img:2",
+            &sample(&node, "img:2", t(40)),
+            t(40),
+        );
         let gate = gate.as_ref().clone();
         let shadow = next.shadow().expect("judged");
         assert_eq!(shadow.gate.baseline, live.baseline, "the live baseline");

@@ -51,6 +51,7 @@ fn target(sim: &Simulator, spec_image: &str, pod_images: &[&str]) -> InstanceTar
         previous_status: None,
         status_warnings: Vec::new(),
         gate_config: None,
+        traits: Default::default(),
     }
 }
 
@@ -123,8 +124,11 @@ async fn the_cadence_follows_the_rollout() {
     let (status, _) = sink.get(&key).expect("a status");
     assert_eq!(status.gate.target_image, V2);
     assert_eq!(status.gate.baseline_image.as_deref(), Some(V1));
-    assert_eq!(status.gate.verdict, AgentVerdict::Healthy);
+    // The pods still run V1: held at not_converged until they run V2.
+    assert_eq!(status.gate.verdict, AgentVerdict::Unhealthy);
+    assert_eq!(status.gate.signal, Some(kura_schemas::Signal::NotConverged));
     println!("image change swept after {took:?}");
+    targets.update(|t| t[0] = target(&sim, V2, &[V2, V2]));
 
     // Settling: swept every 100 ms until healthy for 1 s, then at rest.
     let changed = Instant::now();

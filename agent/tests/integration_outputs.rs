@@ -6,7 +6,7 @@
 //! | instance | state | `rolloutHealthy` |
 //! |---|---|---|
 //! | `healthy` | every check passes, every pod on `spec.image` | True |
-//! | `rolling` | checks pass, the pods still run the old image | Unknown (NotConverged) |
+//! | `rolling` | checks pass, the pods still run the old image (verdict not_converged) | Unknown (NotConverged) |
 //! | `held` | a pod not ready | False (NotReady) |
 //! | `stopped` | memory pressure 2 | False, and `rolloutHardStopped` True |
 //!
@@ -89,6 +89,7 @@ fn target(name: &str, sim: &Simulator, pod_image: &str) -> InstanceTarget {
         previous_status: None,
         status_warnings: vec![],
         gate_config: None,
+        traits: Default::default(),
     }
 }
 
@@ -199,9 +200,12 @@ async fn the_verdict_endpoint_and_metrics_in_every_state_a_recipe_reads() {
         ("Unknown".into(), "NotConverged".into())
     );
     assert_eq!(
-        by("rolling")["verdict"],
-        "healthy",
-        "the gate passes the old pods"
+        (&by("rolling")["verdict"], &by("rolling")["signal"]),
+        (
+            &serde_json::json!("unhealthy"),
+            &serde_json::json!("not_converged")
+        ),
+        "the checks pass on the old pods, but the agent never calls the new image healthy while a pod runs another"
     );
     assert_eq!(
         cond("held", "rolloutHealthy"),

@@ -224,6 +224,7 @@ fn target(name: &str, sim: &Simulator, expected_pods: u32) -> InstanceTarget {
         previous_status: None,
         status_warnings: vec![],
         gate_config: None,
+        traits: Default::default(),
     }
 }
 

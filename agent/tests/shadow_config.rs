@@ -72,6 +72,7 @@ fn target(sim: &Simulator, spec: &str, pods_on: &str) -> InstanceTarget {
         previous_status: None,
         status_warnings: Vec::new(),
         gate_config: None,
+        traits: Default::default(),
     }
 }
 
@@ -114,7 +115,10 @@ async fn a_disagreeing_shadow_changes_nothing_that_is_published() {
             // (0) holds the instance, the shadow's (500) would pass it.
             sim.pods()[0].update(|n| n.fd_timeout_count += 3);
         }
-        let samples = poller.sweep(&target(&sim, spec, OLD).pollable()).await;
+        // The first sweep on the new spec finds the pods still on the old
+        // image (the baseline); they run the new one from then on.
+        let pods_on = if i <= 2 { OLD } else { NEW };
+        let samples = poller.sweep(&target(&sim, spec, pods_on).pollable()).await;
         let now = Timestamp::now();
         // The same samples for both engines.
         let (h, g) = plain.step(&info(), spec, &samples, now);
@@ -172,7 +176,7 @@ async fn a_sweep_shows_the_shadow_in_the_view_and_publishes_the_live_verdict_onl
             .expect("swept");
     }
     sim.pods()[0].update(|n| n.fd_timeout_count += 3);
-    sweep(&ends, &target(&sim, NEW, OLD), &mut engine, &mut Plain)
+    sweep(&ends, &target(&sim, NEW, NEW), &mut engine, &mut Plain)
         .await
         .expect("swept");
 

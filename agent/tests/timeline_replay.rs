@@ -87,6 +87,7 @@ fn target(name: &str, sim: &Simulator, image: &str) -> InstanceTarget {
         previous_status: None,
         status_warnings: vec![],
         gate_config: None,
+        traits: Default::default(),
     }
 }
 

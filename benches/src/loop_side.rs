@@ -324,6 +324,7 @@ pub fn fleet(
                 })),
                 status_warnings: Vec::new(),
                 gate_config: None,
+                traits: Default::default(),
             }
         })
         .collect();

@@ -28,7 +28,7 @@ use serde::Serialize;
 
 use crate::baseline::Baseline;
 use crate::document::{Published, ReplayInput};
-use crate::instance::judge_instance_view;
+use crate::instance::{hold_until_converged, judge_instance_view};
 
 /// One line of the agent view: one server at one tick.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -94,7 +94,7 @@ pub fn agent_view(input: &ReplayInput) -> Vec<AgentLine> {
                     .as_ref()
                     .map(|baseline| started_from(baseline, target, input)),
             };
-            let gate = judge_instance_view(
+            let mut gate = judge_instance_view(
                 &server.id,
                 previous.as_ref(),
                 target,
@@ -103,6 +103,10 @@ pub fn agent_view(input: &ReplayInput) -> Vec<AgentLine> {
                 tick.now,
                 config,
             );
+            // The agent's convergence rule, from the timeline's record of
+            // it (the evidence's detail, which pods ran what, is not
+            // recorded).
+            hold_until_converged(&mut gate, &server.id, server.converged, None);
             let published = input
                 .published
                 .get(index)

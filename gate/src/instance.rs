@@ -140,3 +140,35 @@ pub fn judge_instance_view(
     }
     gate
 }
+
+/// The agent's convergence rule (gate.md, "In the agent"): while the
+/// instance's pods have not converged on the target image (a pod runs
+/// another image, or no sampled pod runs the target), the verdict is
+/// `unhealthy` with the signal `not_converged`, unless a hard stop
+/// applies or the instance is suspended; the agent never calls an
+/// instance healthy for an image no sampled pod runs. `detail` says which
+/// pods run what (the evidence). Applied by the agent after
+/// [`judge_instance`], and by `replay --agent-view` from the timeline's
+/// `converged`, so both say the same.
+pub fn hold_until_converged(
+    gate: &mut RolloutGate,
+    instance: &str,
+    converged: bool,
+    detail: Option<String>,
+) {
+    if converged
+        || matches!(
+            gate.verdict,
+            AgentVerdict::HardStop | AgentVerdict::Suspended
+        )
+    {
+        return;
+    }
+    gate.verdict = AgentVerdict::Unhealthy;
+    gate.signal = Some(kura_schemas::Signal::NotConverged);
+    gate.healthy_since = None;
+    gate.evidence = vec![kura_schemas::Evidence {
+        detail,
+        ..kura_schemas::Evidence::new(instance, kura_schemas::Signal::NotConverged)
+    }];
+}

@@ -71,7 +71,7 @@ pub use document::{
 };
 pub use error::GateError;
 pub use health_view::HealthView;
-pub use instance::{judge_instance, judge_instance_view};
+pub use instance::{hold_until_converged, judge_instance, judge_instance_view};
 pub use replay::{ReplayError, ReplayLine, replay, run_replay};
 pub use wave::{
     Deployment, Gate, GateState, ServerInput, ServerStatus, TickInput, Verdict, VerdictKind,

@@ -5,11 +5,11 @@ use super::AggregateConfig;
 use super::backfill::BackfillFold;
 use super::fence::FenceFold;
 use super::tracked::TrackedPod;
-use crate::model::{InstanceInfo, PodSample, SampleResult};
+use crate::model::{InstanceInfo, InstanceTraits, PodSample, SampleResult};
 use jiff::Timestamp;
 use kura_schemas::api_int::{saturating_add, saturating_sum};
 use kura_schemas::health::{MAX_POD_ENTRIES, ROLLOUT_HEALTH_SCHEMA_VERSION};
-use kura_schemas::{NodeReport, RetiredCounters, RolloutHealth};
+use kura_schemas::{NodeReport, RetiredCounters, RolloutHealth, ServingAuthorityHealth};
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::sync::Arc;
@@ -122,6 +122,72 @@ impl InstanceAggregator {
     /// `retiredCounters`. `now` becomes `observedAt`; `agent` names the
     /// writer.
     pub fn sweep(
+        &mut self,
+        instance: &InstanceInfo,
+        samples: &[PodSample],
+        now: Timestamp,
+        agent: &str,
+    ) -> RolloutHealth {
+        self.sweep_with(instance, &InstanceTraits::default(), samples, now, agent)
+    }
+
+    /// [`InstanceAggregator::sweep`] of an instance with its `traits`: a
+    /// suspended instance's aggregate is [`InstanceAggregator::suspend`]'s
+    /// (its `samples` are not folded); an update pause is copied; fenced
+    /// serving configured with no pod reporting it gives the all-zero
+    /// `servingAuthority`.
+    pub fn sweep_with(
+        &mut self,
+        instance: &InstanceInfo,
+        traits: &InstanceTraits,
+        samples: &[PodSample],
+        now: Timestamp,
+        agent: &str,
+    ) -> RolloutHealth {
+        if traits.suspended {
+            return self.suspend(instance, traits, now, agent);
+        }
+        let mut health = self.fold_sweep(instance, samples, now, agent);
+        health.update_paused.clone_from(&traits.update_paused);
+        if traits.fence_configured && health.serving_authority.is_none() {
+            health.serving_authority = Some(ServingAuthorityHealth::default());
+        }
+        health
+    }
+
+    /// The aggregate of a suspended instance (rollout-health.md): Kura
+    /// scaled it to zero pods and wiped its volumes, so every tracked pod
+    /// is retired at once (its clamped counters fold into
+    /// `retiredCounters`, so the totals never decrease), the backfill
+    /// fold starts over, and the aggregate has `suspended: true`,
+    /// `expectedPods: 0`, no pod entries and nothing sampled; every
+    /// conjunction is false (nothing answered: unavailable is never
+    /// healthy). A returning instance's pods are new pods.
+    pub fn suspend(
+        &mut self,
+        instance: &InstanceInfo,
+        traits: &InstanceTraits,
+        now: Timestamp,
+        agent: &str,
+    ) -> RolloutHealth {
+        let mut retired = combined(&self.retired, &self.carried);
+        for pod in self.pods.drain(..) {
+            retire(&mut retired, &pod);
+        }
+        self.retired = retired;
+        self.carried = RetiredCounters::default();
+        self.backfill.clear();
+        let suspended = InstanceInfo {
+            expected_pods: 0,
+            ..instance.clone()
+        };
+        let mut health = self.publish(&suspended, &Fold::default(), now, agent);
+        health.suspended = true;
+        health.update_paused.clone_from(&traits.update_paused);
+        health
+    }
+
+    fn fold_sweep(
         &mut self,
         instance: &InstanceInfo,
         samples: &[PodSample],
@@ -275,12 +341,10 @@ impl InstanceAggregator {
             writer_lock_owned: complete && fold.all_writer_lock,
             initial_discovery_completed: complete && fold.all_discovered,
             generation_consistent: complete && fold.same_generation,
-            ring_consistent: complete
-                && if fold.all_fingerprinted {
-                    fold.same_fingerprint
-                } else {
-                    fold.same_ring_members
-                },
+            // Kura's controller's rule: one ring size, and one fingerprint
+            // among the pods that report one (an older build without it is
+            // compared by size only).
+            ring_consistent: complete && fold.same_ring_members && fold.same_fingerprint,
             ring_members: fold.min_ring_members.unwrap_or(0),
             bootstrap_inflight_peers: fold.bootstrap_inflight,
             backfill_initial_cycle: self.backfill.clone(),
@@ -357,7 +421,6 @@ struct Fold<'a> {
     all_discovered: bool,
     first_generation: Option<u64>,
     same_generation: bool,
-    all_fingerprinted: bool,
     first_fingerprint: Option<&'a str>,
     same_fingerprint: bool,
     first_ring_members: Option<u64>,
@@ -386,7 +449,6 @@ impl Default for Fold<'_> {
             all_discovered: true,
             first_generation: None,
             same_generation: true,
-            all_fingerprinted: true,
             first_fingerprint: None,
             same_fingerprint: true,
             first_ring_members: None,
@@ -415,9 +477,8 @@ impl<'a> Fold<'a> {
         self.all_writer_lock &= r.writer_lock_owned;
         self.all_discovered &= r.initial_discovery_completed == Some(true);
         self.same_generation &= *self.first_generation.get_or_insert(r.generation) == r.generation;
-        match r.ring_fingerprint.as_deref() {
-            Some(f) => self.same_fingerprint &= *self.first_fingerprint.get_or_insert(f) == f,
-            None => self.all_fingerprinted = false,
+        if let Some(f) = r.ring_fingerprint.as_deref() {
+            self.same_fingerprint &= *self.first_fingerprint.get_or_insert(f) == f;
         }
         self.same_ring_members &=
             *self.first_ring_members.get_or_insert(r.ring_members) == r.ring_members;

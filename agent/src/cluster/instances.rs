@@ -8,7 +8,11 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kura_schemas::{KuraInstanceSpec, KuraInstanceStatus, RolloutGate, RolloutHealth};
 
-use crate::model::{GATE_CONFIG_ANNOTATION, InstanceInfo, InstanceKey};
+use crate::model::{
+    GATE_CONFIG_ANNOTATION, InstanceInfo, InstanceKey, InstanceTraits,
+    SERVING_ROLLBACK_FLOOR_ANNOTATION,
+};
+use kura_schemas::UpdatePaused;
 
 use super::wire::InstanceObject;
 
@@ -34,6 +38,10 @@ pub struct InstanceShape {
     pub gate_config: Option<String>,
     /// Why a status field could not be read, one line each.
     pub status_warnings: Vec<String>,
+    /// Suspended, an operator's update pause, fenced serving configured:
+    /// read from the spec, the controller's `status.phase` and
+    /// `status.updatePaused`, and the annotations.
+    pub traits: InstanceTraits,
 }
 
 /// What discovery keeps of one instance: its shape (or why it is skipped)
@@ -86,6 +94,24 @@ fn shape_of(obj: &InstanceObject, status_warnings: Vec<String>) -> Result<Instan
     let spec_value = obj.spec.clone().ok_or_else(|| "spec missing".to_owned())?;
     let spec: KuraInstanceSpec =
         serde_json::from_value(spec_value).map_err(|e| format!("spec invalid: {e}"))?;
+    let phase = obj
+        .status
+        .as_ref()
+        .and_then(|s| s.get("phase"))
+        .and_then(serde_json::Value::as_str);
+    let annotations = obj.metadata.annotations.as_ref();
+    let traits = InstanceTraits {
+        suspended: InstanceTraits::is_suspended(spec.suspended, phase),
+        update_paused: obj
+            .status
+            .as_ref()
+            .and_then(|s| s.get("updatePaused"))
+            .and_then(update_paused_of),
+        fence_configured: InstanceTraits::is_fence_configured(
+            spec.serving_mode.as_deref(),
+            annotations.is_some_and(|a| a.contains_key(SERVING_ROLLBACK_FLOOR_ANNOTATION)),
+        ),
+    };
     let expected_pods = u32::try_from(spec.replicas)
         .ok()
         .filter(|r| *r >= 1)
@@ -105,6 +131,45 @@ fn shape_of(obj: &InstanceObject, status_warnings: Vec<String>) -> Result<Instan
             .and_then(|a| a.get(GATE_CONFIG_ANNOTATION))
             .cloned(),
         status_warnings,
+        traits,
+    })
+}
+
+/// Most held pod names kept of an `updatePaused`.
+const MAX_HELD_PODS: usize = 32;
+
+/// Kura's controller's `status.updatePaused`, read leniently: present and
+/// not null is a pause whatever its content (a value of an unexpected
+/// type is dropped, never the pause); `heldPods` as a list of names (an
+/// integer count is not a list of names and is dropped).
+pub fn update_paused_of(value: &serde_json::Value) -> Option<UpdatePaused> {
+    if value.is_null() {
+        return None;
+    }
+    let text = |key: &str, max: usize| {
+        value
+            .get(key)
+            .and_then(serde_json::Value::as_str)
+            .filter(|s| s.len() <= max)
+            .map(str::to_owned)
+    };
+    Some(UpdatePaused {
+        strategy: text("strategy", 64).unwrap_or_default(),
+        partition: value.get("partition").and_then(serde_json::Value::as_u64),
+        template_image: text("templateImage", 512),
+        held_pods: value
+            .get("heldPods")
+            .and_then(serde_json::Value::as_array)
+            .map(|names| {
+                names
+                    .iter()
+                    .filter_map(serde_json::Value::as_str)
+                    .filter(|n| n.len() <= 253)
+                    .take(MAX_HELD_PODS)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default(),
     })
 }
 
@@ -120,6 +185,12 @@ fn lenient_status(value: Option<&serde_json::Value>) -> (Option<KuraInstanceStat
         return (None, warnings);
     };
     let mut rest = map.clone();
+    // Read on its own and leniently (its shape is Kura's controller's to
+    // evolve): an odd `heldPods` must not make the other controller
+    // fields unreadable.
+    let update_paused = rest
+        .remove("updatePaused")
+        .and_then(|v| update_paused_of(&v));
     let health = rest
         .remove("rolloutHealth")
         .filter(|v| !v.is_null())
@@ -148,6 +219,7 @@ fn lenient_status(value: Option<&serde_json::Value>) -> (Option<KuraInstanceStat
         });
     status.rollout_health = health;
     status.rollout_gate = gate;
+    status.update_paused = update_paused;
     status.conditions = conditions;
     (Some(status), warnings)
 }
@@ -232,5 +304,81 @@ pub(crate) mod tests {
         let shape = entry.shape.expect("shape");
         assert_eq!(shape.status_warnings.len(), 1);
         assert!(shape.status_warnings[0].starts_with("status.rolloutHealth unreadable"));
+    }
+
+    #[test]
+    fn suspension_update_pauses_and_fenced_serving_are_read_into_the_traits() {
+        let traits = |spec_extra: serde_json::Value, status: serde_json::Value| {
+            let mut inst = instance("kura", "acme", 2, status);
+            if let (Some(serde_json::Value::Object(spec)), serde_json::Value::Object(extra)) =
+                (inst.spec.as_mut(), spec_extra)
+            {
+                spec.extend(extra);
+            }
+            entry_of(&inst).shape.expect("shape").traits
+        };
+        assert_eq!(traits(json!({}), json!(null)), InstanceTraits::default());
+        assert!(traits(json!({"suspended": true}), json!(null)).suspended);
+        assert!(traits(json!({}), json!({"phase": "Suspending"})).suspended);
+        assert!(traits(json!({}), json!({"phase": "Suspended"})).suspended);
+        assert!(!traits(json!({"suspended": false}), json!({"phase": "Running"})).suspended);
+        assert!(traits(json!({"servingMode": "PositiveFenceV1"}), json!(null)).fence_configured);
+
+        let paused = traits(
+            json!({}),
+            json!({"phase": "Running", "updatePaused": {"strategy": "Partition", "partition": 1,
+                "templateImage": "ghcr.io/tuist/kura:0.7.0", "heldPods": ["acme-0", 7]}}),
+        );
+        let pause = paused.update_paused.expect("a pause");
+        assert_eq!(pause.strategy, "Partition");
+        assert_eq!(pause.partition, Some(1));
+        assert_eq!(
+            pause.template_image.as_deref(),
+            Some("ghcr.io/tuist/kura:0.7.0")
+        );
+        assert_eq!(pause.held_pods, ["acme-0"]);
+
+        // Odd values are dropped, the pause is kept, and the controller's
+        // other fields still read.
+        let inst = instance(
+            "kura",
+            "odd",
+            1,
+            json!({"phase": "Running", "updatePaused": {"strategy": 3, "heldPods": 2}}),
+        );
+        let entry = entry_of(&inst);
+        let status = entry.status.as_ref().expect("status");
+        assert_eq!(status.phase.as_deref(), Some("Running"));
+        assert_eq!(
+            status.update_paused.as_ref().map(|p| p.strategy.as_str()),
+            Some("")
+        );
+        let shape = entry.shape.expect("shape");
+        assert!(
+            shape.status_warnings.is_empty(),
+            "{:?}",
+            shape.status_warnings
+        );
+        assert!(shape.traits.update_paused.is_some());
+        assert_eq!(update_paused_of(&json!(null)), None);
+    }
+
+    #[test]
+    fn the_serving_rollback_floor_annotation_means_fenced_serving() {
+        let inst: InstanceObject = serde_json::from_value(json!({
+            "apiVersion": "kura.tuist.dev/v1alpha1",
+            "kind": "KuraInstance",
+            "metadata": {"name": "f", "namespace": "kura", "generation": 1,
+                "annotations": {"kura.tuist.dev/serving-rollback-floor": "3", "other": "x"}},
+            "spec": {"image": "img", "replicas": 1}
+        }))
+        .expect("instance");
+        assert!(
+            entry_of(&inst)
+                .shape
+                .expect("shape")
+                .traits
+                .fence_configured
+        );
     }
 }

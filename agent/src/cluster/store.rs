@@ -552,6 +552,7 @@ fn target(pods: Option<&PodsOf>, entry: &InstanceEntry, max: usize) -> Option<In
         previous_status: entry.status.clone(),
         status_warnings: shape.status_warnings.clone(),
         gate_config: shape.gate_config.clone(),
+        traits: shape.traits.clone(),
     })
 }
 

@@ -16,7 +16,7 @@ use kura_schemas::KuraInstance;
 use serde::de::{IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
-use crate::model::GATE_CONFIG_ANNOTATION;
+use crate::model::{GATE_CONFIG_ANNOTATION, SERVING_ROLLBACK_FLOOR_ANNOTATION};
 
 /// The metadata fields discovery and the watcher read; the rest
 /// (`managedFields`, labels, other annotations) is skipped.
@@ -55,8 +55,8 @@ fn slim_meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
 }
 
 /// Reads `metadata.annotations` keeping only the gate-config annotation
-/// (a `last-applied-configuration` can be larger than the whole object
-/// otherwise kept).
+/// and the serving rollback floor's (a `last-applied-configuration` can be
+/// larger than the whole object otherwise kept).
 fn gate_annotation_only<'de, D: Deserializer<'de>>(
     d: D,
 ) -> Result<Option<BTreeMap<String, String>>, D::Error> {
@@ -69,7 +69,7 @@ fn gate_annotation_only<'de, D: Deserializer<'de>>(
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
             let mut kept = BTreeMap::new();
             while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-                if key == GATE_CONFIG_ANNOTATION {
+                if key == GATE_CONFIG_ANNOTATION || key == SERVING_ROLLBACK_FLOOR_ANNOTATION {
                     kept.insert(key.into_owned(), map.next_value::<String>()?);
                 } else {
                     map.next_value::<IgnoredAny>()?;

@@ -895,6 +895,7 @@ mod tests {
             vec![
                 "{kura_namespace=\"kura\",kura_instance=\"acme\",verdict=\"hard_stop\"} 1",
                 "{kura_namespace=\"kura\",kura_instance=\"acme\",verdict=\"healthy\"} 0",
+                "{kura_namespace=\"kura\",kura_instance=\"acme\",verdict=\"suspended\"} 0",
                 "{kura_namespace=\"kura\",kura_instance=\"acme\",verdict=\"unhealthy\"} 0",
             ]
         );
@@ -1017,6 +1018,7 @@ mod tests {
             vec![
                 format!("{{{l},verdict=\"hard_stop\"}} 0"),
                 format!("{{{l},verdict=\"healthy\"}} 1"),
+                format!("{{{l},verdict=\"suspended\"}} 0"),
                 format!("{{{l},verdict=\"unhealthy\"}} 0"),
             ]
         );

@@ -11,7 +11,8 @@
 //! - every check passes and every pod of the instance runs the target
 //!   image: `True`, `Healthy`;
 //! - every check passes but a pod still runs another image (mid-rollout,
-//!   or `spec.image` just changed): `Unknown`, `NotConverged`: the pods
+//!   or `spec.image` just changed; the verdict is then `unhealthy` with
+//!   the signal `not_converged`): `Unknown`, `NotConverged`: the pods
 //!   judged are not (all) on the image the verdict is about, so nothing
 //!   can be said of that image yet; a pod of unknown image: `Unknown`,
 //!   `PodImagesUnknown`.
@@ -92,6 +93,14 @@ pub fn rollout_healthy_status(
 ) -> ConditionStatus {
     match gate.map(|g| g.verdict) {
         None | Some(AgentVerdict::Suspended) => ConditionStatus::Unknown,
+        // The agent's convergence hold: the pods judged are not (all) on
+        // the image the verdict is about, so nothing can be said of that
+        // image yet (not a failure of it).
+        Some(AgentVerdict::Unhealthy)
+            if gate.and_then(|g| g.signal) == Some(kura_schemas::Signal::NotConverged) =>
+        {
+            ConditionStatus::Unknown
+        }
         Some(AgentVerdict::Unhealthy | AgentVerdict::HardStop) => ConditionStatus::False,
         Some(AgentVerdict::Healthy) => {
             let on_target = match (health, gate) {

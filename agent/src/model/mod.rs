@@ -21,6 +21,7 @@ mod ports;
 mod sample;
 mod status;
 mod target;
+mod traits;
 mod transition;
 
 pub use clock::{Clock, ScaledClock, SystemClock};
@@ -33,4 +34,7 @@ pub use sample::{InstanceInfo, PodIdentity, PodSample, SampleResult};
 pub(crate) use status::fixtures;
 pub use status::{DesiredStatus, LastWrite, ShadowJudgement, WriteRecord};
 pub use target::{GATE_CONFIG_ANNOTATION, InstanceTarget, NoAddress, PodTarget};
+pub use traits::{
+    FENCED_SERVING_MODE, InstanceTraits, SERVING_ROLLBACK_FLOOR_ANNOTATION, SUSPENDED_PHASES,
+};
 pub use transition::{InstanceTransitions, Transition, TransitionKind};

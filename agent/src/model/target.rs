@@ -15,6 +15,7 @@ use kura_schemas::{AGENT_CONDITION_TYPES, KSTATUS_CONDITION_TYPES, KuraInstanceS
 use super::key::InstanceKey;
 use super::sample::{InstanceInfo, PodIdentity, PodSample, SampleResult};
 use super::status::DesiredStatus;
+use super::traits::InstanceTraits;
 
 /// The `KuraInstance` annotation holding that instance's own gate
 /// configuration: a JSON object of `GateConfig` keys (camelCase, as in
@@ -74,6 +75,9 @@ pub struct InstanceTarget {
     /// The text of the instance's [`GATE_CONFIG_ANNOTATION`], as found
     /// (parsed and merged by the engine); `None` without the annotation.
     pub gate_config: Option<String>,
+    /// What sets the instance apart (suspended, an update pause, fenced
+    /// serving configured).
+    pub traits: InstanceTraits,
 }
 
 /// The note on an instance whose pods beyond the per-instance limit are
@@ -182,6 +186,7 @@ impl InstanceTarget {
             previous_status: None,
             status_warnings: Vec::new(),
             gate_config: None,
+            traits: InstanceTraits::default(),
         }
     }
 }

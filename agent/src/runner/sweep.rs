@@ -70,15 +70,29 @@ pub async fn sweep(
     }
     let started = Instant::now();
     let resets_seen = engine.health().map_or(0, |h| h.counter_resets);
-    let mut samples: Vec<PodSample> = ends.poller.sweep(&target.pollable()).await;
+    // A suspended instance has no pods to poll (Kura scaled it to zero;
+    // any pod still listed is on its way out).
+    let mut samples: Vec<PodSample> = if target.traits.suspended {
+        Vec::new()
+    } else {
+        ends.poller.sweep(&target.pollable()).await
+    };
     for s in &mut samples {
         s.received_at = ends.clock.map_real(s.received_at);
     }
     let now = ends.clock.now();
-    samples.extend(target.unreachable_samples(now));
+    if !target.traits.suspended {
+        samples.extend(target.unreachable_samples(now));
+    }
     let mut desired = None;
     watch.step(&mut || {
-        let (health, gate) = engine.step(&target.info, &target.spec_image, &samples, now);
+        let (health, gate) = engine.step_with(
+            &target.info,
+            &target.traits,
+            &target.spec_image,
+            &samples,
+            now,
+        );
         desired = Some(DesiredStatus {
             health: Arc::clone(health),
             gate: Arc::clone(gate),
@@ -121,7 +135,7 @@ pub async fn sweep(
             config: engine.gate_config(),
             health: &desired.health,
             gate: &desired.gate,
-            converged: target.converged(),
+            converged: engine.converged(),
             now,
         },
     );

@@ -164,6 +164,7 @@ pub fn targets(fleet: &[DemoInstance], pods: &[SimPodHandle]) -> Vec<InstanceTar
                 previous_status: None,
                 status_warnings: Vec::new(),
                 gate_config: None,
+                traits: Default::default(),
             }
         })
         .collect()

@@ -116,6 +116,7 @@ impl AgentFleet {
                         previous_status: None,
                         status_warnings: Vec::new(),
                         gate_config: None,
+                        traits: Default::default(),
                     },
                     engine: InstanceEngine::new(Arc::clone(&engine)),
                 }))
