@@ -70,7 +70,16 @@ pub async fn sweep(
     }
     let started = Instant::now();
     let resets_seen = engine.health().map_or(0, |h| h.counter_resets);
-    let mut samples: Vec<PodSample> = ends.poller.sweep(&target.pollable()).await;
+    // A node-local instance's pod IPs cannot be routed to: its pods are
+    // reached through the API server's port-forward instead.
+    let mut samples: Vec<PodSample> = if target.node_local_network {
+        let pollable = target.pollable();
+        (ends.poller)
+            .sweep_port_forward(&target.info.namespace, &pollable)
+            .await
+    } else {
+        ends.poller.sweep(&target.pollable()).await
+    };
     for s in &mut samples {
         s.received_at = ends.clock.map_real(s.received_at);
     }
