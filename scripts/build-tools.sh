@@ -5,8 +5,11 @@
 #   scripts/build-tools.sh [--link DIR] [TOOL...]
 #
 # TOOL is any of: kube-apiserver kubectl etcd helm kubeconform integrations
-# argo-rollouts-1.7 argo-rollouts-1.8 (default: all but integrations and
-# the argo-rollouts ones; integrations is kura-integrations, the recipe
+# kubelet-standin argo-rollouts-1.7 argo-rollouts-1.8 (default: all but
+# integrations, kubelet-standin and the argo-rollouts ones;
+# kubelet-standin is the kubelet's port-forward endpoint of
+# scripts/tools/kubelet-standin, for agent/tests/e2e_port_forward.rs;
+# integrations is kura-integrations, the recipe
 # evaluator of scripts/tools/integrations: Argo Rollouts' jsonPath and
 # condition evaluation, kstatus, Flux's CEL, Argo CD's Lua VM;
 # argo-rollouts-X.Y is Argo Rollouts' rollouts-controller of the release in
@@ -38,9 +41,9 @@ while [ $# -gt 0 ]; do
   case $1 in
     --link) [ $# -ge 2 ] || die "--link needs a directory"; link_dir=$2; shift 2 ;;
     --link=*) link_dir=${1#--link=}; shift ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    kube-apiserver|kubectl|etcd|helm|kubeconform|integrations|argo-rollouts-1.7|argo-rollouts-1.8) want+=("$1"); shift ;;
-    *) die "unknown argument: $1 (tools: kube-apiserver kubectl etcd helm kubeconform integrations argo-rollouts-1.7 argo-rollouts-1.8)" ;;
+    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    kube-apiserver|kubectl|etcd|helm|kubeconform|integrations|kubelet-standin|argo-rollouts-1.7|argo-rollouts-1.8) want+=("$1"); shift ;;
+    *) die "unknown argument: $1 (tools: kube-apiserver kubectl etcd helm kubeconform integrations kubelet-standin argo-rollouts-1.7 argo-rollouts-1.8)" ;;
   esac
 done
 [ ${#want[@]} -gt 0 ] || want=(kube-apiserver kubectl etcd helm kubeconform)
@@ -82,6 +85,13 @@ recipe() {
       pkg=kura.local/scripts/tools/integrations
       # Our own program: its version is its sources (in the stamp below).
       version=v1
+      xflags= ;;
+    kubelet-standin)
+      moddir=$tools_dir/kubelet-standin
+      pkg=kura.local/scripts/tools/kubelet-standin
+      # Our own program on the kubelet's module: its sources and go.sum are
+      # in the stamp below.
+      version=$(modver "$moddir" k8s.io/kubelet)
       xflags= ;;
     argo-rollouts-*)
       # Built inside the downloaded module, so that its own go.mod, go.sum

@@ -253,6 +253,17 @@ derived "${api[@]}" --set-string 'watch.podSelector=!legacy\,present\,t notin (x
 derived "${api[@]}" --set 'watch.namespaces={kura-a}'
 derived "${api[@]}" --set mode=daemonset --set 'watch.namespaces={kura-a,kura-b,kura-c}'
 derived -f "$dir/variant-values.yaml"
+# Node-local instances: pods/portforward granted with --port-forward-streams.
+derived "${api[@]}" --set nodeLocal.enabled=true --set nodeLocal.portForwardStreams=3
+derived "${api[@]}" --set nodeLocal.enabled=true --set 'watch.namespaces={kura-a,kura-b}'
+grep -q -- '--port-forward-streams=3' "$dir/derived-$((derived_case - 1)).yaml" \
+  || fail "nodeLocal.portForwardStreams is not passed to the agent"
+grep -q 'pods/portforward' "$dir/derived-1.yaml" \
+  && fail "pods/portforward granted although nodeLocal.enabled is false"
+sed 's#pods/portforward#pods/exec#' "$dir/derived-$((derived_case - 1)).yaml" > "$dir/drifted-pf.yaml"
+if "$py" "$root/scripts/chart_derived.py" "$dir/drifted-pf.yaml" "$api_cidr" >/dev/null; then
+  fail "chart_derived.py accepted another grant than pods/portforward"
+fi
 "$helm" template x "$chart" --namespace kura-system \
   --set 'networkPolicy.apiServer.cidrs={10.0.0.10/32,fd00::10/128}' > "$dir/two-cidrs.yaml"
 "$py" "$root/scripts/chart_derived.py" "$dir/two-cidrs.yaml" 10.0.0.10/32 fd00::10/128

@@ -14,7 +14,9 @@ RBAC the chart must render, and compares:
   --port;
 - egress[1]: exactly the expected API server CIDRs, none of them a /0;
 - RBAC: a ClusterRole + ClusterRoleBinding when no namespace is watched,
-  else a Role + RoleBinding in each watched namespace and no ClusterRole.
+  else a Role + RoleBinding in each watched namespace and no ClusterRole;
+  `get` and `create` on pods/portforward exactly when --port-forward-streams
+  is given (node-local instances).
 
 Exit 1 with every difference listed.
 """
@@ -32,6 +34,9 @@ WATCH_RULES = sorted(
     # Events about the instances, in the instances' namespaces.
     + [("events.k8s.io", "events", v) for v in ("create", "patch")]
 )
+# Node-local instances' pods, polled through their port-forward: granted
+# exactly when the agent is given --port-forward-streams (nodeLocal.enabled).
+PORT_FORWARD_RULES = [("", "pods/portforward", v) for v in ("create", "get")]
 
 
 def split_requirements(selector):
@@ -105,6 +110,7 @@ def main():
     selector = (flag("pod-selector") or [""])[0]
     port = (flag("port-name") or flag("port"))[0]
     port = int(port) if port.isdigit() else port
+    want_rules = sorted(WATCH_RULES + (PORT_FORWARD_RULES if flag("port-forward-streams") else []))
 
     nps = [d for d in docs if d["kind"] == "NetworkPolicy"]
     check(len(nps) == 1, f"one NetworkPolicy, got {len(nps)}")
@@ -138,7 +144,7 @@ def main():
         check(sorted(b["metadata"]["namespace"] for b in watch_bindings) == sorted(namespaces),
               f"a watch RoleBinding per namespace {namespaces}")
         for r in watch_roles:
-            check(rules_of(r) == WATCH_RULES, f"Role in {r['metadata']['namespace']}: {rules_of(r)}")
+            check(rules_of(r) == want_rules, f"Role in {r['metadata']['namespace']}: {rules_of(r)}")
         for b in watch_bindings:
             check(b["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                                    "name": b["metadata"]["name"]}, f"RoleBinding ref {b['roleRef']}")
@@ -146,13 +152,14 @@ def main():
         check(len(cluster_roles) == 1 and len(cluster_bindings) == 1,
               "all namespaces: one ClusterRole and its binding")
         for r in cluster_roles:
-            check(rules_of(r) == WATCH_RULES, f"ClusterRole: {rules_of(r)}")
+            check(rules_of(r) == want_rules, f"ClusterRole: {rules_of(r)}")
         check(not watch_roles, "all namespaces, yet watch Roles")
 
     if problems:
         print(f"chart_derived: {rendered}:", *problems, sep="\n  ")
         sys.exit(1)
-    print(f"chart_derived: ok: namespaces={namespaces or 'all'} selector={selector!r} port={port!r}")
+    print(f"chart_derived: ok: namespaces={namespaces or 'all'} selector={selector!r} port={port!r}"
+          f" port-forward={bool(flag('port-forward-streams'))}")
 
 
 if __name__ == "__main__":

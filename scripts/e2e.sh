@@ -10,7 +10,10 @@
 # wait, kubectl events, a flapping instance's Event calls, every replica's
 # answers, kstatus; then the Argo Rollouts recipes of docs/integrations.md
 # applied with --dry-run=server over the vendored CRDs, and the Kargo Stage
-# and baseline hook of the job recipe over Kargo's Stage CRD.
+# and baseline hook of the job recipe over Kargo's Stage CRD; then
+# agent/tests/e2e_port_forward.rs: node-local instances polled through the
+# API server's pod port-forward, to a kubelet stand-in built from the
+# kubelet's own port-forward code (scripts/tools/kubelet-standin, issue 39).
 #
 #   scripts/e2e.sh [TEST_FILTER...]   # extra args go to the test binary
 #
@@ -37,11 +40,11 @@ root=$PWD
 run_init e2e KURA_E2E_KEEP
 
 part "tools (cached after the first build)"
-eval "$("$root/scripts/build-tools.sh" helm kube-apiserver etcd kubectl integrations)"
-export KURA_INTEGRATIONS
+eval "$("$root/scripts/build-tools.sh" helm kube-apiserver etcd kubectl integrations kubelet-standin)"
+export KURA_INTEGRATIONS KURA_KUBELET_STANDIN
 
 part "build the e2e tests"
-cargo test --locked -p kura-agent --test e2e_apiserver --no-run
+cargo test --locked -p kura-agent --test e2e_apiserver --test e2e_port_forward --no-run
 # kura-gate replay --agent-view runs over the exported timelines (issue 33).
 cargo build --locked -p kura-gate --bin kura-gate
 KURA_GATE_BIN=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')/debug/kura-gate
@@ -67,6 +70,10 @@ export KURA_K8S_DIR KUBECONFIG
 
 part "e2e tests"
 RUST_LOG=${RUST_LOG:-error,kube_client=off} cargo test --locked -p kura-agent --test e2e_apiserver -- \
+  --ignored --test-threads=1 --nocapture "$@"
+
+part "e2e tests: node-local instances through the port-forward"
+RUST_LOG=${RUST_LOG:-error,kube_client=off} cargo test --locked -p kura-agent --test e2e_port_forward -- \
   --ignored --test-threads=1 --nocapture "$@"
 
 part "Argo Rollouts recipes: --dry-run=server against the vendored CRDs"

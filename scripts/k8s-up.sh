@@ -234,6 +234,7 @@ start_apiserver() {
     --service-cluster-ip-range=10.0.0.0/24 \
     --disable-admission-plugins=ServiceAccount \
     --endpoint-reconciler-type=none \
+    --kubelet-preferred-address-types=InternalIP \
     --profiling=false \
     --v=1 \
     "${extra[@]}"

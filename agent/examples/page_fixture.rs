@@ -223,6 +223,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                     .map(|p| pod_target(p, OLD))
                     .collect(),
                 pods_dropped: 0,
+                node_local_network: false,
                 previous_status: None,
                 status_warnings: if f.name == "initech-us-east" {
                     vec![

@@ -113,6 +113,8 @@ pub mod label {
     pub const IDENTITY_MISMATCH: &str = "identity_mismatch";
     /// A `/status/cluster` body that does not parse.
     pub const INVALID_CLUSTER: &str = "invalid_cluster";
+    /// The API server's port-forward to a node-local instance's pod failed.
+    pub const PORT_FORWARD: &str = "port_forward";
     /// A status write applied.
     pub const APPLIED: &str = "applied";
     /// A status write the API server pruned fields of.
@@ -155,7 +157,7 @@ pub mod label {
 
 /// The `result` label values of [`POLLS_TOTAL`]: `ok`, or why the poll
 /// failed.
-pub const POLL_RESULTS: [&str; 10] = [
+pub const POLL_RESULTS: [&str; 11] = [
     OK,
     TIMEOUT,
     REFUSED,
@@ -166,12 +168,13 @@ pub const POLL_RESULTS: [&str; 10] = [
     INVALID_REPORT,
     IDENTITY_MISMATCH,
     INVALID_CLUSTER,
+    PORT_FORWARD,
 ];
 
 /// The `result` label values of [`CLUSTER_READS_TOTAL`]: `ok`,
 /// `not_measured` (HTTP 404 or no `sync_links`: the lag is absent), or why
 /// the read failed (the pod's sample then fails too).
-pub const CLUSTER_READ_RESULTS: [&str; 10] = [
+pub const CLUSTER_READ_RESULTS: [&str; 11] = [
     OK,
     NOT_MEASURED,
     TIMEOUT,
@@ -182,6 +185,7 @@ pub const CLUSTER_READ_RESULTS: [&str; 10] = [
     BODY_ERROR,
     INVALID_CLUSTER,
     IDENTITY_MISMATCH,
+    PORT_FORWARD,
 ];
 
 /// The `result` label values of [`STATUS_WRITES_TOTAL`] (`fenced`: not sent,

@@ -188,6 +188,7 @@ fn every_poll_error() -> Vec<PollError> {
         PollError::InvalidReport(invalid),
         PollError::IdentityMismatch,
         PollError::NoAddress,
+        PollError::PortForward(String::new()),
         PollError::InvalidCluster(
             kura_schemas::parse_cluster_status(b"[]").expect_err("an array is no cluster body"),
         ),
@@ -207,7 +208,8 @@ fn every_poll_error() -> Vec<PollError> {
             | PollError::InvalidReport(_)
             | PollError::IdentityMismatch
             | PollError::InvalidCluster(_)
-            | PollError::NoAddress => {}
+            | PollError::NoAddress
+            | PollError::PortForward(_) => {}
         }
     }
     all

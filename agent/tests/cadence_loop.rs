@@ -48,6 +48,7 @@ fn target(sim: &Simulator, spec_image: &str, pod_images: &[&str]) -> InstanceTar
             })
             .collect(),
         pods_dropped: 0,
+        node_local_network: false,
         previous_status: None,
         status_warnings: Vec::new(),
         gate_config: None,

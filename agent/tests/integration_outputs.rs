@@ -86,6 +86,7 @@ fn target(name: &str, sim: &Simulator, pod_image: &str) -> InstanceTarget {
         spec_image: NEW.into(),
         pods,
         pods_dropped: 0,
+        node_local_network: false,
         previous_status: None,
         status_warnings: vec![],
         gate_config: None,

@@ -221,6 +221,7 @@ fn target(name: &str, sim: &Simulator, expected_pods: u32) -> InstanceTarget {
         spec_image: IMAGE.into(),
         pods,
         pods_dropped: 0,
+        node_local_network: false,
         previous_status: None,
         status_warnings: vec![],
         gate_config: None,

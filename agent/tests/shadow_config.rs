@@ -69,6 +69,7 @@ fn target(sim: &Simulator, spec: &str, pods_on: &str) -> InstanceTarget {
         spec_image: spec.to_owned(),
         pods: sim.pods().iter().map(|p| pod_target(p, pods_on)).collect(),
         pods_dropped: 0,
+        node_local_network: false,
         previous_status: None,
         status_warnings: Vec::new(),
         gate_config: None,

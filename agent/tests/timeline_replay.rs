@@ -84,6 +84,7 @@ fn target(name: &str, sim: &Simulator, image: &str) -> InstanceTarget {
         spec_image: image.into(),
         pods,
         pods_dropped: 0,
+        node_local_network: false,
         previous_status: None,
         status_warnings: vec![],
         gate_config: None,

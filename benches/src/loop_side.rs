@@ -318,6 +318,7 @@ pub fn fleet(
                 spec_image: spec_image.to_owned(),
                 pods,
                 pods_dropped: 0,
+                node_local_network: false,
                 previous_status: Some(Box::new(KuraInstanceStatus {
                     rollout_gate: Some(gate),
                     ..KuraInstanceStatus::default()

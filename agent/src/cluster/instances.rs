@@ -34,6 +34,8 @@ pub struct InstanceShape {
     pub info: InstanceInfo,
     /// `spec.image`.
     pub spec_image: String,
+    /// `spec.nodeLocalNetwork` is present (any value but `null`).
+    pub node_local_network: bool,
     /// The text of the gate-config annotation, as found.
     pub gate_config: Option<String>,
     /// Why a status field could not be read, one line each.
@@ -92,6 +94,9 @@ fn shape_of(obj: &InstanceObject, status_warnings: Vec<String>) -> Result<Instan
         .generation
         .ok_or_else(|| "metadata.generation missing".to_owned())?;
     let spec_value = obj.spec.clone().ok_or_else(|| "spec missing".to_owned())?;
+    let node_local_network = spec_value
+        .get("nodeLocalNetwork")
+        .is_some_and(|v| !v.is_null());
     let spec: KuraInstanceSpec =
         serde_json::from_value(spec_value).map_err(|e| format!("spec invalid: {e}"))?;
     let phase = obj
@@ -124,6 +129,7 @@ fn shape_of(obj: &InstanceObject, status_warnings: Vec<String>) -> Result<Instan
             generation,
         },
         spec_image: spec.image,
+        node_local_network,
         gate_config: obj
             .metadata
             .annotations
@@ -277,6 +283,21 @@ pub(crate) mod tests {
             reason(&instance("kura", "zero", 0, json!(null))),
             "spec.replicas 0 is below 1"
         );
+    }
+
+    #[test]
+    fn node_local_network_is_its_presence_in_the_spec() {
+        let with = |extra: serde_json::Value| {
+            let mut inst = instance("kura", "acme", 1, json!(null));
+            if let Some(spec) = inst.spec.as_mut().and_then(|s| s.as_object_mut()) {
+                spec.extend(extra.as_object().cloned().unwrap_or_default());
+            }
+            entry_of(&inst).shape.expect("shape").node_local_network
+        };
+        assert!(!with(json!({})));
+        assert!(!with(json!({"nodeLocalNetwork": null})));
+        assert!(with(json!({"nodeLocalNetwork": {}})));
+        assert!(with(json!({"nodeLocalNetwork": {"interface": "eth1"}})));
     }
 
     #[test]

@@ -547,6 +547,7 @@ fn target(pods: Option<&PodsOf>, entry: &InstanceEntry, max: usize) -> Option<In
     Some(InstanceTarget {
         info: shape.info.clone(),
         spec_image: shape.spec_image.clone(),
+        node_local_network: shape.node_local_network,
         pods_dropped: all - pods.len(),
         pods,
         previous_status: entry.status.clone(),

@@ -64,6 +64,10 @@ pub struct InstanceTarget {
     pub spec_image: String,
     /// The instance's pods, sorted by name.
     pub pods: Vec<PodTarget>,
+    /// `spec.nodeLocalNetwork` is present: the pod IPs cannot be routed
+    /// to, so the pods are polled through the API server's port-forward to
+    /// their address's port, never at the address itself.
+    pub node_local_network: bool,
     /// Pods beyond the per-instance limit of discovery, left out (never
     /// polled; [`InstanceTarget::notes`] says so).
     pub pods_dropped: usize,
@@ -182,6 +186,7 @@ impl InstanceTarget {
             },
             spec_image: image.into(),
             pods: Vec::new(),
+            node_local_network: false,
             pods_dropped: 0,
             previous_status: None,
             status_warnings: Vec::new(),

@@ -15,6 +15,9 @@
 //! answer reusable and nothing is left unread. Everything a request holds
 //! (hyper's buffers and channels) lives only while the request does.
 //!
+//! The same exchange runs over any other byte stream, without the pool:
+//! [`Client::get_on`] (a port-forward's stream, `poll::forward`).
+//!
 //! Rules kept around hyper, where it is more lenient than the poller wants:
 //! a transfer coding other than exactly `chunked` is refused
 //! ([`PollError::TransferCoding`]; hyper would hand back a body still
@@ -38,6 +41,7 @@ use std::pin::pin;
 use std::sync::Mutex;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
 /// Largest response head (status line and headers) accepted, in bytes; it
@@ -90,14 +94,18 @@ struct Idle {
 }
 
 /// The outcome of one exchange on one connection.
-enum Exchange {
+enum Exchange<S = TcpStream> {
     /// The connection failed before a response head arrived: on a reused
     /// connection the pod most likely closed it while idle.
     NoResponse,
     /// A body, and the connection if it may be used again.
-    Done(Bytes, Option<TcpStream>),
+    Done(Bytes, Option<S>),
     Failed(PollError),
 }
+
+/// What gets the stream back out of a finished hyper connection, if it
+/// may carry another request.
+type TakeBack<S> = fn(Connection<TokioIo<S>, Empty<Bytes>>) -> Option<S>;
 
 /// Why reading a response stopped.
 enum Failure {
@@ -146,15 +154,46 @@ impl Client {
     /// without counting as a retry.
     pub async fn get(&self, target: Target<'_>, limits: Limits) -> Result<Bytes, PollError> {
         if let Some(stream) = self.checkout(target.addr) {
-            let done = self.exchange(stream, self.request(&target)?, limits).await;
+            let done = self
+                .exchange(stream, self.request(&target)?, limits, take_back)
+                .await;
             if !matches!(done, Exchange::NoResponse) {
                 return self.finish(target.addr, done);
             }
         }
         let request = self.request(&target)?;
         let stream = connect(target.addr, limits.connect_timeout).await?;
-        let done = self.exchange(stream, request, limits).await;
+        let done = self.exchange(stream, request, limits, take_back).await;
         self.finish(target.addr, done)
+    }
+
+    /// `GET` `path` over `stream`, a connection opened by someone else (a
+    /// port-forward's), with `host` as the `Host` header: the body of a
+    /// `200` answer as [`Client::get`] reads it (same framing rules and
+    /// body limit), and the stream back when it may carry another request.
+    /// A stream that ends before a response head is [`PollError::Closed`].
+    /// Nothing is pooled and nothing here bounds the time: the caller does.
+    pub async fn get_on<S>(
+        &self,
+        stream: S,
+        host: &str,
+        path: &str,
+        body_limit: usize,
+    ) -> Result<(Bytes, Option<S>), PollError>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let host = HeaderValue::from_str(host).map_err(|_| PollError::NoAddress)?;
+        let request = self.request_to(host, path)?;
+        let limits = Limits {
+            connect_timeout: Duration::ZERO,
+            body_limit,
+        };
+        match self.exchange(stream, request, limits, hand_back).await {
+            Exchange::Done(body, stream) => Ok((body, stream)),
+            Exchange::Failed(e) => Err(e),
+            Exchange::NoResponse => Err(PollError::Closed),
+        }
     }
 
     fn request(&self, target: &Target<'_>) -> Result<Request<Empty<Bytes>>, PollError> {
@@ -163,7 +202,15 @@ impl Client {
             None => HeaderValue::try_from(target.addr.to_string()),
         }
         .map_err(|_| PollError::NoAddress)?;
-        Request::get(target.path)
+        self.request_to(host, target.path)
+    }
+
+    fn request_to(
+        &self,
+        host: HeaderValue,
+        path: &str,
+    ) -> Result<Request<Empty<Bytes>>, PollError> {
+        Request::get(path)
             .header(HOST, host)
             .header(http::header::USER_AGENT, self.user_agent.clone())
             .header(ACCEPT, HeaderValue::from_static("application/json"))
@@ -186,13 +233,17 @@ impl Client {
 
     /// One request on `stream`: the connection future is polled together
     /// with the request and its body in this task, then taken apart to get
-    /// the socket back.
-    async fn exchange(
+    /// the stream back (`take`: the stream, if it may be used again).
+    async fn exchange<S>(
         &self,
-        stream: TcpStream,
+        stream: S,
         request: Request<Empty<Bytes>>,
         limits: Limits,
-    ) -> Exchange {
+        take: TakeBack<S>,
+    ) -> Exchange<S>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
         let Ok((mut sender, conn)) = self
             .builder
             .handshake::<_, Empty<Bytes>>(TokioIo::new(stream))
@@ -219,7 +270,7 @@ impl Client {
                 // hyper asks for the next request only on a connection it
                 // keeps: the answer allowed keep-alive, its body ended where
                 // its framing said, and no byte came after it.
-                let reusable = conn.filter(|_| sender.is_ready()).and_then(take_back);
+                let reusable = conn.filter(|_| sender.is_ready()).and_then(take);
                 Exchange::Done(body, reusable)
             }
             Err(Failure::NoResponse) => Exchange::NoResponse,
@@ -279,6 +330,16 @@ fn take_back(conn: Connection<TokioIo<TcpStream>, Empty<Bytes>>) -> Option<TcpSt
         Poll::Pending => Some(stream),
         Poll::Ready(_) => None,
     }
+}
+
+/// The stream of a connection hyper keeps, if nothing was read past the
+/// answer (a stream that is not a socket: nothing to re-register).
+fn hand_back<S>(conn: Connection<TokioIo<S>, Empty<Bytes>>) -> Option<S>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let parts = conn.into_parts();
+    parts.read_buf.is_empty().then(|| parts.io.into_inner())
 }
 
 async fn connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, PollError> {

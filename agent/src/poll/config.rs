@@ -24,6 +24,12 @@ pub struct PollConfig {
     /// and nothing more (no task, no buffer). Without it every poll opens
     /// and closes its own connection.
     pub keep_alive: bool,
+    /// Most port-forward streams open at once (node-local instances' pods,
+    /// polled through the API server; default 8). Each is one websocket
+    /// to the API server and one stream through the pod's kubelet, held
+    /// for one poll; these polls wait for a stream, not for a
+    /// [`PollConfig::concurrency`] permit.
+    pub port_forward_streams: usize,
 }
 
 impl Default for PollConfig {
@@ -35,6 +41,7 @@ impl Default for PollConfig {
             retries: 1,
             retry_delay: Duration::from_millis(100),
             keep_alive: true,
+            port_forward_streams: 8,
         }
     }
 }

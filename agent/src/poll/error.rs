@@ -55,12 +55,18 @@ pub enum PollError {
     /// The pod has no usable address.
     #[error("no pod address")]
     NoAddress,
+    /// The API server's port-forward to the pod (a node-local instance's)
+    /// failed: refused (an API error such as 403, the kubelet's error
+    /// message), timed out, or closed before an answer came through it.
+    #[error("port-forward: {0}")]
+    PortForward(String),
 }
 
 impl PollError {
     /// The metric label for this failure, from a fixed small set: `timeout`,
     /// `refused`, `http_status`, `too_large`, `invalid_report`,
-    /// `identity_mismatch`, `connect_error`, `body_error`, `invalid_cluster`.
+    /// `identity_mismatch`, `connect_error`, `body_error`, `invalid_cluster`,
+    /// `port_forward`.
     pub fn reason(&self) -> &'static str {
         match self {
             PollError::Timeout | PollError::ConnectTimeout => label::TIMEOUT,
@@ -72,6 +78,7 @@ impl PollError {
             PollError::InvalidReport(_) => label::INVALID_REPORT,
             PollError::InvalidCluster(_) => label::INVALID_CLUSTER,
             PollError::IdentityMismatch => label::IDENTITY_MISMATCH,
+            PollError::PortForward(_) => label::PORT_FORWARD,
         }
     }
 

@@ -2,7 +2,9 @@
 //! (hyper's HTTP/1.1 connection API over a pool of idle sockets, see
 //! [`client`]), a global bound on concurrent requests, a timeout per
 //! attempt, a hard body limit, no redirects, and a short retry of
-//! connection-level failures.
+//! connection-level failures. Node-local instances' pods are polled
+//! through the API server's port-forward instead ([`forward`]:
+//! [`Poller::sweep_port_forward`]), never by pod IP.
 //!
 //! Metrics (through the `metrics` facade; names in [`crate::telemetry`]):
 //! `kura_agent_polls_total{result}` (`ok` or a [`PollError::reason`]),
@@ -14,6 +16,7 @@
 mod client;
 mod config;
 mod error;
+mod forward;
 mod poller;
 
 pub use config::PollConfig;

@@ -2,6 +2,7 @@
 
 use crate::model::{PodIdentity, PodSample, SampleResult};
 use crate::poll::client::{Client, Limits, MAX_HEAD, Target};
+use crate::poll::forward::{self, PortForward};
 use crate::poll::{PollConfig, PollError};
 use crate::telemetry::{self, label};
 use backon::{ExponentialBuilder, Retryable};
@@ -39,17 +40,35 @@ struct Inner {
     client: Client,
     permits: Semaphore,
     config: PollConfig,
+    /// How node-local pods are reached; `None`: no API server client.
+    forward: Option<PortForward>,
 }
 
 impl Poller {
     /// A poller with these settings (a concurrency of 0 is taken as 1).
+    /// Without an API server client it cannot port-forward: every pod of a
+    /// node-local instance is a failed sample
+    /// ([`Poller::with_port_forward`] can).
     pub fn new(config: PollConfig) -> Poller {
+        Poller::build(config, None)
+    }
+
+    /// A poller that also reaches node-local instances' pods, through
+    /// `client`'s API server (`pods/portforward`), at most
+    /// [`PollConfig::port_forward_streams`] streams at once.
+    pub fn with_port_forward(config: PollConfig, client: kube::Client) -> Poller {
+        let forward = PortForward::new(client, config.port_forward_streams);
+        Poller::build(config, Some(forward))
+    }
+
+    fn build(config: PollConfig, forward: Option<PortForward>) -> Poller {
         let client = Client::new(config.keep_alive, IDLE_TIMEOUT, USER_AGENT);
         Poller {
             inner: Arc::new(Inner {
                 client,
                 permits: Semaphore::new(config.concurrency.max(1)),
                 config,
+                forward,
             }),
         }
     }
@@ -70,6 +89,114 @@ impl Poller {
                 .map(|(pod, addr)| self.poll_queued(pod, *addr)),
         )
         .await
+    }
+
+    /// Poll every target of the node-local instance in `namespace` through
+    /// a port-forward to its address's port (the pod IP is never
+    /// connected to), concurrently within the port-forward bound; samples
+    /// come back in target order, as from [`Poller::sweep`]: the same
+    /// requests, timeout, body limit and parsers, `/status/cluster` of a
+    /// pull-sync pod on the same stream. A failed port-forward is a failed
+    /// sample whose error starts with `port-forward:`.
+    pub async fn sweep_port_forward(
+        &self,
+        namespace: &str,
+        targets: &[(Arc<PodIdentity>, SocketAddr)],
+    ) -> Vec<PodSample> {
+        futures::future::join_all(
+            targets
+                .iter()
+                .map(|(pod, addr)| self.poll_forwarded(namespace, pod, addr.port())),
+        )
+        .await
+    }
+
+    /// One pod of [`Poller::sweep_port_forward`]: waits for a stream, then
+    /// polls (boxed: only the polls holding a stream allocate their state).
+    async fn poll_forwarded(
+        &self,
+        namespace: &str,
+        pod: &Arc<PodIdentity>,
+        port: u16,
+    ) -> PodSample {
+        let (report, cluster) = match &self.inner.forward {
+            Some(forward) => {
+                let _stream = forward.permit().await;
+                Box::pin(self.forwarded(forward, namespace, pod, port)).await
+            }
+            None => (
+                Err(forward::failed("no API server client to open it")),
+                None,
+            ),
+        };
+        count(&report);
+        let (result, replication_lag_entries) = match (report, cluster) {
+            (Ok(_), Some(Err(e))) => (SampleResult::Error(format!("{CLUSTER_PATH}: {e}")), None),
+            (Ok(report), Some(Ok(lag))) => (SampleResult::Report(Box::new(report)), lag),
+            (Ok(report), None) => (SampleResult::Report(Box::new(report)), None),
+            (Err(e), _) => (SampleResult::Error(e.to_string()), None),
+        };
+        PodSample {
+            pod: Arc::clone(pod),
+            received_at: Timestamp::now(),
+            result,
+            replication_lag_entries,
+        }
+    }
+
+    /// The report of `namespace/pod` through a port-forward to `port`, and
+    /// for a pull-sync pod its `/status/cluster` read on the same stream.
+    /// Opening the port-forward gets the poll timeout of its own; each
+    /// request then gets the poll timeout.
+    async fn forwarded(
+        &self,
+        forward: &PortForward,
+        namespace: &str,
+        pod: &PodIdentity,
+        port: u16,
+    ) -> (
+        Result<NodeReport, PollError>,
+        Option<Result<Option<u64>, PollError>>,
+    ) {
+        let cfg = &self.inner.config;
+        let started = Instant::now();
+        let opened = tokio::time::timeout(cfg.timeout, forward.open(namespace, &pod.name, port))
+            .await
+            .unwrap_or_else(|_| Err(forward::failed("timeout opening the stream")));
+        let mut link = match opened {
+            Ok(link) => link,
+            Err(e) => {
+                metrics::histogram!(telemetry::POLL_DURATION_SECONDS)
+                    .record(started.elapsed().as_secs_f64());
+                return (Err(e), None);
+            }
+        };
+        // What the pod sees: a connection from its own loopback.
+        let host = format!("localhost:{port}");
+        let client = &self.inner.client;
+        let report = link
+            .get(client, &host, REPORT_PATH, cfg, parse_report)
+            .await
+            .and_then(|report| same_pod(pod, report));
+        metrics::histogram!(telemetry::POLL_DURATION_SECONDS)
+            .record(started.elapsed().as_secs_f64());
+        let cluster = match &report {
+            Ok(report) if report.outbox_messages.is_none() => {
+                let read = match link
+                    .get(client, &host, CLUSTER_PATH, cfg, parse_cluster)
+                    .await
+                {
+                    Err(PollError::HttpStatus(404)) => Ok(None),
+                    other => other,
+                };
+                metrics::counter!(telemetry::CLUSTER_READS_TOTAL, "result" => cluster_label(&read))
+                    .increment(1);
+                Some(read)
+            }
+            _ => None,
+        };
+        link.close().await;
+        (report, cluster)
     }
 
     /// One poll of a sweep: waits for a permit, then runs the poll (boxed)
@@ -176,10 +303,7 @@ impl Poller {
             path: REPORT_PATH,
         };
         let (result, permit) = self.get(target, permit, parse_report).await;
-        let result = result.and_then(|report| match report.pod_uid() {
-            Some(uid) if uid != pod.uid => Err(PollError::IdentityMismatch),
-            _ => Ok(report),
-        });
+        let result = result.and_then(|report| same_pod(pod, report));
         count(&result);
         (result, permit)
     }
@@ -320,6 +444,15 @@ impl Poller {
     /// Connections kept alive and idle now (one per pod polled at most).
     pub fn idle_connections(&self) -> usize {
         self.inner.client.idle_connections()
+    }
+}
+
+/// `report`, unless its `serving_authority.identity.pod_uid` names another
+/// pod than `pod` ([`PollError::IdentityMismatch`]).
+fn same_pod(pod: &PodIdentity, report: NodeReport) -> Result<NodeReport, PollError> {
+    match report.pod_uid() {
+        Some(uid) if uid != pod.uid => Err(PollError::IdentityMismatch),
+        _ => Ok(report),
     }
 }
 

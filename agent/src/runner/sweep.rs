@@ -71,9 +71,16 @@ pub async fn sweep(
     let started = Instant::now();
     let resets_seen = engine.health().map_or(0, |h| h.counter_resets);
     // A suspended instance has no pods to poll (Kura scaled it to zero;
-    // any pod still listed is on its way out).
+    // any pod still listed is on its way out). A node-local instance's pod
+    // IPs cannot be routed to: its pods are reached through the API
+    // server's port-forward instead.
     let mut samples: Vec<PodSample> = if target.traits.suspended {
         Vec::new()
+    } else if target.node_local_network {
+        let pollable = target.pollable();
+        (ends.poller)
+            .sweep_port_forward(&target.info.namespace, &pollable)
+            .await
     } else {
         ends.poller.sweep(&target.pollable()).await
     };

@@ -145,4 +145,12 @@ patch only kurainstances/status.
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
+{{- if .Values.nodeLocal.enabled }}
+# Node-local instances' pods are polled through their port-forward: the
+# agent's websocket upgrade is a GET (authorized as `get`); `create` is the
+# verb of the SPDY form (a POST), the one the contract names.
+- apiGroups: [""]
+  resources: ["pods/portforward"]
+  verbs: ["get", "create"]
+{{- end }}
 {{- end -}}

@@ -123,6 +123,9 @@ spec:
         - --poll-timeout={{ .Values.poll.timeout }}
         - --poll-concurrency={{ .Values.poll.concurrency }}
         - --body-limit={{ .Values.poll.bodyLimitBytes }}
+        {{- if .Values.nodeLocal.enabled }}
+        - --port-forward-streams={{ .Values.nodeLocal.portForwardStreams }}
+        {{- end }}
         - --heartbeat={{ .Values.status.heartbeat }}
         - --write-rate={{ .Values.status.writesPerSecond }}
         - --debug-listen=[::]:{{ .Values.debug.port }}

@@ -82,6 +82,15 @@ pub struct RunArgs {
           value_parser = clap::value_parser!(u32).range(1..))]
     pub poll_concurrency: u32,
 
+    /// Port-forward streams open at once, across all instances: the pods of
+    /// node-local instances (`spec.nodeLocalNetwork`) are polled through
+    /// the API server's pod port-forward, one stream per poll (needs `get`
+    /// and `create` on `pods/portforward`: the agent's websocket upgrade is
+    /// a GET, authorized as `get`; `create` is the SPDY form's verb).
+    #[arg(long, env = "KURA_AGENT_PORT_FORWARD_STREAMS", default_value_t = 8,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub port_forward_streams: u32,
+
     /// Per-request poll timeout.
     #[arg(long, env = "KURA_AGENT_POLL_TIMEOUT", default_value = "2s", value_parser = parse_positive_duration)]
     pub poll_timeout: Duration,
@@ -296,6 +305,7 @@ impl RunArgs {
             timeout: self.poll_timeout,
             body_limit: self.body_limit as usize,
             keep_alive: self.poll_keep_alive,
+            port_forward_streams: self.port_forward_streams as usize,
             ..PollConfig::default()
         }
     }

@@ -208,7 +208,7 @@ pub async fn run_with_client(
     let targets = sharding.narrow(Arc::new(ClusterTargets::new(discovery)));
     let agent_loop = AgentLoop::new(
         loop_config,
-        Poller::new(args.poll_config()),
+        Poller::with_port_forward(args.poll_config(), client.clone()),
         targets,
         Arc::new(handle.clone()),
         view,

@@ -161,6 +161,7 @@ pub fn targets(fleet: &[DemoInstance], pods: &[SimPodHandle]) -> Vec<InstanceTar
                     .map(|p| pod_target(p, OLD_IMAGE))
                     .collect(),
                 pods_dropped: 0,
+                node_local_network: false,
                 previous_status: None,
                 status_warnings: Vec::new(),
                 gate_config: None,

@@ -113,6 +113,7 @@ impl AgentFleet {
                             })
                             .collect(),
                         pods_dropped: 0,
+                        node_local_network: false,
                         previous_status: None,
                         status_warnings: Vec::new(),
                         gate_config: None,
