@@ -11,7 +11,10 @@
 //! the file is skipped.
 
 use super::{AggregateConfig, InstanceAggregator};
-use crate::model::{InstanceInfo, PodIdentity, PodSample, SampleResult};
+use crate::model::{
+    InstanceInfo, InstanceTraits, PodIdentity, PodSample, SERVING_ROLLBACK_FLOOR_ANNOTATION,
+    SampleResult, update_paused_of,
+};
 use jiff::Timestamp;
 use kura_schemas::RolloutHealth;
 use kura_schemas::api_int::API_INT_MAX;
@@ -26,6 +29,10 @@ use std::fmt;
 pub struct AggregateInput {
     /// The instance every sweep runs against.
     pub instance: InstanceInfo,
+    /// What sets the instance apart at the first sweep (its optional
+    /// keys: `suspended`, `phase`, `servingMode`, `annotations`,
+    /// `updatePaused`).
+    pub traits: InstanceTraits,
     /// The aggregate to continue from, as after an agent restart.
     pub previous: Option<RolloutHealth>,
     /// The sweeps, in order.
@@ -39,6 +46,9 @@ pub struct Sweep {
     pub at: Timestamp,
     /// One sample per pod listed.
     pub samples: Vec<PodSample>,
+    /// The sweep's own `instance` keys, which replace the document's (or
+    /// an earlier sweep's) from this sweep on.
+    pub traits: Option<InstanceTraits>,
 }
 
 /// Where in the document a problem is.
@@ -112,7 +122,9 @@ pub fn parse_input(bytes: &[u8]) -> Result<AggregateInput, InputError> {
     {
         return Err(err(&doc, "description", "must be a string"));
     }
-    let instance = parse_instance(required(top, &doc, "instance")?)?;
+    let instance_value = required(top, &doc, "instance")?;
+    let instance = parse_instance(instance_value)?;
+    let traits = parse_traits(instance_value, &Place::Instance, INSTANCE_KEYS)?;
     let previous = match top.get("previous") {
         None | Some(Value::Null) => None,
         Some(v) => Some(
@@ -129,6 +141,7 @@ pub fn parse_input(bytes: &[u8]) -> Result<AggregateInput, InputError> {
         .collect::<Result<Vec<_>, _>>()?;
     Ok(AggregateInput {
         instance,
+        traits,
         previous,
         sweeps,
     })
@@ -142,17 +155,85 @@ pub fn run(input: &AggregateInput, config: AggregateConfig, agent: &str) -> Vec<
         Some(p) => InstanceAggregator::restore(p, config),
         None => InstanceAggregator::new(config),
     };
+    let mut traits = &input.traits;
     input
         .sweeps
         .iter()
-        .map(|s| agg.sweep(&input.instance, &s.samples, s.at, agent))
+        .map(|s| {
+            if let Some(own) = &s.traits {
+                traits = own;
+            }
+            // As live: a suspended instance's pods are not polled, so its
+            // sweep folds no sample.
+            agg.sweep_with(&input.instance, traits, &s.samples, s.at, agent)
+        })
         .collect()
+}
+
+/// The optional keys of `instance` (and of a sweep's own `instance`).
+const TRAIT_KEYS: [&str; 5] = [
+    "suspended",
+    "phase",
+    "servingMode",
+    "annotations",
+    "updatePaused",
+];
+
+/// Every key of the document's `instance`.
+const INSTANCE_KEYS: &[&str] = &[
+    "namespace",
+    "name",
+    "expectedPods",
+    "generation",
+    "suspended",
+    "phase",
+    "servingMode",
+    "annotations",
+    "updatePaused",
+];
+
+/// What the agent reads of a `KuraInstance` besides its pods, from an
+/// `instance` object (rollout-health.md, "Offline aggregation"): each
+/// key optional, each of its own type (a wrong type is an error naming
+/// the key); `updatePaused`'s content is read as leniently as live.
+fn parse_traits(v: &Value, p: &Place, known: &[&str]) -> Result<InstanceTraits, InputError> {
+    let o = object(v, p, "instance")?;
+    known_keys(o, p, known)?;
+    let suspended = match o.get("suspended") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(err(p, "suspended", "must be a boolean")),
+    };
+    let phase = optional_string(o, p, "phase")?;
+    let serving_mode = optional_string(o, p, "servingMode")?;
+    let rollback_floor = match o.get("annotations") {
+        None | Some(Value::Null) => false,
+        Some(Value::Object(a)) => {
+            if let Some((key, _)) = a.iter().find(|(_, v)| !v.is_string()) {
+                return Err(err(p, "annotations", format!("{key:?} must be a string")));
+            }
+            a.contains_key(SERVING_ROLLBACK_FLOOR_ANNOTATION)
+        }
+        Some(_) => return Err(err(p, "annotations", "must be an object of strings")),
+    };
+    let update_paused = match o.get("updatePaused") {
+        None | Some(Value::Null) => None,
+        Some(v @ Value::Object(_)) => update_paused_of(v),
+        Some(_) => return Err(err(p, "updatePaused", "must be an object or null")),
+    };
+    Ok(InstanceTraits {
+        suspended: InstanceTraits::is_suspended(suspended, phase.as_deref()),
+        update_paused,
+        fence_configured: InstanceTraits::is_fence_configured(
+            serving_mode.as_deref(),
+            rollback_floor,
+        ),
+    })
 }
 
 fn parse_instance(v: &Value) -> Result<InstanceInfo, InputError> {
     let p = Place::Instance;
     let o = object(v, &p, "instance")?;
-    known_keys(o, &p, &["namespace", "name", "expectedPods", "generation"])?;
     let expected = u64_field(o, &p, "expectedPods")?;
     Ok(InstanceInfo {
         namespace: string(o, &p, "namespace")?.to_owned(),
@@ -187,8 +268,12 @@ fn generation(v: &Value, p: &Place) -> Result<i64, InputError> {
 fn parse_sweep(index: usize, v: &Value) -> Result<Sweep, InputError> {
     let p = Place::Sweep(index);
     let o = object(v, &p, "(sweep)")?;
-    known_keys(o, &p, &["at", "pods"])?;
+    known_keys(o, &p, &["at", "pods", "instance"])?;
     let at = timestamp(o, &p, "at")?;
+    let traits = o
+        .get("instance")
+        .map(|v| parse_traits(v, &p, &TRAIT_KEYS))
+        .transpose()?;
     let pods = required(o, &p, "pods")?
         .as_array()
         .ok_or_else(|| err(&p, "pods", "must be an array"))?;
@@ -210,7 +295,11 @@ fn parse_sweep(index: usize, v: &Value) -> Result<Sweep, InputError> {
         }
         samples.push(sample);
     }
-    Ok(Sweep { at, samples })
+    Ok(Sweep {
+        at,
+        samples,
+        traits,
+    })
 }
 
 fn parse_pod(

@@ -17,7 +17,7 @@
 /// never carries a verdict alone.
 pub const STYLE: &str = r#"
 :root{--bg:#f5f6f8;--fg:#1b2130;--muted:#596275;--line:#dde1e8;--card:#fff;--head:#eef1f5;
---healthy:#1d7a3a;--unhealthy:#a34f00;--hard_stop:#b0261c;--no_sample:#5d6573;--series:#2e5cb0}
+--healthy:#1d7a3a;--unhealthy:#a34f00;--hard_stop:#b0261c;--no_sample:#5d6573;--suspended:#3f6f8f;--series:#2e5cb0}
 *{box-sizing:border-box}
 body{margin:0;font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;background:var(--bg);color:var(--fg)}
 a{color:#1f4fa8}
@@ -39,10 +39,10 @@ h2{font-size:16px;margin:26px 0 8px}
 .counts a:hover{border-color:var(--c,#8a93a3)}
 .counts .n{display:block;font-size:26px;font-weight:700;line-height:1.1}
 .counts .w{color:var(--muted)}
-.healthy{--c:var(--healthy)}.unhealthy{--c:var(--unhealthy)}.hard_stop{--c:var(--hard_stop)}.no_sample{--c:var(--no_sample)}
+.healthy{--c:var(--healthy)}.unhealthy{--c:var(--unhealthy)}.hard_stop{--c:var(--hard_stop)}.no_sample{--c:var(--no_sample)}.suspended{--c:var(--suspended)}
 .badge{display:inline-block;padding:1px 9px;border-radius:11px;background:var(--c);color:#fff;font-weight:650;white-space:nowrap;font-size:12.5px}
 .badge::before{margin-right:4px}
-.badge.hard_stop::before{content:"■"}.badge.unhealthy::before{content:"▲"}.badge.no_sample::before{content:"○"}.badge.healthy::before{content:"✓"}
+.badge.hard_stop::before{content:"■"}.badge.unhealthy::before{content:"▲"}.badge.no_sample::before{content:"○"}.badge.healthy::before{content:"✓"}.badge.suspended::before{content:"◌"}
 .since{display:block;color:var(--muted);font-size:12px;white-space:nowrap}
 form.filters{display:flex;gap:12px;align-items:flex-end;flex-wrap:wrap;margin:0 0 10px}
 form.filters label{display:flex;flex-direction:column;gap:2px;font-size:12px;color:var(--muted)}
@@ -64,6 +64,7 @@ tbody tr:hover{background:#f3f6fc}
 tbody tr.row-hard_stop th{box-shadow:inset 5px 0 var(--hard_stop)}
 tbody tr.row-unhealthy th{box-shadow:inset 5px 0 var(--unhealthy)}
 tbody tr.row-no_sample th{box-shadow:inset 5px 0 var(--no_sample)}
+tbody tr.row-suspended th{box-shadow:inset 5px 0 var(--suspended)}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
 code,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12.5px}
 .img{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12px;white-space:nowrap}
@@ -88,7 +89,7 @@ svg .series{fill:none;stroke:var(--series);stroke-width:1.8;stroke-linejoin:roun
 svg .pt{fill:var(--series)}
 svg .band{fill:none;stroke:var(--hard_stop);stroke-width:1.6;stroke-dasharray:6 4}
 svg text.band-label{fill:var(--hard_stop);font-weight:600}
-svg .st-healthy{fill:var(--healthy)}svg .st-unhealthy{fill:var(--unhealthy)}svg .st-hard_stop{fill:var(--hard_stop)}svg .st-no_sample{fill:var(--no_sample)}svg .st-none{fill:#e6e9ee}
+svg .st-healthy{fill:var(--healthy)}svg .st-unhealthy{fill:var(--unhealthy)}svg .st-hard_stop{fill:var(--hard_stop)}svg .st-no_sample{fill:var(--no_sample)}svg .st-suspended{fill:var(--suspended)}svg .st-none{fill:#e6e9ee}
 .strip{margin-top:12px}
 .strip svg{max-width:720px}
 ol.runs{display:flex;flex-wrap:wrap;gap:6px 16px;list-style:none;margin:6px 0 0;padding:0;font-size:12.5px}

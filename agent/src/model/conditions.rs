@@ -182,7 +182,7 @@ pub fn rollout_healthy(
                 (
                     "NotConverged".to_owned(),
                     format!(
-                        "{on} of {of} pods run {}: the checks pass, but not yet on the target image",
+                        "{on} of {of} pods run {}: not every pod runs the target image yet",
                         g.target_image
                     ),
                 )

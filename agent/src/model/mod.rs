@@ -36,5 +36,6 @@ pub use status::{DesiredStatus, LastWrite, ShadowJudgement, WriteRecord};
 pub use target::{GATE_CONFIG_ANNOTATION, InstanceTarget, NoAddress, PodTarget};
 pub use traits::{
     FENCED_SERVING_MODE, InstanceTraits, SERVING_ROLLBACK_FLOOR_ANNOTATION, SUSPENDED_PHASES,
+    update_paused_of,
 };
 pub use transition::{InstanceTransitions, Transition, TransitionKind};

@@ -49,6 +49,44 @@ impl InstanceTraits {
     }
 }
 
+/// Most held pod names kept of an `updatePaused`.
+const MAX_HELD_PODS: usize = 32;
+
+/// Kura's controller's `status.updatePaused`, read leniently: present and
+/// not null is a pause whatever its content (a value of an unexpected
+/// type is dropped, never the pause); `heldPods` as a list of names (an
+/// integer count is not a list of names and is dropped).
+pub fn update_paused_of(value: &serde_json::Value) -> Option<UpdatePaused> {
+    if value.is_null() {
+        return None;
+    }
+    let text = |key: &str, max: usize| {
+        value
+            .get(key)
+            .and_then(serde_json::Value::as_str)
+            .filter(|s| s.len() <= max)
+            .map(str::to_owned)
+    };
+    Some(UpdatePaused {
+        strategy: text("strategy", 64).unwrap_or_default(),
+        partition: value.get("partition").and_then(serde_json::Value::as_u64),
+        template_image: text("templateImage", 512),
+        held_pods: value
+            .get("heldPods")
+            .and_then(serde_json::Value::as_array)
+            .map(|names| {
+                names
+                    .iter()
+                    .filter_map(serde_json::Value::as_str)
+                    .filter(|n| n.len() <= 253)
+                    .take(MAX_HELD_PODS)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,6 +2,7 @@
 -- the kura-health-agent writes (docs/integrations.md):
 --   RolloutHardStopped True                      -> Degraded    (the gate stopped the rollout)
 --   RolloutHealthy True (current generation)     -> Healthy
+--   RolloutHealthy Unknown, InstanceSuspended    -> Suspended   (the instance is suspended: no pods)
 --   RolloutHealthy False                         -> Suspended   (held by the gate: the soak clock
 --                                                                restarts once the check passes)
 --   RolloutHealthy Unknown, absent, or about an  -> Progressing (not judged yet, or the pods do not
@@ -74,6 +75,12 @@ end
 if healthy.status == "True" then
   hs.status = "Healthy"
   hs.message = describe(healthy)
+  return hs
+end
+
+if healthy.status == "Unknown" and healthy.reason == "InstanceSuspended" then
+  hs.status = "Suspended"
+  hs.message = "Instance suspended: " .. describe(healthy)
   return hs
 end
 
