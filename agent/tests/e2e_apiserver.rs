@@ -3009,6 +3009,162 @@ async fn fenced_serving_and_replication_lag_reach_the_status() {
 }
 
 // ---------------------------------------------------------------------------
+// Issue 39: Kura as it runs today (update pauses, suspended instances)
+// ---------------------------------------------------------------------------
+
+/// Kura's controller's status write (a merge patch on the `status`
+/// subresource under its own manager), as its typed client would.
+async fn controller_status_patch(client: &Client, ns: &str, name: &str, status: Value) {
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        ns,
+        &kura_agent::cluster::kura_instance_resource(),
+    );
+    api.patch_status(
+        name,
+        &PatchParams {
+            field_manager: Some("kura-controller".into()),
+            ..PatchParams::default()
+        },
+        &Patch::Merge(json!({"status": status})),
+    )
+    .await
+    .expect("the controller's status patch");
+}
+
+/// An operator's update pause written by Kura's controller reaches
+/// `rolloutHealth.updatePaused` as written and is the hard stop
+/// `update_paused`; lifting it lifts the stop. A suspension
+/// (`spec.suspended`, the controller's phase `Suspended`) gives the verdict
+/// `suspended` with no pods and the counters kept; the instance that
+/// returns is judged as new (no baseline from before the suspension).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real API server: scripts/e2e.sh"]
+async fn update_pauses_and_suspensions_are_judged_as_kura_runs_them() {
+    let client = admin().await;
+    ensure_crd(&client).await;
+    let ns = create_namespace(&client, "e2e-apart").await;
+    let v1 = "ghcr.io/tuist/kura:1.0.0";
+    let fleet = Fleet::create(
+        &client,
+        &ns,
+        &["apart".to_owned()],
+        2,
+        v1,
+        Ipv4Addr::new(127, 40, 0, 1),
+    )
+    .await;
+    for (i, pod) in fleet.sim.pods().iter().enumerate() {
+        pod.update(|n| n.fd_timeout_count = 3 + i as u64);
+    }
+    let mut agent = start_agent(run_args(&ns, fleet.port, &[]), admin_config().await);
+    wait_status(&client, &ns, "apart", "healthy", T, |s| {
+        s["rolloutGate"]["verdict"] == "healthy" && s["rolloutHealth"]["fdTimeoutCount"] == 7
+    })
+    .await;
+
+    let pause = json!({"strategy": "Partition", "partition": 1,
+        "templateImage": "ghcr.io/tuist/kura:1.1.0", "heldPods": ["apart-0"]});
+    controller_status_patch(&client, &ns, "apart", json!({"updatePaused": pause})).await;
+    let s = wait_status(&client, &ns, "apart", "the pause's hard stop", T, |s| {
+        s["rolloutGate"]["signal"] == "update_paused"
+    })
+    .await;
+    assert_eq!(
+        s["rolloutHealth"]["updatePaused"], pause,
+        "copied as written"
+    );
+    assert_eq!(
+        s["updatePaused"], pause,
+        "the controller's field as it wrote it"
+    );
+    assert_eq!(s["rolloutGate"]["verdict"], "hard_stop");
+    let ev = &s["rolloutGate"]["evidence"][0];
+    assert_eq!(ev["updatePaused"], pause, "{ev}");
+    let stopped = condition(&s, "RolloutHardStopped").expect("RolloutHardStopped");
+    assert_eq!(
+        (&stopped["status"], &stopped["reason"]),
+        (&json!("True"), &json!("UpdatePaused")),
+        "{stopped}"
+    );
+    controller_status_patch(&client, &ns, "apart", json!({"updatePaused": null})).await;
+    let s = wait_status(&client, &ns, "apart", "the pause lifted", T, |s| {
+        s["rolloutGate"]["verdict"] == "healthy"
+    })
+    .await;
+    assert_eq!(s["rolloutHealth"]["updatePaused"], Value::Null);
+
+    // Suspended: Kura scales the instance to zero; the agent polls nothing.
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &kura_agent::cluster::kura_instance_resource(),
+    );
+    api.patch(
+        "apart",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"suspended": true}})),
+    )
+    .await
+    .expect("suspend");
+    controller_status_patch(&client, &ns, "apart", json!({"phase": "Suspended"})).await;
+    let s = wait_status(&client, &ns, "apart", "suspended", T, |s| {
+        s["rolloutGate"]["verdict"] == "suspended"
+    })
+    .await;
+    let h = &s["rolloutHealth"];
+    assert_eq!(h["suspended"], true, "{h}");
+    assert_eq!(
+        (&h["expectedPods"], &h["sampledPods"]),
+        (&json!(0), &json!(0)),
+        "{h}"
+    );
+    assert_eq!(h["pods"], json!([]), "{h}");
+    assert_eq!(h["fdTimeoutCount"], 7, "the totals are kept: {h}");
+    assert_eq!(s["rolloutGate"]["signal"], "instance_suspended");
+    let healthy = condition(&s, "RolloutHealthy").expect("RolloutHealthy");
+    assert_eq!(
+        (&healthy["status"], &healthy["reason"]),
+        (&json!("Unknown"), &json!("InstanceSuspended")),
+        "{healthy}"
+    );
+    assert_eq!(
+        s["phase"], "Suspended",
+        "the controller's phase as it wrote it"
+    );
+
+    // Back: a new instance (its pods restart empty; no baseline survives).
+    for pod in fleet.sim.pods() {
+        pod.restart();
+    }
+    api.patch(
+        "apart",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"suspended": false}})),
+    )
+    .await
+    .expect("resume");
+    controller_status_patch(&client, &ns, "apart", json!({"phase": "Running"})).await;
+    let s = wait_status(&client, &ns, "apart", "back", T, |s| {
+        s["rolloutGate"]["verdict"] == "healthy"
+    })
+    .await;
+    assert_eq!(
+        s["rolloutGate"]["baselineImage"],
+        Value::Null,
+        "{}",
+        s["rolloutGate"]
+    );
+    assert_eq!(s["rolloutHealth"]["suspended"], Value::Null);
+    assert!(
+        s["rolloutHealth"]["fdTimeoutCount"].as_u64() >= Some(7),
+        "never below the published total: {}",
+        s["rolloutHealth"]
+    );
+    agent.stop().await;
+}
+
+// ---------------------------------------------------------------------------
 // Issue 33: every verdict reproducible offline
 // ---------------------------------------------------------------------------
 
