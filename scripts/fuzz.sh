@@ -11,8 +11,10 @@
 # replay documents, so the gate over arbitrary tick sequences: every
 # non-pass verdict names a signal), aggregate_document (kura-agent aggregate
 # documents: published counters never decrease, totals stay <= 2^63-1),
-# cluster_status (the /status/cluster parser: the lag is the replica links'
-# sum, <= 2^63-1), gate_config (the gate-configuration reader of
+# cluster_status (the /status/cluster parser: only a link's kind and
+# lag_entries decide, whatever the informational keys hold, null included;
+# the lag is the replica links' sum, <= 2^63-1; the lag-only read and the
+# document path agree with it), gate_config (the gate-configuration reader of
 # --gate-config files, JSON and YAML, and the per-instance annotation: an
 # accepted configuration is valid, has no repeated key and reads the same
 # through the file and the annotation).

@@ -281,7 +281,11 @@ async fn sweep_one(poller: &Poller, pod: &SimPodHandle) -> kura_agent::model::Po
 #[tokio::test]
 async fn a_pull_sync_pod_is_asked_for_its_lag_on_the_same_connection() {
     let (_sim, pod) = one(Behaviour::Normal).await;
-    pod.update(|n| n.replication_lag_entries = Some(42));
+    pod.update(|n| {
+        n.replication_lag_entries = Some(42);
+        // A gateway: a region link beside the replica link.
+        n.gateway = true;
+    });
     assert!(pod.node().pulls(), "the default node replicates by pull");
     let poller = Poller::new(config(1000));
     let s = sweep_one(&poller, &pod).await;
@@ -290,7 +294,7 @@ async fn a_pull_sync_pod_is_asked_for_its_lag_on_the_same_connection() {
         "{:?}",
         s.result
     );
-    // The replica link's lag only: the region link's 1000 is not summed.
+    // The replica link's lag only: the region link's is not summed.
     assert_eq!(s.replication_lag_entries, Some(42));
     assert_eq!(pod.stats().requests(), 2, "report, then cluster status");
     assert_eq!(pod.stats().connections(), 1, "one kept connection for both");

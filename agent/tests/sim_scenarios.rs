@@ -222,3 +222,65 @@ async fn fenced_serving_scenario_holds_then_stops_the_gate() {
     let lags: Vec<Option<u64>> = samples.iter().map(|s| s.replication_lag_entries).collect();
     assert_eq!(lags, [Some(3), Some(5), None]);
 }
+
+/// The live path end to end over loopback HTTP (the poller, its
+/// `/status/cluster` read and parser) against pods that serve Kura's newest
+/// cluster bodies (testdata/sim/multi-region-gateway.json): a gateway with
+/// a region link whose `frontier_ms` is null for its whole life, a replica
+/// link still bootstrapping and one abandoned (`frontier_ms` null too).
+/// Every pod samples (a null informational value never fails a body), each
+/// lag its replica link's alone, read on the same connection as its report.
+#[tokio::test]
+async fn gateway_and_unsettled_links_sample_through_the_poller() {
+    use kura_agent::model::SampleResult;
+    let sc = Scenario::load(&dir().join("multi-region-gateway.json")).unwrap();
+    // A huge time scale: the timeline never fires; the link settles below.
+    let sim = Simulator::from_scenario(&sc, Some(1e6)).await.unwrap();
+    let gateway = sim.pod("gateway").unwrap();
+    let served = gateway.node().cluster_json().unwrap();
+    let served: serde_json::Value = serde_json::from_slice(&served).unwrap();
+    assert_eq!(served["gateway"], true);
+    assert_eq!(served["sync_links"][1]["kind"], "region");
+    assert_eq!(
+        served["sync_links"][1]["frontier_ms"],
+        serde_json::Value::Null
+    );
+    let bootstrapping = sim.pod("bootstrapping").unwrap().node().cluster_json();
+    let bootstrapping: serde_json::Value = serde_json::from_slice(&bootstrapping.unwrap()).unwrap();
+    assert_eq!(
+        bootstrapping["sync_links"][0]["frontier_ms"],
+        serde_json::Value::Null
+    );
+
+    let p = poller();
+    let samples = p.sweep(&sim.targets()).await;
+    for s in &samples {
+        match &s.result {
+            SampleResult::Report(r) => assert_eq!(r.outbox_messages, None, "{}", s.pod.name),
+            SampleResult::Error(e) => panic!("{}: {e}", s.pod.name),
+        }
+    }
+    let lags: Vec<Option<u64>> = samples.iter().map(|s| s.replication_lag_entries).collect();
+    assert_eq!(lags, [Some(4), Some(30), Some(17)]);
+    for pod in sim.pods() {
+        assert_eq!(
+            pod.stats().requests(),
+            2,
+            "{}: report, then cluster",
+            pod.name()
+        );
+        assert_eq!(pod.stats().connections(), 1, "{}", pod.name());
+    }
+
+    sim.pod("bootstrapping").unwrap().update(|n| {
+        n.replica_frontier = "reported".into();
+        n.replication_lag_entries = Some(0);
+    });
+    let lags: Vec<Option<u64>> = p
+        .sweep(&sim.targets())
+        .await
+        .iter()
+        .map(|s| s.replication_lag_entries)
+        .collect();
+    assert_eq!(lags, [Some(4), Some(0), Some(17)]);
+}

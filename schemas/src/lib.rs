@@ -31,7 +31,8 @@ pub mod timeline;
 pub mod verdict;
 
 pub use cluster::{
-    CLUSTER_PATH, ClusterError, ClusterStatus, parse_cluster_status, parse_cluster_status_limited,
+    CLUSTER_PATH, ClusterError, ClusterStatus, parse_cluster_lag_limited, parse_cluster_status,
+    parse_cluster_status_limited,
 };
 pub use gate_status::{
     AgentVerdict, BacklogRunEvidence, BaselineCounters, Evidence, FenceEvidence, RolloutGate,

@@ -1,11 +1,15 @@
 //! The node report a Kura pod answers on `GET /status/rollout`, in every
 //! generation (contract/node-report.md), and its one strict parser.
 //!
-//! Unknown keys are ignored. A known key with the wrong type or an impossible
-//! value, or a missing required key, is an error that names the field. Absent
-//! optional keys stay `None`: absent is never zero. A known key given twice is
-//! an error too ([`ReportError::Duplicate`]), and so is a count above 2^63−1,
-//! the largest integer the Kubernetes API server stores ([`crate::api_int`]).
+//! Unknown keys are ignored whatever their value, `null` included (newer
+//! builds add informational keys that may be null, e.g. `gateway_grpc_port`).
+//! A known key with the wrong type (`null` too: none of them is ever null)
+//! or an impossible value, or a missing required key, is an error that names
+//! the field; only the lenient `serving_authority` drops what it cannot
+//! read. Absent optional keys stay `None`: absent is never zero. A known key
+//! given twice is an error too ([`ReportError::Duplicate`]), and so is a
+//! count above 2^63−1, the largest integer the Kubernetes API server stores
+//! ([`crate::api_int`]).
 
 use crate::api_int::{self, API_INT_MAX};
 use crate::strict_json::{self, StrictJsonError, StrictValue};

@@ -398,3 +398,75 @@ fn every_known_key_given_twice_makes_the_report_invalid_naming_it() {
         })
     ));
 }
+
+/// contract/node-report.md: "An unknown key is ignored whatever its value,
+/// `null` included" (e.g. `gateway_grpc_port: null` on newer builds), on
+/// the wire and through the document path; it may come first, last or
+/// twice.
+#[test]
+fn an_unknown_key_is_ignored_whatever_its_value() {
+    use kura_schemas::report::report_from_value;
+    let base = std::fs::read(dir().join("g4-pull-sync.json")).unwrap();
+    let expected = parse_report(&base).unwrap();
+    let text = String::from_utf8(base).unwrap();
+    let inner = text.trim().trim_start_matches('{').trim_end_matches('}');
+    let deep = format!("{}1{}", "[".repeat(300), "]".repeat(300));
+    for value in [
+        "null",
+        "-1",
+        "1.5",
+        "1e400",
+        "18446744073709551616",
+        "\"\"",
+        "\"\\ud800\"",
+        "[]",
+        "{}",
+        "{\"a\":1,\"a\":2}",
+        "[null,{\"x\":null}]",
+        "true",
+        deep.as_str(),
+    ] {
+        for body in [
+            format!("{{\"gateway_grpc_port\":{value},{inner}}}"),
+            format!("{{{inner},\"gateway_grpc_port\":{value}}}"),
+            format!("{{\"x\":{value},{inner},\"x\":{value}}}"),
+        ] {
+            assert_eq!(
+                parse_report(body.as_bytes()).as_ref(),
+                Ok(&expected),
+                "{value}"
+            );
+            // The document path, wherever its reader takes the document.
+            if let Ok(doc) = kura_schemas::strict_json::from_slice(body.as_bytes()) {
+                assert_eq!(report_from_value(&doc).as_ref(), Ok(&expected), "{value}");
+            }
+        }
+    }
+}
+
+/// A known key keeps its type: `null` is not absence, in a required key or
+/// an optional one, on the wire and through the document path. Only the
+/// lenient `serving_authority` drops a value it cannot read.
+#[test]
+fn null_in_a_known_key_is_invalid_naming_it() {
+    use kura_schemas::report::{KNOWN_KEYS, report_from_value};
+    for key in KNOWN_KEYS {
+        let mut report = full_report();
+        report.insert((*key).to_owned(), serde_json::Value::Null);
+        let body = serde_json::to_vec(&report).unwrap();
+        let wire = parse_report(&body);
+        assert_eq!(
+            wire,
+            report_from_value(&serde_json::Value::Object(report)),
+            "{key}"
+        );
+        if *key == "serving_authority" {
+            assert_eq!(wire.unwrap().serving_authority, None);
+            continue;
+        }
+        match wire {
+            Err(e @ ReportError::WrongType { .. }) => assert_eq!(e.field(), Some(*key)),
+            other => panic!("{key}: null gave {other:?}"),
+        }
+    }
+}

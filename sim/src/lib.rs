@@ -29,7 +29,7 @@ mod scenario;
 
 pub use addressing::{Addressing, raise_fd_limit};
 pub use behaviour::Behaviour;
-pub use node::{ReportGeneration, SimNode};
+pub use node::{REGION_LINK_LAG, ReportGeneration, SimNode};
 pub use pod::{SimPodHandle, SimPodSpec, SimStats};
 pub use scenario::{PodTemplate, Scenario, TimelineEvent};
 

@@ -12,6 +12,16 @@ use serde_json::{Map, Value};
 /// `serving_authority.capability` of the newest builds.
 const FENCE_CAPABILITY: &str = "positive-fence-v1";
 
+/// The `frontier` of a link whose peer reported its feed position.
+const REPORTED: &str = "reported";
+
+/// `frontier_ms` of a `reported` replica link (a fixed time: 2026-12-03).
+const REPORTED_FRONTIER_MS: u64 = 1_796_287_650_000;
+
+/// `lag_entries` of a gateway's `region` link: large, so that summing it by
+/// mistake shows.
+pub const REGION_LINK_LAG: u64 = 1000;
+
 /// A report generation of contract/node-report.md (G1 oldest, G4 newest).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "u8", into = "u8")]
@@ -126,12 +136,24 @@ pub struct SimNode {
     /// grant is in `Fencing`.
     pub fence_valid: bool,
     /// The replication lag a pull-sync node (G4) reports on
-    /// `GET /status/cluster` (`lag_entries` of its one `replica` link; a
-    /// `region` link with a larger lag is listed too and must not be
-    /// summed). `None`: a build without the route (HTTP 404).
+    /// `GET /status/cluster` (`lag_entries` of its one `replica` link).
+    /// `None`: a build without the route (HTTP 404).
     pub replication_lag_entries: Option<u64>,
     /// The HTTP status `GET /status/cluster` answers with (200: the body).
     pub cluster_status: u16,
+    /// The `frontier` of the `replica` link on `GET /status/cluster`, and
+    /// with it the link's state as Kura's `sync/coordinator.rs` writes it:
+    /// `reported` (forward, settled, `frontier_ms` a time), `pending` (still
+    /// bootstrapping: not settled, `frontier_ms` null) or `abandoned` (gave
+    /// up after its retries: settled, `frontier_ms` null). Any other value is
+    /// served verbatim with `frontier_ms` null.
+    pub replica_frontier: String,
+    /// Whether the node is its region's gateway in a multi-region mesh:
+    /// `"gateway": true`, and a `region` link to another region's gateway
+    /// beside the `replica` link, with `"frontier": "pending"` and
+    /// `"frontier_ms": null` for its whole life (`sync/region.rs`) and a lag
+    /// of [`REGION_LINK_LAG`] entries that must not be summed.
+    pub gateway: bool,
     /// `serving_authority.identity.pod_uid` of a fenced node; `None` when
     /// the pod is built means "the simulated pod's own UID". Set it to
     /// another UID to simulate an identity mismatch (a reused pod IP).
@@ -184,6 +206,8 @@ impl Default for SimNode {
             fence_valid: true,
             replication_lag_entries: Some(0),
             cluster_status: 200,
+            replica_frontier: REPORTED.to_owned(),
+            gateway: false,
             pod_uid: None,
             instance_uid: None,
             incarnation: 1,
@@ -322,23 +346,60 @@ impl SimNode {
     }
 
     /// The `GET /status/cluster` body of a pull-sync node, as Kura's
-    /// `cluster_status` writes it (contract/node-report.md): one `replica`
-    /// link with [`Self::replication_lag_entries`] and one `region` link
-    /// whose lag is not the instance's. `None` when the route is absent.
+    /// `cluster_status` (http.rs) writes it (contract/node-report.md,
+    /// contract/examples/cluster-status-*.json): one `replica` link with
+    /// [`Self::replication_lag_entries`] in the state
+    /// [`Self::replica_frontier`] names, and on a [`Self::gateway`] a
+    /// `region` link too, whose lag is not the instance's; the
+    /// informational keys of the newest builds (`frontier`, `frontier_ms`,
+    /// `unsupported`, `tenant_id`, `node`, `node_url`, `members`, `nodes`,
+    /// `connected_nodes`, `regions`, `gateway`, `feed`), keys in
+    /// alphabetical order. `None` when the route is absent.
     pub fn cluster_json(&self) -> Option<Vec<u8>> {
         let lag = self.replication_lag_entries?;
+        let me = "http://kura-0.kura-headless.kura.svc:7443";
+        let sibling = "http://kura-1.kura-headless.kura.svc:7443";
+        let elsewhere = "https://kura.elsewhere.example:7443";
+        let (phase, settled, frontier_ms) = match self.replica_frontier.as_str() {
+            REPORTED => ("forward", true, Value::from(REPORTED_FRONTIER_MS)),
+            "pending" => ("bootstrapping", false, Value::Null),
+            "abandoned" => ("retrying", true, Value::Null),
+            _ => ("forward", true, Value::Null),
+        };
+        let mut links = vec![serde_json::json!({
+            "frontier": self.replica_frontier, "frontier_ms": frontier_ms, "kind": "replica",
+            "lag_entries": lag, "peer": sibling, "phase": phase, "region": "sim",
+            "settled": settled, "unsupported": false
+        })];
+        let mut connected = vec![sibling];
+        let mut members = vec![me, sibling];
+        let mut regions = vec!["sim"];
+        if self.gateway {
+            links.push(serde_json::json!({
+                "frontier": "pending", "frontier_ms": null, "kind": "region",
+                "lag_entries": REGION_LINK_LAG, "peer": elsewhere, "phase": "forward",
+                "region": "elsewhere", "settled": true, "unsupported": false
+            }));
+            connected.push(elsewhere);
+            members.push(elsewhere);
+            regions.push("elsewhere");
+        }
+        let head = lag.saturating_add(40_000);
         let body = serde_json::json!({
-            "status": "ok",
+            "connected_nodes": connected,
+            "feed": {"consumers": [{"cursor": head, "peer": sibling, "pinned": false}],
+                     "enabled": true, "floor": 40_000, "head": head},
+            "gateway": self.gateway,
             "generation": self.generation,
+            "members": members,
+            "node": "sim",
+            "node_url": me,
+            "nodes": members,
+            "regions": regions,
             "ring_members": self.ring_members,
-            "pulling": true,
-            "sync_links": [
-                {"kind": "replica", "peer": "http://sibling.kura-headless:4000",
-                 "region": "sim", "phase": "forward", "settled": true, "lag_entries": lag},
-                {"kind": "region", "peer": "https://kura.elsewhere.example:7443",
-                 "region": "elsewhere", "phase": "retrying", "settled": false, "lag_entries": 1000}
-            ],
-            "feed": {"enabled": true, "head": 1000 + lag, "floor": 0, "consumers": []}
+            "status": "ok",
+            "sync_links": links,
+            "tenant_id": "sim"
         });
         serde_json::to_vec(&body).ok()
     }
@@ -524,6 +585,7 @@ mod tests {
         assert_eq!(status.replication_lag_entries(), Some(0));
         let lagging = SimNode {
             replication_lag_entries: Some(77),
+            gateway: true,
             ..node(4)
         };
         let status = kura_schemas::parse_cluster_status(&lagging.cluster_json().unwrap()).unwrap();
@@ -538,6 +600,87 @@ mod tests {
             ..node(4)
         };
         assert_eq!(without.cluster_json(), None);
+    }
+
+    /// Each replica link state and the gateway's region link, as Kura
+    /// writes them: `frontier_ms` a time only when `reported`, null
+    /// otherwise (the region link's for its whole life); every body parses,
+    /// its lag the replica link's alone.
+    #[test]
+    fn cluster_bodies_carry_kuras_frontier_keys() {
+        use kura_schemas::cluster::{LinkKind, parse_cluster_status};
+        for (frontier, gateway, phase, settled, frontier_ms) in [
+            (
+                "reported",
+                false,
+                "forward",
+                true,
+                Value::from(REPORTED_FRONTIER_MS),
+            ),
+            ("pending", false, "bootstrapping", false, Value::Null),
+            ("abandoned", true, "retrying", true, Value::Null),
+            (
+                "reported",
+                true,
+                "forward",
+                true,
+                Value::from(REPORTED_FRONTIER_MS),
+            ),
+        ] {
+            let n = SimNode {
+                replication_lag_entries: Some(12),
+                replica_frontier: frontier.into(),
+                gateway,
+                ..node(4)
+            };
+            let body = n.cluster_json().unwrap();
+            let wire: Value = serde_json::from_slice(&body).unwrap();
+            let links = wire["sync_links"].as_array().unwrap();
+            let replica = &links[0];
+            assert_eq!(
+                (
+                    &replica["kind"],
+                    &replica["frontier"],
+                    &replica["frontier_ms"],
+                    &replica["phase"],
+                    &replica["settled"]
+                ),
+                (
+                    &Value::from("replica"),
+                    &Value::from(frontier),
+                    &frontier_ms,
+                    &Value::from(phase),
+                    &Value::from(settled)
+                ),
+                "{frontier}"
+            );
+            assert_eq!(wire["gateway"], gateway);
+            assert_eq!(links.len(), if gateway { 2 } else { 1 });
+            if gateway {
+                let region = &links[1];
+                assert_eq!(region["kind"], "region");
+                assert_eq!(region["frontier"], "pending");
+                assert_eq!(region["frontier_ms"], Value::Null);
+                assert!(wire["regions"].as_array().unwrap().len() == 2);
+            }
+            assert_eq!(wire.get("pulling"), None, "gone from the newest builds");
+            let status = parse_cluster_status(&body).unwrap();
+            assert_eq!(status.replication_lag_entries(), Some(12), "{frontier}");
+            let kinds: Vec<&LinkKind> = status
+                .sync_links
+                .iter()
+                .flatten()
+                .map(|l| &l.kind)
+                .collect();
+            let expected = [LinkKind::Replica, LinkKind::Region];
+            assert_eq!(kinds, expected.iter().take(links.len()).collect::<Vec<_>>());
+            assert_eq!(
+                status.sync_links.unwrap()[0].frontier_ms,
+                frontier_ms.as_u64(),
+                "a null frontier_ms is dropped, not an error"
+            );
+            assert_eq!(status.gateway, Some(gateway));
+        }
     }
 
     #[test]

@@ -381,7 +381,11 @@ fn parse_pod(
 /// does to a pod's sample, as it would live: a body gives the lag, an
 /// invalid one or any `clusterError` but `not_found` (HTTP 404: the lag is
 /// absent) fails the sample with a reason naming `/status/cluster`. A pod
-/// whose report failed, or that has neither key, has no lag.
+/// that has neither key has no lag. Live, only a pod whose report is valid
+/// and has no `outbox_messages` is asked (`poll::Poller`): for any other
+/// pod (its report failed, or it replicates by push) both keys are ignored,
+/// an invalid body and a failed read included, so the sample is its
+/// report's.
 fn cluster_read(
     p: &Place,
     o: &Map<String, Value>,
@@ -404,7 +408,7 @@ fn cluster_read(
             .map(|c| c.replication_lag_entries())
             .map_err(|e| format!("{CLUSTER_PATH}: invalid body: {e}")),
     };
-    if !matches!(result, SampleResult::Report(_)) {
+    if !matches!(&result, SampleResult::Report(r) if r.outbox_messages.is_none()) {
         return Ok((result, None));
     }
     Ok(match read {

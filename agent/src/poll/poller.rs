@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http::Uri;
 use jiff::Timestamp;
 use kura_schemas::{
-    CLUSTER_PATH, NodeReport, REPORT_PATH, parse_cluster_status_limited, parse_report_limited,
+    CLUSTER_PATH, NodeReport, REPORT_PATH, parse_cluster_lag_limited, parse_report_limited,
 };
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
@@ -461,9 +461,8 @@ fn parse_report(body: &Bytes, limit: usize) -> Result<NodeReport, PollError> {
 }
 
 fn parse_cluster(body: &Bytes, limit: usize) -> Result<Option<u64>, PollError> {
-    parse_cluster_status_limited(body, limit)
-        .map(|c| c.replication_lag_entries())
-        .map_err(PollError::InvalidCluster)
+    // The lag only: the body's informational keys are skipped unread.
+    parse_cluster_lag_limited(body, limit).map_err(PollError::InvalidCluster)
 }
 
 /// The `result` label of [`telemetry::CLUSTER_READS_TOTAL`] for a
