@@ -83,6 +83,9 @@ FLUX_EXPECTED = {
     # fail-fast wait must keep waiting, not fail on the old hard stop.
     "hard-stopped-rollback-not-judged.yaml": "InProgress",
     "terminating.yaml": "InProgress",
+    # Suspended on purpose (spec.suspended, no pods): nothing to wait for,
+    # as kstatus reads it with --kstatus-conditions.
+    "suspended.yaml": "Current",
 }
 
 failures = []
