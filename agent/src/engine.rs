@@ -443,6 +443,7 @@ mod tests {
             evaluated_at: Timestamp::UNIX_EPOCH,
             evidence: Vec::new(),
             config_error: None,
+            backlog_runs: Default::default(),
         };
         let l = gate_limits(&config, &gate);
         assert_eq!(l.max_sample_age_seconds, 90);

@@ -288,7 +288,11 @@ fn what_if_a_looser_outbox_band_lets_the_held_rollout_through() {
 fn what_if_with_the_same_configuration_prints_only_the_summary() {
     let same = edited("same.json", |_| {});
     let config = std::env::temp_dir().join(format!("kura-gate-same-{}.json", std::process::id()));
-    std::fs::write(&config, r#"{"soakSeconds": [300]}"#).unwrap();
+    std::fs::write(
+        &config,
+        r#"{"soakSeconds": [300], "backlogDrainWindowSeconds": 0}"#,
+    )
+    .unwrap();
     let (code, lines, err) = replay(&[
         "--gate-config",
         config.to_str().unwrap(),

@@ -34,8 +34,8 @@ pub use cluster::{
     CLUSTER_PATH, ClusterError, ClusterStatus, parse_cluster_status, parse_cluster_status_limited,
 };
 pub use gate_status::{
-    AgentVerdict, BacklogRunEvidence, BaselineCounters, Evidence, FenceEvidence, RolloutGate,
-    Signal,
+    AgentVerdict, BacklogRun, BacklogRunEvidence, BacklogRuns, BaselineCounters, Evidence,
+    FenceEvidence, RolloutGate, Signal,
 };
 pub use health::{
     PodFence, PodHealth, RetiredCounters, RolloutHealth, ServingAuthorityHealth, UpdatePaused,
