@@ -186,7 +186,7 @@ fn the_timeline_keys_are_read_strictly() {
             Box::new(|d: &mut Value| {
                 d["ticks"][0]["servers"][0]["published"]["verdict"] = "pass".into()
             }),
-            "tick 0, server \"kura/acme\", field published.verdict: unknown value \"pass\" (healthy, unhealthy or hard_stop)",
+            "tick 0, server \"kura/acme\", field published.verdict: unknown value \"pass\" (healthy, unhealthy, hard_stop or suspended)",
         ),
         (
             "signal",
