@@ -473,6 +473,8 @@ fn suspended_gate(instance: &str, spec_image: &str, now: Timestamp) -> RolloutGa
             ..Evidence::new(instance, Signal::InstanceSuspended)
         }],
         config_error: None,
+        // No backlog run survives a suspension either.
+        backlog_runs: Default::default(),
     }
 }
 
@@ -554,6 +556,7 @@ mod tests {
             evaluated_at: Timestamp::UNIX_EPOCH,
             evidence: Vec::new(),
             config_error: None,
+            backlog_runs: Default::default(),
         };
         let l = gate_limits(&config, &gate);
         assert_eq!(l.max_sample_age_seconds, 90);

@@ -136,7 +136,8 @@ fn the_schemas_gate_is_the_gates_configuration() {
         "soakSeconds": [0], "waveDeadlineSeconds": 0, "maxSampleAgeSeconds": 1,
         "futureSkewSeconds": 0, "outboxBandPercent": 1000, "outboxBandMinimum": 0,
         "replicationLagBandPercent": 1000, "replicationLagBandMinimum": 0,
-        "fdTimeoutBand": 0, "peerFailureBandPercent": 1000, "peerFailureBandMinimum": 0
+        "fdTimeoutBand": 0, "peerFailureBandPercent": 1000, "peerFailureBandMinimum": 0,
+        "backlogDrainWindowSeconds": 0
     });
     assert!(kura_gate::parse_config_over(&kura_gate::GateConfig::default(), &at_limits).is_ok());
 }

@@ -70,6 +70,11 @@ struct Case {
     before: fn(&mut [SimNode]),
     after: fn(&mut [SimNode]),
     gate_file: &'static str,
+    /// A file given to the run "without" the case's file (empty: none):
+    /// the outbox cases judge the backlog by its band alone
+    /// (`backlogDrainWindowSeconds: 0`) in both runs, since a check of a
+    /// few seconds never outlasts the default drain window.
+    common_file: &'static str,
     /// The signal the check fails with without the file.
     fails_with: &'static str,
 }
@@ -98,6 +103,8 @@ async fn run_case(case: &Case, dir: &Path) -> ((i32, Vec<Value>), (i32, Vec<Valu
         });
     }
     let gate = write(dir, &format!("{}.gate.yaml", case.name), case.gate_file);
+    let common = (!case.common_file.is_empty())
+        .then(|| write(dir, &format!("{}.common.yaml", case.name), case.common_file));
     let check = |with_file: bool| {
         let mut args: Vec<String> = [
             "check",
@@ -115,6 +122,8 @@ async fn run_case(case: &Case, dir: &Path) -> ((i32, Vec<Value>), (i32, Vec<Valu
         args.push(baseline.to_string_lossy().into_owned());
         if with_file {
             args.extend(["--gate-config".to_owned(), gate.clone()]);
+        } else if let Some(common) = &common {
+            args.extend(["--gate-config".to_owned(), common.clone()]);
         }
         args.extend(node_args(&sim));
         args
@@ -139,6 +148,7 @@ async fn every_band_key_of_the_file_changes_the_verdict_of_check() {
             before: |_| {},
             after: |n| n[0].fd_timeout_count += 2,
             gate_file: "fdTimeoutBand: 2\n",
+            common_file: "",
             fails_with: "fd_timeouts_regressed",
         },
         Case {
@@ -150,7 +160,8 @@ async fn every_band_key_of_the_file_changes_the_verdict_of_check() {
                 n[0].outbox_messages = 100;
             },
             after: |n| n[0].outbox_messages = 160,
-            gate_file: "outboxBandMinimum: 60\n",
+            gate_file: "backlogDrainWindowSeconds: 0\noutboxBandMinimum: 60\n",
+            common_file: "backlogDrainWindowSeconds: 0\n",
             fails_with: "outbox_regressed",
         },
         Case {
@@ -161,7 +172,8 @@ async fn every_band_key_of_the_file_changes_the_verdict_of_check() {
                 n[0].outbox_messages = 1000;
             },
             after: |n| n[0].outbox_messages = 1150,
-            gate_file: "outboxBandPercent: 15\n",
+            gate_file: "backlogDrainWindowSeconds: 0\noutboxBandPercent: 15\n",
+            common_file: "backlogDrainWindowSeconds: 0\n",
             fails_with: "outbox_regressed",
         },
         Case {
@@ -169,6 +181,7 @@ async fn every_band_key_of_the_file_changes_the_verdict_of_check() {
             before: |_| {},
             after: |n| n[1].peer_connection_failure_count = 30,
             gate_file: "peerFailureBandMinimum: 30\n",
+            common_file: "",
             fails_with: "peer_connection_failures_regressed",
         },
         Case {
@@ -176,6 +189,7 @@ async fn every_band_key_of_the_file_changes_the_verdict_of_check() {
             before: |n| n[1].peer_connection_failure_count = 1000,
             after: |n| n[1].peer_connection_failure_count = 1150,
             gate_file: "peerFailureBandPercent: 15\n",
+            common_file: "",
             fails_with: "peer_connection_failures_regressed",
         },
     ];

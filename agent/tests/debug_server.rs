@@ -68,6 +68,7 @@ fn gate() -> RolloutGate {
         evaluated_at: ts("2026-07-21T10:00:10Z"),
         evidence: vec![],
         config_error: None,
+        backlog_runs: Default::default(),
     }
 }
 

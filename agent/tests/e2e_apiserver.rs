@@ -2905,7 +2905,16 @@ async fn fenced_serving_and_replication_lag_reach_the_status() {
             n.replication_lag_entries = Some(10);
         });
     }
-    let mut agent = start_agent(run_args(&ns, fleet.port, &[]), admin_config().await);
+    // The lag judged by its band alone: the test does not wait out the
+    // default drain window (900 s).
+    let gate_file =
+        std::env::temp_dir().join(format!("e2e-fence-gate-{}.json", std::process::id()));
+    std::fs::write(&gate_file, r#"{"backlogDrainWindowSeconds": 0}"#).unwrap();
+    let gate_flag = format!("--gate-config={}", gate_file.display());
+    let mut agent = start_agent(
+        run_args(&ns, fleet.port, &[gate_flag.as_str()]),
+        admin_config().await,
+    );
     let s = wait_status(&client, &ns, "fenced", "a fenced aggregate", T, |s| {
         s["rolloutHealth"]["servingAuthority"]["validWriters"] == 1
             && s["rolloutGate"]["verdict"] == "healthy"

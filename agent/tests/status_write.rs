@@ -76,6 +76,7 @@ fn desired() -> DesiredStatus {
             evaluated_at: ts("2026-07-21T10:00:10Z"),
             evidence: vec![],
             config_error: None,
+            backlog_runs: Default::default(),
         },
     )
 }

@@ -352,6 +352,7 @@ fn published_gate(
         evaluated_at: now,
         evidence: Vec::new(),
         config_error: None,
+        backlog_runs: Default::default(),
     }
 }
 

@@ -20,6 +20,10 @@ type Config struct {
 	FdTimeoutBand             uint64   `json:"fdTimeoutBand"`
 	PeerFailureBandPercent    uint64   `json:"peerFailureBandPercent"`
 	PeerFailureBandMinimum    uint64   `json:"peerFailureBandMinimum"`
+	// BacklogDrainWindowSeconds: a backlog (outbox, replication lag)
+	// above its band fails only once it has not fallen for this long;
+	// 0: the band alone decides. Default 900.
+	BacklogDrainWindowSeconds uint64 `json:"backlogDrainWindowSeconds"`
 }
 
 // Deployment is a server's deployment as the orchestrator sees it.
@@ -97,6 +101,16 @@ type ServingAuthority struct {
 	Epoch        uint64 `json:"epoch"`
 }
 
+// UpdatePaused is an operator's update pause as Kura's controller reports
+// it (status.updatePaused: OnDelete or a partition holds pods on the old
+// image): gate check 19, a hard stop.
+type UpdatePaused struct {
+	Strategy      string   `json:"strategy"`
+	Partition     *uint64  `json:"partition,omitempty"`
+	TemplateImage *string  `json:"templateImage,omitempty"`
+	HeldPods      []string `json:"heldPods,omitempty"`
+}
+
 // Health is a rollout-health aggregate (contract rollout-health.md,
 // `status.rolloutHealth` of a KuraInstance), every field optional: a
 // missing field the checks need fails its check, it never passes. Pods and
@@ -130,7 +144,12 @@ type Health struct {
 	CounterResets                *uint64           `json:"counterResets,omitempty"`
 	Pods                         json.RawMessage   `json:"pods,omitempty"`
 	RetiredCounters              json.RawMessage   `json:"retiredCounters,omitempty"`
-	Agent                        *string           `json:"agent,omitempty"`
+	// Suspended: the instance is suspended (no pods); it leaves the
+	// wave's scope.
+	Suspended *bool `json:"suspended,omitempty"`
+	// UpdatePaused: an operator's update pause (check 19, a hard stop).
+	UpdatePaused *UpdatePaused `json:"updatePaused,omitempty"`
+	Agent        *string       `json:"agent,omitempty"`
 }
 
 // VerdictKind is pass, soak or hard_stop.
@@ -173,6 +192,26 @@ type Evidence struct {
 	Detail   *string `json:"detail,omitempty"`
 	// Fence: the fence state behind serving_fenced and no_valid_writer.
 	Fence *FenceEvidence `json:"fence,omitempty"`
+	// Run: the backlog's run behind outbox_regressed and
+	// replication_lag_regressed (the drain rule): not below Level since
+	// Since; nil with a drain window of 0.
+	Run *BacklogRun `json:"run,omitempty"`
+	// UpdatePaused: the pause behind update_paused.
+	UpdatePaused *UpdatePaused `json:"updatePaused,omitempty"`
+}
+
+// BacklogRun is a backlog's run (the drain rule of checks 13 and 18):
+// since Since the backlog has not fallen below Level.
+type BacklogRun struct {
+	Since time.Time `json:"since"`
+	Level uint64    `json:"level"`
+}
+
+// BacklogRuns are an instance's runs, kept in status.rolloutGate so that
+// a restarted agent continues them.
+type BacklogRuns struct {
+	Outbox         *BacklogRun `json:"outbox,omitempty"`
+	ReplicationLag *BacklogRun `json:"replicationLag,omitempty"`
 }
 
 // FenceEvidence is the fence state a fencing check saw.
@@ -209,10 +248,12 @@ type RolloutGate struct {
 	Baseline           Counters   `json:"baseline"`
 	EffectiveBaseline  Counters   `json:"effectiveBaseline"`
 	SoakEligible       bool       `json:"soakEligible"`
-	// Verdict: healthy, unhealthy or hard_stop.
+	// Verdict: healthy, unhealthy, hard_stop or suspended.
 	Verdict      string     `json:"verdict"`
 	Signal       *Signal    `json:"signal"`
 	HealthySince *time.Time `json:"healthySince"`
 	EvaluatedAt  time.Time  `json:"evaluatedAt,omitzero"`
 	Evidence     []Evidence `json:"evidence"`
+	// BacklogRuns: pass them back in Previous so the runs continue.
+	BacklogRuns *BacklogRuns `json:"backlogRuns,omitempty"`
 }

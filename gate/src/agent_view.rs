@@ -153,5 +153,6 @@ fn started_from(baseline: &Baseline, target: &str, input: &ReplayInput) -> Rollo
         evaluated_at: baseline.captured_at,
         evidence: Vec::new(),
         config_error: None,
+        backlog_runs: Default::default(),
     }
 }

@@ -1,9 +1,13 @@
-//! The eighteen server checks (contract/gate.md, "Checking one server"),
-//! soak eligibility and counter-reset handling. Shared by the wave judge and
-//! the agent's per-instance judge.
+//! The nineteen server checks (contract/gate.md, "Checking one server"),
+//! soak eligibility, counter-reset handling and the drain rule of the
+//! backlog checks (13 and 18). Shared by the wave judge and the agent's
+//! per-instance judge.
 
 use jiff::{SignedDuration, Timestamp};
-use kura_schemas::{BaselineCounters, Evidence, FenceEvidence, ServingAuthorityHealth, Signal};
+use kura_schemas::{
+    BacklogRun, BacklogRuns, BaselineCounters, Evidence, FenceEvidence, ServingAuthorityHealth,
+    Signal, UpdatePaused,
+};
 
 use crate::config::GateConfig;
 use crate::health_view::HealthView;
@@ -106,20 +110,139 @@ fn lower(baseline: &mut Option<u64>, current: Option<u64>) -> bool {
     }
 }
 
-/// Runs the server checks in contract order and returns the evidence of the
-/// first failure, or `None` when every check passes: the hard-stop checks
-/// first (1, then 16), then 2 to 15, 17 and 18 in table order.
+/// The evidence of check 19: the operator's pause (strategy, partition,
+/// template image, held pods) as the aggregate copied it, in `detail` and
+/// in `updatePaused`.
+pub fn update_paused_evidence(server: &str, pause: &UpdatePaused) -> Evidence {
+    Evidence {
+        detail: Some(pause.describe()),
+        update_paused: Some(pause.clone()),
+        ..Evidence::new(server, Signal::UpdatePaused)
+    }
+}
+
+/// The drain rule (gate.md, checks 13 and 18) for one backlog on one tick:
+/// moves `run` for the backlog's value `current` against its band's top.
 ///
-/// `counters` is the effective baseline the counter checks (13 to 15, 18)
-/// compare with; `None` skips them (no baseline, or not soak-eligible), and
-/// a null counter inside it is never compared. A missing
-/// `memoryPressureState` is not a hard stop but makes the sample
-/// `sample_invalid` (checked right after check 4): unknown pressure is
-/// never healthy.
+/// - `current` null: the run is left as it is.
+/// - `current` ≤ `top`, or a drain window of 0: no run (the band alone
+///   decides).
+/// - no run yet: it starts at `now`, at `current`.
+/// - `current` below the run's level (it fell, however little): the run
+///   restarts at `now`, at `current`. So does a run that starts after
+///   `now` (a clock going back, a stored state from elsewhere): the drain
+///   window counts from a tick that saw the backlog.
+/// - otherwise the run goes on.
+pub fn follow_run(
+    run: &mut Option<BacklogRun>,
+    current: Option<u64>,
+    top: u64,
+    now: Timestamp,
+    window_seconds: u64,
+) {
+    let Some(value) = current else {
+        return;
+    };
+    if window_seconds == 0 || value <= top {
+        *run = None;
+        return;
+    }
+    match run {
+        Some(r) if value >= r.level && r.since <= now => {}
+        _ => {
+            *run = Some(BacklogRun {
+                since: now,
+                level: value,
+            });
+        }
+    }
+}
+
+/// Moves both backlog runs of a server for this tick ([`follow_run`]): the
+/// outbox against its band above `counters.outboxMessages`, the
+/// replication lag against its band above `counters.replicationLagEntries`.
+/// A null baseline or value (or no aggregate) leaves that run as it is.
+/// Call it on every tick on which the server is converged and
+/// soak-eligible, whatever the checks then say, before
+/// [`check_server_with_runs`].
+pub fn follow_backlogs(
+    runs: &mut BacklogRuns,
+    health: Option<&HealthView>,
+    counters: &BaselineCounters,
+    now: Timestamp,
+    config: &GateConfig,
+) {
+    let Some(h) = health else {
+        return;
+    };
+    let window = config.backlog_drain_window_seconds;
+    if let Some(base) = counters.outbox_messages {
+        let top = config.outbox_band_top(base);
+        follow_run(&mut runs.outbox, h.outbox_messages, top, now, window);
+    }
+    if let Some(base) = counters.replication_lag_entries {
+        let top = config.replication_lag_band_top(base);
+        follow_run(
+            &mut runs.replication_lag,
+            h.replication_lag_entries,
+            top,
+            now,
+            window,
+        );
+    }
+}
+
+/// Whether a backlog above its band fails, given its run as
+/// [`follow_run`] left it this tick: `runs` `None` is the band alone (no
+/// run kept), as is a drain window of 0; else it fails once the run is at
+/// least the drain window old (no run: it just started, it passes). The
+/// run to name in the evidence comes with a failure.
+fn backlog_stuck(
+    run: Option<Option<&BacklogRun>>,
+    now: Timestamp,
+    config: &GateConfig,
+) -> Option<Option<BacklogRun>> {
+    let window = config.backlog_drain_window_seconds;
+    match run {
+        None => Some(None),
+        Some(_) if window == 0 => Some(None),
+        Some(Some(r)) if now.duration_since(r.since) >= seconds(window) => Some(Some(r.clone())),
+        Some(_) => None,
+    }
+}
+
+/// [`check_server_with_runs`] without backlog runs: the backlog checks (13
+/// and 18) are judged by their band alone, as with a drain window of 0.
+/// For callers that keep no state between ticks.
 pub fn check_server(
     server: &str,
     health: Option<&HealthView>,
     counters: Option<&BaselineCounters>,
+    now: Timestamp,
+    config: &GateConfig,
+) -> Option<Evidence> {
+    check_server_with_runs(server, health, counters, None, now, config)
+}
+
+/// Runs the server checks in contract order and returns the evidence of the
+/// first failure, or `None` when every check passes: the hard-stop checks
+/// first (1, 16, then 19), then 2 to 15, 17 and 18 in table order.
+///
+/// `counters` is the effective baseline the counter checks (13 to 15, 18)
+/// compare with; `None` skips them (no baseline, or not soak-eligible), and
+/// a null counter inside it is never compared. `runs` are the server's
+/// backlog runs, already moved for this tick ([`follow_backlogs`]): a
+/// backlog above its band fails only when its run is at least
+/// `backlogDrainWindowSeconds` old, and the evidence names the run; `None`
+/// judges the backlogs by their band alone. A missing
+/// `memoryPressureState` is not a hard stop but makes the sample
+/// `sample_invalid` (checked right after check 4): unknown pressure is
+/// never healthy.
+pub fn check_server_with_runs(
+    server: &str,
+    health: Option<&HealthView>,
+    counters: Option<&BaselineCounters>,
+    runs: Option<&BacklogRuns>,
     now: Timestamp,
     config: &GateConfig,
 ) -> Option<Evidence> {
@@ -139,6 +262,10 @@ pub fn check_server(
         && a.is_fencing()
     {
         return Some(fence_evidence(server, Signal::ServingFenced, a));
+    }
+    // 19. an operator's update pause holds pods on the old image (hard stop)
+    if let Some(pause) = health.and_then(|h| h.update_paused.as_ref()) {
+        return Some(update_paused_evidence(server, pause));
     }
     // 2 to 4. presence and time
     match freshness(health, now, config) {
@@ -255,7 +382,7 @@ pub fn check_server(
             ..ev(Signal::BackfillBudgetExhausted)
         });
     }
-    if let Some(e) = counters.and_then(|c| counter_checks(server, h, c, config)) {
+    if let Some(e) = counters.and_then(|c| counter_checks(server, h, c, runs, now, config)) {
         return Some(e);
     }
     // 17. fenced serving with no valid writer (a handover in flight, a grant
@@ -271,11 +398,14 @@ pub fn check_server(
         (counters.replication_lag_entries, h.replication_lag_entries)
     {
         let top = config.replication_lag_band_top(base);
-        if current > top {
+        if current > top
+            && let Some(run) = backlog_stuck(runs.map(|r| r.replication_lag.as_ref()), now, config)
+        {
             return Some(Evidence {
                 observed: Some(current),
                 band_top: Some(top),
                 baseline: Some(base),
+                run,
                 ..ev(Signal::ReplicationLagRegressed)
             });
         }
@@ -283,23 +413,29 @@ pub fn check_server(
     None
 }
 
-/// Checks 13 to 15: the outbox, fd timeouts and peer failures against
-/// their bands above the effective baseline.
+/// Checks 13 to 15: the outbox (with the drain rule), fd timeouts and
+/// peer failures against their bands above the effective baseline.
 fn counter_checks(
     server: &str,
     h: &HealthView,
     counters: &BaselineCounters,
+    runs: Option<&BacklogRuns>,
+    now: Timestamp,
     config: &GateConfig,
 ) -> Option<Evidence> {
     let ev = |signal: Signal| Evidence::new(server, signal);
-    // 13. outbox (skipped when baseline or current is null)
+    // 13. outbox (skipped when baseline or current is null): above its
+    // band and not draining
     if let (Some(base), Some(current)) = (counters.outbox_messages, h.outbox_messages) {
         let top = config.outbox_band_top(base);
-        if current > top {
+        if current > top
+            && let Some(run) = backlog_stuck(runs.map(|r| r.outbox.as_ref()), now, config)
+        {
             return Some(Evidence {
                 observed: Some(current),
                 band_top: Some(top),
                 baseline: Some(base),
+                run,
                 ..ev(Signal::OutboxRegressed)
             });
         }

@@ -35,6 +35,10 @@ pub struct GateConfig {
     pub peer_failure_band_percent: u64,
     /// Peer-failure band: minimum headroom. Default 25.
     pub peer_failure_band_minimum: u64,
+    /// The drain window of checks 13 and 18 in seconds: a backlog above
+    /// its band fails only once it has not fallen for this long. Default
+    /// 900; 0: the band alone decides.
+    pub backlog_drain_window_seconds: u64,
 }
 
 impl Default for GateConfig {
@@ -51,6 +55,7 @@ impl Default for GateConfig {
             fd_timeout_band: 0,
             peer_failure_band_percent: 10,
             peer_failure_band_minimum: 25,
+            backlog_drain_window_seconds: 900,
         }
     }
 }
@@ -144,7 +149,7 @@ pub const MAX_BAND_PERCENT: u64 = 1000;
 
 /// Every key of a configuration document, in document order (the
 /// camelCase names of [`GateConfig`]'s fields).
-pub const CONFIG_KEYS: [&str; 11] = [
+pub const CONFIG_KEYS: [&str; 12] = [
     "soakSeconds",
     "waveDeadlineSeconds",
     "maxSampleAgeSeconds",
@@ -156,6 +161,7 @@ pub const CONFIG_KEYS: [&str; 11] = [
     "fdTimeoutBand",
     "peerFailureBandPercent",
     "peerFailureBandMinimum",
+    "backlogDrainWindowSeconds",
 ];
 
 /// `baseline + max(ceil(baseline × percent / 100), minimum)` in exact integer

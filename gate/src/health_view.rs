@@ -4,7 +4,7 @@
 //! null, and a null such field fails its check: it never passes.
 
 use jiff::Timestamp;
-use kura_schemas::{RolloutHealth, ServingAuthorityHealth};
+use kura_schemas::{RolloutHealth, ServingAuthorityHealth, UpdatePaused};
 use serde::{Deserialize, Serialize};
 
 /// The fields of `status.rolloutHealth` (camelCase) the server checks read.
@@ -43,6 +43,12 @@ pub struct HealthView {
     pub peer_connection_failures: Option<u64>,
     /// Maximum memory pressure over the sampled pods.
     pub memory_pressure_state: Option<u8>,
+    /// The instance is suspended: no pods, nothing to judge (it leaves the
+    /// wave's scope; the agent's verdict is `suspended`). Null: false.
+    pub suspended: Option<bool>,
+    /// An operator's update pause (Kura's controller's
+    /// `status.updatePaused`): check 19, a hard stop. Null: none.
+    pub update_paused: Option<UpdatePaused>,
 }
 
 impl From<&RolloutHealth> for HealthView {
@@ -64,11 +70,18 @@ impl From<&RolloutHealth> for HealthView {
             fd_timeout_count: Some(health.fd_timeout_count),
             peer_connection_failures: health.peer_connection_failures,
             memory_pressure_state: Some(health.memory_pressure_state),
+            suspended: Some(health.suspended),
+            update_paused: health.update_paused.clone(),
         }
     }
 }
 
 impl HealthView {
+    /// Whether the aggregate says the instance is suspended.
+    pub fn is_suspended(&self) -> bool {
+        self.suspended == Some(true)
+    }
+
     /// A view in which every check passes against an equal baseline: the
     /// fixture tests and benchmarks start from.
     pub fn healthy(sampled_at: Timestamp, pods: u32) -> Self {
@@ -89,6 +102,8 @@ impl HealthView {
             fd_timeout_count: Some(0),
             peer_connection_failures: Some(0),
             memory_pressure_state: Some(0),
+            suspended: None,
+            update_paused: None,
         }
     }
 }

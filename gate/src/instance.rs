@@ -16,23 +16,41 @@
 //! - Otherwise baseline and effective baseline carry over; a fresh sample
 //!   with a fd-timeout or peer-failure count below the effective baseline
 //!   lowers it (a reset).
-//! - The absolute checks (1 to 11) run for every instance, eligible or not:
-//!   the agent reports the instance's health as it is. The counter checks
-//!   (12 to 14) run only for a soak-eligible instance, since a sick-at-
-//!   baseline instance's counters are no reference.
-//! - Verdict: `hard_stop` at memory pressure 2 or more, `unhealthy` when
-//!   another check fails (its signal and evidence), `healthy` otherwise.
-//!   `healthySince` is kept while healthy and cleared otherwise. Nothing
-//!   latches here: latching belongs to the orchestrator's wave judge.
+//! - A suspended instance (its aggregate has `suspended: true`) has no pods
+//!   and nothing to judge: the verdict is `suspended` with the signal
+//!   `instance_suspended` (one evidence entry), `healthySince` is cleared
+//!   and everything else (baseline, effective baseline, backlog runs)
+//!   carries over untouched; dropping the baseline of a suspended instance
+//!   is the caller's business (the agent starts a returning instance
+//!   afresh).
+//! - The absolute checks (1 to 12, 16, 17 and 19) run for every instance,
+//!   eligible or not: the agent reports the instance's health as it is.
+//!   The counter checks (13 to 15, 18) run only for a soak-eligible
+//!   instance, since a sick-at-baseline instance's counters are no
+//!   reference.
+//! - The backlog runs of checks 13 and 18 (the drain rule) are kept in
+//!   `backlogRuns`: they start empty with every new baseline and move on
+//!   every judgement of a soak-eligible instance, whatever the checks say
+//!   (the agent has no convergence of its own here: its pods' images are
+//!   the caller's to judge).
+//! - Verdict: `hard_stop` when a hard-stop check fails (1, 16, 19, in that
+//!   order), `unhealthy` when another check fails (its signal and
+//!   evidence), `healthy` otherwise. `healthySince` is kept while healthy
+//!   and cleared otherwise. Nothing latches here: latching belongs to the
+//!   orchestrator's wave judge.
 //! - `configError` is always null in the result: the caller chose `config`
 //!   and says so itself when an instance's own configuration was refused
 //!   (the agent does, for the `kura.tuist.dev/gate-config` annotation).
 
 use jiff::Timestamp;
-use kura_schemas::{AgentVerdict, BaselineCounters, RolloutGate, RolloutHealth};
+use kura_schemas::{
+    AgentVerdict, BacklogRuns, BaselineCounters, Evidence, RolloutGate, RolloutHealth, Signal,
+};
 
 use crate::baseline::counters_of;
-use crate::checks::{Freshness, check_server, freshness, lower_on_reset, soak_eligible};
+use crate::checks::{
+    Freshness, check_server_with_runs, follow_backlogs, freshness, lower_on_reset, soak_eligible,
+};
 use crate::config::GateConfig;
 use crate::health_view::HealthView;
 
@@ -84,6 +102,7 @@ pub fn judge_instance_view(
             evaluated_at: now,
             evidence: Vec::new(),
             config_error: None,
+            backlog_runs: BacklogRuns::default(),
         },
         Some(previous) if previous.target_image != spec_image => {
             let counters = counters_of(baseline_source);
@@ -100,23 +119,44 @@ pub fn judge_instance_view(
                 evaluated_at: now,
                 evidence: Vec::new(),
                 config_error: None,
+                backlog_runs: BacklogRuns::default(),
             }
         }
         Some(previous) => previous.clone(),
     };
 
+    gate.evaluated_at = now;
+    // Whether the instance's own configuration was refused is the caller's
+    // to say (it chose `config`); nothing carries over from `previous`.
+    gate.config_error = None;
+    if current.is_some_and(HealthView::is_suspended) {
+        gate.verdict = AgentVerdict::Suspended;
+        gate.signal = Some(Signal::InstanceSuspended);
+        gate.healthy_since = None;
+        gate.evidence = vec![Evidence {
+            detail: Some("the instance is suspended: no pods to judge".to_owned()),
+            ..Evidence::new(instance, Signal::InstanceSuspended)
+        }];
+        return gate;
+    }
     if let Some(health) = current
         && freshness(Some(health), now, config) == Freshness::Fresh
     {
         lower_on_reset(&mut gate.effective_baseline, health);
     }
     let counters = gate.soak_eligible.then_some(&gate.effective_baseline);
-    let failure = check_server(instance, current, counters, now, config);
+    if let Some(counters) = counters {
+        follow_backlogs(&mut gate.backlog_runs, current, counters, now, config);
+    }
+    let failure = check_server_with_runs(
+        instance,
+        current,
+        counters,
+        Some(&gate.backlog_runs),
+        now,
+        config,
+    );
 
-    gate.evaluated_at = now;
-    // Whether the instance's own configuration was refused is the caller's
-    // to say (it chose `config`); nothing carries over from `previous`.
-    gate.config_error = None;
     match failure {
         None => {
             gate.verdict = AgentVerdict::Healthy;

@@ -10,8 +10,8 @@
 //!   `fdTimeoutCount`, ...) fails its check, a null optional counter is
 //!   never compared.
 //! - [`baseline`]: [`Baseline::capture`] with soak eligibility.
-//! - [`checks`]: the fourteen server checks, evidence, counter-reset
-//!   handling.
+//! - [`checks`]: the nineteen server checks, evidence, counter-reset
+//!   handling and the drain rule of the backlog checks (13 and 18).
 //! - [`wave`]: [`Gate::tick`], the wave judge.
 //! - [`instance`]: [`instance::judge_instance`], the agent's per-instance
 //!   `status.rolloutGate`.
@@ -45,6 +45,22 @@
 //!   a tick with a lower attempt than one already judged is an error.
 //! - `now` before `healthySince` (a clock going back) restarts the clock.
 //! - Servers of a later wave than the tick's are out of scope and ignored.
+//! - Backlog runs (the drain rule): a drain window of 0 keeps no run at all
+//!   (the evidence has no `run`, the state no `backlogRuns`); a run that
+//!   starts after `now` (a clock going back) restarts at `now`, like
+//!   `healthySince`. A stale or future-dated sample still moves the run
+//!   (the contract: every converged, soak-eligible tick, whatever the other
+//!   checks say); checks 2 to 4 fail that tick anyway. The wave judge keeps
+//!   a server's runs while it is not converged or not eligible, forgets
+//!   them when the server leaves the input, is destroyed or suspended, and
+//!   drops them at the next tick that follows them against a baseline of
+//!   another `capturedAt`. [`checks::check_server`] (no runs) judges the
+//!   backlogs by their band alone.
+//! - Check 19 (`update_paused`) evidence has no `observed`: the pause is in
+//!   `detail` (its words) and `updatePaused` (as the aggregate copied it).
+//! - A suspended server of the current wave does not count as one of its
+//!   servers: a wave whose every server is suspended (or destroyed) passes
+//!   at once, as an empty wave does.
 //! - Evidence is capped at [`wave::MAX_EVIDENCE`] entries per verdict; see
 //!   [`Verdict`] for what each verdict carries (nothing for `pass` and
 //!   `soaking`). Boolean checks report `observed` 0/1; missing fields have

@@ -28,7 +28,8 @@ kura-gate replay FILE reads one JSON document (FILE, or - for standard input):
               \"replicationLagBandPercent\": 10,
               \"replicationLagBandMinimum\": 50,
               \"fdTimeoutBand\": 0, \"peerFailureBandPercent\": 10,
-              \"peerFailureBandMinimum\": 25},
+              \"peerFailureBandMinimum\": 25,
+              \"backlogDrainWindowSeconds\": 900},
    \"ticks\": [{\"now\": T, \"wave\": 0, \"waveStartedAt\": T, \"attempt\": 0,
               \"servers\": [{\"id\": \"s1\", \"wave\": 0, \"converged\": true,
                 \"deployment\": \"succeeded\", \"status\": \"active\",
@@ -57,12 +58,17 @@ in one object: refused anywhere in the document). Counts in health are at
 most 2^63-1, the largest integer the API server stores. One leading UTF-8
 byte-order mark is skipped.
 
-Rules (contract/gate.md): destroyed servers and servers of later waves are out
-of scope; hard stops come first (deployment_failed, server_regressed_to_failed,
-memory_pressure_critical, serving_fenced); then every server of the current wave must be
-converged and every converged soak-eligible server of the scope must pass the
-server checks (contract/gate.md, 1 to 18; the hard-stop checks 1 and 16
-first). Converged and healthy for the wave's soak: pass; any
+Rules (contract/gate.md): destroyed servers, suspended ones (health
+\"suspended\": true) and servers of later waves are out of scope; hard stops
+come first (deployment_failed, server_regressed_to_failed,
+memory_pressure_critical, serving_fenced, update_paused: health's
+\"updatePaused\" on any server, converged or not); then every server of the
+current wave must be converged and every converged soak-eligible server of
+the scope must pass the server checks (contract/gate.md, 1 to 19; the
+hard-stop checks 1, 16 and 19 first). The outbox and the replication lag
+above their bands fail only once they have not fallen for
+backlogDrainWindowSeconds (0: the band alone); the evidence names the run
+(since, level). Converged and healthy for the wave's soak: pass; any
 failing tick restarts the clock; still incomplete waveDeadlineSeconds after
 waveStartedAt: hard_stop wave_deadline_exceeded. A hard stop latches until a
 tick with a higher attempt, which starts fresh. An empty wave passes on its
@@ -73,7 +79,7 @@ Exported timelines (the agent's /api/v1/instances/NS/NAME/timeline) are
 replay documents with three more keys, read as strictly:
   \"instance\": {\"namespace\", \"name\", \"targetImage\", \"baselineImage\": str|null},
   \"window\": {\"from\": T, \"to\": T, \"droppedTicks\": N, \"complete\": B},
-  and on each server \"published\": {\"verdict\": healthy|unhealthy|hard_stop,
+  and on each server \"published\": {\"verdict\": healthy|unhealthy|hard_stop|suspended,
   \"signal\": a signal, null exactly when healthy} (or null).
 
 --agent-view prints, per tick and per server, the verdict the agent computes

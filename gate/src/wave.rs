@@ -4,11 +4,14 @@
 use std::collections::{BTreeMap, HashSet};
 
 use jiff::Timestamp;
-use kura_schemas::{BaselineCounters, Evidence, Signal};
+use kura_schemas::{BacklogRun, BacklogRuns, BaselineCounters, Evidence, Signal};
 use serde::{Deserialize, Serialize};
 
 use crate::baseline::Baseline;
-use crate::checks::{Freshness, ceil_seconds, check_server, freshness, lower_on_reset};
+use crate::checks::{
+    Freshness, ceil_seconds, check_server_with_runs, follow_backlogs, freshness, lower_on_reset,
+    update_paused_evidence,
+};
 use crate::config::GateConfig;
 use crate::error::GateError;
 use crate::health_view::HealthView;
@@ -161,6 +164,31 @@ pub struct EffectiveBaseline {
     pub effective: BaselineCounters,
 }
 
+/// A server's backlog runs (the drain rule of checks 13 and 18) and the
+/// baseline capture they belong to: a new capture clears them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ServerBacklogRuns {
+    /// The `capturedAt` of the baseline the runs were followed against.
+    pub captured_at: Timestamp,
+    /// The outbox's run; null when there is none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outbox: Option<BacklogRun>,
+    /// The replication lag's run; null when there is none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication_lag: Option<BacklogRun>,
+}
+
+impl ServerBacklogRuns {
+    /// The two runs.
+    pub fn runs(&self) -> BacklogRuns {
+        BacklogRuns {
+            outbox: self.outbox.clone(),
+            replication_lag: self.replication_lag.clone(),
+        }
+    }
+}
+
 /// Everything the wave judge keeps between ticks: one serde value the
 /// caller stores and restores.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -178,14 +206,19 @@ pub struct GateState {
     pub latched: Option<Verdict>,
     /// Lowered baselines by server id.
     pub effective_baselines: BTreeMap<String, EffectiveBaseline>,
+    /// Backlog runs by server id (absent from the stored state when there
+    /// is none, as in states written before the drain rule).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub backlog_runs: BTreeMap<String, ServerBacklogRuns>,
 }
 
 /// The signals a hard stop can carry: the only verdicts that latch.
-const HARD_STOP_SIGNALS: [Signal; 5] = [
+const HARD_STOP_SIGNALS: [Signal; 6] = [
     Signal::DeploymentFailed,
     Signal::ServerRegressedToFailed,
     Signal::MemoryPressureCritical,
     Signal::ServingFenced,
+    Signal::UpdatePaused,
     Signal::WaveDeadlineExceeded,
 ];
 
@@ -218,7 +251,8 @@ impl GateState {
                 || self.wave_started_at.is_some()
                 || self.healthy_since.is_some()
                 || self.latched.is_some()
-                || !self.effective_baselines.is_empty())
+                || !self.effective_baselines.is_empty()
+                || !self.backlog_runs.is_empty())
         {
             return Err(invalid(
                 "attempt",
@@ -417,14 +451,20 @@ impl Gate {
         let mut regressed = Evidences::default();
         let mut memory = Evidences::default();
         let mut fenced = Evidences::default();
+        let mut paused = Evidences::default();
         let mut unconverged = Evidences::default();
         let mut unhealthy = Evidences::default();
         let mut current_wave_servers = 0usize;
         let mut kept = 0usize;
 
         for server in &input.servers {
-            if server.wave > input.wave || server.status == ServerStatus::Destroyed {
+            // Destroyed and suspended servers leave scope (a suspended
+            // instance has no pods and comes back empty: nothing of its
+            // baseline survives), and so do servers of later waves.
+            let suspended = server.health.as_ref().is_some_and(HealthView::is_suspended);
+            if server.wave > input.wave || server.status == ServerStatus::Destroyed || suspended {
                 self.forget_baseline(&server.id);
+                self.forget_runs(&server.id);
                 continue;
             }
             if !server.converged && server.deployment == Some(Deployment::Failed) {
@@ -452,7 +492,19 @@ impl Gate {
                     });
                 }
             }
-            let Some(baseline) = server.baseline.as_ref().filter(|b| b.soak_eligible) else {
+            let eligible = server.baseline.as_ref().filter(|b| b.soak_eligible);
+            // 19 applies to every server of the scope; a converged,
+            // soak-eligible one meets it among its server checks below
+            // (after 1 and 16).
+            if !(server.converged && eligible.is_some())
+                && let Some(pause) = server
+                    .health
+                    .as_ref()
+                    .and_then(|h| h.update_paused.as_ref())
+            {
+                paused.push(|| update_paused_evidence(&server.id, pause));
+            }
+            let Some(baseline) = eligible else {
                 self.forget_baseline(&server.id);
                 continue;
             };
@@ -461,31 +513,35 @@ impl Gate {
             if !server.converged {
                 continue;
             }
-            if let Some(failure) = check_server(
+            let runs = self.follow_runs(server, baseline, &effective, now);
+            if let Some(failure) = check_server_with_runs(
                 &server.id,
                 server.health.as_ref(),
                 Some(&effective),
+                Some(&runs),
                 now,
                 &config,
             ) {
-                if failure.signal == Signal::MemoryPressureCritical {
-                    memory.push(|| failure);
-                } else if failure.signal == Signal::ServingFenced {
-                    fenced.push(|| failure);
-                } else {
-                    unhealthy.push(|| failure);
+                match failure.signal {
+                    Signal::MemoryPressureCritical => memory.push(|| failure),
+                    Signal::ServingFenced => fenced.push(|| failure),
+                    Signal::UpdatePaused => paused.push(|| failure),
+                    _ => unhealthy.push(|| failure),
                 }
             }
         }
-        if self.state.effective_baselines.len() > kept {
+        if self.state.effective_baselines.len() > kept || !self.state.backlog_runs.is_empty() {
             // Entries of servers no longer in the input.
             let ids: HashSet<&str> = input.servers.iter().map(|s| s.id.as_str()).collect();
             self.state
                 .effective_baselines
                 .retain(|id, _| ids.contains(id.as_str()));
+            self.state
+                .backlog_runs
+                .retain(|id, _| ids.contains(id.as_str()));
         }
 
-        for stop in [deployment_failed, regressed, memory, fenced] {
+        for stop in [deployment_failed, regressed, memory, fenced, paused] {
             if let Some(first) = stop.first_server() {
                 self.state.healthy_since = None;
                 return Verdict {
@@ -631,6 +687,48 @@ impl Gate {
             }
         }
         (effective, true)
+    }
+
+    /// Moves the server's backlog runs for this tick (the drain rule):
+    /// the kept ones when they belong to this baseline capture, else none;
+    /// kept in the state while there is one. Returns them as moved.
+    fn follow_runs(
+        &mut self,
+        server: &ServerInput,
+        baseline: &Baseline,
+        effective: &BaselineCounters,
+        now: Timestamp,
+    ) -> BacklogRuns {
+        let mut runs = match self.state.backlog_runs.get(&server.id) {
+            Some(kept) if kept.captured_at == baseline.captured_at => kept.runs(),
+            _ => BacklogRuns::default(),
+        };
+        follow_backlogs(
+            &mut runs,
+            server.health.as_ref(),
+            effective,
+            now,
+            &self.config,
+        );
+        if runs.is_empty() {
+            self.forget_runs(&server.id);
+        } else {
+            self.state.backlog_runs.insert(
+                server.id.clone(),
+                ServerBacklogRuns {
+                    captured_at: baseline.captured_at,
+                    outbox: runs.outbox.clone(),
+                    replication_lag: runs.replication_lag.clone(),
+                },
+            );
+        }
+        runs
+    }
+
+    fn forget_runs(&mut self, id: &str) {
+        if !self.state.backlog_runs.is_empty() {
+            self.state.backlog_runs.remove(id);
+        }
     }
 
     fn forget_baseline(&mut self, id: &str) {

@@ -46,11 +46,17 @@ fn the_first_failing_check_in_contract_order_names_the_signal() {
         fd_timeout_count: Some(91),
         peer_connection_failures: Some(26),
         memory_pressure_state: Some(2),
+        suspended: None,
+        update_paused: Some(kura_schemas::UpdatePaused {
+            strategy: "OnDelete".into(),
+            ..kura_schemas::UpdatePaused::default()
+        }),
     };
     let mut seen = Vec::new();
     let fixes: Vec<Mutation> = vec![
         |h| h.memory_pressure_state = Some(1),
         |h| h.serving_authority = Some(fence("Quiescing", 0)),
+        |h| h.update_paused = None,
         |h| h.sampled_pods = Some(2),
         |h| h.ready = Some(true),
         |h| h.serving = Some(true),
@@ -74,6 +80,7 @@ fn the_first_failing_check_in_contract_order_names_the_signal() {
     let want = [
         MemoryPressureCritical,
         ServingFenced,
+        UpdatePaused,
         PodsUnsampled,
         NotReady,
         NotServing,
@@ -264,6 +271,8 @@ mod storable_evidence {
                 fd_timeout_count: Some(current.1),
                 peer_connection_failures: Some(current.2),
                 memory_pressure_state: Some(0),
+                suspended: None,
+                update_paused: None,
             };
             let baseline = counters(base.0, base.1, base.2);
             if let Some(e) = check_server("s", Some(&h), Some(&baseline), at(0), &config) {

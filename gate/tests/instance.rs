@@ -3,7 +3,7 @@
 
 use jiff::{SignedDuration, Timestamp};
 use kura_gate::{GateConfig, judge_instance};
-use kura_schemas::{AgentVerdict, RolloutGate, RolloutHealth, Signal};
+use kura_schemas::{AgentVerdict, BacklogRun, RolloutGate, RolloutHealth, Signal, UpdatePaused};
 
 fn at(seconds: i64) -> Timestamp {
     Timestamp::from_second(1_784_628_000 + seconds).unwrap()
@@ -99,8 +99,25 @@ fn an_image_change_captures_the_old_image_aggregate_as_baseline() {
     // The clock restarts with the new target.
     assert_eq!(gate.healthy_since, Some(at(30)));
 
+    // Above its band, the outbox starts a run: it fails only once it has
+    // not fallen for the drain window (900 s by default).
     current.outbox_messages = Some(151);
-    let next = judge(Some(&gate), "kura:0.6", None, Some(&current), 60);
+    let above = judge(Some(&gate), "kura:0.6", None, Some(&current), 60);
+    assert_eq!(above.verdict, AgentVerdict::Healthy);
+    let run = BacklogRun {
+        since: at(60),
+        level: 151,
+    };
+    assert_eq!(above.backlog_runs.outbox, Some(run.clone()));
+    // The run is part of the published status: a restarted agent, which
+    // restores the gate from it, continues the run.
+    let restored: RolloutGate =
+        serde_json::from_value(serde_json::to_value(&above).unwrap()).unwrap();
+    assert_eq!(restored, above);
+    current.sampled_at = Some(at(950));
+    let before = judge(Some(&restored), "kura:0.6", None, Some(&current), 959);
+    assert_eq!(before.verdict, AgentVerdict::Healthy);
+    let next = judge(Some(&before), "kura:0.6", None, Some(&current), 960);
     assert_eq!(next.verdict, AgentVerdict::Unhealthy);
     assert_eq!(next.signal, Some(Signal::OutboxRegressed));
     assert_eq!(next.healthy_since, None);
@@ -110,6 +127,7 @@ fn an_image_change_captures_the_old_image_aggregate_as_baseline() {
         (evidence.observed, evidence.band_top, evidence.baseline),
         (Some(151), Some(150), Some(100))
     );
+    assert_eq!(evidence.run, Some(run));
     // The baseline carries over unchanged while the image stays.
     assert_eq!(next.baseline, gate.baseline);
     assert_eq!(next.baseline_captured_at, gate.baseline_captured_at);
@@ -249,4 +267,99 @@ fn the_same_arguments_give_the_same_gate() {
         12,
     );
     assert_eq!(one, two);
+}
+
+#[test]
+fn a_suspended_instance_is_suspended_and_keeps_its_baseline_and_runs() {
+    let first = judge(None, "a", None, Some(&health(0)), 5);
+    let mut current = health(25);
+    current.outbox_messages = Some(400);
+    let gate = judge(Some(&first), "b", Some(&health(0)), Some(&current), 30);
+    assert_eq!(gate.verdict, AgentVerdict::Healthy);
+    assert!(gate.backlog_runs.outbox.is_some());
+    let mut suspended = health(40);
+    suspended.suspended = true;
+    suspended.sampled_at = None;
+    suspended.sampled_pods = 0;
+    suspended.expected_pods = 0;
+    suspended.memory_pressure_state = 2;
+    suspended.update_paused = Some(UpdatePaused {
+        strategy: "OnDelete".into(),
+        ..UpdatePaused::default()
+    });
+    let next = judge(Some(&gate), "b", None, Some(&suspended), 45);
+    assert_eq!(next.verdict, AgentVerdict::Suspended);
+    assert_eq!(next.signal, Some(Signal::InstanceSuspended));
+    assert_eq!(next.healthy_since, None);
+    assert_eq!(next.evidence.len(), 1);
+    assert_eq!(next.evidence[0].signal, Signal::InstanceSuspended);
+    assert_eq!(next.baseline, gate.baseline);
+    assert_eq!(next.backlog_runs, gate.backlog_runs);
+    assert_eq!(next.evaluated_at, at(45));
+}
+
+#[test]
+fn an_update_pause_is_a_hard_stop_after_memory_pressure_even_without_a_baseline() {
+    let mut current = health(0);
+    current.update_paused = Some(UpdatePaused {
+        strategy: "Partition".into(),
+        partition: Some(2),
+        template_image: Some("kura:0.7".into()),
+        held_pods: vec!["acme-0".into(), "acme-1".into()],
+    });
+    // First sight: no baseline, not soak-eligible; 19 is absolute.
+    let gate = judge(None, "kura:0.7", None, Some(&current), 5);
+    assert_eq!(gate.verdict, AgentVerdict::HardStop);
+    assert_eq!(gate.signal, Some(Signal::UpdatePaused));
+    let e = &gate.evidence[0];
+    assert_eq!(e.update_paused, current.update_paused);
+    assert_eq!(
+        e.detail.as_deref(),
+        Some("Partition pause, partition 2, template image kura:0.7, holding acme-0, acme-1")
+    );
+    // Memory pressure comes first.
+    current.memory_pressure_state = 2;
+    let gate = judge(None, "kura:0.7", None, Some(&current), 5);
+    assert_eq!(gate.signal, Some(Signal::MemoryPressureCritical));
+}
+
+#[test]
+fn a_falling_outbox_never_fails_and_a_drain_window_of_zero_is_the_band_alone() {
+    let first = judge(None, "a", None, Some(&health(0)), 5);
+    let gate = judge(Some(&first), "b", Some(&health(0)), Some(&health(5)), 10);
+    // Falling by one every minute for an hour, far above the band (150).
+    let mut g = gate.clone();
+    for minute in 1..=60 {
+        let mut current = health(minute * 60 - 5);
+        current.outbox_messages = Some(10_000 - u64::try_from(minute).unwrap());
+        g = judge(Some(&g), "b", None, Some(&current), minute * 60);
+        assert_eq!(g.verdict, AgentVerdict::Healthy, "minute {minute}");
+        assert_eq!(
+            g.backlog_runs.outbox.as_ref().map(|r| r.since),
+            Some(at(minute * 60))
+        );
+    }
+    let mut current = health(55);
+    current.outbox_messages = Some(151);
+    let zero = GateConfig {
+        backlog_drain_window_seconds: 0,
+        ..GateConfig::default()
+    };
+    let banded = judge_instance(ID, Some(&gate), "b", None, Some(&current), at(60), &zero);
+    assert_eq!(banded.signal, Some(Signal::OutboxRegressed));
+    assert_eq!(banded.evidence[0].run, None);
+    assert!(banded.backlog_runs.is_empty(), "no run kept at 0");
+    // Back within the band, the run is cleared.
+    let above = judge(Some(&gate), "b", None, Some(&current), 60);
+    assert!(above.backlog_runs.outbox.is_some());
+    current.outbox_messages = Some(150);
+    let within = judge(Some(&above), "b", None, Some(&current), 61);
+    assert!(within.backlog_runs.is_empty());
+    // A new baseline (a new target image) clears the runs.
+    current.outbox_messages = Some(151);
+    let fresh = judge(Some(&above), "c", Some(&health(60)), Some(&current), 70);
+    assert_eq!(
+        fresh.backlog_runs.outbox.as_ref().map(|r| r.since),
+        Some(at(70))
+    );
 }

@@ -83,6 +83,8 @@ fn stopping_look() -> impl Strategy<Value = Look> + Clone {
         1 => Just(Look::StatusFailed),
         1 => Just(Look::Unconverged),
         1 => Just(Look::NotReady),
+        1 => Just(Look::Outbox),
+        1 => Just(Look::Lag),
     ]
 }
 
@@ -256,11 +258,13 @@ proptest! {
 
     /// A pass means every converged eligible server was seen healthy (and
     /// the wave converged) in every tick of at least the last soak.
+    /// (With the drain window at 0, so that a backlog above its band fails
+    /// on its first tick, as every other look but `Good` does.)
     #[test]
     fn a_pass_implies_a_full_healthy_soak(
         seq in (1usize..4).prop_flat_map(|n| steps(any_look(), n)),
     ) {
-        let config = GateConfig::default();
+        let config = GateConfig { backlog_drain_window_seconds: 0, ..GateConfig::default() };
         let inputs = ticks(&seq, &config);
         let verdicts = run(&inputs, &config);
         for (t, verdict) in verdicts.iter().enumerate() {
@@ -349,6 +353,85 @@ proptest! {
         let inputs = ticks(&seq, &config);
         for (tick, verdict) in run(&inputs, &config).iter().enumerate() {
             prop_assert_eq!(verdict.verdict, VerdictKind::HardStop, "tick {}", tick);
+        }
+    }
+
+    /// A backlog that keeps falling never fails checks 13 and 18, however
+    /// far above its band and however long: every tick on which it is
+    /// reported it is lower than on the one before (a null value now and
+    /// then is no tick of the run), in the wave judge and in the agent's
+    /// per-instance judge, whatever the drain window (but 0) and the
+    /// spacing of the ticks.
+    #[test]
+    fn a_backlog_that_keeps_falling_never_fails(
+        start in 1_000u64..1_000_000_000,
+        falls in prop::collection::vec((1i64..2_000, 0u64..5_000, prop::bool::weighted(0.1)), 1..60),
+        window in 1u64..5_000,
+    ) {
+        let config = GateConfig {
+            soak_seconds: vec![0],
+            backlog_drain_window_seconds: window,
+            ..GateConfig::default()
+        };
+        let captured = at(-10);
+        let baseline = Baseline::capture(Some(&base_health(at(-15))), captured, &config);
+        let mut gate = Gate::new(config.clone()).unwrap();
+        let mut agent: Option<kura_schemas::RolloutGate> = None;
+        let mut level = start;
+        let mut now = at(0);
+        for (tick, (dt, drop, gap)) in falls.into_iter().enumerate() {
+            now += SignedDuration::from_secs(dt);
+            let mut h = base_health(now - SignedDuration::from_secs(5));
+            if gap {
+                h.outbox_messages = None;
+                h.replication_lag_entries = None;
+            } else {
+                level = level.saturating_sub(drop.max(1)).max(200);
+                h.outbox_messages = Some(level);
+                h.replication_lag_entries = Some(level);
+                if level == 200 {
+                    // At the floor it could only stay: the run ends here.
+                    break;
+                }
+            }
+            let verdict = gate.tick(&TickInput {
+                now,
+                wave: 0,
+                wave_started_at: at(0),
+                attempt: 0,
+                servers: vec![ServerInput {
+                    id: "s".into(),
+                    wave: 0,
+                    converged: true,
+                    deployment: Some(Deployment::Succeeded),
+                    status: ServerStatus::Active,
+                    baseline: Some(baseline.clone()),
+                    health: Some(h.clone()),
+                }],
+            }).unwrap();
+            prop_assert_ne!(verdict.verdict, VerdictKind::Soak, "tick {}: {:?}", tick, verdict);
+            prop_assert_ne!(verdict.verdict, VerdictKind::HardStop, "tick {}: {:?}", tick, verdict);
+            // The agent's judge, from a baseline with the same counters.
+            let previous = agent.take().unwrap_or_else(|| kura_schemas::RolloutGate {
+                target_image: "new".into(),
+                baseline_image: Some("old".into()),
+                baseline_captured_at: Some(captured),
+                baseline: baseline.counters.clone(),
+                effective_baseline: baseline.counters.clone(),
+                soak_eligible: true,
+                verdict: kura_schemas::AgentVerdict::Unhealthy,
+                signal: None,
+                healthy_since: None,
+                evaluated_at: captured,
+                evidence: Vec::new(),
+                config_error: None,
+                backlog_runs: Default::default(),
+            });
+            let judged = kura_gate::judge_instance_view(
+                "s", Some(&previous), "new", None, Some(&h), now, &config,
+            );
+            prop_assert_eq!(judged.verdict, kura_schemas::AgentVerdict::Healthy, "tick {}: {:?}", tick, judged.evidence);
+            agent = Some(judged);
         }
     }
 }

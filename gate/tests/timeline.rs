@@ -186,7 +186,7 @@ fn the_timeline_keys_are_read_strictly() {
             Box::new(|d: &mut Value| {
                 d["ticks"][0]["servers"][0]["published"]["verdict"] = "pass".into()
             }),
-            "tick 0, server \"kura/acme\", field published.verdict: unknown value \"pass\" (healthy, unhealthy or hard_stop)",
+            "tick 0, server \"kura/acme\", field published.verdict: unknown value \"pass\" (healthy, unhealthy, hard_stop or suspended)",
         ),
         (
             "signal",
@@ -288,7 +288,11 @@ fn what_if_a_looser_outbox_band_lets_the_held_rollout_through() {
 fn what_if_with_the_same_configuration_prints_only_the_summary() {
     let same = edited("same.json", |_| {});
     let config = std::env::temp_dir().join(format!("kura-gate-same-{}.json", std::process::id()));
-    std::fs::write(&config, r#"{"soakSeconds": [300]}"#).unwrap();
+    std::fs::write(
+        &config,
+        r#"{"soakSeconds": [300], "backlogDrainWindowSeconds": 0}"#,
+    )
+    .unwrap();
     let (code, lines, err) = replay(&[
         "--gate-config",
         config.to_str().unwrap(),
@@ -361,4 +365,37 @@ fn a_refused_candidate_exits_2_naming_the_file_and_key() {
     std::fs::remove_file(&config).unwrap();
     let (code, _, err) = replay(&["--diff", &path("holds.json")]);
     assert_eq!(code, 2, "--diff needs --gate-config: {err}");
+}
+
+#[test]
+fn what_if_the_drain_window_lets_a_draining_outbox_through() {
+    // holds.json judges the outbox by its band alone (window 0); the
+    // candidate has the default drain window (900 s): 400 then 300 is a
+    // draining backlog, never a regression, in both views.
+    let config = std::env::temp_dir().join(format!("kura-gate-drain-{}.json", std::process::id()));
+    std::fs::write(&config, r#"{"soakSeconds": [300]}"#).unwrap();
+    let (code, lines, err) = replay(&[
+        "--gate-config",
+        config.to_str().unwrap(),
+        "--diff",
+        &path("holds.json"),
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(lines[0]["tick"], 2);
+    assert_eq!(lines[0]["document"]["signal"], "outbox_regressed");
+    assert_eq!(lines[0]["candidate"]["signal"], "soaking");
+    let summary = &lines[lines.len() - 1]["summary"];
+    assert_eq!(summary["candidate"]["firstHold"], Value::Null);
+    assert_eq!(summary["candidate"]["firstPass"]["tick"], 5);
+    let (code, lines, err) = replay(&[
+        "--gate-config",
+        config.to_str().unwrap(),
+        "--diff",
+        "--agent-view",
+        &path("holds.json"),
+    ]);
+    std::fs::remove_file(&config).unwrap();
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(lines[0]["document"]["verdict"], "unhealthy");
+    assert_eq!(lines[0]["candidate"]["verdict"], "healthy");
 }

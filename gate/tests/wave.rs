@@ -124,3 +124,170 @@ fn a_new_wave_start_restarts_the_soak_clock() {
     assert_eq!(verdict.healthy_since, Some(at(20)));
     assert_eq!(verdict.remaining_seconds, Some(900));
 }
+
+fn pause() -> kura_schemas::UpdatePaused {
+    kura_schemas::UpdatePaused {
+        strategy: "OnDelete".into(),
+        partition: None,
+        template_image: Some("kura:0.7".into()),
+        held_pods: vec!["acme-0".into()],
+    }
+}
+
+#[test]
+fn an_update_pause_stops_the_wave_converged_or_not_after_the_other_hard_stops() {
+    let mut gate = Gate::new(GateConfig::default()).unwrap();
+    // Not converged, not soak-eligible: check 19 still applies.
+    let mut held = server("a", 10, 0, 90);
+    held.converged = false;
+    held.baseline = None;
+    held.health.as_mut().unwrap().update_paused = Some(pause());
+    let verdict = gate.tick(&tick(10, vec![held.clone()])).unwrap();
+    assert_eq!(verdict.verdict, kura_gate::VerdictKind::HardStop);
+    assert_eq!(verdict.signal, Some(Signal::UpdatePaused));
+    assert_eq!(verdict.server_id.as_deref(), Some("a"));
+    let e = &verdict.evidence[0];
+    assert_eq!(e.update_paused, Some(pause()));
+    assert_eq!(
+        e.detail.as_deref(),
+        Some("OnDelete pause, template image kura:0.7, holding acme-0")
+    );
+    // It latches, and its state restores.
+    let state: kura_gate::GateState =
+        serde_json::from_str(&serde_json::to_string(gate.state()).unwrap()).unwrap();
+    let mut restored = Gate::restore(GateConfig::default(), state).unwrap();
+    assert_eq!(restored.tick(&tick(20, vec![])).unwrap(), verdict);
+
+    // Fencing on another (converged, eligible) server comes first; so
+    // does memory pressure on the paused server itself.
+    let mut gate = Gate::new(GateConfig::default()).unwrap();
+    let mut fenced = server("b", 10, 0, 90);
+    fenced.health.as_mut().unwrap().serving_authority =
+        Some(kura_schemas::ServingAuthorityHealth {
+            enabled_pods: 1,
+            valid_writers: 0,
+            phase: "Fencing".into(),
+            epoch: 1,
+        });
+    let verdict = gate.tick(&tick(10, vec![held, fenced])).unwrap();
+    assert_eq!(verdict.signal, Some(Signal::ServingFenced));
+    let mut gate = Gate::new(GateConfig::default()).unwrap();
+    let mut both = server("c", 10, 0, 90);
+    let h = both.health.as_mut().unwrap();
+    h.update_paused = Some(pause());
+    h.memory_pressure_state = Some(2);
+    let verdict = gate.tick(&tick(10, vec![both])).unwrap();
+    assert_eq!(verdict.signal, Some(Signal::MemoryPressureCritical));
+    assert_eq!(verdict.evidence.len(), 1);
+}
+
+#[test]
+fn a_suspended_server_leaves_scope() {
+    let mut gate = Gate::new(GateConfig::default()).unwrap();
+    let mut asleep = server("a", 10, 0, 5_000);
+    asleep.converged = false;
+    let h = asleep.health.as_mut().unwrap();
+    h.suspended = Some(true);
+    h.update_paused = Some(pause());
+    h.memory_pressure_state = Some(2);
+    // Its wave has nothing else: it passes at once, as an empty wave does.
+    let verdict = gate.tick(&tick(10, vec![asleep.clone()])).unwrap();
+    assert_eq!(verdict.verdict, kura_gate::VerdictKind::Pass);
+    // Beside a healthy server it neither holds nor stops the wave.
+    let mut gate = Gate::new(GateConfig::default()).unwrap();
+    let verdict = gate
+        .tick(&tick(10, vec![asleep, server("b", 10, 0, 90)]))
+        .unwrap();
+    assert_eq!(verdict.signal, Some(Signal::Soaking));
+}
+
+#[test]
+fn backlog_runs_are_kept_restored_and_cleared_by_a_new_capture() {
+    let config = GateConfig::default();
+    let mut gate = Gate::new(config.clone()).unwrap();
+    let with_outbox = |now: i64, captured: i64, outbox: u64| {
+        let mut s = server("a", now, captured, 90);
+        s.health.as_mut().unwrap().outbox_messages = Some(outbox);
+        s
+    };
+    // Baseline outbox 0: band top 50.
+    let v = gate.tick(&tick(10, vec![with_outbox(10, 0, 400)])).unwrap();
+    assert_eq!(v.signal, Some(Signal::Soaking));
+    let runs = &gate.state().backlog_runs["a"];
+    assert_eq!(runs.captured_at, at(0));
+    assert_eq!(
+        runs.outbox,
+        Some(kura_schemas::BacklogRun {
+            since: at(10),
+            level: 400
+        })
+    );
+    // Not converged: the run is left as it is, whatever the value.
+    let mut rolling = with_outbox(300, 0, 10);
+    rolling.converged = false;
+    gate.tick(&tick(300, vec![rolling])).unwrap();
+    assert_eq!(
+        gate.state().backlog_runs["a"]
+            .outbox
+            .as_ref()
+            .unwrap()
+            .since,
+        at(10)
+    );
+    // Restored from its stored state, the gate continues the run: at 910
+    // it has not fallen for 900 s.
+    let state: kura_gate::GateState =
+        serde_json::from_str(&serde_json::to_string(gate.state()).unwrap()).unwrap();
+    let mut restored = Gate::restore(config.clone(), state).unwrap();
+    let v = restored
+        .tick(&tick(909, vec![with_outbox(909, 0, 400)]))
+        .unwrap();
+    assert_eq!(v.signal, Some(Signal::Soaking));
+    let v = restored
+        .tick(&tick(910, vec![with_outbox(910, 0, 400)]))
+        .unwrap();
+    assert_eq!(v.signal, Some(Signal::OutboxRegressed));
+    let e = &v.evidence[0];
+    assert_eq!(
+        (e.observed, e.band_top, e.baseline),
+        (Some(400), Some(50), Some(0))
+    );
+    assert_eq!(
+        e.run,
+        Some(kura_schemas::BacklogRun {
+            since: at(10),
+            level: 400
+        })
+    );
+    // A new capture clears the run: it starts again.
+    let v = restored
+        .tick(&tick(920, vec![with_outbox(920, 915, 400)]))
+        .unwrap();
+    assert_eq!(v.signal, Some(Signal::Soaking));
+    assert_eq!(
+        restored.state().backlog_runs["a"]
+            .outbox
+            .as_ref()
+            .unwrap()
+            .since,
+        at(920)
+    );
+    // A resume (a higher attempt) clears it too.
+    let mut resumed = tick(930, vec![with_outbox(930, 915, 400)]);
+    resumed.attempt = 1;
+    restored.tick(&resumed).unwrap();
+    assert_eq!(
+        restored.state().backlog_runs["a"]
+            .outbox
+            .as_ref()
+            .unwrap()
+            .since,
+        at(930)
+    );
+    // A state with runs but no attempt is refused.
+    let bogus = kura_gate::GateState {
+        backlog_runs: restored.state().backlog_runs.clone(),
+        ..kura_gate::GateState::default()
+    };
+    assert!(Gate::restore(config, bogus).is_err());
+}

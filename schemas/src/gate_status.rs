@@ -282,6 +282,33 @@ pub struct BacklogRunEvidence {
     pub level: u64,
 }
 
+/// A backlog's run as the gate keeps it between ticks (the same shape as
+/// its evidence): since `since` the backlog has not fallen below `level`.
+pub type BacklogRun = BacklogRunEvidence;
+
+/// The runs of one server's two backlogs (gate.md, the drain rule of
+/// checks 13 and 18), part of the state a caller stores: the agent keeps
+/// them in `status.rolloutGate.backlogRuns` so that a restarted agent
+/// continues them. A run exists only while its backlog is above its band.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(transform = crate::api_int::declare_stored_formats)]
+pub struct BacklogRuns {
+    /// The outbox's run (check 13); null when there is none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outbox: Option<BacklogRun>,
+    /// The replication lag's run (check 18); null when there is none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication_lag: Option<BacklogRun>,
+}
+
+impl BacklogRuns {
+    /// Whether neither backlog has a run.
+    pub fn is_empty(&self) -> bool {
+        self.outbox.is_none() && self.replication_lag.is_none()
+    }
+}
+
 /// The fence state a fencing check saw: the aggregate's `servingAuthority`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -391,6 +418,9 @@ impl Evidence {
                 }
                 if let Some(base) = self.baseline {
                     line.push_str(&format!(", baseline {base}"));
+                }
+                if let Some(run) = &self.run {
+                    line.push_str(&format!(", not below {} since {}", run.level, run.since));
                 }
                 Some(line)
             }
@@ -521,7 +551,7 @@ pub struct RolloutGate {
     /// upgrade is not held to its baseline).
     #[serde(default)]
     pub soak_eligible: bool,
-    /// `healthy`, `unhealthy` or `hard_stop`.
+    /// `healthy`, `unhealthy`, `hard_stop` or `suspended`.
     pub verdict: AgentVerdict,
     /// The first failing check; null when healthy.
     #[serde(default)]
@@ -541,6 +571,12 @@ pub struct RolloutGate {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 512))]
     pub config_error: Option<String>,
+    /// The runs of the outbox and the replication lag above their bands
+    /// (the drain rule of checks 13 and 18), kept so that a restarted agent
+    /// continues them; absent when neither backlog has one. A new baseline
+    /// clears them.
+    #[serde(default, skip_serializing_if = "BacklogRuns::is_empty")]
+    pub backlog_runs: BacklogRuns,
 }
 
 /// The longest [`RolloutGate::config_error`] written, in bytes.

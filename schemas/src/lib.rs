@@ -35,8 +35,8 @@ pub use cluster::{
     parse_cluster_status_limited,
 };
 pub use gate_status::{
-    AgentVerdict, BacklogRunEvidence, BaselineCounters, Evidence, FenceEvidence, RolloutGate,
-    Signal,
+    AgentVerdict, BacklogRun, BacklogRunEvidence, BacklogRuns, BaselineCounters, Evidence,
+    FenceEvidence, RolloutGate, Signal,
 };
 pub use health::{
     PodFence, PodHealth, RetiredCounters, RolloutHealth, ServingAuthorityHealth, UpdatePaused,

@@ -69,6 +69,15 @@ pub struct TimelineConfig {
     pub peer_failure_band_percent: u64,
     /// Peer-failure band: minimum headroom.
     pub peer_failure_band_minimum: u64,
+    /// Seconds a backlog above its band may go without falling before
+    /// checks 13 and 18 fail (0: the band alone decides). An export of an
+    /// agent older than the key reads as the default, 900.
+    #[serde(default = "default_backlog_drain_window_seconds")]
+    pub backlog_drain_window_seconds: u64,
+}
+
+fn default_backlog_drain_window_seconds() -> u64 {
+    900
 }
 
 /// Which instance, judged against which images.

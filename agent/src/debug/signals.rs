@@ -485,6 +485,7 @@ mod tests {
             evaluated_at: ts(-10),
             evidence: Vec::new(),
             config_error: None,
+            backlog_runs: Default::default(),
         }
     }
 

@@ -352,6 +352,7 @@ mod tests {
                 })
                 .unwrap_or_default(),
             config_error: None,
+            backlog_runs: Default::default(),
         }
     }
 

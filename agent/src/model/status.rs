@@ -153,6 +153,7 @@ pub(crate) mod fixtures {
             evaluated_at: at,
             evidence: vec![],
             config_error: None,
+            backlog_runs: Default::default(),
         }
     }
 }

@@ -343,6 +343,7 @@ mod tests {
             evaluated_at: ts(0),
             evidence: Vec::new(),
             config_error: None,
+            backlog_runs: Default::default(),
         }
     }
 

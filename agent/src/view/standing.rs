@@ -121,6 +121,7 @@ mod tests {
             evaluated_at: Timestamp::UNIX_EPOCH,
             evidence: Vec::new(),
             config_error: None,
+            backlog_runs: Default::default(),
         }
     }
 

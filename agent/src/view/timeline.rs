@@ -466,6 +466,7 @@ impl Timeline {
                 fd_timeout_band: c.fd_timeout_band,
                 peer_failure_band_percent: c.peer_failure_band_percent,
                 peer_failure_band_minimum: c.peer_failure_band_minimum,
+                backlog_drain_window_seconds: c.backlog_drain_window_seconds,
             },
             instance: TimelineInstance {
                 namespace: key.namespace.to_string(),
@@ -709,6 +710,7 @@ mod tests {
             evaluated_at: t(0),
             evidence: Vec::new(),
             config_error: None,
+            backlog_runs: Default::default(),
         }
     }
 

@@ -103,7 +103,24 @@ defmodule KuraGate do
           band_top: non_neg_integer | nil,
           baseline: non_neg_integer | nil,
           detail: String.t() | nil,
-          fence: fence | nil
+          fence: fence | nil,
+          run: run | nil,
+          update_paused: update_paused | nil
+        }
+
+  @typedoc """
+  The backlog's run behind `:outbox_regressed` and
+  `:replication_lag_regressed` (the drain rule): not below `level` since
+  `since` (RFC 3339 text); `nil` with a drain window of 0.
+  """
+  @type run :: %{since: String.t(), level: non_neg_integer}
+
+  @typedoc "The operator's pause behind `:update_paused` (check 19, a hard stop)."
+  @type update_paused :: %{
+          strategy: String.t(),
+          partition: non_neg_integer | nil,
+          template_image: String.t() | nil,
+          held_pods: [String.t()]
         }
 
   @typedoc "The fence state behind `:serving_fenced` and `:no_valid_writer`."

@@ -82,17 +82,42 @@ defmodule KuraGate.TestSupport do
 
     form = if e.detail == nil, do: form, else: Map.put(form, "detail", e.detail)
 
-    case e.fence do
+    form =
+      case e.fence do
+        nil ->
+          form
+
+        f ->
+          Map.put(form, "fence", %{
+            "phase" => f.phase,
+            "enabledPods" => f.enabled_pods,
+            "validWriters" => f.valid_writers,
+            "epoch" => f.epoch
+          })
+      end
+
+    form =
+      case e.run do
+        nil -> form
+        r -> Map.put(form, "run", %{"since" => r.since, "level" => r.level})
+      end
+
+    case e.update_paused do
       nil ->
         form
 
-      f ->
-        Map.put(form, "fence", %{
-          "phase" => f.phase,
-          "enabledPods" => f.enabled_pods,
-          "validWriters" => f.valid_writers,
-          "epoch" => f.epoch
-        })
+      p ->
+        pause =
+          [
+            {"strategy", p.strategy},
+            {"partition", p.partition},
+            {"templateImage", p.template_image},
+            {"heldPods", if(p.held_pods == [], do: nil, else: p.held_pods)}
+          ]
+          |> Enum.reject(fn {_, v} -> v == nil end)
+          |> Map.new()
+
+        Map.put(form, "updatePaused", pause)
     end
   end
 

@@ -101,7 +101,7 @@ fn parse_config_fields(
             ));
         }
     }
-    let fields: [(&str, &mut u64); 10] = [
+    let fields: [(&str, &mut u64); 11] = [
         ("waveDeadlineSeconds", &mut config.wave_deadline_seconds),
         ("maxSampleAgeSeconds", &mut config.max_sample_age_seconds),
         ("futureSkewSeconds", &mut config.future_skew_seconds),
@@ -123,6 +123,10 @@ fn parse_config_fields(
         (
             "peerFailureBandMinimum",
             &mut config.peer_failure_band_minimum,
+        ),
+        (
+            "backlogDrainWindowSeconds",
+            &mut config.backlog_drain_window_seconds,
         ),
     ];
     for (key, slot) in fields {
@@ -182,7 +186,8 @@ mod tests {
             "soakSeconds": [1, 2, 3], "waveDeadlineSeconds": 4, "maxSampleAgeSeconds": 5,
             "futureSkewSeconds": 6, "outboxBandPercent": 7, "outboxBandMinimum": 8,
             "fdTimeoutBand": 9, "peerFailureBandPercent": 10, "peerFailureBandMinimum": 11,
-            "replicationLagBandPercent": 12, "replicationLagBandMinimum": 13
+            "replicationLagBandPercent": 12, "replicationLagBandMinimum": 13,
+            "backlogDrainWindowSeconds": 14
         });
         let config = parse_config_over(&GateConfig::default(), &value).unwrap();
         assert_eq!(
@@ -199,6 +204,7 @@ mod tests {
                 fd_timeout_band: 9,
                 peer_failure_band_percent: 10,
                 peer_failure_band_minimum: 11,
+                backlog_drain_window_seconds: 14,
             }
         );
         // The same document through serde reads the same configuration.

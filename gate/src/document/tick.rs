@@ -287,6 +287,52 @@ fn parse_health(
         peer_connection_failures: count("peerConnectionFailures")?,
         memory_pressure_state: small("memoryPressureState", u64::from(u8::MAX))?
             .and_then(|v| u8::try_from(v).ok()),
+        suspended: at.opt_bool(obj, "suspended", &p)?,
+        update_paused: parse_update_paused(at, obj.get("updatePaused"), &p)?,
+    }))
+}
+
+/// `updatePaused` of a health document: null/absent, or an object whose
+/// known keys (`strategy`, `partition`, `templateImage`, `heldPods`) are
+/// held to their types (other keys are not read). The pause itself is what
+/// check 19 stops on: a known key left out is simply not named in the
+/// evidence.
+fn parse_update_paused(
+    at: &Ctx,
+    value: Option<&Value>,
+    prefix: &str,
+) -> Result<Option<kura_schemas::UpdatePaused>, DocumentError> {
+    let field = format!("{prefix}updatePaused");
+    let obj = match value {
+        None | Some(Value::Null) => return Ok(None),
+        Some(value) => at.object(value, &field)?,
+    };
+    let p = format!("{field}.");
+    let held_pods = match obj.get("heldPods") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(pods)) => pods
+            .iter()
+            .enumerate()
+            .map(|(i, pod)| match pod {
+                Value::String(name) => Ok(name.clone()),
+                other => Err(at.fail(
+                    &format!("{p}heldPods[{i}]"),
+                    format!("expected a string, got {}", show(other)),
+                )),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(other) => {
+            return Err(at.fail(
+                &format!("{p}heldPods"),
+                format!("expected an array of pod names, got {}", show(other)),
+            ));
+        }
+    };
+    Ok(Some(kura_schemas::UpdatePaused {
+        strategy: at.opt_str(obj, "strategy", &p)?.unwrap_or_default(),
+        partition: at.opt_uint_max(obj, "partition", &p, API_INT_MAX)?,
+        template_image: at.opt_str(obj, "templateImage", &p)?,
+        held_pods,
     }))
 }
 

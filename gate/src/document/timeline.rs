@@ -125,10 +125,11 @@ pub(super) fn parse_published(
             "healthy" => AgentVerdict::Healthy,
             "unhealthy" => AgentVerdict::Unhealthy,
             "hard_stop" => AgentVerdict::HardStop,
+            "suspended" => AgentVerdict::Suspended,
             _ => {
                 return Err(at.fail(
                     "published.verdict",
-                    format!("unknown value {s:?} (healthy, unhealthy or hard_stop)"),
+                    format!("unknown value {s:?} (healthy, unhealthy, hard_stop or suspended)"),
                 ));
             }
         },
@@ -161,10 +162,12 @@ pub(super) fn parse_published(
             "published.signal",
             "must be null when the verdict is healthy".into(),
         )),
-        (AgentVerdict::Unhealthy | AgentVerdict::HardStop, None) => Err(at.fail(
-            "published.signal",
-            "must name the failing check when the verdict is not healthy".into(),
-        )),
+        (AgentVerdict::Unhealthy | AgentVerdict::HardStop | AgentVerdict::Suspended, None) => {
+            Err(at.fail(
+                "published.signal",
+                "must name the failing check when the verdict is not healthy".into(),
+            ))
+        }
         _ => Ok(Some(Published { verdict, signal })),
     }
 }

@@ -154,6 +154,7 @@ impl CheckRun {
             evaluated_at: baseline.taken_at,
             evidence: Vec::new(),
             config_error: None,
+            backlog_runs: Default::default(),
         };
         let mut run = CheckRun::new(settings);
         run.aggregator = InstanceAggregator::restore(&seed, AggregateConfig::default());

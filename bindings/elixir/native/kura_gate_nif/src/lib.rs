@@ -677,6 +677,37 @@ fn encode_evidence<'a>(env: Env<'a>, e: &Evidence) -> Term<'a> {
                 atom_map(env, &fence)
             }),
         ),
+        (
+            "run",
+            e.run.as_ref().map_or(atoms::nil().encode(env), |r| {
+                let run = [
+                    ("since", r.since.to_string().encode(env)),
+                    ("level", r.level.encode(env)),
+                ];
+                atom_map(env, &run)
+            }),
+        ),
+        (
+            "update_paused",
+            e.update_paused
+                .as_ref()
+                .map_or(atoms::nil().encode(env), |p| {
+                    let pause = [
+                        ("strategy", p.strategy.as_str().encode(env)),
+                        ("partition", p.partition.encode(env)),
+                        ("template_image", p.template_image.as_deref().encode(env)),
+                        (
+                            "held_pods",
+                            p.held_pods
+                                .iter()
+                                .map(String::as_str)
+                                .collect::<Vec<_>>()
+                                .encode(env),
+                        ),
+                    ];
+                    atom_map(env, &pause)
+                }),
+        ),
     ];
     atom_map(env, &pairs)
 }
