@@ -35,8 +35,7 @@ use kura_gate::instance::{hold_until_converged, judge_instance};
 use kura_gate::{DocumentError, GateConfig, parse_config_over};
 use kura_schemas::gate_status::MAX_CONFIG_ERROR_BYTES;
 use kura_schemas::{
-    AgentVerdict, BaselineCounters, Evidence, KuraInstanceStatus, RolloutGate, RolloutHealth,
-    ShadowConfigSource, Signal,
+    AgentVerdict, KuraInstanceStatus, RolloutGate, RolloutHealth, ShadowConfigSource,
 };
 
 use crate::aggregate::{AggregateConfig, InstanceAggregator};
@@ -339,8 +338,18 @@ impl InstanceEngine {
             .aggregator
             .sweep_with(info, traits, samples, now, &self.config.agent);
         if health.suspended {
+            // No previous verdict: no baseline, soak clock or backlog run
+            // survives a suspension (the gate answers `suspended`).
             self.converged = false;
-            let mut gate = suspended_gate(&name, spec_image, now);
+            let mut gate = judge_instance(
+                &name,
+                None,
+                spec_image,
+                None,
+                Some(&health),
+                now,
+                self.gate_config(),
+            );
             gate.config_error.clone_from(&self.own_gate.error);
             if let Some(shadow) = self.shadow.as_deref_mut() {
                 let mut judged = gate.clone();
@@ -448,33 +457,6 @@ pub fn gate_limits(config: &GateConfig, gate: &RolloutGate) -> GateLimits {
             .peer_connection_failures
             .map(|b| config.peer_failure_band_top(b)),
         counters_compared: gate.soak_eligible,
-    }
-}
-
-/// The verdict of a suspended instance: `suspended`, signal
-/// `instance_suspended`, no baseline, no soak clock; its target is the
-/// current `spec.image`.
-fn suspended_gate(instance: &str, spec_image: &str, now: Timestamp) -> RolloutGate {
-    RolloutGate {
-        target_image: spec_image.to_owned(),
-        baseline_image: None,
-        baseline_captured_at: None,
-        baseline: BaselineCounters::default(),
-        effective_baseline: BaselineCounters::default(),
-        soak_eligible: false,
-        verdict: AgentVerdict::Suspended,
-        signal: Some(Signal::InstanceSuspended),
-        healthy_since: None,
-        evaluated_at: now,
-        evidence: vec![Evidence {
-            detail: Some(
-                "spec.suspended or status.phase Suspending/Suspended: no pods to judge".to_owned(),
-            ),
-            ..Evidence::new(instance, Signal::InstanceSuspended)
-        }],
-        config_error: None,
-        // No backlog run survives a suspension either.
-        backlog_runs: Default::default(),
     }
 }
 
