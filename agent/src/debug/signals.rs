@@ -197,7 +197,7 @@ pub fn check_rows(
             h.memory_pressure_state.to_string(),
             h.memory_pressure_state >= 2,
         ),
-        // The hard-stop checks come first (1, then 16), as the gate runs them.
+        // The hard-stop checks come first (1, 16, then 19), as the gate runs them.
         match fence {
             Some(a) => row(
                 "16",
@@ -214,6 +214,16 @@ pub fn check_rows(
                 "not Fencing",
             ),
         },
+        row(
+            "19",
+            Signal::UpdatePaused,
+            "an operator's update pause (hard stop)",
+            "none",
+            h.update_paused
+                .as_ref()
+                .map_or_else(|| "none".to_owned(), |p| p.describe()),
+            h.update_paused.is_some(),
+        ),
         row(
             "2–4",
             fresh_signal,
@@ -357,6 +367,18 @@ pub fn check_rows(
             compared,
         ),
     ];
+    // A backlog above its band that the gate let through is draining: it
+    // has fallen within the drain window (its run is in the verdict).
+    for r in &mut rows {
+        let run = match r.signal {
+            Signal::OutboxRegressed => g.backlog_runs.outbox.as_ref(),
+            Signal::ReplicationLagRegressed => g.backlog_runs.replication_lag.as_ref(),
+            _ => None,
+        };
+        if r.outcome == Outcome::Fail && run.is_some() && g.signal != Some(r.signal) {
+            r.outcome = Outcome::NotCompared("above its band, draining within the drain window");
+        }
+    }
     // The verdict is the gate's: its signal fails whatever the restatement
     // above computed.
     if let Some(signal) = g.signal
@@ -489,6 +511,54 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_draining_backlog_and_an_update_pause_read_as_the_gate_judged_them() {
+        let config = GateConfig::default();
+        let mut h = health();
+        h.outbox_messages = Some(1_000);
+        // Above the band (100 + 50), first seen: a run starts, the gate
+        // lets it through while it may still drain.
+        let g = kura_gate::judge_instance(
+            "kura/a",
+            Some(&previous(true, 8, None, Some(100))),
+            "img:2",
+            None,
+            Some(&h),
+            ts(5),
+            &config,
+        );
+        assert_eq!(g.verdict, AgentVerdict::Healthy, "{g:?}");
+        assert!(g.backlog_runs.outbox.is_some());
+        let rows = check_rows(Some(&h), Some(&g), Some(&gate_limits(&config, &g)));
+        let outbox = rows
+            .iter()
+            .find(|r| r.signal == Signal::OutboxRegressed)
+            .expect("outbox row");
+        assert_eq!(
+            outbox.outcome,
+            Outcome::NotCompared("above its band, draining within the drain window")
+        );
+        assert_eq!(first_failing(&rows), None);
+
+        h.outbox_messages = Some(100);
+        h.update_paused = Some(kura_schemas::UpdatePaused {
+            strategy: "OnDelete".into(),
+            ..Default::default()
+        });
+        let g = kura_gate::judge_instance(
+            "kura/a",
+            Some(&previous(true, 8, None, Some(100))),
+            "img:2",
+            None,
+            Some(&h),
+            ts(5),
+            &config,
+        );
+        let rows = check_rows(Some(&h), Some(&g), Some(&gate_limits(&config, &g)));
+        assert_eq!(first_failing(&rows), Some(Signal::UpdatePaused));
+        assert_eq!(g.signal, Some(Signal::UpdatePaused));
+    }
+
     fn first_failing(rows: &[CheckRow]) -> Option<Signal> {
         rows.iter()
             .find(|r| r.outcome == Outcome::Fail)
@@ -510,7 +580,7 @@ mod tests {
         );
         assert_eq!(g.verdict, AgentVerdict::Healthy);
         let rows = check_rows(Some(&health()), Some(&g), Some(&gate_limits(&config, &g)));
-        assert_eq!(rows.len(), 16);
+        assert_eq!(rows.len(), 17);
         assert!(rows.iter().all(|r| r.outcome != Outcome::Fail), "{rows:#?}");
         let fd = rows
             .iter()
