@@ -410,7 +410,7 @@ async fn the_instance_page_tells_the_story() {
         .nth(1)
         .and_then(|s| s.split("</table>").next())
         .expect("signals table");
-    assert_eq!(signals.matches("<tr").count(), 17, "header + 16 checks");
+    assert_eq!(signals.matches("<tr").count(), 18, "header + 17 checks");
     assert_eq!(signals.matches("result fail").count(), 1);
     assert!(signals.contains(
         "<tr class=\"failing\"><td>14</td><th scope=\"row\"><code>fd_timeouts_regressed</code>"
