@@ -758,7 +758,7 @@ async fn an_old_crd_enum_refusing_a_write_is_reported_loudly() {
         ["properties"]["rolloutGate"]["properties"]["verdict"];
     let values = verdict["enum"].as_array_mut().expect("the verdict enum");
     values.retain(|v| v != "healthy");
-    assert_eq!(values.len(), 2, "{verdict}");
+    assert_eq!(values.len(), 3, "{verdict}");
     apply_crd(&client, &old).await;
 
     let ns = create_namespace(&client, "e2e-enum").await;
@@ -1157,12 +1157,36 @@ async fn image_change_baseline_verdict_and_restart_continuity() {
         })
     })
     .await;
+    // zeta-1 still runs v1: never healthy for v2 until it rolls too.
     assert_eq!(
-        s["rolloutGate"]["verdict"], "healthy",
+        (&s["rolloutGate"]["verdict"], &s["rolloutGate"]["signal"]),
+        (&json!("unhealthy"), &json!("not_converged")),
         "{}",
         s["rolloutGate"]
     );
     assert_eq!(fd_timeouts(&s), Some(5), "a reset is clamped, never a drop");
+    roll_pod(&client, &ns, "zeta-1", v2).await;
+    let p1 = fleet.pod("zeta-1");
+    p1.restart();
+    patch_pod_status(
+        &client,
+        &ns,
+        "zeta-1",
+        &p1.addr().ip().to_string(),
+        1,
+        v2,
+        true,
+    )
+    .await;
+    let s = wait_status(&client, &ns, "zeta", "both pods on v2", T, |s| {
+        s["rolloutGate"]["verdict"] == "healthy"
+    })
+    .await;
+    assert_eq!(
+        fd_timeouts(&s),
+        Some(5),
+        "both resets clamped, never a drop"
+    );
 
     // The new version times out on file descriptors: above the baseline.
     p0.update(|n| n.fd_timeout_count = 2);
@@ -1213,15 +1237,14 @@ async fn image_change_baseline_verdict_and_restart_continuity() {
 
     // Kill the agent mid-rollout; a pod restarts while nobody watches.
     agent.crash();
-    let p1 = fleet.pod("zeta-1");
     p1.restart();
     patch_pod_status(
         &client,
         &ns,
         "zeta-1",
         &p1.addr().ip().to_string(),
-        1,
-        v1,
+        2,
+        v2,
         true,
     )
     .await;
@@ -1238,12 +1261,12 @@ async fn image_change_baseline_verdict_and_restart_continuity() {
         |s| {
             s["rolloutHealth"]["pods"].as_array().is_some_and(|ps| {
                 ps.iter()
-                    .any(|p| p["name"] == "zeta-1" && p["restartCount"] == 1)
+                    .any(|p| p["name"] == "zeta-1" && p["restartCount"] == 2)
             })
         },
     )
     .await;
-    // Continued: zeta-1 was at 2 when the agent died, its new process says 1;
+    // Continued: zeta-1 was at 2 (clamped) when the agent died, its new process says 1;
     // zeta-0 stays at 2 above its clamped 3: the published count never drops.
     assert_eq!(fd_timeouts(&s), Some(8), "{}", s["rolloutHealth"]);
     let g = &s["rolloutGate"];
@@ -1572,6 +1595,16 @@ async fn rollout_flip_latency_at_default_settings() {
         s["rolloutGate"]["targetImage"] == v2 && s["rolloutGate"]["baselineImage"] == v1
     })
     .await;
+    // The pods run v2 (until they do the verdict is not_converged); the
+    // instance is in its rollout until healthy for the settle time, which
+    // the flips below never let it reach.
+    for p in ["omega-0", "omega-1"] {
+        roll_pod(&client, &ns, p, v2).await;
+    }
+    wait_status(&client, &ns, "omega", "healthy on v2", T, |s| {
+        s["rolloutGate"]["verdict"] == "healthy"
+    })
+    .await;
 
     let pod = fleet.pod("omega-0");
     let mut latencies = Vec::new();
@@ -1773,7 +1806,15 @@ async fn gate_config_file_and_instance_annotation_change_verdicts() {
     }
     for name in &names {
         wait_status(&client, &ns, name, "baseline on v1", T, |s| {
-            s["rolloutGate"]["baselineImage"] == v1 && s["rolloutGate"]["verdict"] == "healthy"
+            s["rolloutGate"]["baselineImage"] == v1
+        })
+        .await;
+        // The pod runs v2: healthy on it (not_converged until then).
+        roll_pod(&client, &ns, &format!("{name}-0"), v2).await;
+    }
+    for name in &names {
+        wait_status(&client, &ns, name, "healthy on v2", T, |s| {
+            s["rolloutGate"]["verdict"] == "healthy"
         })
         .await;
     }
@@ -2165,8 +2206,9 @@ async fn conditions_share_the_list_and_kubectl_wait_follows_the_generation() {
         "healthy pods on the old image say nothing of the new one: {c}"
     );
     assert_eq!(
-        s["rolloutGate"]["verdict"], "healthy",
-        "the gate itself passes the old pods"
+        (&s["rolloutGate"]["verdict"], &s["rolloutGate"]["signal"]),
+        (&json!("unhealthy"), &json!("not_converged")),
+        "the agent never calls the new image healthy while a pod runs the old one"
     );
     let mut not_converged = health_testdata_conditions("not-converged.yaml");
     not_converged.sort();
@@ -2966,6 +3008,10 @@ async fn fenced_serving_and_replication_lag_reach_the_status() {
         "{}",
         s["rolloutGate"]
     );
+    // The pods run v2 (not_converged until they do).
+    for p in ["fenced-0", "fenced-1"] {
+        roll_pod(&client, &ns, p, v2).await;
+    }
     standby.update(|n| n.replication_lag_entries = Some(61));
     let s = wait_status(&client, &ns, "fenced", "lag regression", T, |s| {
         s["rolloutGate"]["signal"] == "replication_lag_regressed"
