@@ -503,7 +503,7 @@ for _ in $(seq 1 50); do
   sleep 0.2
 done
 [ "$got" = example ] || fail "kubectl get tuist does not list the KuraInstance after the upgrade: '$got'"
-header=$(kubectl get kurainstance example -n kura-a | head -1)
+header=$(kubectl get kurainstance example -n kura-a | sed -n 1p)
 row=$(kubectl get kurainstance example -n kura-a --no-headers)
 grep -qw ROLLOUTHEALTHY <<<"$header" || fail "no RolloutHealthy printer column: $header"
 col=$(awk -v h="$header" 'BEGIN { n = split(h, f, /[ ]+/); for (i = 1; i <= n; i++) if (f[i] == "ROLLOUTHEALTHY") print i }')
