@@ -42,7 +42,7 @@ mod support {
     pub mod timeline;
 }
 use support::agent::{Agent, init_test_logging, run_args as parse_run_args};
-use support::cluster::{apply_crd, kube_config, shipped_crd, wait_for};
+use support::cluster::{apply_crd, kube_config, shipped_crd, status_of, wait_for, wait_status};
 use support::http::{free_port, http_get};
 
 // ---------------------------------------------------------------------------
@@ -315,38 +315,6 @@ fn start_agent(args: RunArgs, config: Config) -> Agent {
 }
 
 /// An instance's status as a JSON value (what is really stored).
-async fn status_of(client: &Client, ns: &str, name: &str) -> Value {
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        ns,
-        &kura_agent::cluster::kura_instance_resource(),
-    );
-    api.get(name)
-        .await
-        .map(|o| o.data.get("status").cloned().unwrap_or(Value::Null))
-        .unwrap_or(Value::Null)
-}
-
-/// Waits until `pred` holds on the instance's stored status; returns it.
-async fn wait_status(
-    client: &Client,
-    ns: &str,
-    name: &str,
-    what: &str,
-    timeout: Duration,
-    pred: impl Fn(&Value) -> bool,
-) -> Value {
-    wait_for(&format!("{ns}/{name}: {what}"), timeout, || {
-        let client = client.clone();
-        let pred = &pred;
-        async move {
-            let s = status_of(&client, ns, name).await;
-            pred(&s).then_some(s)
-        }
-    })
-    .await
-}
-
 fn fd_timeouts(status: &Value) -> Option<u64> {
     status["rolloutHealth"]["fdTimeoutCount"].as_u64()
 }

@@ -40,7 +40,7 @@ mod support {
     pub mod cluster;
 }
 use support::agent::{Agent, init_test_logging, run_args as parse_run_args};
-use support::cluster::{apply_crd, kube_config, shipped_crd, wait_for};
+use support::cluster::{apply_crd, kube_config, shipped_crd, wait_status};
 
 const T: Duration = Duration::from_secs(40);
 const IMAGE: &str = "ghcr.io/tuist/kura:1.0.0";
@@ -321,36 +321,6 @@ fn run_args(ns: &str, port: u16, extra: &[&str]) -> RunArgs {
     parse_run_args(argv)
 }
 
-async fn status_of(client: &Client, ns: &str, name: &str) -> Value {
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        ns,
-        &kura_agent::cluster::kura_instance_resource(),
-    );
-    api.get(name)
-        .await
-        .map(|o| o.data.get("status").cloned().unwrap_or(Value::Null))
-        .unwrap_or(Value::Null)
-}
-
-async fn wait_status(
-    client: &Client,
-    ns: &str,
-    name: &str,
-    what: &str,
-    pred: impl Fn(&Value) -> bool,
-) -> Value {
-    wait_for(&format!("{ns}/{name}: {what}"), T, || {
-        let client = client.clone();
-        let pred = &pred;
-        async move {
-            let s = status_of(&client, ns, name).await;
-            pred(&s).then_some(s)
-        }
-    })
-    .await
-}
-
 fn pod_errors(status: &Value) -> BTreeMap<String, Value> {
     status["rolloutHealth"]["pods"]
         .as_array()
@@ -406,7 +376,7 @@ async fn node_local_pods_are_polled_through_the_port_forward() {
         run_args(&ns, port, &["--port-forward-streams=2"]),
         kube_config(None).await,
     );
-    let status = wait_status(&client, &ns, "local", "4 pods sampled", |s| {
+    let status = wait_status(&client, &ns, "local", "4 pods sampled", T, |s| {
         s["rolloutHealth"]["sampledPods"] == 4 && s["rolloutGate"]["verdict"].is_string()
     })
     .await;
@@ -438,7 +408,7 @@ async fn node_local_pods_are_polled_through_the_port_forward() {
     let max = standin.max_holding();
     assert_eq!(max, 2, "streams open at once: {:?}", standin.lines());
 
-    let routed = wait_status(&client, &ns, "routed", "its pod polled", |s| {
+    let routed = wait_status(&client, &ns, "routed", "its pod polled", T, |s| {
         !pod_errors(s).is_empty()
     })
     .await;
@@ -495,7 +465,7 @@ async fn a_failed_port_forward_is_a_failed_sample_naming_it() {
     standin.set_routes(&routes);
 
     let mut agent = start_agent(run_args(&ns, port, &[]), kube_config(None).await);
-    let status = wait_status(&client, &ns, "local", "local-1 failed", |s| {
+    let status = wait_status(&client, &ns, "local", "local-1 failed", T, |s| {
         s["rolloutHealth"]["sampledPods"] == 1 && pod_errors(s).len() == 2
     })
     .await;
@@ -550,7 +520,7 @@ async fn a_failed_port_forward_is_a_failed_sample_naming_it() {
     ]);
     let before = standin.lines().len();
     let mut agent = start_agent(run_args(&ns, port, &[]), config);
-    let status = wait_status(&client, &ns, "local", "403 for both pods", |s| {
+    let status = wait_status(&client, &ns, "local", "403 for both pods", T, |s| {
         let errors = pod_errors(s);
         errors.len() == 2
             && errors
@@ -592,6 +562,7 @@ async fn a_failed_port_forward_is_a_failed_sample_naming_it() {
         &ns,
         "local",
         "both pods sampled with the rule",
+        T,
         |s| s["rolloutHealth"]["sampledPods"] == 2 && pod_errors(s).values().all(Value::is_null),
     )
     .await;

@@ -90,3 +90,39 @@ pub async fn apply_crd(client: &Client, crd: &Value) {
     })
     .await;
 }
+
+/// The stored status of the `KuraInstance` `ns/name` (null when it has
+/// none or cannot be read).
+#[allow(dead_code)] // not every suite reads a status
+pub async fn status_of(client: &Client, ns: &str, name: &str) -> Value {
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        ns,
+        &kura_agent::cluster::kura_instance_resource(),
+    );
+    api.get(name)
+        .await
+        .map(|o| o.data.get("status").cloned().unwrap_or(Value::Null))
+        .unwrap_or(Value::Null)
+}
+
+/// Waits until `pred` holds on the instance's stored status; returns it.
+#[allow(dead_code)] // not every suite reads a status
+pub async fn wait_status(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    pred: impl Fn(&Value) -> bool,
+) -> Value {
+    wait_for(&format!("{ns}/{name}: {what}"), timeout, || {
+        let client = client.clone();
+        let pred = &pred;
+        async move {
+            let s = status_of(&client, ns, name).await;
+            pred(&s).then_some(s)
+        }
+    })
+    .await
+}
