@@ -20,6 +20,7 @@
 
 pub mod api_int;
 pub mod cluster;
+pub mod companion;
 pub mod gate_status;
 pub mod generated;
 pub mod health;
@@ -33,6 +34,10 @@ pub mod verdict;
 pub use cluster::{
     CLUSTER_PATH, ClusterError, ClusterStatus, parse_cluster_lag_limited, parse_cluster_status,
     parse_cluster_status_limited,
+};
+pub use companion::{
+    COMPANION_API_VERSION, COMPANION_CRD_NAME, COMPANION_GROUP, COMPANION_KIND, KuraInstanceHealth,
+    KuraInstanceHealthSpec, KuraInstanceHealthStatus,
 };
 pub use gate_status::{
     AgentVerdict, BacklogRun, BacklogRunEvidence, BacklogRuns, BaselineCounters, Evidence,
