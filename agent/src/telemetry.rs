@@ -80,6 +80,19 @@ pub const GATE_CONFIG_REFUSED_TOTAL: &str = "kura_agent_gate_config_refused_tota
 /// Gauge: instances judged by the cluster's gate config because their own
 /// annotation was refused.
 pub const GATE_CONFIG_REFUSED_INSTANCES: &str = "kura_agent_gate_config_refused_instances";
+/// Gauge: the publication target in use, by `target`
+/// ([`PUBLICATION_TARGETS`]): 1 for the one chosen at start, 0 for the
+/// other.
+pub const PUBLICATION_TARGET: &str = "kura_agent_publication_target";
+/// Gauge: instances whose `status.rolloutHealth` another manager also
+/// writes (instance mode): the agent stopped writing them
+/// (`StatusContested`).
+pub const STATUS_CONTESTED_INSTANCES: &str = "kura_agent_status_contested_instances";
+/// Gauge: instances whose Kura controller's own `rolloutHealth` has
+/// disagreed with the agent's aggregate for longer than two of the
+/// controller's cadences, by `field` ([`CONTROLLER_FIELDS`]; companion
+/// mode).
+pub const CONTROLLER_DISAGREEMENTS: &str = "kura_agent_controller_disagreements";
 /// Kubernetes Events about instances by `result` ([`EVENT_RESULTS`]).
 pub const EVENTS_TOTAL: &str = "kura_agent_events_total";
 
@@ -129,6 +142,19 @@ pub mod label {
     pub const ERROR: &str = "error";
     /// A status write not sent: this replica may not write the instance.
     pub const FENCED: &str = "fenced";
+    /// A status write not sent: another manager writes the instance's
+    /// `status.rolloutHealth` (instance mode).
+    pub const CONTESTED: &str = "contested";
+    /// The companion (`KuraInstanceHealth`) watch.
+    pub const KURAINSTANCEHEALTHS: &str = "kurainstancehealths";
+    /// The `instance` publication target.
+    pub const INSTANCE: &str = "instance";
+    /// The `companion` publication target.
+    pub const COMPANION: &str = "companion";
+    /// `rolloutHealth.ready`.
+    pub const READY: &str = "ready";
+    /// `rolloutHealth.serving`.
+    pub const SERVING: &str = "serving";
     /// The rollout cadence.
     pub const ROLLOUT: &str = "rollout";
     /// The steady cadence.
@@ -190,9 +216,15 @@ pub const CLUSTER_READ_RESULTS: [&str; 11] = [
 
 /// The `result` label values of [`STATUS_WRITES_TOTAL`] (`fenced`: not sent,
 /// this replica may not write the instance).
-pub const WRITE_RESULTS: [&str; 7] = [
-    APPLIED, PRUNED, CONFLICT, NOT_FOUND, FORBIDDEN, ERROR, FENCED,
+pub const WRITE_RESULTS: [&str; 8] = [
+    APPLIED, PRUNED, CONFLICT, NOT_FOUND, FORBIDDEN, ERROR, FENCED, CONTESTED,
 ];
+
+/// The `target` label values of [`PUBLICATION_TARGET`].
+pub const PUBLICATION_TARGETS: [&str; 2] = [INSTANCE, COMPANION];
+
+/// The `field` label values of [`CONTROLLER_DISAGREEMENTS`].
+pub const CONTROLLER_FIELDS: [&str; 2] = [READY, SERVING];
 
 /// The `cadence` label values of [`SWEEP_INTERVAL_SECONDS`] and
 /// [`SWEEP_OVERRUNS_TOTAL`] (the runner's `cadence` module records them);
@@ -201,7 +233,7 @@ pub const CADENCES: [&str; 3] = [ROLLOUT, STEADY, IMAGE_CHANGE];
 
 /// The `resource` label values of [`WATCH_ERRORS_TOTAL`] (`leases`: the
 /// sharding group's Lease watch).
-pub const WATCH_RESOURCES: [&str; 3] = [KURAINSTANCES, PODS, LEASES];
+pub const WATCH_RESOURCES: [&str; 4] = [KURAINSTANCES, PODS, LEASES, KURAINSTANCEHEALTHS];
 
 /// The `change` label values of [`OWNERSHIP_CHANGES_TOTAL`].
 pub const OWNERSHIP_CHANGES: [&str; 2] = [GAINED, LOST];
@@ -272,7 +304,7 @@ const fn plain(name: &'static str, kind: Kind, help: &'static str) -> Metric {
 }
 
 /// Every `kura_agent_*` metric, once each.
-pub const METRICS: [Metric; 25] = [
+pub const METRICS: [Metric; 28] = [
     Metric {
         name: POLLS_TOTAL,
         kind: Kind::Counter,
@@ -352,6 +384,29 @@ pub const METRICS: [Metric; 25] = [
         Kind::Counter,
         "Status writes whose rolloutHealth/rolloutGate fields did not come back (CRD too old).",
     ),
+    Metric {
+        name: PUBLICATION_TARGET,
+        kind: Kind::Gauge,
+        help: "The publication target chosen at start (1), by target: instance (the KuraInstance's status) or companion (KuraInstanceHealth).",
+        label: Some(Label {
+            name: "target",
+            values: || PUBLICATION_TARGETS.to_vec(),
+        }),
+    },
+    plain(
+        STATUS_CONTESTED_INSTANCES,
+        Kind::Gauge,
+        "KuraInstances whose status.rolloutHealth another manager also writes: the agent stopped writing them (use the companion target).",
+    ),
+    Metric {
+        name: CONTROLLER_DISAGREEMENTS,
+        kind: Kind::Gauge,
+        help: "KuraInstances whose Kura controller's own rolloutHealth field has disagreed with the agent's aggregate for longer than two of its cadences, by field.",
+        label: Some(Label {
+            name: "field",
+            values: || CONTROLLER_FIELDS.to_vec(),
+        }),
+    },
     plain(
         PENDING_WRITES,
         Kind::Gauge,

@@ -229,6 +229,7 @@ fn every_write_result() -> Vec<Result<WriteOutcome, WriteError>> {
         }),
         Err(WriteError::Other(String::new())),
         Err(WriteError::Fenced(String::new())),
+        Err(WriteError::Contested(String::new())),
     ];
     for r in &all {
         match r {
@@ -239,7 +240,8 @@ fn every_write_result() -> Vec<Result<WriteOutcome, WriteError>> {
                 | WriteError::Forbidden(_)
                 | WriteError::NotDeclared { .. }
                 | WriteError::Other(_)
-                | WriteError::Fenced(_),
+                | WriteError::Fenced(_)
+                | WriteError::Contested(_),
             ) => {}
         }
     }
@@ -278,8 +280,17 @@ fn computed_values(metric: &str, expr: &str) -> Option<Vec<&'static str>> {
                 Err(e) => e.kind(),
             })
             .collect(),
-        // Discovery's watches are named by these two constants.
-        (telemetry::WATCH_ERRORS_TOTAL, "self.resource") => vec![label::KURAINSTANCES, label::PODS],
+        // Discovery's watches are named by these constants (the companion
+        // watch in companion mode only).
+        (telemetry::WATCH_ERRORS_TOTAL, "self.resource") => vec![
+            label::KURAINSTANCES,
+            label::PODS,
+            label::KURAINSTANCEHEALTHS,
+        ],
+        // `announce`'s match over PublicationTarget::ALL.
+        (telemetry::PUBLICATION_TARGET, "name") => vec![label::INSTANCE, label::COMPANION],
+        // The loop over CONTROLLER_FIELDS.
+        (telemetry::CONTROLLER_DISAGREEMENTS, "field") => telemetry::CONTROLLER_FIELDS.to_vec(),
         // The loop over (gained, GAINED), (lost, LOST).
         (telemetry::OWNERSHIP_CHANGES_TOTAL, "change") => vec![label::GAINED, label::LOST],
         (telemetry::SWEEP_INTERVAL_SECONDS, "label") => {

@@ -16,12 +16,17 @@
 //! instance pages.
 
 mod history;
+mod publication;
 mod standing;
 mod timeline;
 
 pub use history::{
     BUCKET_SECONDS, BandChange, BandTops, HISTORY_BUCKETS, HistoryPoint, HistoryView,
     MAX_BAND_MARKS, Since,
+};
+pub use publication::{
+    CONTROLLER_CADENCE, ContestChanges, DISAGREEMENT_GRACE, Disagreement, DisagreementTracker,
+    PublicationState, contest_changes,
 };
 pub use standing::Standing;
 pub use timeline::{
@@ -313,6 +318,7 @@ struct FleetState {
     members: Option<Arc<dyn MembersSource>>,
     stored: Option<Arc<dyn StoredStatusSource>>,
     identity: Option<String>,
+    publication: PublicationState,
 }
 
 /// The shared fleet view. Cheap to clone; all clones see the same state.
@@ -404,6 +410,52 @@ impl FleetView {
     /// Answers for the instances this replica does not sweep from `source`.
     pub fn set_stored(&self, source: Arc<dyn StoredStatusSource>) {
         self.write().stored = Some(source);
+    }
+
+    /// Records the publication target chosen at start.
+    pub fn set_publication_choice(&self, choice: crate::model::TargetChoice) {
+        self.write().publication.choice = Some(choice);
+    }
+
+    /// Records the instances another manager contests (instance mode).
+    pub fn set_contested(&self, contested: BTreeMap<InstanceKey, Box<str>>) {
+        self.write().publication.contested = contested;
+    }
+
+    /// Records the lasting disagreements with Kura's controller
+    /// (companion mode).
+    pub fn set_disagreements(&self, found: BTreeMap<InstanceKey, Disagreement>) {
+        self.write().publication.disagreements = found;
+    }
+
+    /// Where the agent publishes, what is contested and where Kura's
+    /// controller disagrees.
+    pub fn publication(&self) -> PublicationState {
+        self.read().publication.clone()
+    }
+
+    /// What the instance page says about `key`'s publication: contested
+    /// (by whom), or a lasting disagreement with Kura's controller.
+    pub fn publication_notes(&self, key: &InstanceKey, now: Timestamp) -> Vec<String> {
+        let state = self.read();
+        let p = &state.publication;
+        let mut out = Vec::new();
+        if let Some(manager) = p.contested.get(key) {
+            out.push(format!(
+                "StatusContested: {manager:?} also writes status.rolloutHealth; the agent stopped writing this instance (run with --publication-target companion)"
+            ));
+        }
+        if let Some(d) = p.disagreements.get(key) {
+            out.push(d.describe(now));
+        }
+        out
+    }
+
+    /// The agent's `ready` and `serving` of `key`'s latest aggregate.
+    pub fn ready_serving(&self, key: &InstanceKey) -> Option<(bool, bool)> {
+        let state = self.read();
+        let h = state.instances.get(key)?.health.as_ref()?;
+        Some((h.ready, h.serving))
     }
 
     /// This replica's identity (who writes what it sweeps).
@@ -714,6 +766,12 @@ impl FleetView {
                     _ => None,
                 })
                 .collect();
+            let contested = state.publication.contested.iter().map(|(k, m)| {
+                format!(
+                    "status.rolloutHealth of {k} is also written by {m:?}: not written (StatusContested; use --publication-target companion)"
+                )
+            });
+            let pruned: Vec<String> = pruned.into_iter().chain(contested).collect();
             (state.sync_probe.clone(), pruned)
         };
         let mut reasons: Vec<String> = probe

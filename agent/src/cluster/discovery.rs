@@ -12,7 +12,10 @@
 //! server; it never adds a pod the owner rule ([`super::pods`]) does not
 //! match.
 
-use crate::model::{InstanceKey, InstanceTarget, PodScope, StoredInstance, StoredStatusSource};
+use crate::model::{
+    Contest, ControllerHealth, InstanceKey, InstanceTarget, PodScope, PublicationTarget,
+    StoredInstance, StoredStatusSource,
+};
 use crate::telemetry::{self, label};
 use futures::StreamExt;
 use kube::Client;
@@ -27,7 +30,7 @@ use tokio::sync::watch;
 
 use super::pods::TargetConfig;
 use super::store::{FactStore, Targets};
-use super::wire::{InstanceObject, PodObject};
+use super::wire::{CompanionObject, InstanceObject, PodObject};
 
 /// The API resource of `KuraInstance` (for dynamic watches and requests).
 pub fn kura_instance_resource() -> ApiResource {
@@ -45,6 +48,10 @@ pub struct DiscoveryConfig {
     pub pod_selector: Option<String>,
     /// How pods are read into targets.
     pub targets: TargetConfig,
+    /// Where the agent publishes: in `companion` mode the agent's statuses
+    /// are read from a watch of the companions (`KuraInstanceHealth`), and
+    /// an instance's `status.rolloutHealth` is Kura's controller's.
+    pub publication: PublicationTarget,
 }
 
 /// The running watches' caches. Cheap to clone.
@@ -64,6 +71,8 @@ pub struct Discovery {
     client: Client,
     /// The watched namespaces, in scope order; empty: one scope, all.
     namespaces: Vec<String>,
+    /// Where the agent publishes (where a status is read again from).
+    publication: PublicationTarget,
 }
 
 /// No pod list complete yet.
@@ -194,6 +203,8 @@ impl WatchState {
 const INSTANCES: &str = label::KURAINSTANCES;
 /// The `resource` of the pod watches.
 const PODS: &str = label::PODS;
+/// The `resource` of the companion watches (companion mode).
+const COMPANIONS: &str = label::KURAINSTANCEHEALTHS;
 
 /// The future that drives every watch of a [`Discovery`]; it runs until
 /// dropped (watch errors are retried with kube's default backoff).
@@ -245,10 +256,9 @@ impl Discovery {
         } else {
             config.namespaces.iter().map(|n| Some(n.as_str())).collect()
         };
-        let store = Arc::new(Mutex::new(FactStore::new(
-            scopes.len(),
-            config.targets.clone(),
-        )));
+        let store = Arc::new(Mutex::new(
+            FactStore::new(scopes.len(), config.targets.clone()).with_target(config.publication),
+        ));
         let mut watches = Vec::new();
         let image_changes = Arc::new(watch::Sender::new(0u64));
         let mut drivers: Vec<DiscoveryDriver> = Vec::new();
@@ -289,6 +299,25 @@ impl Discovery {
                 },
             ));
 
+            if config.publication == PublicationTarget::Companion {
+                let companion_api: Api<CompanionObject> = match scope {
+                    Some(ns) => Api::namespaced(client.clone(), ns),
+                    None => Api::all(client.clone()),
+                };
+                let state = Arc::new(WatchState::new(COMPANIONS, i));
+                watches.push(Arc::clone(&state));
+                let facts = Arc::clone(&store);
+                drivers.push(driven(
+                    watcher::watcher(
+                        companion_api,
+                        watcher::Config::default().page_size(LIST_PAGE_SIZE),
+                    )
+                    .default_backoff(),
+                    state,
+                    move |ev| locked(&facts).apply_companion(i, ev),
+                ));
+            }
+
             let state = Arc::new(WatchState::new(PODS, i));
             watches.push(Arc::clone(&state));
             let listed = Arc::new(AtomicU64::new(NOT_LISTED));
@@ -315,6 +344,7 @@ impl Discovery {
                 pod_lists,
                 client,
                 namespaces: config.namespaces.clone(),
+                publication: config.publication,
             },
             driver,
         )
@@ -395,33 +425,35 @@ impl Discovery {
             locked(&self.store).abandon_reread(key);
             return;
         };
-        let api: Api<InstanceObject> = Api::namespaced(self.client.clone(), &key.namespace);
         let store = Arc::clone(&self.store);
         let key = key.clone();
-        tokio::spawn(async move {
-            let mut wait = REREAD_FIRST_WAIT;
-            loop {
-                if !locked(&store).status_pending(&key) {
-                    return; // a watch event brought it, or it was released again
-                }
-                match api.get_opt(&key.name).await {
-                    Ok(Some(obj)) => {
-                        locked(&store).apply_instance(scope, &watcher::Event::Apply(obj));
-                        return;
-                    }
-                    Ok(None) => {
-                        locked(&store).abandon_reread(&key);
-                        return;
-                    }
-                    Err(e) => {
-                        tracing::warn!(namespace = %key.namespace, instance = %key.name,
-                            error = %e, "reading the instance's status again failed; retrying");
-                        tokio::time::sleep(wait).await;
-                        wait = (wait * 2).min(REREAD_MAX_WAIT);
-                    }
-                }
+        match self.publication {
+            PublicationTarget::Instance => {
+                let api: Api<InstanceObject> = Api::namespaced(self.client.clone(), &key.namespace);
+                tokio::spawn(reread(api, store, key, move |store, obj| {
+                    store.apply_instance(scope, &watcher::Event::Apply(obj));
+                }));
             }
-        });
+            PublicationTarget::Companion => {
+                let api: Api<CompanionObject> =
+                    Api::namespaced(self.client.clone(), &key.namespace);
+                tokio::spawn(reread(api, store, key, move |store, obj| {
+                    store.apply_companion(scope, &watcher::Event::Apply(obj));
+                }));
+            }
+        }
+    }
+
+    /// The instances another manager contests (instance mode), with that
+    /// manager and the instance's UID.
+    pub fn contested(&self) -> Vec<Contest> {
+        locked(&self.store).contested()
+    }
+
+    /// Kura's controller's own numbers of every instance that has them
+    /// (companion mode).
+    pub fn controller_healths(&self) -> Vec<(InstanceKey, ControllerHealth)> {
+        locked(&self.store).controller_healths()
     }
 
     /// Whether `key`'s status is being read again: a task must not start
@@ -436,6 +468,51 @@ impl Discovery {
             return Some(0);
         }
         self.namespaces.iter().position(|n| n == namespace)
+    }
+}
+
+/// Reads `key`'s status again (the instance's, or its companion's, through
+/// `api`) until it answers or the object is gone (the read given up, so a
+/// task may start without it), retried with back-off; stops early when a
+/// watch event brought it or it was released again.
+async fn reread<K>(
+    api: Api<K>,
+    store: Arc<Mutex<FactStore>>,
+    key: InstanceKey,
+    apply: impl Fn(&mut FactStore, K),
+) where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    let mut wait = REREAD_FIRST_WAIT;
+    loop {
+        if !locked(&store).status_pending(&key) {
+            return; // a watch event brought it, or it was released again
+        }
+        match api.get_opt(&key.name).await {
+            Ok(Some(obj)) => {
+                apply(&mut locked(&store), obj);
+                // A companion without a status leaves nothing pending.
+                locked(&store).abandon_reread(&key);
+                return;
+            }
+            Ok(None) => {
+                locked(&store).abandon_reread(&key);
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(namespace = %key.namespace, instance = %key.name,
+                    error = %e, "reading the instance's status again failed; retrying");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(REREAD_MAX_WAIT);
+            }
+        }
+    }
+}
+
+/// The instance watch's view of who else writes `status.rolloutHealth`.
+impl crate::model::ContestSource for Discovery {
+    fn contested_by(&self, key: &InstanceKey) -> Option<Box<str>> {
+        locked(&self.store).contested_by(key)
     }
 }
 
@@ -497,6 +574,7 @@ mod tests {
         let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
         let client = Client::new(service, "default");
         let config = DiscoveryConfig {
+            publication: PublicationTarget::Instance,
             namespaces: vec![],
             instance_selector: None,
             pod_selector: Some("app.kubernetes.io/name=kura".into()),

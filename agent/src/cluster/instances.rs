@@ -9,11 +9,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kura_schemas::{KuraInstanceSpec, KuraInstanceStatus, RolloutGate, RolloutHealth};
 
 use crate::model::{
-    GATE_CONFIG_ANNOTATION, InstanceInfo, InstanceKey, InstanceTraits,
-    SERVING_ROLLBACK_FLOOR_ANNOTATION, update_paused_of,
+    ControllerHealth, GATE_CONFIG_ANNOTATION, InstanceInfo, InstanceKey, InstanceTraits,
+    PublicationTarget, SERVING_ROLLBACK_FLOOR_ANNOTATION, update_paused_of,
 };
 
-use super::wire::InstanceObject;
+use super::wire::{CompanionObject, InstanceObject};
 
 /// An instance discovery could not use, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,6 +57,15 @@ pub struct InstanceEntry {
     /// for about a seventh more entries than it holds, most of them
     /// without a status once their tasks hold it.
     pub status: Option<Box<KuraInstanceStatus>>,
+    /// Instance mode: a manager other than the agent that owns a field
+    /// under `status.rolloutHealth` (the agent stops writing the
+    /// instance: `StatusContested`).
+    pub contested_by: Option<Box<str>>,
+    /// Companion mode: Kura's controller's own `ready`, `serving` and
+    /// `sampledAt`, compared with the agent's aggregate.
+    pub controller: Option<ControllerHealth>,
+    /// `metadata.uid`, what an Event about the instance points at.
+    pub uid: Option<Box<str>>,
 }
 
 /// The key of a watched instance, when it has a name and a namespace.
@@ -67,19 +76,74 @@ pub fn key_of(obj: &InstanceObject) -> Option<InstanceKey> {
     ))
 }
 
-/// Reads one instance.
+/// Reads one instance, the agent publishing on it (`instance` mode).
+#[cfg(test)]
 pub fn entry_of(obj: &InstanceObject) -> InstanceEntry {
-    let (status, status_warnings) = lenient_status(obj.status.as_ref());
+    entry_for(obj, PublicationTarget::Instance)
+}
+
+/// Reads one instance for publication `target`: in `instance` mode its
+/// status is what the agent continues from and another manager of
+/// `status.rolloutHealth` contests it; in `companion` mode its
+/// `status.rolloutHealth` is Kura's controller's (read for
+/// [`ControllerHealth`] only) and the agent's status comes from the
+/// companion ([`companion_status`]).
+pub fn entry_for(obj: &InstanceObject, target: PublicationTarget) -> InstanceEntry {
+    let (status, status_warnings, contested_by, controller) = match target {
+        PublicationTarget::Instance => {
+            let (status, warnings) = lenient_status(obj.status.as_ref());
+            let contested = obj.other_rollout_health_manager().map(Box::from);
+            (status, warnings, contested, None)
+        }
+        PublicationTarget::Companion => {
+            let controller = obj
+                .status
+                .as_ref()
+                .and_then(|s| s.get("rolloutHealth"))
+                .and_then(ControllerHealth::of);
+            (None, Vec::new(), None, controller)
+        }
+    };
+    let uid = obj.metadata.uid.as_deref().map(Box::from);
     match shape_of(obj, status_warnings) {
         Ok(shape) => InstanceEntry {
             shape: Ok(shape),
             status: status.map(Box::new),
+            contested_by,
+            controller,
+            uid,
         },
         Err(reason) => InstanceEntry {
             shape: Err(reason),
             status: None,
+            contested_by: None,
+            controller: None,
+            uid,
         },
     }
+}
+
+/// The agent's status as a companion carries it (`rolloutHealth`,
+/// `rolloutGate`, `conditions`, read field group by field group like an
+/// instance's), with why a field could not be read.
+pub fn companion_status(obj: &CompanionObject) -> (Option<KuraInstanceStatus>, Vec<String>) {
+    let (status, warnings) = lenient_status(obj.status.as_ref());
+    let status = status.map(|s| KuraInstanceStatus {
+        rollout_health: s.rollout_health,
+        rollout_gate: s.rollout_gate,
+        conditions: s.conditions,
+        ..KuraInstanceStatus::default()
+    });
+    (status, warnings)
+}
+
+/// The key of a watched companion (its instance's), when it has a name and
+/// a namespace.
+pub fn companion_key_of(obj: &CompanionObject) -> Option<InstanceKey> {
+    Some(InstanceKey::new(
+        obj.metadata.namespace.clone()?,
+        obj.metadata.name.clone()?,
+    ))
 }
 
 fn shape_of(obj: &InstanceObject, status_warnings: Vec<String>) -> Result<InstanceShape, String> {

@@ -8,6 +8,7 @@
 mod discovery;
 mod instances;
 mod pods;
+mod publication;
 mod source;
 mod store;
 mod wire;
@@ -15,4 +16,5 @@ mod wire;
 pub use discovery::kura_instance_resource;
 pub(crate) use discovery::{Discovery, DiscoveryConfig};
 pub(crate) use pods::{PollPort, TargetConfig};
+pub use publication::{KURA_INSTANCE_CRD, choose as choose_publication_target};
 pub(crate) use source::ClusterTargets;

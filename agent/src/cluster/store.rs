@@ -22,11 +22,14 @@ use std::sync::Arc;
 
 use kube::runtime::watcher;
 
-use crate::model::{InstanceKey, InstanceTarget};
+use crate::model::{Contest, ControllerHealth, InstanceKey, InstanceTarget, PublicationTarget};
+use kura_schemas::KuraInstanceStatus;
 
-use super::instances::{InstanceEntry, SkippedInstance, entry_of, key_of};
+use super::instances::{
+    InstanceEntry, SkippedInstance, companion_key_of, companion_status, entry_for, key_of,
+};
 use super::pods::{PodFacts, TargetConfig, facts_of};
-use super::wire::{InstanceObject, PodObject};
+use super::wire::{CompanionObject, InstanceObject, PodObject};
 
 /// How many changes the log keeps: a reader further behind re-reads
 /// every target (at 10,000 pods, about 70 KB of keys).
@@ -122,6 +125,27 @@ struct Scope {
     instance_relist: Option<HashMap<InstanceKey, InstanceEntry>>,
     /// A re-list of pods in progress.
     pod_relist: Option<(HashMap<InstanceKey, PodsOf>, Owners)>,
+    /// Companion mode: the agent's status as each companion carries it
+    /// (released instances' left out), by instance.
+    companions: HashMap<InstanceKey, Box<KuraInstanceStatus>>,
+    /// A re-list of companions in progress.
+    companion_relist: Option<HashMap<InstanceKey, Box<KuraInstanceStatus>>>,
+}
+
+impl Scope {
+    /// The status `key`'s target continues from: the instance's own in
+    /// `instance` mode, its companion's in `companion` mode.
+    fn status_of<'a>(
+        &'a self,
+        target: PublicationTarget,
+        key: &InstanceKey,
+        entry: &'a InstanceEntry,
+    ) -> Option<&'a KuraInstanceStatus> {
+        match target {
+            PublicationTarget::Instance => entry.status.as_deref(),
+            PublicationTarget::Companion => self.companions.get(key).map(|b| &**b),
+        }
+    }
 }
 
 /// What applying one instance event found.
@@ -148,10 +172,13 @@ pub struct FactStore {
     /// without it): the next event that brings one logs the instance as
     /// changed, so the loop reads its target again.
     rereading: HashSet<InstanceKey>,
+    /// Where the agent publishes: where the statuses come from.
+    target: PublicationTarget,
 }
 
 impl FactStore {
-    /// An empty store of `scopes` watch scopes, reading pods with `config`.
+    /// An empty store of `scopes` watch scopes, reading pods with `config`,
+    /// the agent publishing on the instances.
     pub fn new(scopes: usize, config: TargetConfig) -> Self {
         FactStore {
             config,
@@ -160,7 +187,129 @@ impl FactStore {
             log: VecDeque::new(),
             released: HashSet::new(),
             rereading: HashSet::new(),
+            target: PublicationTarget::Instance,
         }
+    }
+
+    /// The store for publication `target`: in `companion` mode the
+    /// statuses come from the companions ([`FactStore::apply_companion`]).
+    pub fn with_target(mut self, target: PublicationTarget) -> Self {
+        self.target = target;
+        self
+    }
+
+    /// Applies one event of scope `scope`'s companion watch (companion
+    /// mode): the agent's status as the companion carries it, kept for
+    /// instances whose status is kept. A status being read again that
+    /// comes in logs its instance as changed. A re-list is swapped in
+    /// whole.
+    pub fn apply_companion(&mut self, scope: usize, event: &watcher::Event<CompanionObject>) {
+        if scope >= self.scopes.len() {
+            return;
+        }
+        let read = |obj: &CompanionObject| {
+            let key = companion_key_of(obj)?;
+            let (status, warnings) = companion_status(obj);
+            if !warnings.is_empty() {
+                tracing::warn!(instance = %key, warnings = ?warnings,
+                    "fields of the companion's status could not be read");
+            }
+            Some((key, status.map(Box::new)))
+        };
+        let mut changed = Vec::new();
+        let s = &mut self.scopes[scope];
+        match event {
+            watcher::Event::Init => s.companion_relist = Some(HashMap::new()),
+            watcher::Event::InitApply(obj) => {
+                if let (Some(relist), Some((key, Some(status)))) =
+                    (s.companion_relist.as_mut(), read(obj))
+                    && !self.released.contains(&key)
+                {
+                    relist.insert(key, status);
+                }
+            }
+            watcher::Event::InitDone => {
+                if let Some(new) = s.companion_relist.take() {
+                    s.companions = new;
+                    self.rereading.retain(|key| {
+                        if s.companions.contains_key(key) {
+                            changed.push(key.clone());
+                            false
+                        } else {
+                            true
+                        }
+                    });
+                }
+            }
+            watcher::Event::Apply(obj) => {
+                if let Some((key, status)) = read(obj)
+                    && !self.released.contains(&key)
+                {
+                    match status {
+                        Some(status) => {
+                            s.companions.insert(key.clone(), status);
+                        }
+                        None => {
+                            s.companions.remove(&key);
+                        }
+                    }
+                    if self.rereading.remove(&key) {
+                        changed.push(key);
+                    }
+                }
+            }
+            watcher::Event::Delete(obj) => {
+                if let Some(key) = companion_key_of(obj) {
+                    s.companions.remove(&key);
+                }
+            }
+        }
+        for key in changed {
+            self.mark(key);
+        }
+    }
+
+    /// The instances another manager contests (instance mode: it owns a
+    /// field under `status.rolloutHealth`), with that manager and the
+    /// instance's UID.
+    pub fn contested(&self) -> Vec<Contest> {
+        if self.target != PublicationTarget::Instance {
+            return Vec::new();
+        }
+        let mut out: Vec<_> = self
+            .scopes
+            .iter()
+            .flat_map(|s| s.instances.iter())
+            .filter_map(|(k, e)| {
+                Some(Contest {
+                    key: k.clone(),
+                    manager: e.contested_by.clone()?,
+                    uid: e.uid.clone(),
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        out
+    }
+
+    /// The manager contesting `key` (instance mode), if any.
+    pub fn contested_by(&self, key: &InstanceKey) -> Option<Box<str>> {
+        if self.target != PublicationTarget::Instance {
+            return None;
+        }
+        self.scopes
+            .iter()
+            .find_map(|s| s.instances.get(key)?.contested_by.clone())
+    }
+
+    /// Kura's controller's own numbers of every instance that has them
+    /// (companion mode), with the instance's UID.
+    pub fn controller_healths(&self) -> Vec<(InstanceKey, ControllerHealth)> {
+        self.scopes
+            .iter()
+            .flat_map(|s| s.instances.iter())
+            .filter_map(|(k, e)| Some((k.clone(), e.controller?)))
+            .collect()
     }
 
     /// Stops keeping `key`'s status (and drops the one kept): this
@@ -175,6 +324,7 @@ impl FactStore {
             if let Some(entry) = s.instances.get_mut(key) {
                 entry.status = None;
             }
+            s.companions.remove(key);
         }
     }
 
@@ -209,7 +359,7 @@ impl FactStore {
 
     /// The entry of a watched instance, its status let go when released.
     fn entry_for(&self, key: &InstanceKey, obj: &InstanceObject) -> InstanceEntry {
-        let mut entry = entry_of(obj);
+        let mut entry = entry_for(obj, self.target);
         if self.released.contains(key) {
             entry.status = None;
         }
@@ -417,7 +567,12 @@ impl FactStore {
         for s in &self.scopes {
             for (key, entry) in &s.instances {
                 match &entry.shape {
-                    Ok(_) => out.instances.extend(target(s.pods.get(key), entry, max)),
+                    Ok(_) => out.instances.extend(target(
+                        s.pods.get(key),
+                        entry,
+                        s.status_of(self.target, key, entry),
+                        max,
+                    )),
                     Err(reason) => out.skipped.push(SkippedInstance {
                         key: key.clone(),
                         reason: reason.clone(),
@@ -439,7 +594,12 @@ impl FactStore {
             .filter_map(|key| {
                 self.scopes.iter().find_map(|s| {
                     let entry = s.instances.get(key)?;
-                    target(s.pods.get(key), entry, self.config.max_pods_per_instance)
+                    target(
+                        s.pods.get(key),
+                        entry,
+                        s.status_of(self.target, key, entry),
+                        self.config.max_pods_per_instance,
+                    )
                 })
             })
             .collect()
@@ -450,7 +610,11 @@ impl FactStore {
         let mut out: Vec<InstanceTarget> = self
             .scopes
             .iter()
-            .flat_map(|s| s.instances.values().filter_map(|e| target(None, e, 0)))
+            .flat_map(|s| {
+                s.instances
+                    .iter()
+                    .filter_map(|(k, e)| target(None, e, s.status_of(self.target, k, e), 0))
+            })
             .collect();
         out.sort_by(|a, b| {
             (&a.info.namespace, &a.info.name).cmp(&(&b.info.namespace, &b.info.name))
@@ -460,9 +624,10 @@ impl FactStore {
 
     /// One usable instance with its stored status, without pods.
     pub fn stored_one(&self, key: &InstanceKey) -> Option<InstanceTarget> {
-        self.scopes
-            .iter()
-            .find_map(|s| target(None, s.instances.get(key)?, 0))
+        self.scopes.iter().find_map(|s| {
+            let entry = s.instances.get(key)?;
+            target(None, entry, s.status_of(self.target, key, entry), 0)
+        })
     }
 
     /// What the store holds: instances, pods.
@@ -535,7 +700,13 @@ fn upsert_pod(
 
 /// The target of a usable instance; its pods from `pods` (the first
 /// `max` by name; the others counted as dropped).
-fn target(pods: Option<&PodsOf>, entry: &InstanceEntry, max: usize) -> Option<InstanceTarget> {
+/// `status` is what the target continues from ([`Scope::status_of`]).
+fn target(
+    pods: Option<&PodsOf>,
+    entry: &InstanceEntry,
+    status: Option<&KuraInstanceStatus>,
+    max: usize,
+) -> Option<InstanceTarget> {
     let shape = entry.shape.as_ref().ok()?;
     let all = pods.map_or(0, |p| p.0.len());
     let pods: Vec<_> = pods
@@ -550,7 +721,7 @@ fn target(pods: Option<&PodsOf>, entry: &InstanceEntry, max: usize) -> Option<In
         node_local_network: shape.node_local_network,
         pods_dropped: all - pods.len(),
         pods,
-        previous_status: entry.status.clone(),
+        previous_status: status.cloned().map(Box::new),
         status_warnings: shape.status_warnings.clone(),
         gate_config: shape.gate_config.clone(),
         traits: shape.traits.clone(),
@@ -1101,5 +1272,116 @@ mod tests {
         }
         store.apply_pod(0, &Event::InitDone, &only_beta);
         assert_eq!(store.counts(), (0, 2));
+    }
+
+    fn companion(name: &str, verdict: &str) -> CompanionObject {
+        serde_json::from_value(json!({
+            "apiVersion": "health.kura.tuist.dev/v1alpha1", "kind": "KuraInstanceHealth",
+            "metadata": {"name": name, "namespace": "kura", "generation": 1},
+            "status": {"rolloutGate": {"targetImage": "i", "verdict": verdict,
+                                       "evaluatedAt": "2026-07-21T10:00:00Z"},
+                       "observedGeneration": 1}
+        }))
+        .expect("companion")
+    }
+
+    fn verdict_of(store: &FactStore, name: &str) -> Option<String> {
+        store
+            .stored_one(&key(name))
+            .and_then(|t| t.previous_status)
+            .and_then(|s| s.rollout_gate)
+            .map(|g| g.verdict.as_str().to_owned())
+    }
+
+    /// In companion mode the agent's status comes from the companion, the
+    /// instance's `rolloutHealth` is Kura's controller's (read for the
+    /// side-by-side numbers only), and a status read again completes when
+    /// the companion brings it.
+    #[test]
+    fn companion_mode_reads_the_agents_status_from_the_companion() {
+        let mut store =
+            FactStore::new(1, TargetConfig::default()).with_target(PublicationTarget::Companion);
+        let controller = json!({"phase": "Running",
+            "rolloutHealth": {"ready": true, "serving": false, "sampledPods": 3,
+                              "sampledAt": "2026-07-21T10:00:00Z"},
+            "rolloutGate": {"targetImage": "i", "verdict": "hard_stop",
+                            "evaluatedAt": "2026-07-21T10:00:00Z"}});
+        store.apply_instance(0, &Event::Init);
+        store.apply_instance(
+            0,
+            &Event::InitApply(instance("kura", "acme", 1, controller)),
+        );
+        store.apply_instance(0, &Event::InitDone);
+        assert_eq!(
+            verdict_of(&store, "acme"),
+            None,
+            "nothing of the instance's status is the agent's"
+        );
+        let theirs = store.controller_healths();
+        assert_eq!(theirs.len(), 1);
+        assert_eq!(theirs[0].1.ready, Some(true));
+        assert_eq!(theirs[0].1.serving, Some(false));
+
+        store.apply_companion(0, &Event::Init);
+        store.apply_companion(0, &Event::InitApply(companion("acme", "healthy")));
+        assert_eq!(
+            verdict_of(&store, "acme"),
+            None,
+            "not before the list is in"
+        );
+        store.apply_companion(0, &Event::InitDone);
+        assert_eq!(verdict_of(&store, "acme").as_deref(), Some("healthy"));
+
+        // Released: the task holds it; the companion's updates are not kept.
+        store.release_status(&key("acme"));
+        store.apply_companion(0, &Event::Apply(companion("acme", "unhealthy")));
+        assert_eq!(verdict_of(&store, "acme"), None);
+        // Kept again: pending until the companion brings it, then changed.
+        assert!(store.keep_status(&key("acme")));
+        assert!(store.status_pending(&key("acme")));
+        let rev = store.revision();
+        store.apply_instance(
+            0,
+            &Event::Apply(instance("kura", "acme", 1, json!({"phase": "Running"}))),
+        );
+        assert!(
+            store.status_pending(&key("acme")),
+            "the instance brings no status of the agent's"
+        );
+        store.apply_companion(0, &Event::Apply(companion("acme", "unhealthy")));
+        assert!(!store.status_pending(&key("acme")));
+        assert_eq!(store.changed_since(rev), Some(vec![key("acme")]));
+        assert_eq!(verdict_of(&store, "acme").as_deref(), Some("unhealthy"));
+        // A deleted companion takes its status with it.
+        store.apply_companion(0, &Event::Delete(companion("acme", "unhealthy")));
+        assert_eq!(verdict_of(&store, "acme"), None);
+        assert!(store.contested().is_empty(), "no contest in companion mode");
+    }
+
+    /// In instance mode another manager of `status.rolloutHealth` is a
+    /// contest, named with the instance's UID.
+    #[test]
+    fn instance_mode_names_another_manager_of_rollout_health() {
+        let contested: InstanceObject = serde_json::from_value(json!({
+            "apiVersion": "kura.tuist.dev/v1alpha1", "kind": "KuraInstance",
+            "metadata": {"name": "acme", "namespace": "kura", "generation": 1, "uid": "u-acme",
+                "managedFields": [{"manager": "manager", "operation": "Update", "subresource": "status",
+                    "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:rolloutHealth": {"f:ready": {}}}}}]},
+            "spec": {"image": "i", "replicas": 1}
+        }))
+        .expect("instance");
+        let mut store = listed(
+            vec![contested, instance("kura", "beta", 1, json!(null))],
+            vec![],
+            TargetConfig::default(),
+        );
+        let found = store.contested();
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].key, key("acme"));
+        assert_eq!(&*found[0].manager, "manager");
+        assert_eq!(found[0].uid.as_deref(), Some("u-acme"));
+        assert_eq!(store.contested_by(&key("beta")), None);
+        store.apply_instance(0, &Event::Apply(instance("kura", "acme", 1, json!(null))));
+        assert!(store.contested().is_empty(), "the contest ends with it");
     }
 }

@@ -10,19 +10,22 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    ManagedFieldsEntry, ObjectMeta, OwnerReference, Time,
+};
 use kube::Resource;
-use kura_schemas::KuraInstance;
+use kura_schemas::{KuraInstance, KuraInstanceHealth};
 use serde::de::{IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
-use crate::model::{GATE_CONFIG_ANNOTATION, SERVING_ROLLBACK_FLOOR_ANNOTATION};
+use crate::model::{FIELD_MANAGER, GATE_CONFIG_ANNOTATION, SERVING_ROLLBACK_FLOOR_ANNOTATION};
 
-/// The metadata fields discovery and the watcher read; the rest
-/// (`managedFields`, labels, other annotations) is skipped.
+/// The metadata fields discovery and the watcher read; the rest (labels,
+/// other annotations, and of `managedFields` everything but which manager
+/// owns `status.rolloutHealth`) is skipped.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct MetaRead {
+struct MetaRead<M> {
     name: Option<String>,
     namespace: Option<String>,
     uid: Option<String>,
@@ -32,12 +35,81 @@ struct MetaRead {
     #[serde(default, deserialize_with = "gate_annotation_only")]
     annotations: Option<BTreeMap<String, String>>,
     deletion_timestamp: Option<Time>,
+    /// A Pod's are skipped ([`Skipped`]); an instance's are read for
+    /// their managers of `status.rolloutHealth`.
+    #[serde(default)]
+    managed_fields: M,
 }
 
-/// Reads `metadata` keeping only what discovery uses.
+/// A value skipped while parsing.
+#[derive(Default)]
+struct Skipped;
+
+impl<'de> Deserialize<'de> for Skipped {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        IgnoredAny::deserialize(d)?;
+        Ok(Skipped)
+    }
+}
+
+/// One `managedFields` entry, read for one thing only: whether it owns
+/// something under `status.rolloutHealth` (every other field set is
+/// skipped while parsing).
+#[derive(Deserialize)]
+struct ManagedRead {
+    manager: Option<String>,
+    #[serde(rename = "fieldsV1")]
+    fields_v1: Option<FieldsRead>,
+}
+
+/// `fieldsV1`, its `f:status` only.
+#[derive(Deserialize)]
+struct FieldsRead {
+    #[serde(rename = "f:status")]
+    status: Option<StatusFieldsRead>,
+}
+
+/// `f:status`, its `f:rolloutHealth` only.
+#[derive(Deserialize)]
+struct StatusFieldsRead {
+    #[serde(rename = "f:rolloutHealth")]
+    rollout_health: Option<IgnoredAny>,
+}
+
+/// The first manager other than the agent that owns a field under
+/// `status.rolloutHealth`, as a one-entry `managedFields` (its manager
+/// only): what [`InstanceObject::other_rollout_health_manager`] reads.
+fn other_manager(entries: Option<Vec<ManagedRead>>) -> Option<Vec<ManagedFieldsEntry>> {
+    let manager = entries?.into_iter().find_map(|e| {
+        let owns = e
+            .fields_v1
+            .and_then(|f| f.status)
+            .is_some_and(|s| s.rollout_health.is_some());
+        e.manager.filter(|m| owns && m != FIELD_MANAGER)
+    })?;
+    Some(vec![ManagedFieldsEntry {
+        manager: Some(manager),
+        ..ManagedFieldsEntry::default()
+    }])
+}
+
+/// Reads a Pod's `metadata` keeping only what discovery uses (its
+/// `managedFields` skipped).
 fn slim_meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
-    let m = MetaRead::deserialize(d)?;
-    Ok(ObjectMeta {
+    let m = MetaRead::<Skipped>::deserialize(d)?;
+    Ok(kept_meta(m, None))
+}
+
+/// Reads an instance's (or a companion's) `metadata` like a Pod's, also
+/// keeping another manager of `status.rolloutHealth` ([`other_manager`]).
+fn instance_meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
+    let mut m = MetaRead::<Option<Vec<ManagedRead>>>::deserialize(d)?;
+    let managed = other_manager(m.managed_fields.take());
+    Ok(kept_meta(m, managed))
+}
+
+fn kept_meta<M>(m: MetaRead<M>, managed_fields: Option<Vec<ManagedFieldsEntry>>) -> ObjectMeta {
+    ObjectMeta {
         name: m.name,
         namespace: m.namespace,
         uid: m.uid,
@@ -50,8 +122,9 @@ fn slim_meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
         }),
         annotations: m.annotations,
         deletion_timestamp: m.deletion_timestamp,
+        managed_fields,
         ..ObjectMeta::default()
-    })
+    }
 }
 
 /// Reads `metadata.annotations` keeping only the gate-config annotation
@@ -184,11 +257,40 @@ pub struct ContainerStatusRead {
 #[resource(inherit = "KuraInstance")]
 pub struct InstanceObject {
     /// The metadata kept (see the module documentation).
-    #[serde(deserialize_with = "slim_meta", default)]
+    #[serde(deserialize_with = "instance_meta", default)]
     pub metadata: ObjectMeta,
     /// `spec`, as sent.
     #[serde(default)]
     pub spec: Option<serde_json::Value>,
+    /// `status`, as sent.
+    #[serde(default)]
+    pub status: Option<serde_json::Value>,
+}
+
+impl InstanceObject {
+    /// A manager other than the agent that owns a field under
+    /// `status.rolloutHealth` (Kura's controller publishing its own), if
+    /// the object's `managedFields` name one.
+    pub fn other_rollout_health_manager(&self) -> Option<&str> {
+        self.metadata
+            .managed_fields
+            .as_ref()?
+            .first()?
+            .manager
+            .as_deref()
+    }
+}
+
+/// A `KuraInstanceHealth` (the companion) as discovery reads it: its
+/// metadata kept like an instance's, its `status` as JSON (read like an
+/// instance's status), nothing else.
+#[derive(Resource, Clone, Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+#[resource(inherit = "KuraInstanceHealth")]
+pub struct CompanionObject {
+    /// The metadata kept.
+    #[serde(deserialize_with = "instance_meta", default)]
+    pub metadata: ObjectMeta,
     /// `status`, as sent.
     #[serde(default)]
     pub status: Option<serde_json::Value>,
@@ -256,5 +358,28 @@ mod tests {
             serde_json::from_value(json!({"metadata": {"name": "a", "annotations": null}}))
                 .expect("null annotations");
         assert_eq!(null.metadata.annotations, None);
+    }
+
+    #[test]
+    fn an_instance_keeps_only_another_manager_of_rollout_health() {
+        let with = |entries: serde_json::Value| -> InstanceObject {
+            serde_json::from_value(json!({"metadata": {"name": "a", "managedFields": entries}}))
+                .expect("instance")
+        };
+        let ours = json!({"manager": FIELD_MANAGER, "operation": "Apply", "subresource": "status",
+            "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:rolloutHealth": {"f:ready": {}}}}});
+        let phase = json!({"manager": "manager", "operation": "Update", "subresource": "status",
+            "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:phase": {}}}});
+        let theirs = json!({"manager": "manager", "operation": "Update", "subresource": "status",
+            "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {".": {}, "f:rolloutHealth": {".": {}, "f:ready": {}}}}});
+        assert_eq!(
+            with(json!([ours, phase])).other_rollout_health_manager(),
+            None
+        );
+        let contested = with(json!([ours, phase, theirs]));
+        assert_eq!(contested.other_rollout_health_manager(), Some("manager"));
+        let kept = contested.metadata.managed_fields.expect("one entry");
+        assert_eq!(kept.len(), 1, "only the manager, nothing of its fields");
+        assert!(kept[0].fields_v1.is_none());
     }
 }

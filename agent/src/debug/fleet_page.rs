@@ -27,7 +27,7 @@ use crate::debug::fleet_window::{Key, Shown, Window, sort_key, target_image};
 use crate::debug::html::{self, Page, age, clock, escape, instance_href, yes_no};
 use crate::debug::signals::{sample_age, summary};
 use crate::model::{MembersSnapshot, WriteRecord};
-use crate::view::{Readiness, Standing};
+use crate::view::{PublicationState, Readiness, Standing};
 
 /// One cell: its sort key and its markup.
 struct Cell<'a> {
@@ -231,6 +231,9 @@ pub struct Fleet<'a> {
     pub members: Option<&'a MembersSnapshot>,
     /// Render time.
     pub now: Timestamp,
+    /// Where the agent publishes, what is contested, where Kura's
+    /// controller disagrees.
+    pub publication: &'a PublicationState,
 }
 
 /// `n` with thousands separators: `5,000`.
@@ -273,6 +276,7 @@ pub fn render(fleet: &Fleet<'_>, query: &FleetQuery) -> String {
         );
     }
     body.push_str("</ul>\n");
+    body.push_str(&publication_line(fleet.publication));
     body.push_str(&crate::debug::shadow::fleet_section(&window.shadow));
     filter_form(&mut body, window, query);
     window_nav(&mut body, window, query);
@@ -479,6 +483,39 @@ fn window_nav(body: &mut String, window: &Window, query: &FleetQuery) {
         link(body, next, "next", format!("next {}", thousands(n)));
     }
     body.push_str("</nav></div>\n");
+}
+
+/// Where the agent publishes (the target, who chose it and why), and how
+/// many instances are contested or disagree with Kura's controller.
+fn publication_line(p: &PublicationState) -> String {
+    let Some(choice) = &p.choice else {
+        return String::new();
+    };
+    let mut h = format!(
+        "<p class=\"muted\" id=\"publication\">publishes on: <strong>{}</strong> ({}: {})",
+        match choice.target {
+            crate::model::PublicationTarget::Instance => "the KuraInstances' status",
+            crate::model::PublicationTarget::Companion => "companion KuraInstanceHealth objects",
+        },
+        escape(choice.chosen_by),
+        escape(&choice.reason),
+    );
+    if !p.contested.is_empty() {
+        let _ = write!(
+            h,
+            " · <span class=\"fail\">{} instance(s) contested by another writer of status.rolloutHealth: not written (StatusContested)</span>",
+            p.contested.len()
+        );
+    }
+    if !p.disagreements.is_empty() {
+        let _ = write!(
+            h,
+            " · <span class=\"fail\">{} instance(s) where Kura's controller disagrees on ready or serving</span>",
+            p.disagreements.len()
+        );
+    }
+    h.push_str("</p>\n");
+    h
 }
 
 /// The sharding section: this replica, its Lease, the live members.

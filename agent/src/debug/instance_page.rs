@@ -30,6 +30,9 @@ pub struct Instance<'a> {
     pub now: Timestamp,
     /// Auto-refresh on.
     pub refresh: bool,
+    /// What the agent says about publishing this instance: contested,
+    /// or disagreeing with Kura's controller (one line each).
+    pub publication_notes: &'a [String],
 }
 
 /// The verdict as a sentence, e.g. "unhealthy since 10:42:03: fd timeouts
@@ -398,6 +401,13 @@ pub fn render(page: &Instance<'_>) -> String {
         sentence(v, page.history, now),
     );
     body.push_str(&facts(v, &owner, now));
+    if !page.publication_notes.is_empty() {
+        body.push_str("<ul class=\"notes\" id=\"publication\">");
+        for n in page.publication_notes {
+            let _ = write!(body, "<li class=\"fail\">{}</li>", escape(n));
+        }
+        body.push_str("</ul>");
+    }
     body.push_str(&crate::debug::shadow::instance_section(
         v,
         page.history.and_then(|h| h.limits.as_ref()),

@@ -245,12 +245,14 @@ fn respond_whole(
             let owner = html::owner(members.as_ref());
             let window = fleet_window::gather(&state.view, &query, &owner, now);
             let readiness = state.view.readiness();
+            let publication = state.view.publication();
             let fleet = Fleet {
                 window: &window,
                 owner: &owner,
                 readiness: &readiness,
                 members: members.as_ref(),
                 now,
+                publication: &publication,
             };
             let body = fleet_page::render(&fleet, &query);
             page(StatusCode::OK, body)
@@ -265,6 +267,7 @@ fn respond_whole(
                     let refresh = !html::query_pairs(query)
                         .iter()
                         .any(|(k, v)| k == "refresh" && v == "off");
+                    let notes = state.view.publication_notes(&key, now);
                     let body = instance_page::render(&Instance {
                         view: &view,
                         history: history.as_ref(),
@@ -272,6 +275,7 @@ fn respond_whole(
                         members: members.as_ref(),
                         now,
                         refresh,
+                        publication_notes: &notes,
                     });
                     page(StatusCode::OK, body)
                 }

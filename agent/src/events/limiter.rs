@@ -82,7 +82,7 @@ enum Group {
 fn group(kind: TransitionKind) -> Group {
     match kind {
         TransitionKind::BaselineCaptured => Group::Baseline,
-        TransitionKind::StatusPruned => Group::Pruned,
+        TransitionKind::StatusPruned | TransitionKind::StatusContested => Group::Pruned,
         TransitionKind::RolloutHealthy
         | TransitionKind::RolloutUnhealthy
         | TransitionKind::RolloutHardStopped => Group::Verdict,

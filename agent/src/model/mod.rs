@@ -18,6 +18,7 @@ mod key;
 mod limits;
 pub mod members;
 mod ports;
+mod publication;
 mod sample;
 mod status;
 mod target;
@@ -28,7 +29,13 @@ pub use clock::{Clock, ScaledClock, SystemClock};
 pub use key::InstanceKey;
 pub use limits::GateLimits;
 pub use members::{MembersSnapshot, StoredInstance};
-pub use ports::{MembersSource, PodScope, StatusSink, StoredStatusSource, TargetSource, WriteGate};
+pub use ports::{
+    ContestSource, MembersSource, PodScope, StatusSink, StoredStatusSource, TargetSource, WriteGate,
+};
+pub use publication::{
+    Contest, ControllerHealth, CrdFinding, FIELD_MANAGER, PublicationTarget, TargetChoice,
+    TargetRequest, choose_target, crd_declares_rollout_gate, other_rollout_health_manager,
+};
 pub use sample::{InstanceInfo, PodIdentity, PodSample, SampleResult};
 #[cfg(test)]
 pub(crate) use status::fixtures;

@@ -94,6 +94,14 @@ pub trait WriteGate: Send + Sync {
     fn check(&self, key: &InstanceKey, now: Timestamp) -> Result<(), String>;
 }
 
+/// Who else writes an instance's `status.rolloutHealth` (instance mode):
+/// the writer asks right before each PATCH and sends nothing to a
+/// contested instance (rollout-health.md: no write war).
+pub trait ContestSource: Send + Sync {
+    /// The other manager of `key`'s `status.rolloutHealth`, if any.
+    fn contested_by(&self, key: &InstanceKey) -> Option<Box<str>>;
+}
+
 /// Which instances' pods the watches keep (sharding: the instances this
 /// replica owns or is about to own), so a replica holds no pod it will
 /// not sweep. Without one, every pod is kept.

@@ -23,6 +23,9 @@ pub enum TransitionKind {
     /// The API server dropped or refused status fields (the CRD in the
     /// cluster is too old): Warning.
     StatusPruned,
+    /// Another manager writes the instance's `status.rolloutHealth`
+    /// (instance mode): the agent stopped writing it. Warning.
+    StatusContested,
 }
 
 impl TransitionKind {
@@ -34,6 +37,7 @@ impl TransitionKind {
             TransitionKind::RolloutUnhealthy => "RolloutUnhealthy",
             TransitionKind::RolloutHardStopped => "RolloutHardStopped",
             TransitionKind::StatusPruned => "StatusPruned",
+            TransitionKind::StatusContested => "StatusContested",
         }
     }
 
@@ -44,6 +48,7 @@ impl TransitionKind {
             TransitionKind::RolloutUnhealthy
                 | TransitionKind::RolloutHardStopped
                 | TransitionKind::StatusPruned
+                | TransitionKind::StatusContested
         )
     }
 }

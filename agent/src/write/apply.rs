@@ -2,7 +2,16 @@
 //! `status.rolloutGate` and the agent's entries of `status.conditions` on
 //! the `status` subresource, under the agent's own field manager, with
 //! detection of pruned fields (an API server whose CRD is too old silently
-//! drops what its schema does not declare).
+//! drops what its schema does not declare), on the publication target
+//! ([`PublicationTarget`]): the `KuraInstance` itself, or its companion
+//! `KuraInstanceHealth` (created on first write, owned by the instance).
+//!
+//! In `instance` mode the writer asks the [`ContestSource`] right before
+//! each PATCH and sends nothing to an instance whose `status.rolloutHealth`
+//! another manager writes ([`WriteError::Contested`]); it never writes the
+//! instance's top-level `status.observedGeneration` (Kura's controller's).
+//! In `companion` mode the companion's status also carries its own
+//! `observedGeneration`.
 //!
 //! The request is `PATCH
 //! /apis/kura.tuist.dev/v1alpha1/namespaces/{ns}/kurainstances/{name}/status?force=true&fieldManager=kura-health-agent`
@@ -16,18 +25,22 @@
 
 use super::conditions::ConditionSet;
 use super::queue::JobResult;
-use crate::model::{DesiredStatus, InstanceKey, WriteGate, WriteRecord};
+use crate::model::{
+    ContestSource, DesiredStatus, InstanceKey, PublicationTarget, WriteGate, WriteRecord,
+};
 use crate::telemetry::{self, label};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
-use kura_schemas::KuraInstance;
+use kura_schemas::{COMPANION_API_VERSION, COMPANION_KIND, KuraInstance, KuraInstanceHealth};
+use serde::Deserialize;
 use serde_json::{Value, json};
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::Mutex;
 
-/// The field manager of every write.
-pub const FIELD_MANAGER: &str = "kura-health-agent";
+pub use crate::model::FIELD_MANAGER;
 
 /// A write the API server accepted.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,6 +96,12 @@ pub enum WriteError {
     /// current, or it no longer owns the instance).
     #[error("fenced: {0}")]
     Fenced(String),
+    /// Not sent (instance mode): this manager also writes the instance's
+    /// `status.rolloutHealth`; the agent does not fight it.
+    #[error(
+        "contested: {0:?} also writes status.rolloutHealth; not written (run with --publication-target companion)"
+    )]
+    Contested(String),
 }
 
 impl WriteError {
@@ -95,6 +114,7 @@ impl WriteError {
             WriteError::NotDeclared { .. } => label::PRUNED,
             WriteError::Other(_) => label::ERROR,
             WriteError::Fenced(_) => label::FENCED,
+            WriteError::Contested(_) => label::CONTESTED,
         }
     }
 
@@ -103,7 +123,9 @@ impl WriteError {
         match self {
             // Not ours (any more): drop the slot; if it is ours again
             // later, the next sweep publishes afresh.
-            WriteError::NotFound(_) | WriteError::Fenced(_) => JobResult::Gone,
+            WriteError::NotFound(_) | WriteError::Fenced(_) | WriteError::Contested(_) => {
+                JobResult::Gone
+            }
             _ => JobResult::Failed,
         }
     }
@@ -205,14 +227,16 @@ pub fn strip_nulls(value: &mut Value) {
     }
 }
 
-/// The server-side apply body: `apiVersion`, `kind`, the two status
-/// fields the agent owns and its conditions, and with kstatus' conditions
-/// also the top-level `status.observedGeneration`; nothing else; absent
-/// optional fields are left out ([`strip_nulls`]).
+/// The server-side apply body for `target`: `apiVersion`, `kind`, the two
+/// status fields the agent owns and its conditions, and on a companion its
+/// own `observedGeneration` (`companion_generation`); nothing else (never
+/// the instance's top-level `status.observedGeneration`, which is Kura's
+/// controller's); absent optional fields are left out ([`strip_nulls`]).
 pub fn apply_body(
     status: &DesiredStatus,
     conditions: &[Condition],
-    set: ConditionSet,
+    target: PublicationTarget,
+    companion_generation: i64,
 ) -> Result<Value, WriteError> {
     let mut health = serde_json::to_value(&status.health)
         .map_err(|e| WriteError::Other(format!("encode rolloutHealth: {e}")))?;
@@ -223,15 +247,46 @@ pub fn apply_body(
     strip_nulls(&mut health);
     strip_nulls(&mut gate);
     strip_nulls(&mut conditions);
-    let mut body = json!({
-        "apiVersion": "kura.tuist.dev/v1alpha1",
-        "kind": "KuraInstance",
-        "status": {"rolloutHealth": health, "rolloutGate": gate, "conditions": conditions}
-    });
-    if set.kstatus {
-        body["status"]["observedGeneration"] = json!(status.health.observed_generation);
-    }
-    Ok(body)
+    Ok(match target {
+        PublicationTarget::Instance => json!({
+            "apiVersion": "kura.tuist.dev/v1alpha1",
+            "kind": "KuraInstance",
+            "status": {"rolloutHealth": health, "rolloutGate": gate, "conditions": conditions}
+        }),
+        PublicationTarget::Companion => json!({
+            "apiVersion": COMPANION_API_VERSION,
+            "kind": COMPANION_KIND,
+            "status": {
+                "rolloutHealth": health,
+                "rolloutGate": gate,
+                "conditions": conditions,
+                "observedGeneration": companion_generation
+            }
+        }),
+    })
+}
+
+/// The body that creates `key`'s companion (server-side apply of the
+/// object itself): its name and namespace, the agent's label, an owner
+/// reference to the instance `instance_uid` (so the garbage collector
+/// deletes it with the instance), an empty spec.
+pub fn companion_body(key: &InstanceKey, instance_uid: &str) -> Value {
+    json!({
+        "apiVersion": COMPANION_API_VERSION,
+        "kind": COMPANION_KIND,
+        "metadata": {
+            "name": key.name,
+            "namespace": key.namespace,
+            "labels": {"app.kubernetes.io/managed-by": FIELD_MANAGER},
+            "ownerReferences": [{
+                "apiVersion": "kura.tuist.dev/v1alpha1",
+                "kind": "KuraInstance",
+                "name": key.name,
+                "uid": instance_uid
+            }]
+        },
+        "spec": {}
+    })
 }
 
 /// Whether a value carries data: a non-null scalar somewhere inside it.
@@ -355,25 +410,52 @@ pub struct StatusWriter {
     client: Client,
     params: PatchParams,
     gate: Option<Arc<dyn WriteGate>>,
-    set: ConditionSet,
+    contest: Option<Arc<dyn ContestSource>>,
+    target: PublicationTarget,
+    /// Companions whose `metadata.generation` is not 1 (their spec is
+    /// empty, so it stays 1 unless someone edits it), as their answers
+    /// showed: the `observedGeneration` to send next.
+    generations: Arc<Mutex<HashMap<InstanceKey, i64>>>,
 }
 
 impl StatusWriter {
-    /// A writer using `client`, writing whenever asked (one replica).
+    /// A writer using `client`, writing whenever asked (one replica), on
+    /// the instances themselves.
     pub fn new(client: Client) -> Self {
         Self {
             client,
             params: PatchParams::apply(FIELD_MANAGER).force(),
             gate: None,
-            set: ConditionSet::default(),
+            contest: None,
+            target: PublicationTarget::Instance,
+            generations: Arc::default(),
         }
     }
 
-    /// A writer that also owns what `set` adds to the status (with
-    /// kstatus' conditions: the top-level `observedGeneration`).
-    pub fn with_conditions(mut self, set: ConditionSet) -> Self {
-        self.set = set;
+    /// A writer whose statuses carry what `set` adds (kstatus'
+    /// conditions are entries of `conditions`; nothing else of the status
+    /// changes with them).
+    pub fn with_conditions(self, _set: ConditionSet) -> Self {
         self
+    }
+
+    /// A writer publishing on `target`.
+    pub fn with_target(mut self, target: PublicationTarget) -> Self {
+        self.target = target;
+        self
+    }
+
+    /// A writer that asks `contest` right before every PATCH (instance
+    /// mode) and sends nothing to a contested instance
+    /// ([`WriteError::Contested`]).
+    pub fn with_contest(mut self, contest: Arc<dyn ContestSource>) -> Self {
+        self.contest = Some(contest);
+        self
+    }
+
+    /// The publication target.
+    pub fn target(&self) -> PublicationTarget {
+        self.target
     }
 
     /// A writer that asks `gate` right before every PATCH and sends
@@ -430,6 +512,10 @@ impl StatusWriter {
             Err(e @ WriteError::Fenced(_)) => {
                 tracing::info!(instance = %key, error = %e, "status write not sent");
             }
+            // Said loudly once per contest by whoever watches them.
+            Err(e @ WriteError::Contested(_)) => {
+                tracing::debug!(instance = %key, error = %e, "status write not sent");
+            }
             Err(e) => tracing::warn!(instance = %key, error = %e, "status write failed"),
         }
         (result, uid)
@@ -441,18 +527,104 @@ impl StatusWriter {
         status: &DesiredStatus,
         conditions: &[Condition],
     ) -> Result<(WriteOutcome, Option<String>), WriteError> {
-        let body = apply_body(status, conditions, self.set)?;
+        let generation = self.companion_generation(key);
+        let body = apply_body(status, conditions, self.target, generation)?;
         if let Some(gate) = &self.gate {
             gate.check(key, Timestamp::now())
                 .map_err(WriteError::Fenced)?;
         }
-        let api: Api<Returned> = Api::namespaced(self.client.clone(), &key.namespace);
-        let returned = api
-            .patch_status(&key.name, &self.params, &Patch::Apply(&body))
+        match self.target {
+            PublicationTarget::Instance => {
+                if let Some(manager) = self.contest.as_ref().and_then(|c| c.contested_by(key)) {
+                    return Err(WriteError::Contested(manager.into()));
+                }
+                let api: Api<Returned> = Api::namespaced(self.client.clone(), &key.namespace);
+                let returned = api
+                    .patch_status(&key.name, &self.params, &Patch::Apply(&body))
+                    .await
+                    .map_err(classify)?;
+                let status = serde_json::json!({ "status": returned.status });
+                Ok((check_returned(&body, &status), returned.metadata.uid))
+            }
+            PublicationTarget::Companion => {
+                let returned = self.write_companion(key, &body).await?;
+                if returned.generation() != generation {
+                    self.note_generation(key, returned.generation());
+                }
+                let owner = returned.owner_uid();
+                let status = serde_json::json!({ "status": returned.status });
+                Ok((check_returned(&body, &status), owner))
+            }
+        }
+    }
+
+    /// The `observedGeneration` to send for `key`'s companion.
+    fn companion_generation(&self, key: &InstanceKey) -> i64 {
+        if self.target != PublicationTarget::Companion {
+            return 0;
+        }
+        self.generations
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(key)
+            .copied()
+            .unwrap_or(1)
+    }
+
+    fn note_generation(&self, key: &InstanceKey, generation: i64) {
+        let mut g = self
+            .generations
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if generation == 1 {
+            g.remove(key);
+        } else {
+            g.insert(key.clone(), generation);
+        }
+    }
+
+    /// Applies `body` to `key`'s companion's status; a companion that does
+    /// not exist yet (404) is created first, owned by the instance (whose
+    /// UID is read with one GET of its metadata), and the status applied
+    /// again.
+    async fn write_companion(
+        &self,
+        key: &InstanceKey,
+        body: &Value,
+    ) -> Result<ReturnedCompanion, WriteError> {
+        let api: Api<ReturnedCompanion> = Api::namespaced(self.client.clone(), &key.namespace);
+        match api
+            .patch_status(&key.name, &self.params, &Patch::Apply(body))
+            .await
+        {
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            other => return other.map_err(classify),
+        }
+        let instances: Api<KuraInstance> = Api::namespaced(self.client.clone(), &key.namespace);
+        let uid = instances
+            .get_metadata(&key.name)
+            .await
+            .map_err(classify)?
+            .metadata
+            .uid
+            .ok_or_else(|| WriteError::Other("the instance has no uid".to_owned()))?;
+        let created: Api<kube::api::DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            &key.namespace,
+            &kube::api::ApiResource::erase::<KuraInstanceHealth>(&()),
+        );
+        let _ = created
+            .patch(
+                &key.name,
+                &self.params,
+                &Patch::Apply(&companion_body(key, &uid)),
+            )
             .await
             .map_err(classify)?;
-        let status = serde_json::json!({ "status": returned.status });
-        Ok((check_returned(&body, &status), returned.metadata.uid))
+        tracing::info!(instance = %key, "companion KuraInstanceHealth created");
+        api.patch_status(&key.name, &self.params, &Patch::Apply(body))
+            .await
+            .map_err(classify)
     }
 }
 
@@ -466,6 +638,52 @@ struct Returned {
     metadata: ObjectMeta,
     #[serde(default)]
     status: Value,
+}
+
+/// What a companion's status write answers, as read: its generation, its
+/// owner's (the instance's) UID and its status.
+#[derive(kube::Resource, Clone, Debug, serde::Deserialize)]
+#[resource(inherit = "KuraInstanceHealth")]
+struct ReturnedCompanion {
+    #[serde(deserialize_with = "companion_meta", default)]
+    metadata: ObjectMeta,
+    #[serde(default)]
+    status: Value,
+}
+
+impl ReturnedCompanion {
+    /// Its `metadata.generation` (1 when not said).
+    fn generation(&self) -> i64 {
+        self.metadata.generation.unwrap_or(1)
+    }
+
+    /// The UID of the `KuraInstance` that owns it.
+    fn owner_uid(&self) -> Option<String> {
+        self.metadata
+            .owner_references
+            .as_ref()?
+            .iter()
+            .find(|o| o.kind == "KuraInstance")
+            .map(|o| o.uid.clone())
+    }
+}
+
+/// Reads a companion's `metadata`: its generation and its owner
+/// references (the rest, managed fields included, skipped).
+fn companion_meta<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Meta {
+        generation: Option<i64>,
+        owner_references:
+            Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>>,
+    }
+    let m = Meta::deserialize(d)?;
+    Ok(ObjectMeta {
+        generation: m.generation,
+        owner_references: m.owner_references,
+        ..ObjectMeta::default()
+    })
 }
 
 /// Reads `metadata`, keeping its UID only.
@@ -543,6 +761,55 @@ mod tests {
             ["status.conditions[0]", "status.conditions[1]"],
             "entries of ours that did not come back"
         );
+    }
+
+    /// Instance mode writes the agent's three fields on the KuraInstance and
+    /// never its top-level `observedGeneration` (Kura's controller's, with
+    /// kstatus' conditions too); companion mode writes them on the
+    /// companion with the companion's own `observedGeneration`.
+    #[test]
+    fn each_target_gets_its_own_body() {
+        use crate::model::fixtures::{gate, health};
+        let at = Timestamp::from_second(1_780_000_000).expect("ts");
+        let status = DesiredStatus::new(health(at), gate(at));
+        let on_instance =
+            apply_body(&status, &[], PublicationTarget::Instance, 7).expect("instance body");
+        assert_eq!(on_instance["kind"], "KuraInstance");
+        assert!(on_instance["status"].get("observedGeneration").is_none());
+        let keys: Vec<&String> = on_instance["status"]
+            .as_object()
+            .expect("status")
+            .keys()
+            .collect();
+        assert_eq!(keys, ["conditions", "rolloutGate", "rolloutHealth"]);
+        let on_companion =
+            apply_body(&status, &[], PublicationTarget::Companion, 2).expect("companion body");
+        assert_eq!(on_companion["apiVersion"], "health.kura.tuist.dev/v1alpha1");
+        assert_eq!(on_companion["kind"], "KuraInstanceHealth");
+        assert_eq!(on_companion["status"]["observedGeneration"], 2);
+        assert_eq!(
+            on_companion["status"]["rolloutHealth"], on_instance["status"]["rolloutHealth"],
+            "the same aggregate in both"
+        );
+        let created = companion_body(&InstanceKey::new("kura", "acme"), "u-1");
+        assert_eq!(created["metadata"]["ownerReferences"][0]["uid"], "u-1");
+        assert_eq!(
+            created["metadata"]["ownerReferences"][0]["kind"],
+            "KuraInstance"
+        );
+        assert_eq!(created["metadata"]["namespace"], "kura");
+        assert!(
+            created.get("status").is_none(),
+            "the status goes on its subresource"
+        );
+    }
+
+    #[test]
+    fn a_contested_write_is_dropped_not_retried() {
+        let e = WriteError::Contested("manager".into());
+        assert_eq!(e.kind(), label::CONTESTED);
+        assert_eq!(e.job_result(), JobResult::Gone);
+        assert!(e.to_string().contains("\"manager\""), "{e}");
     }
 
     #[test]

@@ -18,6 +18,7 @@ use crate::cli::parse::{parse_positive_duration, parse_positive_signed, parse_ra
 use crate::cluster::{DiscoveryConfig, PollPort, TargetConfig};
 use crate::engine::EngineConfig;
 use crate::events::EventLimitConfig;
+use crate::model::{PublicationTarget, TargetRequest};
 use crate::poll::PollConfig;
 use crate::runner::{Cadence, CadenceError, LoopConfig};
 use crate::shard::{ShardConfig, ShardError};
@@ -244,15 +245,32 @@ pub struct RunArgs {
 
     /// Also write kstatus' `Reconciling` (True until the verdict on the
     /// current image is healthy) and `Stalled` (True on a hard stop)
-    /// conditions and the top-level `status.observedGeneration` (the
-    /// generation judged), so Flux, `helm --wait` and kpt read an
-    /// instance's rollout as in progress, failed or current. Off by
+    /// conditions, so Flux, `helm --wait` and kpt read an instance's
+    /// rollout as in progress, failed or current. The top-level
+    /// `status.observedGeneration` of a KuraInstance is never written
+    /// (Kura's controller's); a companion carries its own. Off by
     /// default: these conventionally belong to the resource's own
     /// controller; turn it on only when the fleet controller writes none
-    /// of them.
+    /// of them (or in companion mode, where the companion is the agent's).
     #[arg(long, env = "KURA_AGENT_KSTATUS_CONDITIONS", default_value_t = false,
           action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub kstatus_conditions: bool,
+
+    /// Where the agent publishes: `instance` (the KuraInstance's own
+    /// status: only with this project's CRD and no other writer of
+    /// `status.rolloutHealth`), `companion` (a KuraInstanceHealth per
+    /// instance, owned by it; the KuraInstance is never written) or `auto`
+    /// (chosen once at start: `companion` when the installed KuraInstance
+    /// CRD lacks `status.rolloutGate`, cannot be read, or another manager
+    /// writes `status.rolloutHealth`; else `instance`).
+    #[arg(long, env = "KURA_AGENT_PUBLICATION_TARGET", default_value = "auto",
+          value_parser = parse_publication_target)]
+    pub publication_target: TargetRequest,
+}
+
+/// `auto`, `instance` or `companion`.
+fn parse_publication_target(s: &str) -> Result<TargetRequest, String> {
+    s.parse()
 }
 
 impl RunArgs {
@@ -271,6 +289,7 @@ impl RunArgs {
                 .filter(|s| !s.trim().is_empty()),
             pod_selector: self.pod_selector.clone().filter(|s| !s.trim().is_empty()),
             targets: self.target_config(),
+            publication: PublicationTarget::Instance,
         }
     }
 

@@ -4,6 +4,7 @@
 //! (in-flight and pending status writes get a bounded time to finish).
 
 mod args;
+mod publication;
 
 pub use args::{ConfigError, RunArgs};
 
@@ -138,14 +139,22 @@ pub async fn run_with_client(
         shadow_gate_config = ?args.shadow_gate_config,
         "starting kura-agent");
 
-    let (discovery, driver) = Discovery::start(
-        client.clone(),
-        &args.discovery_config(),
-        sharding.pod_scope(),
-    );
+    let mut discovery_config = args.discovery_config();
+    let choice = crate::cluster::choose_publication_target(
+        &client,
+        &discovery_config.namespaces,
+        discovery_config.instance_selector.as_deref(),
+        args.publication_target,
+    )
+    .await;
+    let target = choice.target;
+    discovery_config.publication = target;
+    let (discovery, driver) =
+        Discovery::start(client.clone(), &discovery_config, sharding.pod_scope());
     let driver = tokio::spawn(driver);
 
     let view = FleetView::new();
+    publication::announce(&choice, &view);
     {
         let discovery = discovery.clone();
         let sharding = sharding.clone();
@@ -170,13 +179,24 @@ pub async fn run_with_client(
     } else {
         (None, None)
     };
+    let watch_publication = tokio::spawn(publication::watch(
+        target,
+        discovery.clone(),
+        view.clone(),
+        events.clone(),
+    ));
 
     let handle = WriteHandle::new(WriteQueue::new(args.write_queue_config()));
     let writes = {
         let view = view.clone();
         tokio::spawn(run_writes(
             handle.clone(),
-            sharding.gate(StatusWriter::new(client.clone()).with_conditions(args.condition_set())),
+            sharding.gate(
+                StatusWriter::new(client.clone())
+                    .with_conditions(args.condition_set())
+                    .with_target(target)
+                    .with_contest(Arc::new(discovery.clone())),
+            ),
             MIN_WRITES_IN_FLIGHT,
             move |key, report| {
                 view.record_write(key, report.write);
@@ -231,6 +251,8 @@ pub async fn run_with_client(
         );
     }
     writes.abort();
+    watch_publication.abort();
+    let _ = watch_publication.await;
     if let Some(publisher) = publisher {
         // The sink went with the write task: the publisher drains what was
         // queued, for at most the write grace.

@@ -1,0 +1,100 @@
+//! `auto`'s look at the cluster at start (rollout-health.md, "Choosing"):
+//! the installed `KuraInstance` CRD (does it declare `status.rolloutGate`?)
+//! and, when it does, the instances' `managedFields` (does another manager
+//! write `status.rolloutHealth`?). The decision itself is
+//! [`choose_target`], pure.
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
+use kube::api::{Api, ListParams};
+
+use crate::model::{
+    CrdFinding, TargetChoice, TargetRequest, choose_target, crd_declares_rollout_gate,
+};
+
+use super::instances::key_of;
+use super::wire::InstanceObject;
+
+/// The `KuraInstance` CRD's name.
+pub const KURA_INSTANCE_CRD: &str = "kurainstances.kura.tuist.dev";
+
+/// Instances per page while looking for another manager.
+const PAGE: u32 = 500;
+
+/// Chooses the publication target: `request` when it names one; else
+/// from the installed CRD and, when that is this project's, one list of
+/// the instances in `namespaces` (all when empty) read for another manager
+/// of `status.rolloutHealth`. A failed list counts as no other manager
+/// seen (the contest watch catches one later).
+pub async fn choose(
+    client: &Client,
+    namespaces: &[String],
+    selector: Option<&str>,
+    request: TargetRequest,
+) -> TargetChoice {
+    if matches!(request, TargetRequest::Fixed(_)) {
+        return choose_target(request, &CrdFinding::DeclaresRolloutGate, None);
+    }
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let finding = match crds.get(KURA_INSTANCE_CRD).await {
+        Ok(crd) => match serde_json::to_value(&crd) {
+            Ok(v) if crd_declares_rollout_gate(&v) => CrdFinding::DeclaresRolloutGate,
+            Ok(_) => CrdFinding::LacksRolloutGate,
+            Err(e) => CrdFinding::Unreadable(e.to_string()),
+        },
+        Err(kube::Error::Api(s)) => {
+            CrdFinding::Unreadable(format!("{} {}: {}", s.code, s.reason, s.message))
+        }
+        Err(e) => CrdFinding::Unreadable(e.to_string()),
+    };
+    if finding != CrdFinding::DeclaresRolloutGate {
+        return choose_target(request, &finding, None);
+    }
+    let contested = match other_manager(client, namespaces, selector).await {
+        Ok(found) => found,
+        Err(e) => {
+            tracing::warn!(error = %e, "listing the instances for another manager of status.rolloutHealth failed; the contest watch will see one later");
+            None
+        }
+    };
+    let contested_ref = contested.as_ref().map(|(k, m)| (k.as_str(), m.as_str()));
+    choose_target(request, &finding, contested_ref)
+}
+
+/// The first instance (`namespace/name`) whose `managedFields` show another
+/// manager on `status.rolloutHealth`, and that manager.
+async fn other_manager(
+    client: &Client,
+    namespaces: &[String],
+    selector: Option<&str>,
+) -> Result<Option<(String, String)>, kube::Error> {
+    let apis: Vec<Api<InstanceObject>> = if namespaces.is_empty() {
+        vec![Api::all(client.clone())]
+    } else {
+        namespaces
+            .iter()
+            .map(|ns| Api::namespaced(client.clone(), ns))
+            .collect()
+    };
+    for api in apis {
+        let mut params = ListParams::default().limit(PAGE);
+        if let Some(sel) = selector {
+            params = params.labels(sel);
+        }
+        loop {
+            let page = api.list(&params).await?;
+            for obj in &page.items {
+                if let (Some(manager), Some(key)) =
+                    (obj.other_rollout_health_manager(), key_of(obj))
+                {
+                    return Ok(Some((key.to_string(), manager.to_owned())));
+                }
+            }
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => break,
+            }
+        }
+    }
+    Ok(None)
+}
