@@ -660,8 +660,14 @@ async fn a_crd_without_our_status_fields_makes_the_agent_report_pruning() {
     let pruned_total_before = metric_sum("kura_agent_status_writes_pruned_total", "");
     let debug = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
     let listen = format!("--debug-listen={debug}");
+    // Forced: `auto` would choose the companion beside a CRD without
+    // status.rolloutGate; an operator who names `instance` gets the alarm.
     let mut agent = start_agent(
-        run_args(&ns, fleet.port, &[listen.as_str()]),
+        run_args(
+            &ns,
+            fleet.port,
+            &[listen.as_str(), "--publication-target=instance"],
+        ),
         admin_config().await,
     );
     wait_for("a pruned write", T, || async {
@@ -2700,7 +2706,10 @@ async fn kstatus_conditions_make_kstatus_read_the_rollout() {
         condition_is(s, "Stalled", "True", 1)
     })
     .await;
-    assert_eq!(s["observedGeneration"], 1, "{s}");
+    assert!(
+        s.get("observedGeneration").is_none(),
+        "the top-level observedGeneration is Kura's controller's, never the agent's: {s}"
+    );
     let (status, message) = kstatus_of(&object().await);
     assert_eq!(status, "Failed", "{message}");
     assert!(message.contains("memory_pressure_critical"), "{message}");
@@ -2712,9 +2721,10 @@ async fn kstatus_conditions_make_kstatus_read_the_rollout() {
     .await;
     assert_eq!(kstatus_of(&object().await).0, "Current");
 
-    // A spec change reads InProgress at once (observedGeneration lags),
-    // stays so while the pod runs the old image, and Current once the new
-    // one is judged healthy.
+    // A spec change reads InProgress once the agent judged the new
+    // generation (the conditions' observedGeneration: the agent never
+    // writes the top-level one), stays so while the pod runs the old
+    // image, and Current once the new one is judged healthy.
     api.patch(
         "mu",
         &PatchParams::default(),
@@ -2722,10 +2732,8 @@ async fn kstatus_conditions_make_kstatus_read_the_rollout() {
     )
     .await
     .expect("change spec.image");
-    let (status, message) = kstatus_of(&object().await);
-    assert_eq!(status, "InProgress", "right after the change: {message}");
     wait_status(&client, &ns, "mu", "generation 2 judged", T, |s| {
-        s["observedGeneration"] == 2
+        condition_is(s, "Reconciling", "True", 2)
     })
     .await;
     let (status, message) = kstatus_of(&object().await);
@@ -2748,10 +2756,12 @@ async fn kstatus_conditions_make_kstatus_read_the_rollout() {
 /// KuraInstance reads Current from its creation until the agent's first
 /// write, whatever its pods say; no agent flag can write before the object
 /// exists. The documented workaround, `kubectl wait
-/// --for=jsonpath={.status.observedGeneration}=N` (the agent writes it with
+/// --for=condition=RolloutHardStopped=False` (the agent writes it with
 /// `--kstatus-conditions`), returns only once the agent has judged the
 /// instance; kstatus then reads the rollout (here InProgress: a pod not
-/// ready).
+/// ready). (The agent no longer writes the instance's top-level
+/// `observedGeneration`, Kura's controller's: the wait reads the agent's
+/// condition, which carries the generation it judged.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the real API server: scripts/e2e.sh"]
 async fn kstatus_reads_a_new_instance_current_until_the_agents_first_write() {
@@ -2783,7 +2793,10 @@ async fn kstatus_reads_a_new_instance_current_until_the_agents_first_write() {
         "kstatus' rule for an object without status"
     );
 
-    let wait = KubectlWait::start(&ns, "kura/nu", "jsonpath={.status.observedGeneration}=1");
+    // The agent's conditions carry the generation they judged, and
+    // `kubectl wait --for=condition` ignores a condition older than the
+    // object's generation.
+    let wait = KubectlWait::start(&ns, "kura/nu", "condition=RolloutHardStopped=False");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let mut wait = wait;
     assert!(
@@ -3354,4 +3367,513 @@ async fn exported_timelines_replay_to_the_published_verdicts() {
     }
     let _ = std::fs::remove_dir_all(&dir);
     agent.stop().await;
+}
+
+// ---------------------------------------------------------------------------
+// Publication targets (issue 40): beside Kura's controller, a companion
+// ---------------------------------------------------------------------------
+
+/// The companion CRD this agent ships (generated from kura-schemas).
+fn companion_crd() -> Value {
+    let yaml = kura_schemas::generated::companion_crd_yaml().expect("generate the CRD");
+    serde_yaml::from_str(&yaml).expect("CRD YAML")
+}
+
+/// The KuraInstance CRD as Tuist's chart ships it beside Kura's controller
+/// (testdata/crds/tuist-kurainstances.yaml: twelve-field `rolloutHealth`,
+/// no `rolloutGate`, no `conditions`).
+fn tuist_crd() -> Value {
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/crds/tuist-kurainstances.yaml");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {path:?}: {e}"));
+    serde_yaml::from_str(&text).expect("CRD YAML")
+}
+
+/// Tuist's CRD in place of ours, and the companion's; every other test
+/// applies the shipped CRD first, so this one cannot leak.
+async fn as_deployed_beside_kura(client: &Client) {
+    apply_crd(client, &companion_crd()).await;
+    apply_crd(client, &tuist_crd()).await;
+    // The new schema reaches the served resource asynchronously.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+}
+
+/// The instances as stored, whatever their status holds.
+fn raw_instances(client: &Client, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(
+        client.clone(),
+        ns,
+        &kura_agent::cluster::kura_instance_resource(),
+    )
+}
+
+fn companions(client: &Client, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(
+        client.clone(),
+        ns,
+        &kube::api::ApiResource::erase::<kura_schemas::KuraInstanceHealth>(&()),
+    )
+}
+
+/// The companion of `ns/name` as stored, once `pred` holds of it.
+async fn wait_companion(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    what: &str,
+    pred: impl Fn(&Value) -> bool,
+) -> Value {
+    let api = companions(client, ns);
+    wait_for(what, T, || {
+        let api = api.clone();
+        let pred = &pred;
+        async move {
+            let obj = serde_json::to_value(api.get_opt(name).await.ok()??).ok()?;
+            pred(&obj).then_some(obj)
+        }
+    })
+    .await
+}
+
+/// The API server's own count of requests with one of `verbs` on
+/// `resource`/`subresource` (`apiserver_request_total`, every client).
+async fn apiserver_requests(
+    client: &Client,
+    resource: &str,
+    subresource: &str,
+    verbs: &[&str],
+) -> f64 {
+    let req = http::Request::get("/metrics")
+        .body(Vec::new())
+        .expect("request");
+    let text = client.request_text(req).await.expect("API server /metrics");
+    text.lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+        .filter(|l| l.contains(&format!("resource=\"{resource}\"")))
+        .filter(|l| l.contains(&format!("subresource=\"{subresource}\"")))
+        .filter(|l| verbs.iter().any(|v| l.contains(&format!("verb=\"{v}\""))))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
+}
+
+/// The verbs of a PATCH, a server-side apply among them.
+const PATCH_VERBS: [&str; 2] = ["PATCH", "APPLY"];
+
+/// A stand-in for Kura's Go controller: every `every`, it reads the
+/// instance and writes its whole status back with a full status update
+/// (PUT, as a typed client's `Status().Update()` does) under the manager
+/// `manager`: its own fields and its twelve-field `rolloutHealth`, and
+/// nothing else (it does not know the agent's fields).
+struct StandIn {
+    task: tokio::task::JoinHandle<()>,
+    written: std::sync::Arc<std::sync::Mutex<Option<Value>>>,
+}
+
+impl StandIn {
+    const MANAGER: &str = "manager";
+
+    fn start(client: &Client, ns: &str, name: &str, every: Duration) -> StandIn {
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            client.clone(),
+            ns,
+            &kura_agent::cluster::kura_instance_resource(),
+        );
+        let written = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let last = std::sync::Arc::clone(&written);
+        let name = name.to_owned();
+        let task = tokio::spawn(async move {
+            loop {
+                if let Ok(obj) = api.get(&name).await {
+                    let mut obj = serde_json::to_value(&obj).expect("json");
+                    let replicas = obj["spec"]["replicas"].as_i64().unwrap_or(1);
+                    let now = jiff::Timestamp::now().to_string();
+                    let status = json!({
+                        "phase": "Running",
+                        "observedImage": obj["spec"]["image"],
+                        "readyReplicas": replicas,
+                        "observedGeneration": obj["metadata"]["generation"],
+                        "lastReconciledAt": now,
+                        "rolloutHealth": {
+                            "ready": true, "serving": true, "ringConsistent": true,
+                            "backfillingPeers": 0, "backfillDegraded": false,
+                            "backfillBudgetExhaustedPeers": 0, "fdTimeoutCount": 0,
+                            "peerConnectionFailures": 0, "memoryPressureState": 0,
+                            "sampledPods": replicas, "expectedPods": replicas,
+                            "sampledAt": now
+                        }
+                    });
+                    obj["status"] = status.clone();
+                    let params = PostParams {
+                        field_manager: Some(Self::MANAGER.to_owned()),
+                        ..PostParams::default()
+                    };
+                    if api
+                        .replace_status(
+                            &name,
+                            &params,
+                            &serde_json::from_value::<DynamicObject>(obj).expect("object"),
+                        )
+                        .await
+                        .is_ok()
+                    {
+                        *last.lock().expect("lock") = Some(status);
+                    }
+                }
+                tokio::time::sleep(every).await;
+            }
+        });
+        StandIn { task, written }
+    }
+
+    /// The status it last wrote, once it has written one.
+    fn last(&self) -> Option<Value> {
+        self.written.lock().expect("lock").clone()
+    }
+}
+
+impl Drop for StandIn {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The managers of `obj`'s status subresource entries.
+fn status_managers(obj: &Value) -> Vec<String> {
+    obj["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["subresource"] == "status")
+        .filter_map(|m| m["manager"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Installed as Tuist deploys Kura (its CRD, its controller publishing
+/// `rolloutHealth` with a full status update every 2 s), the agent in
+/// `auto` chooses the companion, never writes a KuraInstance (the API
+/// server's own request counts), leaves the controller's fields exactly
+/// as it wrote them, and every reader finds the verdict on the companion:
+/// `kubectl wait`, printer columns, kstatus, the debug page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real API server: scripts/e2e.sh"]
+async fn beside_kuras_controller_auto_chooses_the_companion_and_never_writes_the_instance() {
+    let client = admin().await;
+    as_deployed_beside_kura(&client).await;
+    let ns = create_namespace(&client, "e2e-companion").await;
+    let fleet = Fleet::create(
+        &client,
+        &ns,
+        &["kilo".to_owned()],
+        2,
+        "ghcr.io/tuist/kura:1.0.0",
+        Ipv4Addr::new(127, 40, 0, 1),
+    )
+    .await;
+    let controller = StandIn::start(&client, &ns, "kilo", Duration::from_secs(2));
+    wait_for("the controller's first status", T, || async {
+        controller.last()
+    })
+    .await;
+    let patches_before = apiserver_requests(&client, "kurainstances", "status", &PATCH_VERBS).await;
+    let chosen_before = metric_sum("kura_agent_publication_target", "target=\"companion\"");
+
+    let debug = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
+    let listen = format!("--debug-listen={debug}");
+    let mut agent = start_agent(
+        run_args(&ns, fleet.port, &[listen.as_str(), "--kstatus-conditions"]),
+        admin_config().await,
+    );
+    let companion = wait_companion(&client, &ns, "kilo", "the companion's verdict", |c| {
+        c["status"]["rolloutGate"]["verdict"] == "healthy"
+            && c["status"]["rolloutHealth"]["sampledPods"] == 2
+    })
+    .await;
+    assert_eq!(
+        metric_sum("kura_agent_publication_target", "target=\"companion\""),
+        1.0,
+        "the gauge shows the choice (was {chosen_before})"
+    );
+    let instance = serde_json::to_value(
+        raw_instances(&client, &ns)
+            .get("kilo")
+            .await
+            .expect("get kilo"),
+    )
+    .expect("json");
+    let owner = &companion["metadata"]["ownerReferences"][0];
+    assert_eq!(owner["kind"], "KuraInstance");
+    assert_eq!(
+        owner["uid"], instance["metadata"]["uid"],
+        "owned by its instance"
+    );
+    assert_eq!(
+        companion["status"]["observedGeneration"], companion["metadata"]["generation"],
+        "the companion's own generation"
+    );
+    assert!(
+        companion["status"]["conditions"]
+            .as_array()
+            .is_some_and(|c| c
+                .iter()
+                .any(|c| c["type"] == "RolloutHealthy" && c["status"] == "True")),
+        "{companion}"
+    );
+
+    // Readers: kubectl wait, printer columns, kstatus, the debug page.
+    let wait = KubectlWait::start(&ns, "kurahealth/kilo", "condition=RolloutHealthy");
+    wait.succeeds_within(T).await;
+    let table = kubectl_out(&["get", "kurahealth", "kilo", "-n", &ns]);
+    println!("kubectl get kurahealth:\n{table}");
+    let header = table.lines().next().unwrap_or_default();
+    for column in ["READY", "SERVING", "VERDICT", "SIGNAL", "ROLLOUTHEALTHY"] {
+        assert!(header.contains(column), "{column} in {header}");
+    }
+    assert!(table.contains("healthy"), "{table}");
+    let (status, message) = kstatus_of(&companion);
+    assert_eq!(status, "Current", "kstatus on the companion: {message}");
+    let (code, page) = http_get(debug, "/").await.expect("fleet page");
+    assert_eq!(code, 200);
+    assert!(
+        page.contains("companion KuraInstanceHealth objects"),
+        "{page}"
+    );
+
+    // Several of the controller's cycles and the agent's heartbeats later:
+    // the instance carries exactly what the controller wrote, and nothing
+    // of the agent's; the API server saw no patch of it at all.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let stored = serde_json::to_value(
+        raw_instances(&client, &ns)
+            .get("kilo")
+            .await
+            .expect("get kilo"),
+    )
+    .expect("json");
+    let written = controller.last().expect("written");
+    assert_eq!(
+        stored["status"]["rolloutHealth"], written["rolloutHealth"],
+        "the controller's rolloutHealth as it wrote it"
+    );
+    assert!(stored["status"].get("rolloutGate").is_none(), "{stored}");
+    assert!(stored["status"].get("conditions").is_none(), "{stored}");
+    assert!(
+        !status_managers(&stored)
+            .iter()
+            .any(|m| m == "kura-health-agent"),
+        "no field of the instance is the agent's: {:?}",
+        status_managers(&stored)
+    );
+    let patches =
+        apiserver_requests(&client, "kurainstances", "status", &PATCH_VERBS).await - patches_before;
+    println!("PATCH/APPLY kurainstances/status while the agent ran: {patches}");
+    assert_eq!(
+        patches, 0.0,
+        "the agent never writes a KuraInstance in companion mode"
+    );
+    let companion_writes =
+        apiserver_requests(&client, "kurainstancehealths", "status", &PATCH_VERBS).await;
+    assert!(companion_writes > 0.0);
+    agent.stop().await;
+}
+
+/// With this project's CRD and no other writer the agent publishes on the
+/// instance; when a second writer of `status.rolloutHealth` appears (Kura's
+/// controller started later, with a full status update), the agent stops
+/// writing that instance within a sweep, says so (a Warning Event
+/// `StatusContested`, the gauge, `/readyz`) and sends it nothing more (the
+/// API server's request counts), with no write war.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real API server: scripts/e2e.sh"]
+async fn a_second_writer_seen_later_stops_the_agents_writes_without_a_war() {
+    let client = admin().await;
+    ensure_crd(&client).await;
+    apply_crd(&client, &companion_crd()).await;
+    let ns = create_namespace(&client, "e2e-contest").await;
+    let fleet = Fleet::create(
+        &client,
+        &ns,
+        &["lima".to_owned()],
+        1,
+        "ghcr.io/tuist/kura:1.0.0",
+        Ipv4Addr::new(127, 41, 0, 1),
+    )
+    .await;
+    let debug = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
+    let listen = format!("--debug-listen={debug}");
+    let mut agent = start_agent(
+        run_args(&ns, fleet.port, &[listen.as_str()]),
+        admin_config().await,
+    );
+    wait_status(&client, &ns, "lima", "the agent's verdict", T, |s| {
+        s["rolloutGate"]["verdict"] == "healthy"
+    })
+    .await;
+    assert_eq!(
+        metric_sum("kura_agent_publication_target", "target=\"instance\""),
+        1.0,
+        "auto chose the instance: our CRD, no other writer"
+    );
+    assert!(
+        companions(&client, &ns)
+            .get_opt("lima")
+            .await
+            .expect("get")
+            .is_none()
+    );
+
+    let contested_refusals = metric_sum(WRITES, "result=\"contested\"");
+    let controller = StandIn::start(&client, &ns, "lima", Duration::from_secs(2));
+    wait_for("the controller's first status", T, || async {
+        controller.last()
+    })
+    .await;
+    let started = Instant::now();
+    let e = wait_for("a StatusContested Event", T, || async {
+        kubectl_events(&ns, "lima")
+            .into_iter()
+            .find(|e| e.1 == "StatusContested")
+    })
+    .await;
+    let noticed = started.elapsed();
+    println!(
+        "StatusContested {:.1}s after the controller's first write (sweep 0.5 s)",
+        noticed.as_secs_f64()
+    );
+    assert_eq!(e.0, "Warning");
+    assert!(
+        e.2.contains("\"manager\""),
+        "names the other manager: {e:?}"
+    );
+    assert!(
+        noticed < Duration::from_secs(5),
+        "within a sweep and an Event's flight"
+    );
+    assert_eq!(metric_sum("kura_agent_status_contested_instances", ""), 1.0);
+    let (code, readyz) = http_get(debug, "/readyz").await.expect("readyz");
+    assert_eq!(code, 503, "{readyz}");
+    assert!(readyz.contains("StatusContested"), "{readyz}");
+
+    // From now on: no write of the agent's reaches the instance, over
+    // several heartbeats (3 s) and sweeps (0.5 s).
+    let patches_before = apiserver_requests(&client, "kurainstances", "status", &PATCH_VERBS).await;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let patches =
+        apiserver_requests(&client, "kurainstances", "status", &PATCH_VERBS).await - patches_before;
+    println!("PATCH/APPLY kurainstances/status after StatusContested: {patches}");
+    assert_eq!(
+        patches, 0.0,
+        "no further agent write to a contested instance"
+    );
+    assert!(
+        metric_sum(WRITES, "result=\"contested\"") > contested_refusals,
+        "the refused writes are counted"
+    );
+    let s = status_of(&client, &ns, "lima").await;
+    assert_eq!(
+        s["rolloutHealth"],
+        controller.last().expect("written")["rolloutHealth"],
+        "the controller's fields stand"
+    );
+    assert!(s.get("rolloutGate").is_none(), "no write war: {s}");
+    // The verdict API still answers for it.
+    let (code, body) = http_get(debug, &format!("/api/v1/instances/{ns}/lima/verdict"))
+        .await
+        .expect("verdict");
+    assert_eq!(code, 200, "{body}");
+    agent.stop().await;
+}
+
+/// Sharded replicas in companion mode: each companion has one writer (its
+/// `rolloutHealth.agent` stays one replica over many heartbeats), and when
+/// a replica leaves, the other takes its companions over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real API server: scripts/e2e.sh"]
+async fn sharded_replicas_write_each_companion_once_and_hand_over() {
+    let client = admin().await;
+    as_deployed_beside_kura(&client).await;
+    let ns = create_namespace(&client, "e2e-companion-shards").await;
+    let names: Vec<String> = (0..8).map(|i| format!("mike-{i}")).collect();
+    let fleet = Fleet::create(
+        &client,
+        &ns,
+        &names,
+        1,
+        "ghcr.io/tuist/kura:1.0.0",
+        Ipv4Addr::new(127, 42, 0, 1),
+    )
+    .await;
+    let mut agents = BTreeMap::new();
+    for id in ["replica-a", "replica-b"] {
+        let identity = format!("--agent-identity={id}");
+        let lease_ns = format!("--lease-namespace={ns}");
+        let args = run_args(
+            &ns,
+            fleet.port,
+            &[
+                identity.as_str(),
+                "--sharding",
+                lease_ns.as_str(),
+                "--lease-duration=3s",
+            ],
+        );
+        agents.insert(id, start_agent(args, admin_config().await));
+    }
+    let writer_of = |c: &Value| {
+        c["status"]["rolloutHealth"]["agent"]
+            .as_str()
+            .map(str::to_owned)
+    };
+    // Settled: every companion judged; then its writer over 9 s (three
+    // heartbeats) never changes.
+    let mut writers = BTreeMap::new();
+    for name in &names {
+        let c = wait_companion(&client, &ns, name, "a verdict", |c| {
+            c["status"]["rolloutGate"]["verdict"] == "healthy"
+        })
+        .await;
+        writers.insert(name.clone(), writer_of(&c));
+    }
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let mut settled = BTreeMap::new();
+    for name in &names {
+        let c = serde_json::to_value(companions(&client, &ns).get(name).await.expect("get"))
+            .expect("json");
+        settled.insert(name.clone(), writer_of(&c));
+    }
+    let mut times = BTreeMap::new();
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        for name in &names {
+            let c = serde_json::to_value(companions(&client, &ns).get(name).await.expect("get"))
+                .expect("json");
+            assert_eq!(writer_of(&c), settled[name], "{name}: one writer");
+            times
+                .entry(name.clone())
+                .or_insert_with(Vec::new)
+                .push(c["status"]["rolloutHealth"]["observedAt"].clone());
+        }
+    }
+    println!("companion writers: {settled:?}");
+    let owners: std::collections::BTreeSet<_> = settled.values().flatten().cloned().collect();
+    assert_eq!(owners.len(), 2, "both replicas write some: {settled:?}");
+    for (name, seen) in &times {
+        assert!(
+            seen.windows(2).any(|w| w[0] != w[1]),
+            "{name} is written (heartbeat)"
+        );
+    }
+
+    // replica-a leaves: replica-b writes every companion.
+    let mut a = agents.remove("replica-a").expect("a");
+    a.stop().await;
+    for name in &names {
+        wait_companion(&client, &ns, name, "handed over to replica-b", |c| {
+            writer_of(c).as_deref() == Some("replica-b")
+                && c["status"]["rolloutGate"]["verdict"] == "healthy"
+        })
+        .await;
+    }
+    for (_, mut agent) in agents {
+        agent.stop().await;
+    }
 }
