@@ -5,8 +5,11 @@
 #   scripts/build-tools.sh [--link DIR] [TOOL...]
 #
 # TOOL is any of: kube-apiserver kubectl etcd helm kubeconform integrations
-# kubelet-standin argo-rollouts-1.7 argo-rollouts-1.8 (default: all but
-# integrations, kubelet-standin and the argo-rollouts ones;
+# kubelet-standin kube-controller-manager argo-rollouts-1.7 argo-rollouts-1.8
+# (default: all but integrations, kubelet-standin, kube-controller-manager and
+# the argo-rollouts ones; kube-controller-manager comes from the same
+# k8s.io/kubernetes module as kube-apiserver, for its garbage collector
+# (scripts/k8s-up.sh --with-gc);
 # kubelet-standin is the kubelet's port-forward endpoint of
 # scripts/tools/kubelet-standin, for agent/tests/e2e_port_forward.rs;
 # integrations is kura-integrations, the recipe
@@ -41,9 +44,9 @@ while [ $# -gt 0 ]; do
   case $1 in
     --link) [ $# -ge 2 ] || die "--link needs a directory"; link_dir=$2; shift 2 ;;
     --link=*) link_dir=${1#--link=}; shift ;;
-    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    kube-apiserver|kubectl|etcd|helm|kubeconform|integrations|kubelet-standin|argo-rollouts-1.7|argo-rollouts-1.8) want+=("$1"); shift ;;
-    *) die "unknown argument: $1 (tools: kube-apiserver kubectl etcd helm kubeconform integrations kubelet-standin argo-rollouts-1.7 argo-rollouts-1.8)" ;;
+    -h|--help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    kube-apiserver|kubectl|etcd|helm|kubeconform|integrations|kubelet-standin|kube-controller-manager|argo-rollouts-1.7|argo-rollouts-1.8) want+=("$1"); shift ;;
+    *) die "unknown argument: $1 (tools: kube-apiserver kubectl etcd helm kubeconform integrations kubelet-standin kube-controller-manager argo-rollouts-1.7 argo-rollouts-1.8)" ;;
   esac
 done
 [ ${#want[@]} -gt 0 ] || want=(kube-apiserver kubectl etcd helm kubeconform)
@@ -57,7 +60,7 @@ modver() {
 recipe() {
   local k8s_x v
   case $1 in
-    kube-apiserver|kubectl)
+    kube-apiserver|kubectl|kube-controller-manager)
       moddir=$tools_dir
       pkg=k8s.io/kubernetes/cmd/$1
       version=$(modver "$moddir" k8s.io/kubernetes)
@@ -141,9 +144,7 @@ build() {
     if is_cached; then return 0; fi
   fi
   log "building $tool $version from ${moddir:-its module} ($(go env GOVERSION)) ..."
-  if [ "$tool" = kube-apiserver ]; then
-    log "  (a cold kube-apiserver build takes ~4-10 min on 2 cores; cached afterwards)"
-  fi
+  case $tool in kube-apiserver|kube-controller-manager) log "  (a cold $tool build takes ~4-10 min on 2 cores; cached afterwards)" ;; esac
   case $tool in argo-rollouts-*) log "  (a cold rollouts-controller build takes ~4-6 min on 2 cores; cached afterwards)" ;; esac
   t0=$(date +%s)
   tmp=$out.tmp.$$

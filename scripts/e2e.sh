@@ -13,14 +13,18 @@
 # and baseline hook of the job recipe over Kargo's Stage CRD; then
 # agent/tests/e2e_port_forward.rs: node-local instances polled through the
 # API server's pod port-forward, to a kubelet stand-in built from the
-# kubelet's own port-forward code (scripts/tools/kubelet-standin, issue 39).
+# kubelet's own port-forward code (scripts/tools/kubelet-standin, issue 39);
+# then agent/tests/e2e_garbage_collection.rs: the real garbage collector
+# (kube-controller-manager's, which runs beside the API server throughout:
+# k8s-up.sh --with-gc) deletes what a deleted KuraInstance owned.
 #
 #   scripts/e2e.sh [TEST_FILTER...]   # extra args go to the test binary
 #
 # Builds the harness tools on first use (cached in ~/.cache/kura-tools; the
 # first kube-apiserver build takes ~15 min), starts kube-apiserver in a
-# temporary directory, renders the chart with helm, runs the ignored e2e tests
-# one at a time, and stops everything. Prints the time of each part.
+# temporary directory with the garbage collector, renders the chart with helm,
+# runs the ignored e2e tests one at a time, and stops everything. Prints the
+# time of each part.
 # Knobs: KURA_E2E_FLAP_SCALE (default 10: 5 minutes of flapping in 30 s; 1
 # for the full figure), KURA_ARGO_CRDS (the Argo Rollouts CRDs; default
 # ../shared/vendor/argo-rollouts-crds), KURA_E2E_ECONOMY_INSTANCES (default 100; 1000 for the full figure)
@@ -40,18 +44,20 @@ root=$PWD
 run_init e2e KURA_E2E_KEEP
 
 part "tools (cached after the first build)"
-eval "$("$root/scripts/build-tools.sh" helm kube-apiserver etcd kubectl integrations kubelet-standin)"
+eval "$("$root/scripts/build-tools.sh" helm kube-apiserver etcd kubectl kube-controller-manager integrations kubelet-standin)"
 export KURA_INTEGRATIONS KURA_KUBELET_STANDIN
 
 part "build the e2e tests"
-cargo test --locked -p kura-agent --test e2e_apiserver --test e2e_port_forward --no-run
+cargo test --locked -p kura-agent --test e2e_apiserver --test e2e_port_forward --test e2e_garbage_collection --no-run
 # kura-gate replay --agent-view runs over the exported timelines (issue 33).
 cargo build --locked -p kura-gate --bin kura-gate
 KURA_GATE_BIN=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')/debug/kura-gate
 export KURA_GATE_BIN
 
-part "kube-apiserver + etcd up"
-"$root/scripts/k8s-up.sh" "$k8s_dir"
+part "kube-apiserver + etcd + garbage collector up"
+# The garbage collector (kube-controller-manager) runs throughout, as in a
+# real cluster: DIR/env exports KURA_GC=1 (agent/tests/support/gc.rs).
+"$root/scripts/k8s-up.sh" "$k8s_dir" --with-gc
 # shellcheck disable=SC1091
 . "$k8s_dir/env"
 
@@ -74,6 +80,10 @@ RUST_LOG=${RUST_LOG:-error,kube_client=off} cargo test --locked -p kura-agent --
 
 part "e2e tests: node-local instances through the port-forward"
 RUST_LOG=${RUST_LOG:-error,kube_client=off} cargo test --locked -p kura-agent --test e2e_port_forward -- \
+  --ignored --test-threads=1 --nocapture "$@"
+
+part "e2e tests: the garbage collector"
+RUST_LOG=${RUST_LOG:-error,kube_client=off} cargo test --locked -p kura-agent --test e2e_garbage_collection -- \
   --ignored --test-threads=1 --nocapture "$@"
 
 part "Argo Rollouts recipes: --dry-run=server against the vendored CRDs"

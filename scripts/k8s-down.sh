@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Stop the kube-apiserver and etcd that scripts/k8s-up.sh DIR started:
+# Stop the kube-controller-manager (--with-gc), kube-apiserver and etcd that
+# scripts/k8s-up.sh DIR started:
 # SIGTERM, a bounded wait (KURA_K8S_STOP_TIMEOUT, default 20 s), then SIGKILL.
 #
 #   scripts/k8s-down.sh DIR          # stop; keep DIR (logs, certs, etcd data)
@@ -23,7 +24,9 @@ done
 [ -d "$dir" ] || { k8s_log "$dir does not exist; nothing to stop"; exit 0; }
 dir=$(cd "$dir" && pwd -P)
 
-# kube-apiserver first, so it does not log a storm of etcd errors.
+# Clients first (the garbage collector), then kube-apiserver, so that
+# neither logs a storm of connection errors.
+k8s_stop "$dir" kube-controller-manager
 k8s_stop "$dir" kube-apiserver
 k8s_stop "$dir" etcd
 if [ -n "$purge" ]; then

@@ -4,7 +4,8 @@
 #   DIR/pki/            CA, serving cert, service-account key, tokens.csv
 #   DIR/etcd-data/      etcd's data
 #   DIR/bin/            symlinks: kube-apiserver, etcd, kubectl
-#   DIR/{etcd,kube-apiserver}.{pid,log}
+#                       (and kube-controller-manager, with --with-gc)
+#   DIR/{etcd,kube-apiserver,kube-controller-manager}.{pid,log}
 #   DIR/state           ports and tokens (internal, shell syntax)
 #   DIR/kubeconfig      admin kubeconfig
 #   DIR/env             `. DIR/env` for KUBECONFIG, KURA_APISERVER_URL, PATH, ...

@@ -4,6 +4,8 @@
 #   scripts/k8s-up.sh DIR                   # start etcd + kube-apiserver
 #   scripts/k8s-up.sh DIR --apiserver-only  # (re)start kube-apiserver only,
 #                                           # same certs, etcd, port and URL
+#   scripts/k8s-up.sh DIR --with-gc         # also kube-controller-manager
+#                                           # running only the garbage collector
 #
 # Everything lives in DIR (created if needed): certs, etcd data, logs
 # (DIR/etcd.log, DIR/kube-apiserver.log), DIR/kubeconfig (admin token) and
@@ -14,6 +16,12 @@
 # (it restarts kube-apiserver if only that was stopped).
 # Stop with scripts/k8s-down.sh DIR; scripts/k8s-stop-apiserver.sh DIR stops
 # kube-apiserver alone.
+# --with-gc (also on a running DIR, to add it) starts kube-controller-manager
+# with --controllers=garbagecollector on a free 127.0.0.1 port, waits for its
+# /healthz, and makes DIR/env export KURA_GC=1: objects whose owners are
+# gone get deleted, as in a real cluster. It rereads discovery every 30 s (a
+# constant, no flag), so it handles a CRD's objects at most ~30 s after the
+# CRD is created. Log: DIR/kube-controller-manager.log.
 #
 # Binaries come from scripts/build-tools.sh (built on first use, ~15 min).
 # Knobs: KURA_K8S_READY_TIMEOUT (s, default 120), KURA_K8S_STOP_TIMEOUT (s,
@@ -23,16 +31,18 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/k8s-lib.sh"
 
-dir='' apiserver_only=''
+dir='' apiserver_only='' with_gc=''
 for a in "$@"; do
   case $a in
     --apiserver-only) apiserver_only=1 ;;
-    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --with-gc) with_gc=1 ;;
+    -h|--help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) k8s_die "unknown option: $a" ;;
     *) [ -z "$dir" ] || k8s_die "only one DIR, please"; dir=$a ;;
   esac
 done
-[ -n "$dir" ] || k8s_die "usage: $0 DIR [--apiserver-only]"
+[ -n "$dir" ] || k8s_die "usage: $0 DIR [--apiserver-only | --with-gc]"
+[ -z "$apiserver_only" ] || [ -z "$with_gc" ] || k8s_die "--apiserver-only and --with-gc do not go together"
 dir=$(k8s_abs "$dir")
 if [ -n "$apiserver_only" ] && { [ ! -f "$dir/state" ] || [ -z "$(k8s_pid "$(cd "$dir" && pwd -P)" etcd)" ]; }; then
   k8s_die "etcd is not running in $dir: start everything with $0 $dir"
@@ -46,6 +56,9 @@ done
 
 # ---- binaries ---------------------------------------------------------------
 eval "$("$here/build-tools.sh" --link "$dir/bin" kube-apiserver etcd kubectl)"
+if [ -n "$with_gc" ]; then
+  eval "$("$here/build-tools.sh" --link "$dir/bin" kube-controller-manager)"
+fi
 
 # ---- certificates and tokens (made once per DIR) ----------------------------
 pki=$dir/pki
@@ -117,18 +130,18 @@ EOF
   fi
 }
 
-ETCD_PORT='' ETCD_PEER_PORT='' APISERVER_PORT=''
+ETCD_PORT='' ETCD_PEER_PORT='' APISERVER_PORT='' GC_PORT=''
 # shellcheck disable=SC1091
 [ -f "$dir/state" ] && . "$dir/state"
 save_state() {
-  printf 'ETCD_PORT=%s\nETCD_PEER_PORT=%s\nAPISERVER_PORT=%s\n' \
-    "$ETCD_PORT" "$ETCD_PEER_PORT" "$APISERVER_PORT" > "$dir/state.tmp"
+  printf 'ETCD_PORT=%s\nETCD_PEER_PORT=%s\nAPISERVER_PORT=%s\nGC_PORT=%s\n' \
+    "$ETCD_PORT" "$ETCD_PEER_PORT" "$APISERVER_PORT" "$GC_PORT" > "$dir/state.tmp"
   mv "$dir/state.tmp" "$dir/state"
 }
 
 # ---- process helpers --------------------------------------------------------
 started=()
-cleanup_on_error() { # newest first: kube-apiserver before its etcd
+cleanup_on_error() { # newest first: kube-controller-manager, kube-apiserver, etcd
   local i
   for ((i = ${#started[@]} - 1; i >= 0; i--)); do k8s_stop "$dir" "${started[i]}"; done
 }
@@ -242,6 +255,24 @@ start_apiserver() {
     --cacert "$pki/ca.crt" -H "Authorization: Bearer $ADMIN_TOKEN"
 }
 
+# kube-controller-manager running the garbage collector alone, as the admin
+# (DIR/kubeconfig), serving /healthz on 127.0.0.1 with the API server's
+# certificate (its SANs cover 127.0.0.1).
+start_gc() {
+  launch kube-controller-manager "$KURA_KUBE_CONTROLLER_MANAGER" \
+    --kubeconfig="$dir/kubeconfig" \
+    --controllers=garbagecollector \
+    --leader-elect=false \
+    --use-service-account-credentials=false \
+    --bind-address=127.0.0.1 \
+    --secure-port="$GC_PORT" \
+    --tls-cert-file="$pki/server.crt" \
+    --tls-private-key-file="$pki/server.key" \
+    --profiling=false \
+    --v=2
+  wait_ready kube-controller-manager "https://127.0.0.1:$GC_PORT/healthz" --cacert "$pki/ca.crt"
+}
+
 # ---- start ------------------------------------------------------------------
 etcd_pid=$(k8s_pid "$dir" etcd)
 api_pid=$(k8s_pid "$dir" kube-apiserver)
@@ -323,6 +354,26 @@ EOF
 chmod 600 "$dir/kubeconfig.tmp"
 mv "$dir/kubeconfig.tmp" "$dir/kubeconfig"
 
+gc_pid=$(k8s_pid "$dir" kube-controller-manager)
+if [ -n "$with_gc" ] && [ -z "$gc_pid" ]; then
+  for attempt in 1 2 3; do
+    GC_PORT=$(free_ports 1); save_state
+    rc=0; start_gc || rc=$?
+    [ $rc -eq 0 ] && break
+    if [ $rc -eq 2 ] && port_clash kube-controller-manager && [ $attempt -lt 3 ]; then
+      k8s_log "port clash; retrying kube-controller-manager with another port"; continue
+    fi
+    exit 1
+  done
+  gc_pid=$(k8s_pid "$dir" kube-controller-manager)
+fi
+if [ -n "$gc_pid" ]; then
+  gc_env="export KURA_GC=1
+export KURA_GC_PID='$gc_pid'"
+else
+  gc_env="unset KURA_GC KURA_GC_PID"
+fi
+
 cat > "$dir/env.tmp" <<EOF
 # Written by scripts/k8s-up.sh; source it: . $dir/env
 export KURA_K8S_DIR='$dir'
@@ -335,6 +386,8 @@ export KURA_ETCD_URL='http://127.0.0.1:$ETCD_PORT'
 export KURA_ETCD_PID='$(cat "$dir/etcd.pid")'
 export KURA_APISERVER_PID='$(cat "$dir/kube-apiserver.pid")'
 export KURA_KUBECTL='$KURA_KUBECTL'
+# The garbage collector (kube-controller-manager; k8s-up.sh --with-gc).
+$gc_env
 # kubectl's discovery/HTTP cache: per cluster, and never ./.kube when HOME is unset.
 export KUBECACHEDIR='$dir/kube-cache'
 export PATH='$dir/bin':"\$PATH"
@@ -342,4 +395,4 @@ EOF
 mv "$dir/env.tmp" "$dir/env"
 
 started=()   # success: nothing to clean up
-k8s_log "kube-apiserver ready at $url (pid $(cat "$dir/kube-apiserver.pid"), etcd pid $(cat "$dir/etcd.pid")); . $dir/env"
+k8s_log "kube-apiserver ready at $url (pid $(cat "$dir/kube-apiserver.pid"), etcd pid $(cat "$dir/etcd.pid")${gc_pid:+, garbage collector pid $gc_pid}); . $dir/env"

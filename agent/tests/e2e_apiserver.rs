@@ -42,7 +42,9 @@ mod support {
     pub mod timeline;
 }
 use support::agent::{Agent, init_test_logging, run_args as parse_run_args};
-use support::cluster::{apply_crd, kube_config, shipped_crd, status_of, wait_for, wait_status};
+use support::cluster::{
+    apply_crd, kube_config, shipped_crd, statefulset_owner, status_of, wait_for, wait_status,
+};
 use support::http::{free_port, http_get};
 
 // ---------------------------------------------------------------------------
@@ -157,18 +159,17 @@ async fn create_instance(client: &Client, ns: &str, name: &str, image: &str, rep
         .expect("create KuraInstance");
 }
 
-/// A Pod of the StatefulSet named `instance` (the StatefulSet itself need not
-/// exist: no garbage collector runs), on a fake node. Returns its UID.
+/// A Pod of the StatefulSet named `instance` (created, inert, if missing: the
+/// garbage collector deletes pods whose owner does not exist), on a fake
+/// node. Returns its UID.
 async fn create_pod(client: &Client, ns: &str, instance: &str, name: &str, image: &str) -> String {
+    let owner = statefulset_owner(client, ns, instance).await;
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {
             "name": name,
             "labels": {"app.kubernetes.io/name": "kura", "app.kubernetes.io/instance": instance},
-            "ownerReferences": [{
-                "apiVersion": "apps/v1", "kind": "StatefulSet", "name": instance,
-                "uid": "00000000-0000-0000-0000-000000000001", "controller": true
-            }]
+            "ownerReferences": [owner]
         },
         "spec": {
             "nodeName": "fake-node",

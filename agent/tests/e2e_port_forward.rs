@@ -40,7 +40,7 @@ mod support {
     pub mod cluster;
 }
 use support::agent::{Agent, init_test_logging, run_args as parse_run_args};
-use support::cluster::{apply_crd, kube_config, shipped_crd, wait_status};
+use support::cluster::{apply_crd, kube_config, shipped_crd, statefulset_owner, wait_status};
 
 const T: Duration = Duration::from_secs(40);
 const IMAGE: &str = "ghcr.io/tuist/kura:1.0.0";
@@ -225,8 +225,9 @@ async fn create_instance(client: &Client, ns: &str, name: &str, replicas: usize,
         .expect("create KuraInstance");
 }
 
-/// A running Pod of the StatefulSet `instance` on `node`, at pod IP `ip`;
-/// returns its UID.
+/// A running Pod of the StatefulSet `instance` (created, inert, if missing:
+/// the garbage collector deletes pods whose owner does not exist) on
+/// `node`, at pod IP `ip`; returns its UID.
 async fn create_pod(
     client: &Client,
     ns: &str,
@@ -235,15 +236,13 @@ async fn create_pod(
     node: &str,
     ip: &str,
 ) -> String {
+    let owner = statefulset_owner(client, ns, instance).await;
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {
             "name": name,
             "labels": {"app.kubernetes.io/name": "kura", "app.kubernetes.io/instance": instance},
-            "ownerReferences": [{
-                "apiVersion": "apps/v1", "kind": "StatefulSet", "name": instance,
-                "uid": "00000000-0000-0000-0000-000000000001", "controller": true
-            }]
+            "ownerReferences": [owner]
         },
         "spec": {
             "nodeName": node,

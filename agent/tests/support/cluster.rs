@@ -1,16 +1,20 @@
 //! The real API server of the end-to-end suites (started by
 //! scripts/k8s-up.sh, found through `KUBECONFIG`): client configuration,
-//! the shipped CRD, and waiting for a condition.
+//! the shipped CRD, waiting for a condition or for an object to be gone,
+//! and real owners for the suites' pods (the garbage collector may run:
+//! see `support::gc`).
 
 use std::future::Future;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use kube::api::{Api, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use kube::api::{Api, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::ApiResource;
 use kube::{Client, Config};
-use serde_json::Value;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
 
 /// The kubeconfig the harness script exported.
 fn kubeconfig_path() -> PathBuf {
@@ -125,4 +129,57 @@ pub async fn wait_status(
         }
     })
     .await
+}
+
+/// Waits (at most `timeout`) until `name` is gone from `api` (a get
+/// answers 404); panics on timeout, naming `what`.
+#[allow(dead_code)] // not every suite deletes objects
+pub async fn wait_gone<K>(api: &Api<K>, name: &str, what: &str, timeout: Duration)
+where
+    K: Clone + DeserializeOwned + std::fmt::Debug,
+{
+    wait_for(&format!("{what} to be gone"), timeout, || async move {
+        match api.get_opt(name).await {
+            Ok(None) => Some(()),
+            Ok(Some(_)) => None,
+            Err(e) => panic!("get {name} while waiting for {what} to be gone: {e}"),
+        }
+    })
+    .await;
+}
+
+/// The owner reference the pods of instance `instance` carry: its
+/// StatefulSet `ns/instance`, created if it does not exist yet (inert: no
+/// StatefulSet controller runs, and the agent reads only the pods). The
+/// owner must really exist: the garbage collector (scripts/k8s-up.sh
+/// --with-gc, which scripts/e2e.sh starts) deletes a pod whose owner does
+/// not.
+#[allow(dead_code)] // not every suite creates pods
+pub async fn statefulset_owner(client: &Client, ns: &str, instance: &str) -> Value {
+    let api: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
+    let labels = json!({"app.kubernetes.io/name": "kura", "app.kubernetes.io/instance": instance});
+    let sts: StatefulSet = serde_json::from_value(json!({
+        "metadata": {"name": instance},
+        "spec": {
+            "serviceName": instance,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "kura", "image": "kura:e2e"}]}
+            }
+        }
+    }))
+    .expect("StatefulSet object");
+    let sts = match api.create(&PostParams::default(), &sts).await {
+        Ok(created) => created,
+        Err(kube::Error::Api(s)) if s.code == 409 => api
+            .get(instance)
+            .await
+            .unwrap_or_else(|e| panic!("get StatefulSet {ns}/{instance}: {e}")),
+        Err(e) => panic!("create StatefulSet {ns}/{instance}: {e}"),
+    };
+    json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet", "name": instance,
+        "uid": sts.metadata.uid.expect("StatefulSet uid"), "controller": true
+    })
 }
