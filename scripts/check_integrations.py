@@ -30,11 +30,15 @@ pod on spec.image), `rolling` (checks pass on pods of the old image),
   binary: exit 0 on a healthy set, 1 on a hard stop, 1 when the upgrade
   itself raised the fd timeouts (against the pre-upgrade baseline); and, as
   the check of the check, 0 there without the baseline (the bug);
-- Flux: the healthCheckExprs of --flux for KuraInstance, evaluated by
-  fluxcd/pkg/runtime/cel's StatusEvaluator, the code kustomize-controller
-  runs (kura-integrations flux-cel), on every one of the Argo CD
-  health check's test objects (--objects; the e2e suite holds their agent
-  conditions to what the agent writes): the status in FLUX_EXPECTED.
+- Flux: every healthCheckExprs entry of each --flux file (the instance-mode
+  and the companion-mode Kustomization), evaluated by fluxcd/pkg/runtime/cel's
+  StatusEvaluator, the code kustomize-controller runs (kura-integrations
+  flux-cel), on every one of the Argo CD health check's test objects of its
+  kind (--objects for KuraInstance, --companion-objects for
+  KuraInstanceHealth; the e2e suite holds the KuraInstance objects' agent
+  conditions to what the agent writes): the status in FLUX_EXPECTED; each
+  file must have an entry for each kind it health-checks, and the
+  KuraInstance entries of the files must be the same.
 """
 
 import argparse
@@ -85,6 +89,24 @@ FLUX_EXPECTED = {
     "terminating.yaml": "InProgress",
     # Suspended on purpose (spec.suspended, no pods): nothing to wait for,
     # as kstatus reads it with --kstatus-conditions.
+    "suspended.yaml": "Current",
+    # Companion mode: no agent condition here, Kura's controller's own
+    # rolloutHealth (the gate's verdict is on the KuraInstanceHealth).
+    "companion-mode-ready.yaml": "Current",
+    "companion-mode-rolling.yaml": "InProgress",
+    "companion-mode-generation-not-reconciled.yaml": "InProgress",
+    "companion-mode-suspended.yaml": "Current",
+}
+# The same for the companion KuraInstanceHealth's test objects (no
+# generation of the instance to compare with on a companion).
+FLUX_COMPANION_EXPECTED = {
+    "no-status.yaml": "Error",
+    "healthy.yaml": "Current",
+    "not-converged.yaml": "InProgress",
+    "held-fd-timeouts-regressed.yaml": "InProgress",
+    "hard-stopped.yaml": "Failed",
+    "hard-stopped-serving-fenced.yaml": "Failed",
+    "terminating.yaml": "InProgress",
     "suspended.yaml": "Current",
 }
 
@@ -335,33 +357,44 @@ def check_job(name, template, metric, agent, scenarios, hook_file, tmp):
                 proc.kill()
 
 
-def check_flux(flux_file, objects, tool):
-    docs = [d for d in yaml.safe_load_all(open(flux_file)) if d]
-    exprs = [
-        e
-        for d in docs
-        for e in d.get("spec", {}).get("healthCheckExprs", [])
-        if e.get("kind") == "KuraInstance"
-    ]
-    if len(exprs) != 1:
-        fail("%s: want one healthCheckExprs entry for KuraInstance" % flux_file)
-        return
-    e = exprs[0]
-    cmd = [tool, "flux-cel", "--current", e["current"]]
-    if e.get("failed"):
-        cmd += ["--failed", e["failed"]]
-    if e.get("inProgress"):
-        cmd += ["--in-progress", e["inProgress"]]
-    unexpected = sorted(set(f for f in os.listdir(objects) if f.endswith(".yaml")) - set(FLUX_EXPECTED))
-    if unexpected:
-        fail("flux: no expected status for the test objects %s" % unexpected)
-    for name, want in FLUX_EXPECTED.items():
-        got = subprocess.run(
-            cmd + [os.path.join(objects, name)], capture_output=True, text=True, check=True
-        ).stdout.strip().split(" ", 1)[1]
-        (ok if got.split(":")[0] == want else fail)(
-            "flux healthCheckExprs on %s: %s (want %s)" % (name, got, want)
-        )
+def check_flux(flux_files, objects_by_kind, tool):
+    """objects_by_kind: kind -> (test objects' directory, expected statuses)."""
+    instance_exprs = []
+    for flux_file in flux_files:
+        docs = [d for d in yaml.safe_load_all(open(flux_file)) if d]
+        entries = [e for d in docs for e in d.get("spec", {}).get("healthCheckExprs", [])]
+        checked = {h.get("kind") for d in docs for h in d.get("spec", {}).get("healthChecks", [])}
+        if any(d.get("spec", {}).get("wait") for d in docs):
+            checked.add("KuraInstance")
+        kinds = [e.get("kind") for e in entries]
+        for kind in sorted(checked | set(kinds)):
+            if kinds.count(kind) != 1:
+                fail("%s: want one healthCheckExprs entry for %s, found %d" % (flux_file, kind, kinds.count(kind)))
+        for e in entries:
+            if e.get("kind") not in objects_by_kind:
+                fail("%s: no test objects for the kind %s" % (flux_file, e.get("kind")))
+                continue
+            if e["kind"] == "KuraInstance":
+                instance_exprs.append((flux_file, e))
+            objects, expected = objects_by_kind[e["kind"]]
+            cmd = [tool, "flux-cel", "--current", e["current"]]
+            if e.get("failed"):
+                cmd += ["--failed", e["failed"]]
+            if e.get("inProgress"):
+                cmd += ["--in-progress", e["inProgress"]]
+            unexpected = sorted(set(f for f in os.listdir(objects) if f.endswith(".yaml")) - set(expected))
+            if unexpected:
+                fail("flux: no expected status for the %s test objects %s" % (e["kind"], unexpected))
+            for name, want in expected.items():
+                got = subprocess.run(
+                    cmd + [os.path.join(objects, name)], capture_output=True, text=True, check=True
+                ).stdout.strip().split(" ", 1)[1]
+                (ok if got.split(":")[0] == want else fail)(
+                    "%s: healthCheckExprs for %s on %s: %s (want %s)"
+                    % (os.path.basename(flux_file), e["kind"], name, got, want)
+                )
+    if len({json.dumps(e, sort_keys=True) for _, e in instance_exprs}) > 1:
+        fail("flux: the KuraInstance healthCheckExprs differ between %s" % [f for f, _ in instance_exprs])
 
 
 def main():
@@ -373,8 +406,9 @@ def main():
     p.add_argument("--agent", required=True)
     p.add_argument("--schema", required=True)
     p.add_argument("--scenarios", required=True)
-    p.add_argument("--flux", required=True)
+    p.add_argument("--flux", required=True, nargs="+")
     p.add_argument("--objects", required=True)
+    p.add_argument("--companion-objects", required=True)
     p.add_argument("--baseline-hook", required=True)
     a = p.parse_args()
     check_schema(a.outputs, a.schema)
@@ -397,7 +431,14 @@ def main():
                     check_job(name, doc, metric, a.agent, a.scenarios, a.baseline_hook, tmp)
                 else:
                     fail("%s %s: no check for provider %s" % (name, metric["name"], list(provider)))
-    check_flux(a.flux, a.objects, a.integrations)
+    check_flux(
+        a.flux,
+        {
+            "KuraInstance": (a.objects, FLUX_EXPECTED),
+            "KuraInstanceHealth": (a.companion_objects, FLUX_COMPANION_EXPECTED),
+        },
+        a.integrations,
+    )
     for provider, n in seen.items():
         if n == 0:
             fail("no recipe with the %s provider was checked" % provider)

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The integration recipes of docs/integrations.md, tested against real agent
 # output with the libraries the integrations use (issue 13):
-#   1. Argo CD: the KuraInstance health check (health.lua) on its test cases
-#      (health_test.yaml, testdata/) in Argo CD's Lua VM: gopher-lua with
-#      only the package, base and table libraries (kura-integrations
-#      argocd-health), and a variant using string.format must fail there
+#   1. Argo CD: every health check under
+#      docs/integrations/argocd/resource_customizations/ (KuraInstance, and
+#      the companion KuraInstanceHealth) on its test cases (health_test.yaml,
+#      testdata/) in Argo CD's Lua VM: gopher-lua with only the package, base
+#      and table libraries (kura-integrations argocd-health), and a variant
+#      using string.format must fail there
 #   2. a real agent loop over simulated pods (agent/tests/integration_outputs.rs)
 #      writes its verdict endpoint's answers and /metrics in four states
 #   3. scripts/check_integrations.py: the verdict documents against their JSON
@@ -12,7 +14,9 @@
 #      jsonpath + expr, kura-integrations), their PromQL as promtool rule tests
 #      over the real scrape, the job recipe's `kura-agent check` on simulated
 #      nodes (healthy: exit 0; hard stop: exit 1); Flux's healthCheckExprs
-#      for KuraInstance evaluated by fluxcd/pkg/runtime/cel's StatusEvaluator
+#      for KuraInstance and KuraInstanceHealth (both Kustomizations of
+#      docs/integrations/flux/) evaluated by fluxcd/pkg/runtime/cel's
+#      StatusEvaluator
 # The recipes' --dry-run=server against the real API server with the Argo
 # Rollouts CRDs, and kstatus on objects the API server stored, run in
 # scripts/e2e.sh. Builds promtool and kura-integrations on first use (cached).
@@ -36,9 +40,20 @@ echo "== tools: promtool, kura-integrations (cached)"
 eval "$(scripts/build-promtool.sh)"
 eval "$(scripts/build-tools.sh integrations)"
 
-echo "== Argo CD health check: health.lua on health_test.yaml (gopher-lua; package, base, table)"
-argocd_dir=docs/integrations/argocd/resource_customizations/kura.tuist.dev/KuraInstance
-"$KURA_INTEGRATIONS" argocd-health "$argocd_dir"
+echo "== Argo CD health checks: health.lua on health_test.yaml (gopher-lua; package, base, table)"
+customizations=docs/integrations/argocd/resource_customizations
+argocd_dir=$customizations/kura.tuist.dev/KuraInstance
+companion_dir=$customizations/health.kura.tuist.dev/KuraInstanceHealth
+# Every GROUP/KIND directory there, so that a check added later runs too;
+# the two this project ships must be among them.
+checks=$(find "$customizations" -mindepth 3 -maxdepth 3 -name health.lua -printf '%h\n' | sort)
+for want in "$argocd_dir" "$companion_dir"; do
+  grep -qxF "$want" <<<"$checks" || { echo "integrations-check: no health check in $want" >&2; exit 1; }
+done
+for dir in $checks; do
+  echo "-- ${dir#"$customizations"/}"
+  "$KURA_INTEGRATIONS" argocd-health "$dir"
+done
 # The VM really lacks what an argocd-cm check does not get: the same check
 # calling string.format must fail there.
 mkdir -p "$tmp/argocd-strings"
@@ -60,7 +75,8 @@ echo "== Argo Rollouts / Kargo recipes against it"
   --recipes docs/integrations/argo --outputs "$tmp/outputs" \
   --integrations "$KURA_INTEGRATIONS" --promtool "$KURA_PROMTOOL" \
   --agent "$agent" --schema schemas/json/instance-verdict.schema.json \
-  --scenarios testdata/sim --flux docs/integrations/flux/kustomization.yaml \
-  --objects docs/integrations/argocd/resource_customizations/kura.tuist.dev/KuraInstance/testdata \
+  --scenarios testdata/sim \
+  --flux docs/integrations/flux/kustomization.yaml docs/integrations/flux/kustomization-companion.yaml \
+  --objects "$argocd_dir/testdata" --companion-objects "$companion_dir/testdata" \
   --baseline-hook docs/integrations/kargo/baseline-hook.yaml
 echo "== integration recipes checked in $(( $(date +%s) - t0 ))s"

@@ -8,6 +8,16 @@
 --   RolloutHealthy Unknown, absent, or about an  -> Progressing (not judged yet, or the pods do not
 --   older metadata.generation                                    all run the target image yet)
 --   being deleted (metadata.deletionTimestamp)  -> Progressing (whatever the verdict said)
+-- Without the agent's conditions (companion mode, where the agent writes its
+-- verdict on the KuraInstanceHealth of the same name and never this object;
+-- or before its first write in instance mode):
+--   spec.suspended, or phase Suspending or      -> Suspended
+--   Suspended
+--   Kura's controller's own status.rolloutHealth -> Healthy when it reports every pod sampled,
+--   (no rolloutGate: companion mode)                ready and serving on spec.image for the current
+--                                                   generation, else Progressing; the gate's verdict
+--                                                   (holds, hard stops) is on the KuraInstanceHealth
+--   nothing yet                                  -> Progressing (waiting for the agent)
 -- Runs with only the libraries Argo CD opens for an argocd-cm check:
 -- package, base and table (no string, math, os or io).
 local hs = {}
@@ -49,15 +59,48 @@ end
 local healthy = condition(conditions, "RolloutHealthy")
 local stopped = condition(conditions, "RolloutHardStopped")
 
-if healthy == nil then
-  hs.status = "Progressing"
-  hs.message = "Waiting for the kura-health-agent to judge this instance"
-  return hs
-end
-
 local generation = nil
 if obj.metadata ~= nil then
   generation = obj.metadata.generation
+end
+
+if healthy == nil then
+  local status = obj.status or {}
+  local spec = obj.spec or {}
+  if spec.suspended == true or status.phase == "Suspending" or status.phase == "Suspended" then
+    hs.status = "Suspended"
+    hs.message = "Instance suspended (phase " .. tostring(status.phase) .. ")"
+    return hs
+  end
+  local rh = status.rolloutHealth
+  if rh ~= nil and status.rolloutGate == nil then
+    -- Companion mode: this rolloutHealth is Kura's controller's own, and the
+    -- agent's verdict is on the KuraInstanceHealth of the same name.
+    local where = "; the rollout gate's verdict is on KuraInstanceHealth " ..
+      tostring(obj.metadata.namespace) .. "/" .. tostring(obj.metadata.name)
+    if generation ~= nil and status.observedGeneration ~= nil and status.observedGeneration < generation then
+      hs.status = "Progressing"
+      hs.message = "Waiting for Kura's controller to reconcile generation " .. generation ..
+        " (it reconciled " .. status.observedGeneration .. ")" .. where
+      return hs
+    end
+    local pods = tostring(rh.sampledPods) .. " of " .. tostring(rh.expectedPods) .. " pods sampled"
+    local onImage = status.observedImage == nil or spec.image == nil or status.observedImage == spec.image
+    if rh.ready == true and rh.serving == true and rh.ringConsistent ~= false and onImage and
+        rh.sampledPods ~= nil and rh.expectedPods ~= nil and rh.sampledPods >= rh.expectedPods then
+      hs.status = "Healthy"
+      hs.message = "Kura's controller: " .. pods .. ", ready and serving" .. where
+      return hs
+    end
+    hs.status = "Progressing"
+    hs.message = "Kura's controller: " .. pods .. ", ready " .. tostring(rh.ready) ..
+      ", serving " .. tostring(rh.serving) .. ", ring consistent " .. tostring(rh.ringConsistent) ..
+      ", image " .. tostring(status.observedImage) .. " (spec " .. tostring(spec.image) .. ")" .. where
+    return hs
+  end
+  hs.status = "Progressing"
+  hs.message = "Waiting for the kura-health-agent to judge this instance"
+  return hs
 end
 if generation ~= nil and healthy.observedGeneration ~= nil and healthy.observedGeneration < generation then
   hs.status = "Progressing"
