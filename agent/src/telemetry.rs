@@ -46,6 +46,9 @@ pub const SWEEP_OVERRUNS_TOTAL: &str = "kura_agent_sweep_overruns_total";
 pub const INSTANCES_BY_CADENCE: &str = "kura_agent_swept_instances";
 /// Status writes by `result` ([`WRITE_RESULTS`]).
 pub const STATUS_WRITES_TOTAL: &str = "kura_agent_status_writes_total";
+/// Bytes of status write bodies sent (the JSON of each server-side apply,
+/// the companion's creation included).
+pub const STATUS_WRITE_BYTES_TOTAL: &str = "kura_agent_status_write_bytes_total";
 /// Writes whose fields the API server pruned (the CRD is too old).
 pub const STATUS_WRITES_PRUNED_TOTAL: &str = "kura_agent_status_writes_pruned_total";
 /// Instances with a desired status not yet written.
@@ -304,7 +307,7 @@ const fn plain(name: &'static str, kind: Kind, help: &'static str) -> Metric {
 }
 
 /// Every `kura_agent_*` metric, once each.
-pub const METRICS: [Metric; 28] = [
+pub const METRICS: [Metric; 29] = [
     Metric {
         name: POLLS_TOTAL,
         kind: Kind::Counter,
@@ -379,6 +382,11 @@ pub const METRICS: [Metric; 28] = [
             values: || WRITE_RESULTS.to_vec(),
         }),
     },
+    plain(
+        STATUS_WRITE_BYTES_TOTAL,
+        Kind::Counter,
+        "Bytes of status write bodies sent to the API server (server-side apply JSON).",
+    ),
     plain(
         STATUS_WRITES_PRUNED_TOTAL,
         Kind::Counter,

@@ -266,6 +266,11 @@ pub fn apply_body(
     })
 }
 
+/// The size of `body` as sent (JSON), for the bytes-written counter.
+fn body_bytes(body: &Value) -> u64 {
+    serde_json::to_vec(body).map_or(0, |b| b.len() as u64)
+}
+
 /// The body that creates `key`'s companion (server-side apply of the
 /// object itself): its name and namespace, the agent's label, an owner
 /// reference to the instance `instance_uid` (so the garbage collector
@@ -533,6 +538,7 @@ impl StatusWriter {
             gate.check(key, Timestamp::now())
                 .map_err(WriteError::Fenced)?;
         }
+        metrics::counter!(telemetry::STATUS_WRITE_BYTES_TOTAL).increment(body_bytes(&body));
         match self.target {
             PublicationTarget::Instance => {
                 if let Some(manager) = self.contest.as_ref().and_then(|c| c.contested_by(key)) {
@@ -613,15 +619,15 @@ impl StatusWriter {
             &key.namespace,
             &kube::api::ApiResource::erase::<KuraInstanceHealth>(&()),
         );
+        let creation = companion_body(key, &uid);
         let _ = created
-            .patch(
-                &key.name,
-                &self.params,
-                &Patch::Apply(&companion_body(key, &uid)),
-            )
+            .patch(&key.name, &self.params, &Patch::Apply(&creation))
             .await
             .map_err(classify)?;
         tracing::info!(instance = %key, "companion KuraInstanceHealth created");
+        // The creation, and the status sent a second time.
+        metrics::counter!(telemetry::STATUS_WRITE_BYTES_TOTAL)
+            .increment(body_bytes(&creation) + body_bytes(body));
         api.patch_status(&key.name, &self.params, &Patch::Apply(body))
             .await
             .map_err(classify)
