@@ -1,12 +1,15 @@
 //! `kura-agent demo` in its compressed form: the whole story through the
-//! real agent loop and the real wave judge, its final verdicts asserted,
-//! the debug endpoint served while it runs, and the binary's exit code.
+//! real agent loop and the real wave judge, its final verdicts asserted
+//! (with the instances apart from the usual case: a suspension in wave 1,
+//! a held update outside the waves, a node-local instance polled through
+//! the simulated kubelet), the debug endpoint served while it runs, and
+//! the binary's exit code.
 
 use std::net::SocketAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use kura_agent::tools::demo::{Demo, DemoConfig, NEW_IMAGE};
+use kura_agent::tools::demo::{Demo, DemoConfig, InstanceOutcome, NEW_IMAGE};
 use kura_gate::VerdictKind;
 use kura_schemas::{AgentVerdict, Signal};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -19,6 +22,46 @@ async fn get(addr: SocketAddr, path: &str) -> String {
     let mut body = Vec::new();
     stream.read_to_end(&mut body).await.unwrap();
     String::from_utf8(body).unwrap()
+}
+
+/// The held update's instance (outside the waves): a hard stop on
+/// `update_paused` with the pause as evidence while its operator holds
+/// both pods, then healthy once they were deleted and the hold lifted.
+fn assert_held_update_played(held: &InstanceOutcome, text: &str) {
+    assert_eq!(held.wave, None, "outside the waves");
+    let at = held
+        .verdicts
+        .iter()
+        .position(|c| c.verdict == AgentVerdict::HardStop && c.signal == Some(Signal::UpdatePaused))
+        .unwrap_or_else(|| panic!("never held on update_paused: {:?}\n{text}", held.verdicts));
+    let stop = &held.verdicts[at];
+    assert_eq!(stop.evidence.len(), 1, "{stop:?}");
+    let e = &stop.evidence[0];
+    assert_eq!(
+        (e.server.as_str(), e.signal),
+        ("kura/hooli-eu-west", Signal::UpdatePaused)
+    );
+    let paused = e.update_paused.as_ref().expect("the pause as evidence");
+    assert_eq!(paused.strategy, "OnDelete");
+    assert_eq!(paused.template_image.as_deref(), Some(NEW_IMAGE));
+    assert_eq!(paused.held_pods, ["hooli-eu-west-1", "hooli-eu-west-0"]);
+    let detail = e.detail.as_deref().unwrap_or_default();
+    assert!(detail.contains("OnDelete"), "{detail}");
+    // It left the hard stop for good and ended healthy on the new image.
+    let after = &held.verdicts[at + 1..];
+    assert!(!after.is_empty(), "the hold was never lifted\n{text}");
+    assert!(
+        after
+            .iter()
+            .all(|c| c.signal != Some(Signal::UpdatePaused) && c.verdict != AgentVerdict::HardStop),
+        "{after:?}"
+    );
+    assert_eq!(held.verdict, Some(AgentVerdict::Healthy), "{text}");
+    assert_eq!(held.spec_image, NEW_IMAGE);
+    assert_eq!(held.sampled_pods, Some(2));
+    assert!(held.counter_resets.unwrap() >= 2, "both pods deleted");
+    assert!(held.was_held_on_update_paused());
+    assert!(held.played_its_part());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -88,18 +131,79 @@ async fn the_demo_passes_the_canary_and_stops_the_regression_with_evidence() {
     assert!(fd.observed > fd.baseline && fd.band_top == fd.baseline);
 
     // The agent's own per-instance verdicts in the in-memory status store.
+    assert_eq!(outcome.instances.len(), 9);
     for i in &outcome.instances {
         assert_eq!(i.spec_image, NEW_IMAGE, "{}", i.id);
-        if i.id == "kura/umbrella-us-east" {
-            assert_eq!(i.verdict, Some(AgentVerdict::Unhealthy));
-            assert_eq!(i.signal, Some(Signal::FdTimeoutsRegressed));
-        } else {
-            assert_eq!(i.verdict, Some(AgentVerdict::Healthy), "{}", i.id);
-            // Every pod restarted; the clamped count kept its baseline.
-            assert!(i.counter_resets.unwrap() >= 1, "{}", i.id);
-            assert_eq!(i.fd_timeout_count, i.baseline_fd_timeout_count, "{}", i.id);
+        match i.id.as_str() {
+            "kura/umbrella-us-east" => {
+                assert_eq!(i.verdict, Some(AgentVerdict::Unhealthy));
+                assert_eq!(i.signal, Some(Signal::FdTimeoutsRegressed));
+            }
+            "kura/globex-us-east" => {
+                // Suspended by its operator in the middle of wave 1.
+                assert_eq!(i.verdict, Some(AgentVerdict::Suspended), "{text}");
+                assert_eq!(i.signal, Some(Signal::InstanceSuspended));
+                assert_eq!(i.sampled_pods, Some(0));
+                let last = i.verdicts.last().unwrap();
+                assert_eq!(last.evidence[0].signal, Signal::InstanceSuspended);
+                assert!(
+                    i.verdicts
+                        .iter()
+                        .any(|c| c.verdict != AgentVerdict::Suspended),
+                    "judged before its suspension: {:?}",
+                    i.verdicts
+                );
+            }
+            "kura/hooli-eu-west" => assert_held_update_played(i, &text),
+            _ => {
+                assert_eq!(i.verdict, Some(AgentVerdict::Healthy), "{}", i.id);
+                // Every pod restarted; the clamped count kept its baseline.
+                assert!(i.counter_resets.unwrap() >= 1, "{}", i.id);
+                assert_eq!(i.fd_timeout_count, i.baseline_fd_timeout_count, "{}", i.id);
+            }
         }
     }
+
+    // Wave 1 passed although one of its servers was suspended mid-upgrade:
+    // the wave judge left it out of scope (it never converged, and the
+    // pass carries no evidence about it).
+    assert_eq!(
+        outcome.waves[1].servers,
+        [
+            "kura/acme-us-east",
+            "kura/globex-eu-west",
+            "kura/globex-us-east"
+        ]
+    );
+    assert!(outcome.waves[1].verdict.evidence.is_empty());
+    assert!(
+        outcome.waves[2]
+            .verdict
+            .evidence
+            .iter()
+            .all(|e| e.server != "kura/globex-us-east" && e.server != "kura/hooli-eu-west"),
+        "neither the suspended nor the pinned instance is in wave 2's scope"
+    );
+
+    // The node-local instance was sampled, and only through the simulated
+    // kubelet's port-forwards: its pod IP is in TEST-NET-1, where nothing
+    // answers.
+    let local = outcome
+        .instances
+        .iter()
+        .find(|i| i.id == "kura/acme-us-east")
+        .unwrap();
+    assert!(local.node_local);
+    assert_eq!(local.sampled_pods, Some(1));
+    assert_eq!(local.pod_ips.len(), 1);
+    assert!(
+        local.pod_ips[0].starts_with("192.0.2."),
+        "{:?}",
+        local.pod_ips
+    );
+    assert_eq!(local.verdict, Some(AgentVerdict::Healthy));
+    // One port-forward per sweep of it: more than a handful over the story.
+    assert!(outcome.port_forwards >= 10, "{}", outcome.port_forwards);
 
     // A readable timeline, not a line per sweep.
     let lines: Vec<&str> = text.lines().collect();
@@ -113,20 +217,41 @@ async fn the_demo_passes_the_canary_and_stops_the_regression_with_evidence() {
     for needle in [
         "wave 0 (canary): soak (soaking)",
         "wave 0 (canary): pass",
+        "wave 1           kura/acme-us-east (node-local), kura/globex-eu-west, kura/globex-us-east",
+        "node-local: kura/acme-us-east: its pod IPs (192.0.2.",
+        "operator: suspends kura/globex-us-east (spec.suspended: true) in the middle of its upgrade, 1/2 pods",
+        "agent: kura/globex-us-east status.rolloutGate suspended (instance_suspended)",
+        "wave 1: pass",
+        "operator: moves kura/hooli-eu-west (outside the waves) to 0.42.0 by hand with updateStrategy OnDelete: \
+         Kura's controller holds hooli-eu-west-1, hooli-eu-west-0 on 0.41.2",
+        "agent: kura/hooli-eu-west status.rolloutGate hard_stop (update_paused): server kura/hooli-eu-west: update_paused",
+        "operator: deletes held pod hooli-eu-west-1 of kura/hooli-eu-west: it comes back on 0.42.0; still held: hooli-eu-west-0",
+        "operator: deletes held pod hooli-eu-west-0 of kura/hooli-eu-west: it comes back on 0.42.0; none left to hold",
+        "agent: kura/hooli-eu-west status.rolloutGate healthy (none)",
         "wave 2: soak (fd_timeouts_regressed)",
         "wave 2: hard_stop (wave_deadline_exceeded) held by kura/umbrella-us-east",
         "evidence: server kura/umbrella-us-east: fd_timeouts_regressed",
+        "suspended kura/globex-us-east: suspended (instance_suspended); out of wave 1's scope",
+        "held update kura/hooli-eu-west: hard_stop (update_paused) from +03:",
+        "node-local kura/acme-us-east: 1/1 pods sampled through the simulated kubelet's port-forwards",
         "the story played as designed",
     ] {
         assert!(text.contains(needle), "missing {needle:?} in\n{text}");
     }
+    // The suspension and the hold come in the story's order: the hold
+    // and its lifting during the canary's soak, the suspension in wave 1.
+    let at = |needle: &str| text.find(needle).unwrap();
+    assert!(at("status.rolloutGate hard_stop (update_paused)") < at("wave 0 (canary): pass"));
+    assert!(at("kura/hooli-eu-west status.rolloutGate healthy") < at("wave 0 (canary): pass"));
+    assert!(at("wave 1 scheduled") < at("operator: suspends kura/globex-us-east (spec.suspended"));
+    assert!(at("operator: suspends kura/globex-us-east (spec.suspended") < at("wave 1: pass"));
 
     // The debug endpoint served the fleet while the story ran.
     assert!(page.starts_with("HTTP/1.1 200"), "{page}");
     assert!(page.contains("kura/acme-eu-west") && page.contains("kura/umbrella-us-east"));
     let json = instances.split("\r\n\r\n").nth(1).unwrap();
     let value: serde_json::Value = serde_json::from_str(json).unwrap();
-    assert_eq!(value.as_array().map(Vec::len), Some(8), "{value}");
+    assert_eq!(value.as_array().map(Vec::len), Some(9), "{value}");
     // The demo's agent serves the verdict endpoint too.
     assert!(verdict.starts_with("HTTP/1.1 200"), "{verdict}");
     let json = verdict.split("\r\n\r\n").nth(1).unwrap();
@@ -266,6 +391,10 @@ async fn a_shadow_configuration_that_would_pass_the_regression_is_shown_and_neve
             assert_eq!(i.verdict, Some(AgentVerdict::Unhealthy), "published");
             assert_eq!(i.signal, Some(Signal::FdTimeoutsRegressed));
             assert_eq!(i.shadow, Some((AgentVerdict::Healthy, None)), "{text}");
+        } else if i.id == "kura/globex-us-east" {
+            // Suspended: the shadow says so too.
+            let suspended = (AgentVerdict::Suspended, Some(Signal::InstanceSuspended));
+            assert_eq!(i.shadow, Some(suspended), "{}", i.id);
         } else {
             assert_eq!(i.shadow, Some((AgentVerdict::Healthy, None)), "{}", i.id);
         }
@@ -286,7 +415,7 @@ kura/umbrella-us-east healthy (none) where the live verdict is unhealthy (fd_tim
         .and_then(|s| s.split("</section>").next())
         .unwrap_or_else(|| panic!("no shadow section in {page}"));
     assert!(
-        section.contains("judges 1 of 8 instances differently"),
+        section.contains("judges 1 of 9 instances differently"),
         "{section}"
     );
     let row = section

@@ -17,18 +17,28 @@
 //! For 10,000 pods in one process together with a keep-alive client, allow
 //! about three file descriptors per pod: [`raise_fd_limit`] raises the soft
 //! limit to the hard one; beyond that use `ulimit -n`.
+//!
+//! What Kura does to an instance's pods has its simulation too: a
+//! suspension scales them to zero and wipes their data
+//! ([`SimPodHandle::suspend`]), and the pods of a node-local instance are
+//! reached through their node's kubelet ([`Simulator::kubelet`],
+//! [`SimKubelet`]) rather than by pod IP. (An operator's held update is
+//! Kura's controller's status, not the pods': its pods simply keep running
+//! the old image until they are deleted, [`SimPodHandle::restart`].)
 
 #![deny(missing_docs)]
 
 mod addressing;
 mod behaviour;
 mod body;
+mod kubelet;
 mod node;
 mod pod;
 mod scenario;
 
 pub use addressing::{Addressing, raise_fd_limit};
 pub use behaviour::Behaviour;
+pub use kubelet::SimKubelet;
 pub use node::{REGION_LINK_LAG, ReportGeneration, SimNode};
 pub use pod::{SimPodHandle, SimPodSpec, SimStats};
 pub use scenario::{PodTemplate, Scenario, TimelineEvent};
@@ -118,6 +128,21 @@ impl Simulator {
     /// The pod named `name`.
     pub fn pod(&self, name: &str) -> Option<&SimPodHandle> {
         self.pods.iter().find(|p| p.name() == name)
+    }
+
+    /// The kubelet of a node running the pods named in `names` (names of
+    /// no pod of this simulator are left out): the way to a node-local
+    /// instance's pods, whose targets carry an unroutable pod IP.
+    pub fn kubelet<I, S>(&self, names: I) -> SimKubelet
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let pods = names
+            .into_iter()
+            .filter_map(|n| self.pod(n.as_ref()).cloned())
+            .collect();
+        SimKubelet::new(pods)
     }
 
     /// Counters over every pod of this simulator.

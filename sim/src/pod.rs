@@ -262,6 +262,21 @@ impl SimPodHandle {
         self.shared.epoch.send_modify(|e| *e += 1);
     }
 
+    /// Kura's suspension of the pod's instance (`spec.suspended`): scaled
+    /// to zero, the pod stops listening (open connections close), and its
+    /// data volume is wiped, so when it listens again
+    /// ([`listen`](Self::listen)) it is a new pod that starts empty: per
+    /// process counters at 0, a new incarnation (see
+    /// [`SimNode::restart`]) and its initial backfill cycle `pending`
+    /// until the caller settles it. Its restart count is unchanged (a new
+    /// pod, not a restarted container).
+    pub async fn suspend(&self) {
+        self.stop().await;
+        let mut s = self.lock();
+        s.node.restart();
+        s.node.backfill_initial_cycle = "pending".to_owned();
+    }
+
     /// Stop listening: once this returns, new connections are refused; open
     /// ones are being closed. The behaviour is left as it was, so
     /// [`listen`](Self::listen) resumes it.

@@ -4,7 +4,9 @@
 //! attempt, a hard body limit, no redirects, and a short retry of
 //! connection-level failures. Node-local instances' pods are polled
 //! through the API server's port-forward instead ([`forward`]:
-//! [`Poller::sweep_port_forward`]), never by pod IP.
+//! [`Poller::sweep_port_forward`]), never by pod IP; without an API
+//! server, through a [`PortForwardRelay`] standing in for it
+//! ([`Poller::with_port_forward_relay`]).
 //!
 //! Metrics (through the `metrics` facade; names in [`crate::telemetry`]):
 //! `kura_agent_polls_total{result}` (`ok` or a [`PollError::reason`]),
@@ -21,4 +23,5 @@ mod poller;
 
 pub use config::PollConfig;
 pub use error::PollError;
+pub use forward::PortForwardRelay;
 pub use poller::{Poller, READ_BUFFER};

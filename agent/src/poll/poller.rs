@@ -2,7 +2,7 @@
 
 use crate::model::{PodIdentity, PodSample, SampleResult};
 use crate::poll::client::{Client, Limits, MAX_HEAD, Target};
-use crate::poll::forward::{self, PortForward};
+use crate::poll::forward::{self, PortForward, PortForwardRelay};
 use crate::poll::{PollConfig, PollError};
 use crate::telemetry::{self, label};
 use backon::{ExponentialBuilder, Retryable};
@@ -58,6 +58,18 @@ impl Poller {
     /// [`PollConfig::port_forward_streams`] streams at once.
     pub fn with_port_forward(config: PollConfig, client: kube::Client) -> Poller {
         let forward = PortForward::new(client, config.port_forward_streams);
+        Poller::build(config, Some(forward))
+    }
+
+    /// A poller that reaches node-local instances' pods through `relay`
+    /// where there is no API server (the `demo`'s simulated kubelet,
+    /// tests): a port-forward is a connection to the address the relay
+    /// names for the pod's port, never to the pod IP, with everything else
+    /// as through the API server ([`Poller::sweep_port_forward`]: at most
+    /// [`PollConfig::port_forward_streams`] at once, the same timeouts,
+    /// body limit, parsers and `port-forward:` failures).
+    pub fn with_port_forward_relay(config: PollConfig, relay: Arc<dyn PortForwardRelay>) -> Poller {
+        let forward = PortForward::relay(relay, config.port_forward_streams);
         Poller::build(config, Some(forward))
     }
 

@@ -1,8 +1,14 @@
 //! The demo's simulated fleet: accounts × regions, one instance each with 1
-//! to 3 pods, the wave each instance belongs to, and which one regresses.
+//! to 3 pods, the wave each instance belongs to (or none: a pinned
+//! instance its operator updates by hand), which one regresses, which one
+//! is node-local and what their operators do during the story.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
 
 use crate::model::{InstanceInfo, InstanceTarget, PodIdentity, PodTarget};
-use kura_sim::{ReportGeneration, SimNode, SimPodHandle, SimPodSpec};
+use crate::poll::PortForwardRelay;
+use kura_sim::{ReportGeneration, SimKubelet, SimNode, SimPodHandle, SimPodSpec};
 
 /// The namespace every demo instance lives in.
 pub const NAMESPACE: &str = "kura";
@@ -10,6 +16,32 @@ pub const NAMESPACE: &str = "kura";
 pub const OLD_IMAGE: &str = "ghcr.io/tuist/kura:0.41.2";
 /// The image the rollout brings.
 pub const NEW_IMAGE: &str = "ghcr.io/tuist/kura:0.42.0";
+
+/// What an instance's operator does during the story (simulated time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OperatorAction {
+    /// Suspends the instance (`spec.suspended: true`) this long after its
+    /// wave was scheduled, in the middle of its upgrade: Kura scales it to
+    /// zero, the agent's verdict is `suspended` and the wave judge leaves
+    /// it out of the wave's scope.
+    Suspend {
+        /// Time from its wave's scheduling to the suspension.
+        after: Duration,
+    },
+    /// For an instance outside the rollout's waves: at `at` (since the
+    /// story's start) its operator moves `spec.image` to the new image by
+    /// hand with the `OnDelete` update strategy, so Kura's controller holds
+    /// every pod on the old image (`status.updatePaused`); then deletes one
+    /// held pod every `delete_every` (each comes back on the new image),
+    /// and the hold is lifted once none is left.
+    UpdateByHand {
+        /// When the image moves (since the story's start).
+        at: Duration,
+        /// Time between two pod deletions; the first comes one interval
+        /// after the move.
+        delete_every: Duration,
+    },
+}
 
 /// One instance of the demo fleet.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,12 +52,19 @@ pub struct DemoInstance {
     pub region: String,
     /// `spec.replicas`.
     pub replicas: u32,
-    /// The rollout wave it belongs to (0 is the canary).
-    pub wave: u32,
+    /// The rollout wave it belongs to (0 is the canary); `None`: outside
+    /// the rollout (a pinned instance, updated by its operator if at all).
+    pub wave: Option<u32>,
     /// Whether its fd timeouts keep growing after the upgrade.
     pub regresses: bool,
     /// Report generation of its pods (G3 reports the outbox, G4 does not).
     pub generation: ReportGeneration,
+    /// `spec.nodeLocalNetwork`: its pods' IPs cannot be routed to (the
+    /// targets carry addresses in TEST-NET-1), the agent reaches them
+    /// through a port-forward (the simulated kubelet).
+    pub node_local: bool,
+    /// What its operator does during the story, if anything.
+    pub operator: Option<OperatorAction>,
 }
 
 impl DemoInstance {
@@ -47,19 +86,26 @@ impl DemoInstance {
     }
 }
 
-/// The default fleet: 4 accounts × 2 regions, 14 pods; wave 0 (the canary)
-/// is one instance, waves 1 and 2 split the rest; in wave 2
-/// `umbrella-us-east` regresses.
+/// The default fleet: 5 accounts, 9 instances, 16 pods; wave 0 (the
+/// canary) is one instance, waves 1 and 2 split the rest but one:
+/// - `acme-us-east` (wave 1) is node-local;
+/// - `globex-us-east` (wave 1) is suspended by its operator 30 s into its
+///   upgrade;
+/// - `umbrella-us-east` (wave 2) regresses;
+/// - `hooli-eu-west` is pinned, outside the waves: its operator moves it to
+///   the new image by hand at +03:00 with `OnDelete`, holding both pods,
+///   and deletes them one a minute (the hold lifts at +05:00).
 pub fn default_fleet() -> Vec<DemoInstance> {
-    let rows: [(&str, &str, u32, u32, bool); 8] = [
-        ("acme", "eu-west", 2, 0, false),
-        ("acme", "us-east", 1, 1, false),
-        ("globex", "eu-west", 3, 1, false),
-        ("globex", "us-east", 2, 1, false),
-        ("initech", "eu-west", 1, 2, false),
-        ("initech", "us-east", 2, 2, false),
-        ("umbrella", "eu-west", 1, 2, false),
-        ("umbrella", "us-east", 2, 2, true),
+    let rows: [(&str, &str, u32, Option<u32>, bool); 9] = [
+        ("acme", "eu-west", 2, Some(0), false),
+        ("acme", "us-east", 1, Some(1), false),
+        ("globex", "eu-west", 3, Some(1), false),
+        ("globex", "us-east", 2, Some(1), false),
+        ("initech", "eu-west", 1, Some(2), false),
+        ("initech", "us-east", 2, Some(2), false),
+        ("umbrella", "eu-west", 1, Some(2), false),
+        ("umbrella", "us-east", 2, Some(2), true),
+        ("hooli", "eu-west", 2, None, false),
     ];
     rows.iter()
         .map(
@@ -75,6 +121,17 @@ pub fn default_fleet() -> Vec<DemoInstance> {
                 } else {
                     ReportGeneration::G4
                 },
+                node_local: (account, region) == ("acme", "us-east"),
+                operator: match (account, region) {
+                    ("globex", "us-east") => Some(OperatorAction::Suspend {
+                        after: Duration::from_secs(30),
+                    }),
+                    ("hooli", _) => Some(OperatorAction::UpdateByHand {
+                        at: Duration::from_secs(180),
+                        delete_every: Duration::from_secs(60),
+                    }),
+                    _ => None,
+                },
             },
         )
         .collect()
@@ -82,7 +139,12 @@ pub fn default_fleet() -> Vec<DemoInstance> {
 
 /// The number of waves of `fleet`.
 pub fn wave_count(fleet: &[DemoInstance]) -> u32 {
-    fleet.iter().map(|i| i.wave + 1).max().unwrap_or(0)
+    fleet
+        .iter()
+        .filter_map(|i| i.wave)
+        .map(|w| w + 1)
+        .max()
+        .unwrap_or(0)
 }
 
 /// One simulated pod per replica, in fleet order. Counters start at small,
@@ -125,18 +187,60 @@ fn fingerprint(account: &str) -> String {
     format!("{hash:016x}")
 }
 
+/// The pod IP discovery lists for a node-local pod: in TEST-NET-1
+/// (192.0.2.0/24, RFC 5737), which no route leads to, so polling it by
+/// pod IP cannot work; its last octet is the simulated pod's.
+pub fn unroutable_ip(pod: &SimPodHandle) -> IpAddr {
+    let last = match pod.addr().ip() {
+        IpAddr::V4(ip) => ip.octets()[3],
+        IpAddr::V6(_) => 1,
+    };
+    IpAddr::V4(Ipv4Addr::new(192, 0, 2, last))
+}
+
 /// One pod target as discovery would list it: identity from the simulated
-/// pod (name, UID, restart count, IP) with the image it runs.
-pub fn pod_target(pod: &SimPodHandle, image: &str) -> PodTarget {
+/// pod (name, UID, restart count, IP) with the image it runs. A node-local
+/// pod's IP is [`unroutable_ip`] (its status port is the simulated pod's).
+pub fn pod_target(pod: &SimPodHandle, image: &str, node_local: bool) -> PodTarget {
+    let addr = if node_local {
+        SocketAddr::new(unroutable_ip(pod), pod.addr().port())
+    } else {
+        pod.addr()
+    };
     PodTarget {
         identity: std::sync::Arc::new(PodIdentity {
             name: pod.name().to_owned(),
             uid: pod.uid().to_owned(),
             restart_count: pod.restarts(),
             image: Some(image.to_owned()),
-            ip: Some(pod.addr().ip().to_string()),
+            ip: Some(addr.ip().to_string()),
         }),
-        addr: Ok(pod.addr()),
+        addr: Ok(addr),
+    }
+}
+
+/// The names of the pods of `fleet`'s node-local instances: the pods the
+/// simulated kubelet serves.
+pub fn node_local_pods(fleet: &[DemoInstance]) -> Vec<String> {
+    fleet
+        .iter()
+        .filter(|i| i.node_local)
+        .flat_map(DemoInstance::pod_names)
+        .collect()
+}
+
+/// The simulated kubelet as the agent's port-forward relay: a pod of the
+/// demo's namespace on its node is reached at its loopback address (the
+/// agent never connects to the pod IP of the targets).
+#[derive(Debug)]
+pub struct DemoKubelet(pub SimKubelet);
+
+impl PortForwardRelay for DemoKubelet {
+    fn resolve(&self, namespace: &str, pod: &str, port: u16) -> Option<SocketAddr> {
+        if namespace != NAMESPACE {
+            return None;
+        }
+        self.0.forward_addr(pod, port)
     }
 }
 
@@ -158,10 +262,10 @@ pub fn targets(fleet: &[DemoInstance], pods: &[SimPodHandle]) -> Vec<InstanceTar
                 pods: pods
                     .iter()
                     .filter(|p| names.iter().any(|n| n == p.name()))
-                    .map(|p| pod_target(p, OLD_IMAGE))
+                    .map(|p| pod_target(p, OLD_IMAGE, instance.node_local))
                     .collect(),
                 pods_dropped: 0,
-                node_local_network: false,
+                node_local_network: instance.node_local,
                 previous_status: None,
                 status_warnings: Vec::new(),
                 gate_config: None,
@@ -178,13 +282,27 @@ mod tests {
     #[test]
     fn the_default_fleet_has_a_canary_two_more_waves_and_one_regression() {
         let fleet = default_fleet();
-        assert_eq!(fleet.len(), 8);
-        assert_eq!(fleet.iter().map(|i| i.replicas).sum::<u32>(), 14);
+        assert_eq!(fleet.len(), 9);
+        assert_eq!(fleet.iter().map(|i| i.replicas).sum::<u32>(), 16);
         assert_eq!(wave_count(&fleet), 3);
-        assert_eq!(fleet.iter().filter(|i| i.wave == 0).count(), 1);
+        assert_eq!(fleet.iter().filter(|i| i.wave == Some(0)).count(), 1);
         let regressing: Vec<_> = fleet.iter().filter(|i| i.regresses).collect();
         assert_eq!(regressing.len(), 1);
-        assert_eq!(regressing[0].wave, 2);
+        assert_eq!(regressing[0].wave, Some(2));
+        // The held update is outside every wave (gate check 19 would stop
+        // any wave holding it); the suspension is in a wave before the
+        // last; the node-local instance is in a wave that must pass.
+        for i in &fleet {
+            match i.operator {
+                Some(OperatorAction::UpdateByHand { .. }) => assert_eq!(i.wave, None),
+                Some(OperatorAction::Suspend { .. }) => assert_eq!(i.wave, Some(1)),
+                None => assert!(i.wave.is_some()),
+            }
+        }
+        let local: Vec<_> = fleet.iter().filter(|i| i.node_local).collect();
+        assert_eq!(local.len(), 1);
+        assert_eq!(local[0].wave, Some(1));
+        assert_eq!(node_local_pods(&fleet), ["acme-us-east-0"]);
         assert!(
             pod_specs(&fleet)
                 .iter()

@@ -5,8 +5,8 @@
 //! kura-agent demo [--time-scale 45] [--listen 127.0.0.1:8080] [--keep-serving]
 //! ```
 //!
-//! It starts a simulated fleet (4 accounts × 2 regions, one `KuraInstance`
-//! each with 1 to 3 pods, 14 pods serving `/status/rollout` on
+//! It starts a simulated fleet (9 `KuraInstance`s of 5 accounts in 2
+//! regions, each with 1 to 3 pods, 16 pods serving `/status/rollout` on
 //! `127.10.0.x`), runs the real agent pipeline on it (the poller, the
 //! aggregation with reset clamping and the per-instance gate in
 //! [`crate::runner::AgentLoop`]; static targets instead of the
@@ -17,11 +17,37 @@
 //! 2. wave 0, the canary (one instance), upgrades (each pod restarts: its
 //!    counters fall back to 0 and the aggregation absorbs the reset), soaks
 //!    900 s and passes;
-//! 3. wave 1 (three instances) soaks 300 s and passes;
+//! 3. wave 1 (three instances) soaks 300 s and passes, although one of
+//!    them, `globex-us-east`, is suspended by its operator 30 s into its
+//!    upgrade: Kura scales it to zero, the agent's verdict is `suspended`
+//!    (`instance_suspended`) and the wave judge leaves a suspended server
+//!    out of the wave's scope (gate.md), so the wave passes on the others;
 //! 4. in wave 2 one instance's fd timeouts keep growing after the upgrade:
 //!    the gate holds the wave on `fd_timeouts_regressed` and stops it with a
 //!    hard stop at the wave deadline, with evidence naming the server, the
 //!    signal, the baseline and the observed value.
+//!
+//! Two instances are apart from the usual case (rollout-health.md,
+//! "Instances the agent must treat apart"):
+//!
+//! - `acme-us-east` (wave 1) is node-local (`spec.nodeLocalNetwork`): its
+//!   targets carry a pod IP in TEST-NET-1 that no route leads to, and the
+//!   agent polls its pods through a port-forward, as it does in a cluster.
+//!   With no API server here, the simulated kubelet ([`kura_sim::SimKubelet`])
+//!   is the poller's [`crate::poll::PortForwardRelay`]: the same bound on
+//!   open streams, timeout, body limit and parsers as through the API
+//!   server.
+//! - `hooli-eu-west` is pinned, outside the rollout's waves: at +03:00 its
+//!   operator moves it to the new image by hand with the `OnDelete` update
+//!   strategy, so Kura's controller holds its pods on the old image
+//!   (`status.updatePaused`). The agent's own verdict is a hard stop
+//!   (`update_paused`, gate check 19) with the pause as evidence; once the
+//!   operator has deleted the held pods (they come back on the new image)
+//!   the hold is lifted and the verdict is healthy again. It is in no wave
+//!   on purpose: check 19 is a hard stop for any wave holding it, which is
+//!   right (nothing would ever replace the held pods) and would end the
+//!   rollout there. The wave judge never sees it; its verdict is the
+//!   agent's alone.
 //!
 //! Time is compressed (`--time-scale`, default 45: one real second is 45
 //! simulated seconds). The gate keeps its documented soaks and sample-age
@@ -65,10 +91,10 @@ use crate::model::ScaledClock;
 use crate::poll::{PollConfig, Poller};
 use crate::runner::{AgentLoop, Cadence, LoopConfig, MemorySink, StaticTargets};
 use crate::view::FleetView;
-use kura_sim::{Addressing, SimError, Simulator};
+use kura_sim::{Addressing, SimError, SimKubelet, Simulator};
 
-pub use fleet::{DemoInstance, NEW_IMAGE, OLD_IMAGE, default_fleet};
-pub use outcome::{DemoOutcome, InstanceOutcome, WaveOutcome};
+pub use fleet::{DemoInstance, NEW_IMAGE, OLD_IMAGE, OperatorAction, default_fleet};
+pub use outcome::{DemoOutcome, InstanceOutcome, VerdictChange, WaveOutcome};
 
 /// Default speed-up: the story takes about a minute.
 pub const DEFAULT_TIME_SCALE: f64 = 45.0;
@@ -165,6 +191,8 @@ pub struct Demo {
     virtual_start: Timestamp,
     real_start: Instant,
     sim: Simulator,
+    /// The kubelet of the node-local instances' pods.
+    kubelet: SimKubelet,
     targets: StaticTargets,
     sink: MemorySink,
     view: FleetView,
@@ -181,6 +209,7 @@ impl Demo {
         let clock = Arc::new(ScaledClock::new(virtual_start, config.time_scale));
         let sim = Simulator::start(fleet::pod_specs(&config.fleet), &Addressing::default()).await?;
         let targets = StaticTargets::new(fleet::targets(&config.fleet, sim.pods()));
+        let kubelet = sim.kubelet(fleet::node_local_pods(&config.fleet));
         let sink = MemorySink::new();
         let view = FleetView::new();
 
@@ -209,7 +238,10 @@ impl Demo {
         };
         let agent = AgentLoop::new(
             loop_config,
-            Poller::new(PollConfig::default()),
+            Poller::with_port_forward_relay(
+                PollConfig::default(),
+                Arc::new(fleet::DemoKubelet(kubelet.clone())),
+            ),
             Arc::new(targets.clone()),
             Arc::new(sink.clone()),
             view.clone(),
@@ -222,6 +254,7 @@ impl Demo {
             virtual_start,
             real_start: Instant::now(),
             sim,
+            kubelet,
             targets,
             sink,
             view,

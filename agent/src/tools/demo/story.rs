@@ -1,6 +1,6 @@
 //! The demo's orchestrator: schedules waves, captures baselines, upgrades
-//! pods, injects the regression, ticks the wave judge and prints the
-//! timeline.
+//! pods, injects the regression, plays the operators' part (a suspension,
+//! an update held by hand), ticks the wave judge and prints the timeline.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -11,10 +11,12 @@ use kura_gate::{
     Baseline, Deployment, Gate, HealthView, ServerInput, ServerStatus, TickInput, Verdict,
     VerdictKind,
 };
-use kura_schemas::{AgentVerdict, Evidence, RolloutHealth, Signal};
+use kura_schemas::{AgentVerdict, Evidence, RolloutHealth, Signal, UpdatePaused};
 
-use super::fleet::{DemoInstance, NEW_IMAGE, OLD_IMAGE, pod_target, wave_count};
-use super::outcome::{DemoOutcome, InstanceOutcome, WaveOutcome};
+use super::fleet::{
+    DemoInstance, NEW_IMAGE, OLD_IMAGE, OperatorAction, pod_target, unroutable_ip, wave_count,
+};
+use super::outcome::{DemoOutcome, InstanceOutcome, VerdictChange, WaveOutcome};
 use super::{Demo, DemoError};
 use crate::model::{Clock, DesiredStatus, InstanceKey};
 use crate::tools::count;
@@ -39,6 +41,30 @@ struct Server {
     /// The pod whose fd timeouts grow, and when it next grows.
     fault: Option<(usize, Timestamp)>,
     converged_announced: bool,
+    /// Its operator suspended it.
+    suspended: bool,
+    /// Where its operator's update by hand is.
+    by_hand: ByHand,
+}
+
+/// An update by hand ([`OperatorAction::UpdateByHand`]) as it goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ByHand {
+    /// Not yet (or never: no such action).
+    NotYet,
+    /// `spec.image` moved, these pods (indices) held on the old image; the
+    /// next one is deleted at `next`.
+    Holding { held: Vec<usize>, next: Timestamp },
+    /// Every pod on the new image, the hold lifted.
+    Done,
+}
+
+/// The agent's own verdicts as the timeline last told them, and every
+/// change, per instance key.
+#[derive(Debug, Default)]
+struct AgentSeen {
+    last: BTreeMap<String, (AgentVerdict, Option<Signal>)>,
+    changes: BTreeMap<String, Vec<VerdictChange>>,
 }
 
 /// Writes timeline lines stamped with simulated time since the start.
@@ -72,6 +98,11 @@ fn stamp(d: SignedDuration) -> String {
 
 fn secs(d: Duration) -> u64 {
     d.as_secs()
+}
+
+/// `+mm:ss` of a duration since the start.
+fn stamp_of(d: Duration) -> String {
+    stamp(signed(d))
 }
 
 fn signed(d: Duration) -> SignedDuration {
@@ -120,7 +151,7 @@ impl Demo {
             let replicas = c
                 .fleet
                 .iter()
-                .filter(|i| i.wave == wave)
+                .filter(|i| i.wave == Some(wave))
                 .map(|i| i.replicas)
                 .max()
                 .unwrap_or(0);
@@ -180,12 +211,23 @@ impl Demo {
                 break;
             }
         }
-        let mut agent_seen: BTreeMap<String, (AgentVerdict, Option<Signal>)> = self
-            .sink
-            .all()
-            .into_iter()
-            .map(|(k, d)| (k.to_string(), (d.gate.verdict, d.gate.signal)))
-            .collect();
+        let mut agent_seen = AgentSeen::default();
+        for (key, d) in self.sink.all() {
+            let id = key.to_string();
+            agent_seen
+                .last
+                .insert(id.clone(), (d.gate.verdict, d.gate.signal));
+            agent_seen
+                .changes
+                .entry(id)
+                .or_default()
+                .push(VerdictChange {
+                    at: self.clock.now(),
+                    verdict: d.gate.verdict,
+                    signal: d.gate.signal,
+                    evidence: d.gate.evidence.clone(),
+                });
+        }
 
         let mut gate = Gate::new(self.config.gate.clone())?;
         let planned = wave_count(&self.config.fleet);
@@ -208,7 +250,7 @@ impl Demo {
                 wave,
                 servers: servers
                     .iter()
-                    .filter(|s| s.spec.wave == wave)
+                    .filter(|s| s.spec.wave == Some(wave))
                     .map(|s| s.id.clone())
                     .collect(),
                 started_at,
@@ -220,7 +262,7 @@ impl Demo {
             }
         }
 
-        let outcome = self.outcome(waves, &servers, planned);
+        let outcome = self.outcome(waves, &servers, agent_seen, planned);
         tl.plain("")?;
         for line in self.summary(&outcome) {
             tl.plain(&line)?;
@@ -255,7 +297,7 @@ impl Demo {
             short_image(NEW_IMAGE)
         ))?;
         tl.plain(&format!(
-            "  fleet:  {} instances ({} accounts × {} regions), {} pods serving /status/rollout on {where_}",
+            "  fleet:  {} instances ({} accounts in {} regions), {} pods serving /status/rollout on {where_}",
             c.fleet.len(),
             accounts.len(),
             regions.len(),
@@ -287,10 +329,62 @@ impl Demo {
             let ids: Vec<String> = c
                 .fleet
                 .iter()
-                .filter(|i| i.wave == wave)
-                .map(DemoInstance::id)
+                .filter(|i| i.wave == Some(wave))
+                .map(|i| {
+                    if i.node_local {
+                        format!("{} (node-local)", i.id())
+                    } else {
+                        i.id()
+                    }
+                })
                 .collect();
             tl.plain(&format!("  {:<16} {}", wave_label(wave), ids.join(", ")))?;
+        }
+        let pinned: Vec<String> = c
+            .fleet
+            .iter()
+            .filter(|i| i.wave.is_none())
+            .map(DemoInstance::id)
+            .collect();
+        if !pinned.is_empty() {
+            tl.plain(&format!(
+                "  {:<16} {} (pinned: updated by its operator, never by the rollout)",
+                "outside",
+                pinned.join(", ")
+            ))?;
+        }
+        for i in c.fleet.iter().filter(|i| i.node_local) {
+            let ips: Vec<String> = self
+                .sim
+                .pods()
+                .iter()
+                .filter(|p| i.pod_names().iter().any(|n| n == p.name()))
+                .map(|p| unroutable_ip(p).to_string())
+                .collect();
+            tl.plain(&format!(
+                "  node-local: {}: its pod IPs ({}) lead nowhere; the agent reaches its pods through \
+                 a port-forward by their (simulated) kubelet, never by pod IP",
+                i.id(),
+                ips.join(", ")
+            ))?;
+        }
+        for i in &c.fleet {
+            match i.operator {
+                Some(OperatorAction::Suspend { after }) => tl.plain(&format!(
+                    "  operator: suspends {} {} s into its upgrade (spec.suspended: Kura scales it to zero)",
+                    i.id(),
+                    secs(after)
+                ))?,
+                Some(OperatorAction::UpdateByHand { at, delete_every }) => tl.plain(&format!(
+                    "  operator: moves {} to {} by hand at {} with updateStrategy OnDelete (its pods held), \
+                     then deletes a held pod every {} s",
+                    i.id(),
+                    short_image(NEW_IMAGE),
+                    stamp_of(at),
+                    secs(delete_every)
+                ))?,
+                None => {}
+            }
         }
         tl.plain("")?;
         Ok(())
@@ -317,6 +411,8 @@ impl Demo {
                     next_roll_at: None,
                     fault: None,
                     converged_announced: false,
+                    suspended: false,
+                    by_hand: ByHand::NotYet,
                 }
             })
             .collect()
@@ -333,7 +429,7 @@ impl Demo {
     ) -> Result<(), DemoError> {
         let ids: Vec<&str> = servers
             .iter()
-            .filter(|s| s.spec.wave == wave)
+            .filter(|s| s.spec.wave == Some(wave))
             .map(|s| s.id.as_str())
             .collect();
         tl.at(
@@ -346,7 +442,7 @@ impl Demo {
             ),
         )?;
         let all = self.sink.all();
-        for s in servers.iter_mut().filter(|s| s.spec.wave == wave) {
+        for s in servers.iter_mut().filter(|s| s.spec.wave == Some(wave)) {
             let view = all.get(&s.key).map(|d| HealthView::from(&*d.health));
             let baseline = Baseline::capture(view.as_ref(), now, &self.config.gate);
             tl.at(
@@ -371,7 +467,7 @@ impl Demo {
         }
         let keys: Vec<InstanceKey> = servers
             .iter()
-            .filter(|s| s.spec.wave == wave)
+            .filter(|s| s.spec.wave == Some(wave))
             .map(|s| s.key.clone())
             .collect();
         self.targets.update(|targets| {
@@ -401,17 +497,7 @@ impl Demo {
                 continue;
             };
             pod.restart();
-            let target = pod_target(&pod, NEW_IMAGE);
-            let key = s.key.clone();
-            self.targets.update(|targets| {
-                for t in targets.iter_mut().filter(|t| t.key() == key) {
-                    for p in t.pods.iter_mut() {
-                        if p.identity.name == target.identity.name {
-                            *p = target.clone();
-                        }
-                    }
-                }
-            });
+            self.replace_pod(s, &pod, NEW_IMAGE);
             if s.spec.regresses && s.fault.is_none() {
                 s.fault = Some((index, now + signed(self.config.regression_every)));
                 tl.at(
@@ -445,6 +531,185 @@ impl Demo {
         Ok(())
     }
 
+    /// Discovery sees `pod` (just restarted) run `image`: its target is
+    /// replaced (new restart count and image; a node-local pod keeps its
+    /// unroutable IP).
+    fn replace_pod(&self, s: &Server, pod: &SimPodHandle, image: &str) {
+        let target = pod_target(pod, image, s.spec.node_local);
+        let key = s.key.clone();
+        self.targets.update(|targets| {
+            for t in targets.iter_mut().filter(|t| t.key() == key) {
+                for p in t.pods.iter_mut() {
+                    if p.identity.name == target.identity.name {
+                        *p = target.clone();
+                    }
+                }
+            }
+        });
+    }
+
+    /// The operators' part, when it is due: a suspension in the middle of
+    /// an upgrade, an update by hand held by `OnDelete`.
+    async fn operate<W: Write>(
+        &self,
+        tl: &mut Timeline<'_, W>,
+        servers: &mut [Server],
+        wave: u32,
+        wave_started_at: Timestamp,
+        now: Timestamp,
+    ) -> Result<(), DemoError> {
+        for s in servers.iter_mut() {
+            match s.spec.operator {
+                Some(OperatorAction::Suspend { after })
+                    if s.spec.wave == Some(wave)
+                        && !s.suspended
+                        && now >= wave_started_at + signed(after) =>
+                {
+                    self.suspend(tl, s, wave, now).await?;
+                }
+                Some(OperatorAction::UpdateByHand { at, delete_every }) => {
+                    self.update_by_hand(tl, s, at, delete_every, now)?;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// `spec.suspended: true`: Kura scales the instance to zero (its
+    /// simulated pods stop, discovery lists none) and no pod is restarted
+    /// any more. The agent's next sweep publishes the suspended aggregate;
+    /// from then on the wave judge leaves the server out of the wave.
+    async fn suspend<W: Write>(
+        &self,
+        tl: &mut Timeline<'_, W>,
+        s: &mut Server,
+        wave: u32,
+        now: Timestamp,
+    ) -> Result<(), DemoError> {
+        let upgraded = s.pods.len() - s.to_roll.len();
+        s.suspended = true;
+        s.to_roll.clear();
+        s.next_roll_at = None;
+        let key = s.key.clone();
+        self.targets.update(|targets| {
+            for t in targets.iter_mut().filter(|t| t.key() == key) {
+                t.traits.suspended = true;
+                t.pods.clear();
+            }
+        });
+        for pod in &s.pods {
+            pod.suspend().await;
+        }
+        tl.at(
+            now,
+            &format!(
+                "  operator: suspends {} (spec.suspended: true) in the middle of its upgrade, {upgraded}/{} \
+                 pods on {}: Kura scales it to zero; a suspended server is out of {}'s scope",
+                s.id,
+                s.spec.replicas,
+                short_image(NEW_IMAGE),
+                wave_label(wave)
+            ),
+        )?;
+        Ok(())
+    }
+
+    /// An update by hand: at `at` `spec.image` moves with `OnDelete`, so
+    /// Kura's controller holds every pod on the old image and reports it
+    /// (`status.updatePaused`); every `delete_every` the operator deletes
+    /// a held pod, which comes back on the new image; with none left the
+    /// controller lifts the hold.
+    fn update_by_hand<W: Write>(
+        &self,
+        tl: &mut Timeline<'_, W>,
+        s: &mut Server,
+        at: Duration,
+        delete_every: Duration,
+        now: Timestamp,
+    ) -> Result<(), DemoError> {
+        match &mut s.by_hand {
+            ByHand::NotYet if now >= self.virtual_start + signed(at) => {
+                let held: Vec<usize> = (0..s.pods.len()).rev().collect();
+                let paused = self.held_update(s, &held);
+                let names = paused.held_pods.join(", ");
+                let key = s.key.clone();
+                self.targets.update(|targets| {
+                    for t in targets.iter_mut().filter(|t| t.key() == key) {
+                        t.spec_image = NEW_IMAGE.to_owned();
+                        t.traits.update_paused = Some(paused.clone());
+                    }
+                });
+                s.by_hand = ByHand::Holding {
+                    held,
+                    next: now + signed(delete_every),
+                };
+                tl.at(
+                    now,
+                    &format!(
+                        "  operator: moves {} (outside the waves) to {} by hand with updateStrategy OnDelete: \
+                         Kura's controller holds {names} on {} (status.updatePaused)",
+                        s.id,
+                        short_image(NEW_IMAGE),
+                        short_image(OLD_IMAGE)
+                    ),
+                )?;
+            }
+            ByHand::Holding { held, next } if now >= *next => {
+                let index = held.remove(0);
+                let remaining = held.clone();
+                *next = now + signed(delete_every);
+                let Some(pod) = s.pods.get(index).cloned() else {
+                    return Ok(());
+                };
+                pod.restart();
+                self.replace_pod(s, &pod, NEW_IMAGE);
+                let paused = (!remaining.is_empty()).then(|| self.held_update(s, &remaining));
+                let key = s.key.clone();
+                let still = paused.as_ref().map(|p| p.held_pods.join(", "));
+                self.targets.update(|targets| {
+                    for t in targets.iter_mut().filter(|t| t.key() == key) {
+                        t.traits.update_paused.clone_from(&paused);
+                    }
+                });
+                let after = match still {
+                    Some(names) => format!("still held: {names}"),
+                    None => {
+                        s.by_hand = ByHand::Done;
+                        "none left to hold: Kura's controller lifts the hold (status.updatePaused cleared)"
+                            .to_owned()
+                    }
+                };
+                tl.at(
+                    now,
+                    &format!(
+                        "  operator: deletes held pod {} of {}: it comes back on {}; {after}",
+                        pod.name(),
+                        s.id,
+                        short_image(NEW_IMAGE)
+                    ),
+                )?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Kura's controller's `status.updatePaused` for an `OnDelete` hold of
+    /// the pods at `held` (indices).
+    fn held_update(&self, s: &Server, held: &[usize]) -> UpdatePaused {
+        UpdatePaused {
+            strategy: "OnDelete".to_owned(),
+            partition: None,
+            template_image: Some(NEW_IMAGE.to_owned()),
+            held_pods: held
+                .iter()
+                .filter_map(|&i| s.pods.get(i))
+                .map(|p| p.name().to_owned())
+                .collect(),
+        }
+    }
+
     fn inject_faults(&self, servers: &mut [Server], now: Timestamp) {
         for s in servers.iter_mut() {
             if let Some((index, next)) = s.fault.as_mut()
@@ -466,7 +731,7 @@ impl Demo {
         tl: &mut Timeline<'_, W>,
         gate: &mut Gate,
         servers: &mut [Server],
-        agent_seen: &mut BTreeMap<String, (AgentVerdict, Option<Signal>)>,
+        agent_seen: &mut AgentSeen,
         wave: u32,
         started_at: Timestamp,
     ) -> Result<Verdict, DemoError> {
@@ -477,6 +742,7 @@ impl Demo {
         loop {
             self.sleep(self.config.tick).await;
             let now = self.clock.now();
+            self.operate(tl, servers, wave, started_at, now).await?;
             self.roll_due(tl, servers, now)?;
             self.inject_faults(servers, now);
             let all = self.sink.all();
@@ -519,7 +785,13 @@ impl Demo {
         now: Timestamp,
     ) -> Result<Vec<ServerInput>, DemoError> {
         let mut inputs = Vec::new();
-        for s in servers.iter_mut().filter(|s| s.spec.wave <= wave) {
+        for s in servers.iter_mut() {
+            // Servers of later waves and those outside the rollout are not
+            // the wave judge's; a suspended one is passed as it is (its
+            // aggregate says so, and the judge leaves it out of scope).
+            let Some(server_wave) = s.spec.wave.filter(|w| *w <= wave) else {
+                continue;
+            };
             let health = all.get(&s.key).map(|d| &*d.health);
             let is_converged =
                 s.deployment == Some(Deployment::Succeeded) && converged(health, s.spec.replicas);
@@ -548,7 +820,7 @@ impl Demo {
             }
             inputs.push(ServerInput {
                 id: s.id.clone(),
-                wave: s.spec.wave,
+                wave: server_wave,
                 converged: is_converged,
                 deployment: s.deployment,
                 status: ServerStatus::Active,
@@ -651,7 +923,13 @@ impl Demo {
         }
     }
 
-    fn outcome(&self, waves: Vec<WaveOutcome>, servers: &[Server], planned: u32) -> DemoOutcome {
+    fn outcome(
+        &self,
+        waves: Vec<WaveOutcome>,
+        servers: &[Server],
+        mut seen: AgentSeen,
+        planned: u32,
+    ) -> DemoOutcome {
         let all = self.sink.all();
         let instances = servers
             .iter()
@@ -660,6 +938,14 @@ impl Demo {
                 InstanceOutcome {
                     id: s.id.clone(),
                     wave: s.spec.wave,
+                    replicas: s.spec.replicas,
+                    node_local: s.spec.node_local,
+                    operator: s.spec.operator,
+                    verdicts: seen.changes.remove(&s.id).unwrap_or_default(),
+                    sampled_pods: d.map(|d| d.health.sampled_pods),
+                    pod_ips: d
+                        .map(|d| d.health.pods.iter().filter_map(|p| p.ip.clone()).collect())
+                        .unwrap_or_default(),
                     spec_image: d.map(|d| d.gate.target_image.clone()).unwrap_or_default(),
                     verdict: d.map(|d| d.gate.verdict),
                     signal: d.and_then(|d| d.gate.signal),
@@ -686,6 +972,7 @@ impl Demo {
             real_duration: self.real_start.elapsed(),
             virtual_duration: self.clock.now().duration_since(self.virtual_start),
             debug_url: self.debug_url(),
+            port_forwards: self.kubelet.forwards(),
         }
     }
 
@@ -749,6 +1036,9 @@ impl Demo {
                 format!("; {}", others.join("; "))
             }
         ));
+        for i in &outcome.instances {
+            lines.extend(self.part_line(i, outcome.port_forwards));
+        }
         if self.config.shadow_gate.is_some() {
             let disagreeing: Vec<String> = outcome
                 .instances
@@ -786,6 +1076,50 @@ impl Demo {
     }
 }
 
+impl Demo {
+    /// The summary's line on an instance apart from the usual case: how
+    /// its node-local pods were reached, its suspension, its held update.
+    fn part_line(&self, i: &InstanceOutcome, port_forwards: u64) -> Option<String> {
+        let since = |t: Timestamp| stamp(t.duration_since(self.virtual_start));
+        match i.operator {
+            Some(OperatorAction::Suspend { .. }) => Some(format!(
+                "  suspended {}: {} ({}); out of {}'s scope since its suspension",
+                i.id,
+                i.verdict.map_or("unpublished", agent_verdict_word),
+                signal_word(i.signal),
+                i.wave.map_or_else(|| "any wave".to_owned(), wave_label)
+            )),
+            Some(OperatorAction::UpdateByHand { .. }) => {
+                let held = |c: &VerdictChange| {
+                    c.verdict == AgentVerdict::HardStop && c.signal == Some(Signal::UpdatePaused)
+                };
+                let from = i.verdicts.iter().position(held)?;
+                let until = i.verdicts[from..]
+                    .iter()
+                    .find(|c| !held(c))
+                    .map_or_else(|| "the end".to_owned(), |c| since(c.at));
+                Some(format!(
+                    "  held update {}: hard_stop (update_paused) from {} to {until}, now {} ({}); \
+                     outside the waves, the wave judge never saw it",
+                    i.id,
+                    since(i.verdicts[from].at),
+                    i.verdict.map_or("unpublished", agent_verdict_word),
+                    signal_word(i.signal)
+                ))
+            }
+            None if i.node_local => Some(format!(
+                "  node-local {}: {}/{} pods sampled through the simulated kubelet's port-forwards \
+                 ({port_forwards} opened), never by pod IP ({})",
+                i.id,
+                i.sampled_pods.unwrap_or(0),
+                i.replicas,
+                i.pod_ips.join(", ")
+            )),
+            None => None,
+        }
+    }
+}
+
 /// What the wave's timeline last told: the verdict, and when a soak line
 /// was last printed.
 struct Told {
@@ -798,13 +1132,13 @@ struct Told {
 fn tell_agent_verdicts<W: Write>(
     tl: &mut Timeline<'_, W>,
     all: &BTreeMap<InstanceKey, DesiredStatus>,
-    seen: &mut BTreeMap<String, (AgentVerdict, Option<Signal>)>,
+    seen: &mut AgentSeen,
     now: Timestamp,
 ) -> Result<(), DemoError> {
     for (key, desired) in all {
         let id = key.to_string();
         let current = (desired.gate.verdict, desired.gate.signal);
-        if seen.get(&id) != Some(&current) {
+        if seen.last.get(&id) != Some(&current) {
             let why = desired
                 .gate
                 .evidence
@@ -819,7 +1153,16 @@ fn tell_agent_verdicts<W: Write>(
                     signal_word(current.1)
                 ),
             )?;
-            seen.insert(id, current);
+            seen.changes
+                .entry(id.clone())
+                .or_default()
+                .push(VerdictChange {
+                    at: now,
+                    verdict: current.0,
+                    signal: current.1,
+                    evidence: desired.gate.evidence.clone(),
+                });
+            seen.last.insert(id, current);
         }
     }
     Ok(())
