@@ -116,7 +116,7 @@ fn lower(baseline: &mut Option<u64>, current: Option<u64>) -> bool {
 pub fn update_paused_evidence(server: &str, pause: &UpdatePaused) -> Evidence {
     Evidence {
         detail: Some(pause.describe()),
-        update_paused: Some(pause.clone()),
+        update_paused: Some(Box::new(pause.clone())),
         ..Evidence::new(server, Signal::UpdatePaused)
     }
 }

@@ -48,7 +48,7 @@ pub struct HealthView {
     pub suspended: Option<bool>,
     /// An operator's update pause (Kura's controller's
     /// `status.updatePaused`): check 19, a hard stop. Null: none.
-    pub update_paused: Option<UpdatePaused>,
+    pub update_paused: Option<Box<UpdatePaused>>,
 }
 
 impl From<&RolloutHealth> for HealthView {

@@ -47,10 +47,10 @@ fn the_first_failing_check_in_contract_order_names_the_signal() {
         peer_connection_failures: Some(26),
         memory_pressure_state: Some(2),
         suspended: None,
-        update_paused: Some(kura_schemas::UpdatePaused {
+        update_paused: Some(Box::new(kura_schemas::UpdatePaused {
             strategy: "OnDelete".into(),
             ..kura_schemas::UpdatePaused::default()
-        }),
+        })),
     };
     let mut seen = Vec::new();
     let fixes: Vec<Mutation> = vec![

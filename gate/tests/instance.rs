@@ -283,10 +283,10 @@ fn a_suspended_instance_is_suspended_and_keeps_its_baseline_and_runs() {
     suspended.sampled_pods = 0;
     suspended.expected_pods = 0;
     suspended.memory_pressure_state = 2;
-    suspended.update_paused = Some(UpdatePaused {
+    suspended.update_paused = Some(Box::new(UpdatePaused {
         strategy: "OnDelete".into(),
         ..UpdatePaused::default()
-    });
+    }));
     let next = judge(Some(&gate), "b", None, Some(&suspended), 45);
     assert_eq!(next.verdict, AgentVerdict::Suspended);
     assert_eq!(next.signal, Some(Signal::InstanceSuspended));
@@ -301,12 +301,12 @@ fn a_suspended_instance_is_suspended_and_keeps_its_baseline_and_runs() {
 #[test]
 fn an_update_pause_is_a_hard_stop_after_memory_pressure_even_without_a_baseline() {
     let mut current = health(0);
-    current.update_paused = Some(UpdatePaused {
+    current.update_paused = Some(Box::new(UpdatePaused {
         strategy: "Partition".into(),
         partition: Some(2),
         template_image: Some("kura:0.7".into()),
         held_pods: vec!["acme-0".into(), "acme-1".into()],
-    });
+    }));
     // First sight: no baseline, not soak-eligible; 19 is absolute.
     let gate = judge(None, "kura:0.7", None, Some(&current), 5);
     assert_eq!(gate.verdict, AgentVerdict::HardStop);

@@ -141,13 +141,13 @@ fn an_update_pause_stops_the_wave_converged_or_not_after_the_other_hard_stops() 
     let mut held = server("a", 10, 0, 90);
     held.converged = false;
     held.baseline = None;
-    held.health.as_mut().unwrap().update_paused = Some(pause());
+    held.health.as_mut().unwrap().update_paused = Some(Box::new(pause()));
     let verdict = gate.tick(&tick(10, vec![held.clone()])).unwrap();
     assert_eq!(verdict.verdict, kura_gate::VerdictKind::HardStop);
     assert_eq!(verdict.signal, Some(Signal::UpdatePaused));
     assert_eq!(verdict.server_id.as_deref(), Some("a"));
     let e = &verdict.evidence[0];
-    assert_eq!(e.update_paused, Some(pause()));
+    assert_eq!(e.update_paused, Some(Box::new(pause())));
     assert_eq!(
         e.detail.as_deref(),
         Some("OnDelete pause, template image kura:0.7, holding acme-0")
@@ -174,7 +174,7 @@ fn an_update_pause_stops_the_wave_converged_or_not_after_the_other_hard_stops() 
     let mut gate = Gate::new(GateConfig::default()).unwrap();
     let mut both = server("c", 10, 0, 90);
     let h = both.health.as_mut().unwrap();
-    h.update_paused = Some(pause());
+    h.update_paused = Some(Box::new(pause()));
     h.memory_pressure_state = Some(2);
     let verdict = gate.tick(&tick(10, vec![both])).unwrap();
     assert_eq!(verdict.signal, Some(Signal::MemoryPressureCritical));
@@ -188,7 +188,7 @@ fn a_suspended_server_leaves_scope() {
     asleep.converged = false;
     let h = asleep.health.as_mut().unwrap();
     h.suspended = Some(true);
-    h.update_paused = Some(pause());
+    h.update_paused = Some(Box::new(pause()));
     h.memory_pressure_state = Some(2);
     // Its wave has nothing else: it passes at once, as an empty wave does.
     let verdict = gate.tick(&tick(10, vec![asleep.clone()])).unwrap();

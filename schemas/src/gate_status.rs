@@ -266,7 +266,7 @@ pub struct Evidence {
     /// The operator's pause behind check 19 (`update_paused`), as the
     /// aggregate copied it; absent on every other signal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub update_paused: Option<crate::health::UpdatePaused>,
+    pub update_paused: Option<Box<crate::health::UpdatePaused>>,
 }
 
 /// A backlog's run (gate.md, the drain rule): the backlog has stood at or

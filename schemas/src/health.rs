@@ -109,7 +109,7 @@ pub struct RolloutHealth {
     /// Kura's controller's `status.updatePaused` as read (an operator's
     /// `OnDelete` or `Partition` pause); null when the instance has none.
     #[serde(default)]
-    pub update_paused: Option<UpdatePaused>,
+    pub update_paused: Option<Box<UpdatePaused>>,
     /// The agent replica that wrote this (pod name).
     #[serde(default)]
     pub agent: String,

@@ -95,7 +95,7 @@ pub struct KuraInstanceStatus {
     /// `Partition`) holding pods on the old image; the agent copies it
     /// into `rolloutHealth.updatePaused` (gate check 19).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub update_paused: Option<crate::health::UpdatePaused>,
+    pub update_paused: Option<Box<crate::health::UpdatePaused>>,
     /// Agent-owned: the aggregate of the pods' reports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout_health: Option<RolloutHealth>,

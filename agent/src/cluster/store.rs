@@ -281,10 +281,11 @@ impl FactStore {
             .iter()
             .flat_map(|s| s.instances.iter())
             .filter_map(|(k, e)| {
+                let c = e.contest.as_deref()?;
                 Some(Contest {
                     key: k.clone(),
-                    manager: e.contested_by.clone()?,
-                    uid: e.uid.clone(),
+                    manager: c.manager.clone(),
+                    uid: c.uid.clone(),
                 })
             })
             .collect();
@@ -299,7 +300,7 @@ impl FactStore {
         }
         self.scopes
             .iter()
-            .find_map(|s| s.instances.get(key)?.contested_by.clone())
+            .find_map(|s| Some(s.instances.get(key)?.contest.as_deref()?.manager.clone()))
     }
 
     /// Kura's controller's own numbers of every instance that has them
@@ -308,7 +309,7 @@ impl FactStore {
         self.scopes
             .iter()
             .flat_map(|s| s.instances.iter())
-            .filter_map(|(k, e)| Some((k.clone(), e.controller?)))
+            .filter_map(|(k, e)| Some((k.clone(), *e.controller.as_deref()?)))
             .collect()
     }
 

@@ -541,10 +541,10 @@ mod tests {
         assert_eq!(first_failing(&rows), None);
 
         h.outbox_messages = Some(100);
-        h.update_paused = Some(kura_schemas::UpdatePaused {
+        h.update_paused = Some(Box::new(kura_schemas::UpdatePaused {
             strategy: "OnDelete".into(),
             ..Default::default()
-        });
+        }));
         let g = kura_gate::judge_instance(
             "kura/a",
             Some(&previous(true, 8, None, Some(100))),

@@ -25,7 +25,7 @@ pub struct InstanceTraits {
     pub suspended: bool,
     /// Kura's controller's `status.updatePaused`, copied into the
     /// aggregate (gate check 19).
-    pub update_paused: Option<UpdatePaused>,
+    pub update_paused: Option<Box<UpdatePaused>>,
     /// `spec.servingMode` is [`FENCED_SERVING_MODE`] or the instance
     /// carries [`SERVING_ROLLBACK_FLOOR_ANNOTATION`]: with no pod reporting
     /// fenced serving, `servingAuthority` is all zeros rather than null.
@@ -56,7 +56,7 @@ const MAX_HELD_PODS: usize = 32;
 /// not null is a pause whatever its content (a value of an unexpected
 /// type is dropped, never the pause); `heldPods` as a list of names (an
 /// integer count is not a list of names and is dropped).
-pub fn update_paused_of(value: &serde_json::Value) -> Option<UpdatePaused> {
+pub fn update_paused_of(value: &serde_json::Value) -> Option<Box<UpdatePaused>> {
     if value.is_null() {
         return None;
     }
@@ -67,7 +67,7 @@ pub fn update_paused_of(value: &serde_json::Value) -> Option<UpdatePaused> {
             .filter(|s| s.len() <= max)
             .map(str::to_owned)
     };
-    Some(UpdatePaused {
+    Some(Box::new(UpdatePaused {
         strategy: text("strategy", 64).unwrap_or_default(),
         partition: value.get("partition").and_then(serde_json::Value::as_u64),
         template_image: text("templateImage", 512),
@@ -84,7 +84,7 @@ pub fn update_paused_of(value: &serde_json::Value) -> Option<UpdatePaused> {
                     .collect()
             })
             .unwrap_or_default(),
-    })
+    }))
 }
 
 #[cfg(test)]

@@ -307,10 +307,10 @@ mod tests {
         assert!(material_change(&prev, &suspended));
         assert!(!is_priority_change(Some(&suspended), &prev));
         let mut paused = base();
-        paused.update_paused = Some(kura_schemas::UpdatePaused {
+        paused.update_paused = Some(Box::new(kura_schemas::UpdatePaused {
             strategy: "OnDelete".into(),
             ..Default::default()
-        });
+        }));
         assert!(is_priority_change(Some(&prev), &paused));
         assert!(material_change(&prev, &paused));
         assert!(!is_priority_change(Some(&paused), &prev));

@@ -288,7 +288,7 @@ fn parse_health(
         memory_pressure_state: small("memoryPressureState", u64::from(u8::MAX))?
             .and_then(|v| u8::try_from(v).ok()),
         suspended: at.opt_bool(obj, "suspended", &p)?,
-        update_paused: parse_update_paused(at, obj.get("updatePaused"), &p)?,
+        update_paused: parse_update_paused(at, obj.get("updatePaused"), &p)?.map(Box::new),
     }))
 }
 

@@ -637,7 +637,7 @@ impl Demo {
                 self.targets.update(|targets| {
                     for t in targets.iter_mut().filter(|t| t.key() == key) {
                         t.spec_image = NEW_IMAGE.to_owned();
-                        t.traits.update_paused = Some(paused.clone());
+                        t.traits.update_paused = Some(Box::new(paused.clone()));
                     }
                 });
                 s.by_hand = ByHand::Holding {
@@ -669,7 +669,7 @@ impl Demo {
                 let still = paused.as_ref().map(|p| p.held_pods.join(", "));
                 self.targets.update(|targets| {
                     for t in targets.iter_mut().filter(|t| t.key() == key) {
-                        t.traits.update_paused.clone_from(&paused);
+                        t.traits.update_paused = paused.clone().map(Box::new);
                     }
                 });
                 let after = match still {
