@@ -12,25 +12,41 @@
 #      (scripts/chart_ingress.py); values.schema.json must
 #      refuse unknown values and gate values the agent refuses (a band
 #      percent over 1000, a sample age of 0, an empty soak list, an unknown
-#      gate key, a wrong type)
-#   2. for a matrix of namespaces / pod selectors / ports, the NetworkPolicy
-#      and RBAC follow the agent's own arguments (scripts/chart_derived.py)
-#   3. helm template (with the CRD) for the default and the variant
+#      gate key, a wrong type) or an unknown publication.target;
+#      publication.target reaches the agent (KURA_AGENT_PUBLICATION_TARGET)
+#      in the Deployment and the DaemonSet; NOTES.txt names it and where to
+#      read the verdict; the project's KuraInstance CRD is rendered only with
+#      kuraInstanceCRD.install (crds/ holds the companion CRD only)
+#   2. for a matrix of namespaces / pod selectors / ports / publication
+#      targets, the NetworkPolicy and RBAC follow the agent's own arguments
+#      (scripts/chart_derived.py)
+#   3. helm template (with crds/) for the default, the variant and a
+#      companion-target release
 #   4. kubeconform -strict against JSON Schemas generated from that API
 #      server's own OpenAPI (scripts/k8s-json-schemas.py): every built-in
-#      kind and the KuraInstance CRD; only ServiceMonitor is skipped (no
+#      kind and both CRDs; only ServiceMonitor is skipped (no
 #      Prometheus Operator CRD here, so no schema for it)
 #   5. the rendered manifests applied to the API server (kubectl apply
 #      --server-side; a Deployment does not run without scheduler and
 #      kubelet: only acceptance is checked), and the stored objects checked
-#      against the chart's promises (least-privilege role, security context,
+#      against the chart's promises (least-privilege roles, security context,
 #      probes, one replica, NetworkPolicy, PDB); the variant's ServiceAccount
-#      may read pods in its namespaces only (kubectl auth can-i)
+#      may read pods in its namespaces only, auto may get the one KuraInstance
+#      CRD, companion may never write KuraInstances (kubectl auth can-i)
 #   6. the CRD stores a count of 2^63-1 (kura_schemas::api_int::API_INT_MAX)
 #      and the API server refuses 2^63 and 2^64-1
-#   7. the CRD upgrade path of NOTES.txt (helm show crds | kubectl apply
-#      --server-side) over an older CRD: the category (kubectl get tuist)
-#      and the RolloutHealthy printer column are served afterwards
+#   7. the chart README's instance -> companion clean-up removes exactly the
+#      agent's status fields, and keeps Kura's controller's
+#   8. the CRD upgrade path of NOTES.txt (helm show crds | kubectl apply
+#      --server-side) over an older companion CRD: the category (kubectl get
+#      tuist) and the RolloutHealthy printer column are served afterwards;
+#      helm show crds never holds the KuraInstance CRD
+#   9. helm install, upgrades and uninstall in a cluster with Tuist's
+#      KuraInstance CRD (testdata/crds/tuist-kurainstances.yaml) leave it
+#      exactly as it was (spec, resourceVersion, generation) and install the
+#      companion CRD; kuraInstanceCRD.install=true there is refused
+#  10. kuraInstanceCRD.install=true without Kura's CRD: installed, upgraded,
+#      kept on uninstall
 #
 #   scripts/chart-check.sh
 #
@@ -126,7 +142,8 @@ grep -qF "refusing to install into kube-system" <<<"$out" || fail "kube-system r
 echo "chart-check: refused as expected: a release in kube-system"
 # What the NetworkPolicy and RBAC derive from cannot be overridden behind
 # their back.
-for arg in --port=5000 --port-name=grpc --pod-selector=app=x --namespace=other --debug-listen=0.0.0.0:9000; do
+for arg in --port=5000 --port-name=grpc --pod-selector=app=x --namespace=other --debug-listen=0.0.0.0:9000 \
+    --publication-target=instance; do
   refused "extraArgs $arg" "set it through the chart's values" "${api[@]}" --set "extraArgs={$arg}"
 done
 # Removed values (the policy follows watch.podSelector and watch.namespaces
@@ -206,6 +223,63 @@ schema_refused "/poll/interval" --set poll.interval=10
 schema_refused "/poll/steadyInterval" --set poll.steadyInterval=30
 schema_refused "/poll/portName" --set poll.portName=Not_A_Port
 schema_refused "/logFormat" --set logFormat=xml
+schema_refused "/publication/target" --set publication.target=both
+schema_refused "/kuraInstanceCRD/install" --set-string kuraInstanceCRD.install=yes
+# publication.target reaches the agent (KURA_AGENT_PUBLICATION_TARGET) in
+# both workloads; auto by default.
+for mode in deployment daemonset; do
+  for target in auto instance companion; do
+    set_target=(--set "publication.target=$target")
+    [ "$target" = auto ] && set_target=()
+    got=$("$helm" template x "$chart" "${api[@]}" --set mode=$mode "${set_target[@]}" \
+      | "$py" -c 'import sys,yaml
+(w,) = [d for d in yaml.safe_load_all(sys.stdin) if d and d["kind"] in ("Deployment", "DaemonSet")]
+(c,) = w["spec"]["template"]["spec"]["containers"]
+print(w["kind"], *[e["value"] for e in c["env"] if e["name"] == "KURA_AGENT_PUBLICATION_TARGET"])')
+    want="$([ $mode = deployment ] && echo Deployment || echo DaemonSet) $target"
+    [ "$got" = "$want" ] || fail "publication.target=$target, mode $mode: the agent is given '$got', want '$want'"
+  done
+done
+echo "chart-check: publication.target reaches the Deployment's and the DaemonSet's agent"
+# The project's KuraInstance CRD: not rendered (nor in crds/) by default;
+# with kuraInstanceCRD.install the generated file, kept on uninstall.
+"$helm" template x "$chart" "${api[@]}" --include-crds | grep -q 'name: kurainstances.kura.tuist.dev$' \
+  && fail "the default rendering (with crds/) holds the KuraInstance CRD: the chart must not ship Kura's CRD"
+[ "$(ls "$chart/crds")" = kurainstancehealths.health.kura.tuist.dev.yaml ] \
+  || fail "crds/ must hold the companion CRD only: $(ls "$chart/crds")"
+"$helm" template x "$chart" "${api[@]}" --set kuraInstanceCRD.install=true \
+  --show-only templates/kurainstance-crd.yaml > "$dir/kurainstance-crd.yaml"
+"$py" - "$dir/kurainstance-crd.yaml" "$chart/files/kurainstances.kura.tuist.dev.yaml" <<'PY' \
+  || fail "kuraInstanceCRD.install=true does not render the generated CRD with resource-policy keep"
+import sys, yaml
+rendered, generated = (yaml.safe_load(open(p)) for p in sys.argv[1:])
+assert rendered["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}, rendered["metadata"]
+assert rendered["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+for key in ("annotations", "labels"):
+    rendered["metadata"].pop(key)
+assert rendered == generated, "the rendered CRD differs from files/"
+PY
+# NOTES.txt says the target, and with auto where to see the choice and
+# which objects to read.
+for target in auto instance companion; do
+  notes=$("$helm" install x "$chart" --dry-run=client --namespace kura-system "${api[@]}" \
+    --set publication.target=$target 2>&1 | sed -n '/^NOTES:/,$p')
+  want=("Publication target: $target")
+  case $target in
+    auto) want+=("publication target" "kura_agent_publication_target{target=" "port-forward"
+                 "kubectl get kurahealth -A" "kubectl get kura -A") ;;
+    instance) want+=("kubectl get kura -A") ;;
+    companion) want+=("kubectl get kurahealth -A") ;;
+  esac
+  for w in "${want[@]}"; do
+    grep -qF -- "$w" <<<"$notes" || fail "NOTES.txt ($target) does not say \"$w\": $notes"
+  done
+  [ $target = companion ] && grep -qF "kubectl get kura -A" <<<"$notes" \
+    && fail "NOTES.txt (companion) sends the reader to the KuraInstances: $notes"
+  [ $target = instance ] && grep -qF "kurahealth" <<<"$notes" \
+    && fail "NOTES.txt (instance) sends the reader to the companions: $notes"
+done
+echo "chart-check: NOTES.txt names the publication target and where to read the verdict"
 printf 'gate:\n  soakSeconds: []\n' > "$dir/empty-soak.yaml"
 schema_refused "/gate/soakSeconds" -f "$dir/empty-soak.yaml"
 # The gate values reach the agent: a ConfigMap of them, mounted and passed
@@ -253,6 +327,15 @@ derived "${api[@]}" --set-string 'watch.podSelector=!legacy\,present\,t notin (x
 derived "${api[@]}" --set 'watch.namespaces={kura-a}'
 derived "${api[@]}" --set mode=daemonset --set 'watch.namespaces={kura-a,kura-b,kura-c}'
 derived -f "$dir/variant-values.yaml"
+# The publication target's writes and nothing else; the CRD read (auto
+# only) is cluster-wide even with namespaces.
+for target in instance companion auto; do
+  derived "${api[@]}" --set publication.target=$target
+  derived "${api[@]}" --set publication.target=$target --set 'watch.namespaces={kura-a,kura-b}'
+  derived "${api[@]}" --set publication.target=$target --set mode=daemonset --set nodeLocal.enabled=true
+done
+grep -q 'kurainstances/status' "$dir/derived-$((derived_case - 1)).yaml" \
+  || fail "auto (namespaces) does not grant kurainstances/status"
 # Node-local instances: pods/portforward granted with --port-forward-streams.
 derived "${api[@]}" --set nodeLocal.enabled=true --set nodeLocal.portForwardStreams=3
 derived "${api[@]}" --set nodeLocal.enabled=true --set 'watch.namespaces={kura-a,kura-b}'
@@ -267,6 +350,23 @@ fi
 "$helm" template x "$chart" --namespace kura-system \
   --set 'networkPolicy.apiServer.cidrs={10.0.0.10/32,fd00::10/128}' > "$dir/two-cidrs.yaml"
 "$py" "$root/scripts/chart_derived.py" "$dir/two-cidrs.yaml" 10.0.0.10/32 fd00::10/128
+# The checker itself catches RBAC that no longer follows the target.
+"$helm" template x "$chart" --namespace kura-system "${api[@]}" --set publication.target=companion \
+  | sed 's#resources: \["kurainstancehealths/status"\]#resources: ["kurainstancehealths/status", "kurainstances/status"]#' \
+  > "$dir/drifted-companion.yaml"
+grep -q '"kurainstances/status"' "$dir/drifted-companion.yaml" || fail "the drifted companion rendering is not drifted"
+if "$py" "$root/scripts/chart_derived.py" "$dir/drifted-companion.yaml" "$api_cidr" >/dev/null; then
+  fail "chart_derived.py accepted kurainstances/status for the companion target"
+fi
+grep -v 'resourceNames: \["kurainstances.kura.tuist.dev"\]' "$dir/derived-1.yaml" > "$dir/drifted-crd.yaml"
+if "$py" "$root/scripts/chart_derived.py" "$dir/drifted-crd.yaml" "$api_cidr" >/dev/null; then
+  fail "chart_derived.py accepted a CRD read not restricted to kurainstances.kura.tuist.dev"
+fi
+"$helm" template x "$chart" --namespace kura-system "${api[@]}" --set publication.target=companion \
+  | sed 's#value: "companion"#value: "instance"#' > "$dir/drifted-target.yaml"
+if "$py" "$root/scripts/chart_derived.py" "$dir/drifted-target.yaml" "$api_cidr" >/dev/null; then
+  fail "chart_derived.py did not read the target from KURA_AGENT_PUBLICATION_TARGET"
+fi
 # The checker itself catches a policy that no longer follows the agent.
 sed 's/- port: 4000$/- port: 4001/' "$dir/derived-1.yaml" > "$dir/drifted.yaml"
 if "$py" "$root/scripts/chart_derived.py" "$dir/drifted.yaml" "$api_cidr" >/dev/null; then
@@ -280,6 +380,10 @@ part "helm template"
 # namespaced RBAC is checked apart from the default's ClusterRole.
 "$helm" template kura-variant "$chart" --namespace kura-variant --include-crds \
   -f "$dir/variant-values.yaml" > "$dir/variant.yaml"
+# The companion target, watching one namespace: its least privilege is
+# checked against the API server too.
+"$helm" template kura-companion "$chart" --namespace kura-companion "${api[@]}" \
+  --set publication.target=companion --set 'watch.namespaces={kura-c}' > "$dir/companion.yaml"
 grep -q '^kind: ServiceMonitor' "$dir/variant.yaml" || fail "the variant has no ServiceMonitor"
 grep -q '^kind: ServiceMonitor' "$dir/default.yaml" && fail "ServiceMonitor rendered although disabled"
 # The variant without the ServiceMonitor (no Prometheus Operator CRD here).
@@ -291,6 +395,12 @@ kind: KuraInstance
 metadata: {name: example, namespace: kura-a}
 spec: {image: "ghcr.io/tuist/kura:1.0.0", replicas: 3, accountHandle: acme, region: eu}
 EOF
+cat > "$dir/kurainstancehealth.yaml" <<'EOF'
+apiVersion: health.kura.tuist.dev/v1alpha1
+kind: KuraInstanceHealth
+metadata: {name: example, namespace: kura-a}
+spec: {}
+EOF
 
 part "kube-apiserver + etcd up"
 "$root/scripts/k8s-up.sh" "$k8s_dir"
@@ -298,8 +408,11 @@ part "kube-apiserver + etcd up"
 . "$k8s_dir/env"
 
 part "JSON Schemas from the API server"
-kubectl apply --server-side -f "$chart/crds/"
-kubectl wait --for=condition=Established --timeout=60s crd/kurainstances.kura.tuist.dev
+# The companion CRD (crds/) and the project's KuraInstance CRD (files/,
+# kuraInstanceCRD.install): the latter stands in for Kura's here.
+kubectl apply --server-side -f "$chart/crds/" -f "$chart/files/kurainstances.kura.tuist.dev.yaml"
+kubectl wait --for=condition=Established --timeout=60s \
+  crd/kurainstances.kura.tuist.dev crd/kurainstancehealths.health.kura.tuist.dev
 kubectl get --raw /openapi/v2 > "$dir/openapi-v2.json"
 python3 "$root/scripts/k8s-json-schemas.py" "$dir/openapi-v2.json" "$dir/schemas"
 
@@ -308,20 +421,23 @@ echo "chart-check: kind ServiceMonitor is skipped: no schema (no Prometheus Oper
 "$KURA_KUBECONFORM" -strict -summary -output text \
   -schema-location "$dir/schemas/{{ .ResourceKind }}{{ .KindSuffix }}.json" \
   -skip ServiceMonitor \
-  "$dir/default.yaml" "$dir/variant.yaml" "$dir/kurainstance.yaml"
+  "$dir/default.yaml" "$dir/variant.yaml" "$dir/companion.yaml" "$dir/kurainstance.yaml" \
+  "$dir/kurainstancehealth.yaml" "$dir/kurainstance-crd.yaml"
 
 part "apply to the API server"
-for ns in kura-system kura-variant kura-a kura-b kura-c; do kubectl create namespace "$ns"; done
+for ns in kura-system kura-variant kura-companion kura-a kura-b kura-c; do kubectl create namespace "$ns"; done
 kubectl apply --server-side --field-manager=chart-check -f "$dir/default.yaml"
 kubectl get -f "$dir/default.yaml" -o name
 kubectl apply --server-side --field-manager=chart-check -f "$dir/variant-applicable.yaml"
 kubectl get -f "$dir/variant-applicable.yaml" -o name
+kubectl apply --server-side --field-manager=chart-check -f "$dir/companion.yaml"
 kubectl apply --server-side --field-manager=chart-check -f "$dir/kurainstance.yaml"
+kubectl apply --server-side --field-manager=chart-check -f "$dir/kurainstancehealth.yaml"
 
 part "stored objects keep the chart's promises"
 kubectl get -n kura-system deployment,serviceaccount,networkpolicy,poddisruptionbudget,service,role,configmap -o json \
   > "$dir/namespaced.json"
-kubectl get clusterrole,clusterrolebinding -l app.kubernetes.io/name=kura-health-agent -o json \
+kubectl get clusterrole,clusterrolebinding -l app.kubernetes.io/instance=kura-health-agent -o json \
   > "$dir/cluster.json"
 kubectl get -n kura-variant configmap kura-variant-kura-health-agent-gate -o json \
   > "$dir/variant-gate.json"
@@ -379,17 +495,30 @@ lease_rules = sorted((g, r) for rule in lease_role["rules"] for g in rule["apiGr
 check(lease_rules == [("coordination.k8s.io", "leases")],
       f"the namespaced Role grants Leases only, got {lease_rules}")
 
-(role,) = by_kind.get("ClusterRole", [None])
-rules = sorted((g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
-               for r in rule["resources"] for v in rule["verbs"])
-want = sorted([("", "pods", v) for v in ("get", "list", "watch")]
-              + [("kura.tuist.dev", "kurainstances", v) for v in ("get", "list", "watch")]
-              + [("kura.tuist.dev", "kurainstances/status", "patch")]
-              + [("events.k8s.io", "events", v) for v in ("create", "patch")])
-check(rules == want, f"least-privilege ClusterRole, got {rules}")
-(binding,) = by_kind.get("ClusterRoleBinding", [None])
-check(binding["subjects"] == [{"kind": "ServiceAccount", "name": "kura-health-agent",
-                               "namespace": "kura-system"}], "binding to the chart's ServiceAccount")
+def rules_of(role):
+    return sorted((g, r, v, tuple(rule.get("resourceNames") or ())) for rule in role["rules"]
+                  for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"])
+roles = {r["metadata"]["name"]: r for r in by_kind.get("ClusterRole", [])}
+check(sorted(roles) == ["kura-health-agent", "kura-health-agent-crd-read"],
+      f"two ClusterRoles (the watch rules, the CRD read of auto), got {sorted(roles)}")
+# publication.target auto (the default): both targets' writes.
+want = sorted([("", "pods", v, ()) for v in ("get", "list", "watch")]
+              + [("kura.tuist.dev", "kurainstances", v, ()) for v in ("get", "list", "watch")]
+              + [("kura.tuist.dev", "kurainstances/status", "patch", ())]
+              + [("health.kura.tuist.dev", "kurainstancehealths", v, ())
+                 for v in ("get", "list", "watch", "create", "patch")]
+              + [("health.kura.tuist.dev", "kurainstancehealths/status", "patch", ())]
+              + [("events.k8s.io", "events", v, ()) for v in ("create", "patch")])
+got = rules_of(roles.get("kura-health-agent", {"rules": []}))
+check(got == want, f"least-privilege ClusterRole, got {got}")
+crd_read = [("apiextensions.k8s.io", "customresourcedefinitions", "get", ("kurainstances.kura.tuist.dev",))]
+check(rules_of(roles.get("kura-health-agent-crd-read", {"rules": []})) == crd_read,
+      "the CRD-read ClusterRole: get on kurainstances.kura.tuist.dev only")
+bindings = by_kind.get("ClusterRoleBinding", [])
+check(len(bindings) == 2, f"two ClusterRoleBindings, got {len(bindings)}")
+for binding in bindings:
+    check(binding["subjects"] == [{"kind": "ServiceAccount", "name": "kura-health-agent",
+                                   "namespace": "kura-system"}], "binding to the chart's ServiceAccount")
 
 (np,) = by_kind.get("NetworkPolicy", [None])
 check(sorted(np["spec"]["policyTypes"]) == ["Egress", "Ingress"], "NetworkPolicy covers both directions")
@@ -433,14 +562,44 @@ for ns in kura-a kura-b; do
   done
   expect_can yes "$variant_sa" patch kurainstances.kura.tuist.dev --subresource=status -n "$ns"
   expect_can no "$variant_sa" patch kurainstances.kura.tuist.dev -n "$ns"
+  # auto: the companions too (a server-side apply creates them).
+  for verb in get list watch create patch; do
+    expect_can yes "$variant_sa" "$verb" kurainstancehealths.health.kura.tuist.dev -n "$ns"
+  done
+  expect_can yes "$variant_sa" patch kurainstancehealths.health.kura.tuist.dev --subresource=status -n "$ns"
+  expect_can no "$variant_sa" delete kurainstancehealths.health.kura.tuist.dev -n "$ns"
   expect_can no "$variant_sa" get secrets -n "$ns"
 done
 expect_can no "$variant_sa" list pods -n kura-c
 expect_can no "$variant_sa" list pods --all-namespaces
 expect_can no "$variant_sa" list kurainstances.kura.tuist.dev --all-namespaces
 expect_can yes "$default_sa" list pods --all-namespaces
-kubectl get clusterrole,clusterrolebinding -l app.kubernetes.io/instance=kura-variant -o name \
-  | grep . && fail "the variant (namespaces set) stored cluster-wide RBAC"
+# auto reads the one KuraInstance CRD, even with namespaces: nothing else
+# cluster-wide.
+for sa in "$variant_sa" "$default_sa"; do
+  expect_can yes "$sa" get customresourcedefinitions.apiextensions.k8s.io/kurainstances.kura.tuist.dev
+  expect_can no "$sa" get customresourcedefinitions.apiextensions.k8s.io/kurainstancehealths.health.kura.tuist.dev
+  expect_can no "$sa" list customresourcedefinitions.apiextensions.k8s.io
+  expect_can no "$sa" patch customresourcedefinitions.apiextensions.k8s.io/kurainstances.kura.tuist.dev
+done
+cluster_wide=$(kubectl get clusterrole,clusterrolebinding -l app.kubernetes.io/instance=kura-variant -o name | sort | tr '\n' ' ')
+[ "$cluster_wide" = "clusterrole.rbac.authorization.k8s.io/kura-variant-kura-health-agent-crd-read clusterrolebinding.rbac.authorization.k8s.io/kura-variant-kura-health-agent-crd-read " ] \
+  || fail "the variant (namespaces set) stored other cluster-wide RBAC than the CRD read: $cluster_wide"
+
+part "RBAC: the companion target never writes KuraInstances"
+companion_sa=kura-companion:kura-companion-kura-health-agent
+for verb in get list watch create patch; do
+  expect_can yes "$companion_sa" "$verb" kurainstancehealths.health.kura.tuist.dev -n kura-c
+done
+expect_can yes "$companion_sa" patch kurainstancehealths.health.kura.tuist.dev --subresource=status -n kura-c
+expect_can yes "$companion_sa" get kurainstances.kura.tuist.dev -n kura-c
+expect_can no "$companion_sa" patch kurainstances.kura.tuist.dev --subresource=status -n kura-c
+expect_can no "$companion_sa" patch kurainstances.kura.tuist.dev -n kura-c
+expect_can no "$companion_sa" update kurainstances.kura.tuist.dev --subresource=status -n kura-c
+expect_can no "$companion_sa" create kurainstancehealths.health.kura.tuist.dev -n kura-a
+expect_can no "$companion_sa" get customresourcedefinitions.apiextensions.k8s.io/kurainstances.kura.tuist.dev
+kubectl get clusterrole,clusterrolebinding -l app.kubernetes.io/instance=kura-companion -o name \
+  | grep . && fail "the companion release (namespaces set, no auto) stored cluster-wide RBAC"
 
 part "the CRD holds counts up to 2^63-1, as kura-schemas assumes"
 # The status of a real KuraInstance: fdTimeoutCount at the ceiling is
@@ -469,12 +628,63 @@ for too_big in 9223372036854775808 18446744073709551615; do
   echo "chart-check: the API server refuses fdTimeoutCount $too_big: $(tail -n1 <<<"$out" | cut -c1-160)"
 done
 
+part "moving instance -> companion: the chart README's clean-up of the agent's fields"
+# An instance the agent wrote in instance mode (its field manager, server-side
+# apply on the status) beside fields of Kura's controller (another manager);
+# the README's commands remove exactly the agent's fields.
+kubectl apply --server-side --field-manager=chart-check -f - >/dev/null <<'EOF'
+apiVersion: kura.tuist.dev/v1alpha1
+kind: KuraInstance
+metadata: {name: moved, namespace: kura-b}
+spec: {image: "ghcr.io/tuist/kura:1.0.0", replicas: 3}
+EOF
+kubectl patch kurainstance moved -n kura-b --subresource=status --type=merge --field-manager=kura-controller \
+  -p '{"status":{"phase":"Running","observedImage":"ghcr.io/tuist/kura:1.0.0","readyReplicas":3}}' >/dev/null
+"$py" - "$(health 42)" > "$dir/agent-status.yaml" <<'PY'
+import json, sys, yaml
+status = json.loads(sys.argv[1])["status"]
+status["rolloutGate"] = {"verdict": "healthy", "targetImage": "ghcr.io/tuist/kura:1.0.0",
+                         "evaluatedAt": "2026-12-01T10:00:00Z"}
+status["conditions"] = [{"type": "RolloutHealthy", "status": "True", "reason": "Healthy", "message": "m",
+                         "lastTransitionTime": "2026-12-01T10:00:00Z", "observedGeneration": 1}]
+print(yaml.safe_dump({"apiVersion": "kura.tuist.dev/v1alpha1", "kind": "KuraInstance",
+                      "metadata": {"name": "moved", "namespace": "kura-b"}, "status": status}))
+PY
+kubectl apply --server-side --force-conflicts --field-manager=kura-health-agent --subresource=status \
+  -f "$dir/agent-status.yaml" >/dev/null
+before=$(kubectl get kurainstance moved -n kura-b -o json)
+# The first ```sh block after "**instance → companion**" in the chart README.
+awk '/^\*\*instance → companion\*\*/ { found = 1 } found && /^```sh$/ { on = 1; next }
+     on && /^```$/ { exit } on' "$chart/README.md" > "$dir/move-to-companion.sh"
+grep -q 'field-manager=kura-health-agent' "$dir/move-to-companion.sh" \
+  || fail "the chart README's instance -> companion commands were not found: $(cat "$dir/move-to-companion.sh")"
+bash -euo pipefail "$dir/move-to-companion.sh" >/dev/null
+after=$(kubectl get kurainstance moved -n kura-b -o json)
+"$py" - "$before" "$after" <<'PY' || fail "the README's clean-up did not remove exactly the agent's fields"
+import json, sys
+before, after = (json.loads(a) for a in sys.argv[1:])
+b, a = before["status"], after["status"]
+assert {"rolloutHealth", "rolloutGate", "conditions"} <= set(b), sorted(b)
+assert not {"rolloutHealth", "rolloutGate", "conditions"} & set(a), f"left: {sorted(a)}"
+kept = {k: b[k] for k in ("phase", "observedImage", "readyReplicas")}
+assert {k: a.get(k) for k in kept} == kept, f"Kura's controller's fields changed: {a}"
+assert after["spec"] == before["spec"], "the spec changed"
+print("chart-check: the README's clean-up removed rolloutHealth, rolloutGate and conditions, "
+      "kept phase, observedImage, readyReplicas")
+PY
+
 part "CRD upgrade path: helm show crds | kubectl apply --server-side (NOTES.txt)"
-# An older CRD (no RolloutHealthy column, no category) in the cluster, as
-# Helm leaves it on upgrade (it never upgrades crds/); the documented
-# command brings the shipped one; the printer column and the category are
-# then served.
-"$py" - "$chart/crds/kurainstances.kura.tuist.dev.yaml" > "$dir/old-crd.yaml" <<'PY'
+# helm show crds holds the companion CRD only, never Kura's KuraInstance CRD.
+"$helm" show crds "$chart" > "$dir/shown-crds.yaml"
+[ "$(grep -c '^kind: CustomResourceDefinition' "$dir/shown-crds.yaml")" = 1 ] \
+  && grep -q 'name: kurainstancehealths.health.kura.tuist.dev$' "$dir/shown-crds.yaml" \
+  && ! grep -q 'name: kurainstances.kura.tuist.dev$' "$dir/shown-crds.yaml" \
+  || fail "helm show crds must show the companion CRD only"
+# An older companion CRD (no RolloutHealthy column, no category) in the
+# cluster, as Helm leaves it on upgrade (it never upgrades crds/); the
+# documented command brings the shipped one; the printer column and the
+# category are then served.
+"$py" - "$chart/crds/kurainstancehealths.health.kura.tuist.dev.yaml" > "$dir/old-crd.yaml" <<'PY'
 import sys, yaml
 crd = yaml.safe_load(open(sys.argv[1]))
 crd["spec"]["names"].pop("categories")
@@ -484,31 +694,102 @@ print(yaml.safe_dump(crd))
 PY
 # Discovery (categories) with a fresh cache each time: kubectl caches it.
 fresh() { kubectl --cache-dir "$(mktemp -d "$dir/kube-cache.XXXXXX")" "$@"; }
+in_category() { fresh api-resources --categories=tuist -o name 2>/dev/null | grep -qx kurainstancehealths.health.kura.tuist.dev; }
 # replace, not apply: the whole spec becomes the old one, whoever owned the
 # newer fields (Helm creates crds/ with a plain create).
 kubectl replace -f "$dir/old-crd.yaml" >/dev/null
 served=1
 for _ in $(seq 1 50); do
-  if ! fresh get tuist -A >/dev/null 2>&1; then served=; break; fi
+  if ! in_category; then served=; break; fi
   sleep 0.2
 done
 [ -z "$served" ] || fail "the old CRD still serves the category after 10 s: the upgrade check would prove nothing"
-"$helm" show crds "$chart" | kubectl apply --server-side --force-conflicts -f - >/dev/null
-kubectl patch kurainstance example -n kura-a --subresource=status --type=merge -p \
+kubectl apply --server-side --force-conflicts -f "$dir/shown-crds.yaml" >/dev/null
+kubectl patch kurainstancehealth example -n kura-a --subresource=status --type=merge -p \
   '{"status":{"conditions":[{"type":"RolloutHealthy","status":"False","reason":"NotReady","message":"m","lastTransitionTime":"2026-12-01T10:00:00Z","observedGeneration":1}]}}' >/dev/null
 got=""
 for _ in $(seq 1 50); do
-  got=$(fresh get tuist -n kura-a -o custom-columns=NAME:.metadata.name --no-headers 2>/dev/null || true)
-  [ "$got" = example ] && break
+  got=$(fresh get tuist -n kura-a -o name 2>/dev/null | grep kurainstancehealth || true)
+  [ "$got" = kurainstancehealth.health.kura.tuist.dev/example ] && break
   sleep 0.2
 done
-[ "$got" = example ] || fail "kubectl get tuist does not list the KuraInstance after the upgrade: '$got'"
-header=$(kubectl get kurainstance example -n kura-a | sed -n 1p)
-row=$(kubectl get kurainstance example -n kura-a --no-headers)
+[ "$got" = kurainstancehealth.health.kura.tuist.dev/example ] \
+  || fail "kubectl get tuist does not list the KuraInstanceHealth after the upgrade: '$got'"
+table=$(kubectl get kurahealth example -n kura-a)
+header=$(sed -n 1p <<<"$table")
+row=$(sed -n 2p <<<"$table")
 grep -qw ROLLOUTHEALTHY <<<"$header" || fail "no RolloutHealthy printer column: $header"
-col=$(awk -v h="$header" 'BEGIN { n = split(h, f, /[ ]+/); for (i = 1; i <= n; i++) if (f[i] == "ROLLOUTHEALTHY") print i }')
-[ "$(awk -v c="$col" '{ print $c }' <<<"$row")" = False ] \
+# The other columns are empty here: the value under the header's offset.
+prefix=${header%%ROLLOUTHEALTHY*}
+cell=${row:${#prefix}}
+[ "${cell%% *}" = False ] \
   || fail "the RolloutHealthy column does not show the condition: $header / $row"
-echo "chart-check: after helm show crds | kubectl apply --server-side: kubectl get tuist lists it; RolloutHealthy column: False"
+echo "chart-check: after helm show crds | kubectl apply --server-side: kubectl get tuist lists the companion; RolloutHealthy column: False"
+
+part "helm install and upgrade beside Tuist's KuraInstance CRD leave it exactly as it was"
+# A cluster as Tuist deploys Kura: its KuraInstance CRD (twelve-field
+# rolloutHealth, no rolloutGate, no conditions; testdata/crds), and no
+# companion CRD yet. The chart, installed and upgraded with helm itself,
+# must not touch the former and must install the latter.
+kubectl delete crd kurainstances.kura.tuist.dev kurainstancehealths.health.kura.tuist.dev --wait=true --timeout=120s >/dev/null
+kubectl create -f "$root/testdata/crds/tuist-kurainstances.yaml" >/dev/null
+kubectl wait --for=condition=Established --timeout=60s crd/kurainstances.kura.tuist.dev >/dev/null
+kubectl get crd kurainstances.kura.tuist.dev -o json > "$dir/tuist-crd-before.json"
+same_tuist_crd() { # WHEN
+  kubectl get crd kurainstances.kura.tuist.dev -o json > "$dir/tuist-crd-after.json"
+  "$py" - "$dir/tuist-crd-before.json" "$dir/tuist-crd-after.json" "$1" <<'PY' \
+    || fail "Tuist's KuraInstance CRD changed ($1)"
+import json, sys
+before, after = (json.load(open(p)) for p in sys.argv[1:3])
+diffs = [k for k in ("spec",) if before[k] != after[k]]
+diffs += [f"metadata.{k}" for k in ("resourceVersion", "generation", "uid", "labels", "annotations",
+                                    "managedFields", "finalizers")
+          if before["metadata"].get(k) != after["metadata"].get(k)]
+assert not diffs, f"changed: {diffs}"
+print(f"chart-check: {sys.argv[3]}: Tuist's KuraInstance CRD unchanged (resourceVersion "
+      f"{after['metadata']['resourceVersion']}, generation {after['metadata']['generation']}, same spec)")
+PY
+}
+release=(kura-helm "$chart" --namespace kura-helm "${api[@]}")
+"$helm" install "${release[@]}" --create-namespace >/dev/null
+kubectl wait --for=condition=Established --timeout=60s crd/kurainstancehealths.health.kura.tuist.dev >/dev/null \
+  || fail "helm install did not install the companion CRD"
+echo "chart-check: helm install created the companion CRD kurainstancehealths.health.kura.tuist.dev"
+same_tuist_crd "after helm install"
+expect_can yes kura-helm:kura-helm-kura-health-agent get customresourcedefinitions.apiextensions.k8s.io/kurainstances.kura.tuist.dev
+"$helm" upgrade "${release[@]}" --set publication.target=companion >/dev/null
+same_tuist_crd "after helm upgrade to companion"
+kubectl get clusterrole kura-helm-kura-health-agent-crd-read >/dev/null 2>&1 \
+  && fail "the upgrade to companion left the CRD-read ClusterRole"
+expect_can no kura-helm:kura-helm-kura-health-agent patch kurainstances.kura.tuist.dev --subresource=status -n kura-a
+expect_can yes kura-helm:kura-helm-kura-health-agent patch kurainstancehealths.health.kura.tuist.dev --subresource=status -n kura-a
+"$helm" upgrade "${release[@]}" --set publication.target=auto >/dev/null
+same_tuist_crd "after helm upgrade back to auto"
+# Asking the release for the project's KuraInstance CRD where one exists
+# that is not the release's: Helm refuses, and leaves it as it was.
+if out=$("$helm" upgrade "${release[@]}" --set kuraInstanceCRD.install=true 2>&1); then
+  fail "helm upgrade with kuraInstanceCRD.install=true took over Tuist's KuraInstance CRD: $out"
+fi
+echo "chart-check: kuraInstanceCRD.install=true beside Tuist's CRD refused: $(tail -n1 <<<"$out" | cut -c1-200)"
+same_tuist_crd "after the refused kuraInstanceCRD.install=true upgrade"
+"$helm" uninstall kura-helm --namespace kura-helm >/dev/null
+same_tuist_crd "after helm uninstall"
+kubectl get crd kurainstancehealths.health.kura.tuist.dev >/dev/null \
+  || fail "helm uninstall removed the companion CRD (crds/ are kept)"
+
+part "kuraInstanceCRD.install=true in a cluster without Kura's controller"
+# Standalone: the release installs the project's KuraInstance CRD, upgrades
+# it, and keeps it on uninstall (deleting it would delete every instance).
+kubectl delete crd kurainstances.kura.tuist.dev --wait=true --timeout=120s >/dev/null
+standalone=(kura-standalone "$chart" --namespace kura-standalone "${api[@]}" --set kuraInstanceCRD.install=true)
+"$helm" install "${standalone[@]}" --create-namespace >/dev/null
+kubectl wait --for=condition=Established --timeout=60s crd/kurainstances.kura.tuist.dev >/dev/null
+kubectl get crd kurainstances.kura.tuist.dev -o jsonpath='{.spec.versions[0].schema.openAPIV3Schema.properties.status.properties.rolloutGate.type}' \
+  | grep -qx object || fail "the installed KuraInstance CRD does not declare status.rolloutGate"
+"$helm" upgrade "${standalone[@]}" --set publication.target=instance >/dev/null
+"$helm" uninstall kura-standalone --namespace kura-standalone >/dev/null
+kubectl get crd kurainstances.kura.tuist.dev >/dev/null \
+  || fail "helm uninstall deleted the KuraInstance CRD despite helm.sh/resource-policy: keep"
+echo "chart-check: kuraInstanceCRD.install=true: installed, upgraded, kept on uninstall"
 
 echo "chart-check: all checks passed"

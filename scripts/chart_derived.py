@@ -5,7 +5,9 @@ polls, and reads it with the RBAC it needs, from the agent's own arguments.
   chart_derived.py RENDERED.yaml [EXPECTED-API-CIDR...]
 
 Reads the Deployment's (or DaemonSet's) `kura-agent run` arguments
-(--namespace, --pod-selector, --port, --port-name), derives from them, with
+(--namespace, --pod-selector, --port, --port-name, --publication-target, or
+else the container's KURA_AGENT_PUBLICATION_TARGET, else auto), derives from
+them, with
 a label-selector parser of its own, the NetworkPolicy egress rule and the
 RBAC the chart must render, and compares:
 
@@ -14,9 +16,15 @@ RBAC the chart must render, and compares:
   --port;
 - egress[1]: exactly the expected API server CIDRs, none of them a /0;
 - RBAC: a ClusterRole + ClusterRoleBinding when no namespace is watched,
-  else a Role + RoleBinding in each watched namespace and no ClusterRole;
-  `get` and `create` on pods/portforward exactly when --port-forward-streams
-  is given (node-local instances).
+  else a Role + RoleBinding in each watched namespace and no other
+  ClusterRole than the CRD read's; `get` and `create` on pods/portforward
+  exactly when --port-forward-streams is given (node-local instances); the
+  writes of the publication target and nothing else: patch on
+  kurainstances/status (instance), get/list/watch/create/patch on
+  kurainstancehealths and patch on kurainstancehealths/status (companion),
+  both (auto); with auto, and only then, a ClusterRole (+ binding to the
+  agent's ServiceAccount) granting exactly `get` on the CRD
+  kurainstances.kura.tuist.dev by name, with or without namespaces.
 
 Exit 1 with every difference listed.
 """
@@ -30,10 +38,26 @@ VALUE = r"[-A-Za-z0-9_.]*"
 WATCH_RULES = sorted(
     [("", "pods", v) for v in ("get", "list", "watch")]
     + [("kura.tuist.dev", "kurainstances", v) for v in ("get", "list", "watch")]
-    + [("kura.tuist.dev", "kurainstances/status", "patch")]
     # Events about the instances, in the instances' namespaces.
     + [("events.k8s.io", "events", v) for v in ("create", "patch")]
 )
+# The writes of each publication target (rollout-health.md, "Where the agent
+# publishes"): the KuraInstance's status, or the agent's own companions (a
+# server-side apply creates them), or both for auto.
+INSTANCE_RULES = [("kura.tuist.dev", "kurainstances/status", "patch")]
+COMPANION_RULES = (
+    [("health.kura.tuist.dev", "kurainstancehealths", v)
+     for v in ("get", "list", "watch", "create", "patch")]
+    + [("health.kura.tuist.dev", "kurainstancehealths/status", "patch")]
+)
+TARGET_RULES = {
+    "instance": INSTANCE_RULES,
+    "companion": COMPANION_RULES,
+    "auto": INSTANCE_RULES + COMPANION_RULES,
+}
+# auto only: the installed KuraInstance CRD, read at start, by name.
+CRD_READ_RULES = [("apiextensions.k8s.io", "customresourcedefinitions", "get",
+                   ("kurainstances.kura.tuist.dev",))]
 # Node-local instances' pods, polled through their port-forward: granted
 # exactly when the agent is given --port-forward-streams (nodeLocal.enabled).
 PORT_FORWARD_RULES = [("", "pods/portforward", v) for v in ("create", "get")]
@@ -89,7 +113,10 @@ def from_k8s(sel):
 
 
 def rules_of(role):
-    return sorted((g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
+    """(group, resource, verb), with the resourceNames appended when a rule
+    has any (so a rule restricted by name never passes for an open one)."""
+    return sorted((g, r, v) + ((tuple(rule["resourceNames"]),) if rule.get("resourceNames") else ())
+                  for rule in role["rules"] for g in rule["apiGroups"]
                   for r in rule["resources"] for v in rule["verbs"])
 
 
@@ -110,7 +137,13 @@ def main():
     selector = (flag("pod-selector") or [""])[0]
     port = (flag("port-name") or flag("port"))[0]
     port = int(port) if port.isdigit() else port
-    want_rules = sorted(WATCH_RULES + (PORT_FORWARD_RULES if flag("port-forward-streams") else []))
+    env = {e["name"]: e.get("value") for e in container.get("env") or []}
+    target = (flag("publication-target") or [env.get("KURA_AGENT_PUBLICATION_TARGET") or "auto"])[0]
+    check(target in TARGET_RULES, f"publication target {target!r} is none of {sorted(TARGET_RULES)}")
+    want_rules = sorted(WATCH_RULES + TARGET_RULES.get(target, [])
+                        + (PORT_FORWARD_RULES if flag("port-forward-streams") else []))
+    release_ns = workload["metadata"].get("namespace")
+    sa = workload["spec"]["template"]["spec"].get("serviceAccountName")
 
     nps = [d for d in docs if d["kind"] == "NetworkPolicy"]
     check(len(nps) == 1, f"one NetworkPolicy, got {len(nps)}")
@@ -130,8 +163,24 @@ def main():
         check(not any(c.endswith("/0") for c in api), f"a /0 in {api}")
         check(len(egress) == 2, f"two egress rules, got {len(egress)}")
 
-    cluster_roles = [d for d in docs if d["kind"] == "ClusterRole"]
-    cluster_bindings = [d for d in docs if d["kind"] == "ClusterRoleBinding"]
+    crd_roles = [d for d in docs if d["kind"] == "ClusterRole"
+                 and d["metadata"]["name"].endswith("-crd-read")]
+    crd_bindings = [d for d in docs if d["kind"] == "ClusterRoleBinding"
+                    and d["metadata"]["name"].endswith("-crd-read")]
+    if target == "auto":
+        check(len(crd_roles) == 1 and len(crd_bindings) == 1,
+              "auto: one CRD-read ClusterRole and its binding")
+        for r in crd_roles:
+            check(rules_of(r) == CRD_READ_RULES, f"CRD-read ClusterRole: {rules_of(r)}")
+        for b in crd_bindings:
+            check(b["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                   "name": b["metadata"]["name"]}, f"CRD-read binding ref {b['roleRef']}")
+            check(b["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": release_ns}],
+                  f"CRD-read binding subjects {b['subjects']}")
+    else:
+        check(not crd_roles and not crd_bindings, f"{target}: yet a CRD-read ClusterRole")
+    cluster_roles = [d for d in docs if d["kind"] == "ClusterRole" and d not in crd_roles]
+    cluster_bindings = [d for d in docs if d["kind"] == "ClusterRoleBinding" and d not in crd_bindings]
     watch_roles = [d for d in docs if d["kind"] == "Role"
                    and d["metadata"]["name"].endswith("-watch")]
     watch_bindings = [d for d in docs if d["kind"] == "RoleBinding"
@@ -159,7 +208,7 @@ def main():
         print(f"chart_derived: {rendered}:", *problems, sep="\n  ")
         sys.exit(1)
     print(f"chart_derived: ok: namespaces={namespaces or 'all'} selector={selector!r} port={port!r}"
-          f" port-forward={bool(flag('port-forward-streams'))}")
+          f" port-forward={bool(flag('port-forward-streams'))} publication-target={target}")
 
 
 if __name__ == "__main__":

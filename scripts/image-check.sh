@@ -72,7 +72,10 @@ part "the chart's default rendering applied"
 "$KURA_HELM" template kura-health-agent "$root/charts/kura-health-agent" \
   --set 'networkPolicy.apiServer.cidrs={127.0.0.1/32}' \
   --namespace kura-system --include-crds > "$dir/chart.yaml"
-kubectl apply --server-side -f "$root/charts/kura-health-agent/crds/" >/dev/null
+# The companion CRD (crds/) and the project's KuraInstance CRD (files/,
+# kuraInstanceCRD.install): no Kura controller here.
+kubectl apply --server-side -f "$root/charts/kura-health-agent/crds/" \
+  -f "$root/charts/kura-health-agent/files/kurainstances.kura.tuist.dev.yaml" >/dev/null
 kubectl wait --for=condition=Established --timeout=60s crd/kurainstances.kura.tuist.dev >/dev/null
 kubectl create namespace kura-system >/dev/null
 kubectl apply --server-side --field-manager=image-check -f "$dir/chart.yaml" >/dev/null

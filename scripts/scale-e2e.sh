@@ -69,7 +69,9 @@ expect_refused "unknown mode" --set mode=statefulset
 
 kubectl create namespace kura-scale-chart >/dev/null
 kubectl create namespace kura-scale-other >/dev/null
-kubectl apply -f "$chart/crds/" >/dev/null
+# The companion CRD (crds/) and the project's KuraInstance CRD (files/,
+# kuraInstanceCRD.install): no Kura controller here.
+kubectl apply -f "$chart/crds/" -f "$chart/files/kurainstances.kura.tuist.dev.yaml" >/dev/null
 render --set replicaCount=3 | kubectl apply -f - >/dev/null
 if render --set mode=daemonset | kubectl apply --dry-run=server -f - >/dev/null; then
   echo "ok   - chart: the daemonset rendering is accepted by the API server (server dry-run)"

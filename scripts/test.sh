@@ -23,5 +23,6 @@ if [ ! -x "$venv/bin/kubernetes-validate" ]; then
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check "kubernetes-validate==1.37.0"
 fi
-"$venv/bin/kubernetes-validate" --strict -k 1.33 charts/kura-health-agent/crds/*.yaml
+"$venv/bin/kubernetes-validate" --strict -k 1.33 charts/kura-health-agent/crds/*.yaml \
+  charts/kura-health-agent/files/kurainstances.kura.tuist.dev.yaml
 echo "== all test tiers passed"

@@ -141,3 +141,44 @@ fn the_schemas_gate_is_the_gates_configuration() {
     });
     assert!(kura_gate::parse_config_over(&kura_gate::GateConfig::default(), &at_limits).is_ok());
 }
+
+/// `publication.target` (the agent's `KURA_AGENT_PUBLICATION_TARGET`):
+/// auto, instance or companion, auto by default; the project's KuraInstance
+/// CRD is not installed by default and is not in `crds/` (Helm would create
+/// it beside Kura's own), only the companion's CRD is.
+#[test]
+fn the_publication_target_and_the_crds_the_chart_ships() {
+    let schema = schema();
+    let values = values();
+    assert_eq!(values["publication"]["target"], "auto");
+    assert_eq!(
+        schema["properties"]["publication"]["properties"]["target"]["enum"],
+        serde_json::json!(["auto", "instance", "companion"])
+    );
+    assert_eq!(values["kuraInstanceCRD"]["install"], false);
+    assert_eq!(
+        schema["properties"]["kuraInstanceCRD"]["properties"]["install"]["type"],
+        "boolean"
+    );
+    let mut crds: Vec<String> = std::fs::read_dir(chart().join("crds"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    crds.sort();
+    assert_eq!(crds, ["kurainstancehealths.health.kura.tuist.dev.yaml"]);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    assert_eq!(
+        root.join(kura_schemas::generated::CRD_PATH),
+        chart().join("files/kurainstances.kura.tuist.dev.yaml"),
+        "the KuraInstance CRD the chart renders with kuraInstanceCRD.install is the generated one"
+    );
+    assert_eq!(
+        root.join(kura_schemas::generated::COMPANION_CRD_PATH),
+        chart().join("crds/kurainstancehealths.health.kura.tuist.dev.yaml")
+    );
+    // Both workloads share the pod template that passes the target.
+    let helpers = std::fs::read_to_string(chart().join("templates/_helpers.tpl")).unwrap();
+    assert!(helpers.contains(
+        "- name: KURA_AGENT_PUBLICATION_TARGET\n          value: {{ .Values.publication.target | quote }}"
+    ));
+}

@@ -835,11 +835,33 @@ async fn the_agent_runs_with_exactly_the_charts_rbac() {
     let client = admin().await;
     ensure_crd(&client).await;
     let objects = chart_objects();
+    let is_crd_read = |o: &&Value| {
+        o["metadata"]["name"]
+            .as_str()
+            .is_some_and(|n| n.ends_with("-crd-read"))
+    };
     let role = objects
         .iter()
-        .find(|o| o["kind"] == "ClusterRole")
+        .find(|o| o["kind"] == "ClusterRole" && !is_crd_read(o))
         .expect("a ClusterRole in the chart");
-    // Least privilege, exactly: read pods and instances, patch status.
+    // publication.target auto (the chart's default): `get` on the one
+    // KuraInstance CRD, in a ClusterRole of its own.
+    let crd_read = objects
+        .iter()
+        .find(|o| o["kind"] == "ClusterRole" && is_crd_read(o))
+        .expect("the CRD-read ClusterRole of publication.target auto");
+    assert_eq!(
+        crd_read["rules"],
+        json!([{
+            "apiGroups": ["apiextensions.k8s.io"],
+            "resources": ["customresourcedefinitions"],
+            "resourceNames": ["kurainstances.kura.tuist.dev"],
+            "verbs": ["get"],
+        }]),
+        "the chart's CRD-read ClusterRole"
+    );
+    // Least privilege, exactly: read pods and instances, write where the
+    // target publishes (auto: the instance's status or the companions).
     let mut rules: Vec<(String, String, String)> = Vec::new();
     for rule in role["rules"].as_array().expect("rules") {
         for g in rule["apiGroups"].as_array().expect("apiGroups") {
@@ -863,6 +885,16 @@ async fn the_agent_runs_with_exactly_the_charts_rbac() {
         ("kura.tuist.dev", "kurainstances", "list"),
         ("kura.tuist.dev", "kurainstances", "watch"),
         ("kura.tuist.dev", "kurainstances/status", "patch"),
+        ("health.kura.tuist.dev", "kurainstancehealths", "get"),
+        ("health.kura.tuist.dev", "kurainstancehealths", "list"),
+        ("health.kura.tuist.dev", "kurainstancehealths", "watch"),
+        ("health.kura.tuist.dev", "kurainstancehealths", "create"),
+        ("health.kura.tuist.dev", "kurainstancehealths", "patch"),
+        (
+            "health.kura.tuist.dev",
+            "kurainstancehealths/status",
+            "patch",
+        ),
         ("events.k8s.io", "events", "create"),
         ("events.k8s.io", "events", "patch"),
     ]

@@ -5,12 +5,17 @@
 use kube::CustomResourceExt;
 use schemars::JsonSchema;
 
-/// Where the committed CRD lives, relative to the repository root.
-pub const CRD_PATH: &str = "charts/kura-health-agent/crds/kurainstances.kura.tuist.dev.yaml";
+/// Where the committed `KuraInstance` CRD lives, relative to the repository
+/// root: the chart's `files/`, not its `crds/`. The resource is Kura's (its
+/// controller's chart ships and re-applies its own CRD), so the agent's chart
+/// does not install it by default; with `kuraInstanceCRD.install=true`
+/// (clusters without Kura's controller: standalone, tests) the chart renders
+/// it from this file, kept on uninstall (`helm.sh/resource-policy: keep`).
+pub const CRD_PATH: &str = "charts/kura-health-agent/files/kurainstances.kura.tuist.dev.yaml";
 
 /// Where the committed companion CRD (`KuraInstanceHealth`) lives,
 /// relative to the repository root: the chart's `crds/`, the one CRD the
-/// chart installs.
+/// chart installs (the resource is the agent's own).
 pub const COMPANION_CRD_PATH: &str =
     "charts/kura-health-agent/crds/kurainstancehealths.health.kura.tuist.dev.yaml";
 

@@ -121,27 +121,42 @@ earlier hand-written pod selector.
 {{- fail "refusing to install into kube-system: the agent's Lease Role would grant update and delete on the control plane's leader-election Leases there; install into a dedicated namespace (e.g. -n kura-system --create-namespace)" -}}
 {{- end -}}
 {{- range .Values.extraArgs -}}
-{{- if regexMatch "^--(port|port-name|pod-selector|namespace|debug-listen)([=\\s]|$)" (toString .) -}}
-{{- fail (printf "extraArgs %q: set it through the chart's values (poll.port, poll.portName, watch.podSelector, watch.namespaces, debug.port): the NetworkPolicy and RBAC are derived from them" .) -}}
+{{- if regexMatch "^--(port|port-name|pod-selector|namespace|debug-listen|publication-target)([=\\s]|$)" (toString .) -}}
+{{- fail (printf "extraArgs %q: set it through the chart's values (poll.port, poll.portName, watch.podSelector, watch.namespaces, debug.port, publication.target): the NetworkPolicy and RBAC are derived from them" .) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
 
 {{/*
 The agent's rules on the instances it watches, for the ClusterRole (all
-namespaces) or each watched namespace's Role: read pods and KuraInstances,
-patch only kurainstances/status.
+namespaces) or each watched namespace's Role: read pods and KuraInstances;
+write where publication.target publishes, nothing else:
+  instance:  patch kurainstances/status (server-side apply on the status);
+  companion: its own KuraInstanceHealths (read, create and patch them by
+             server-side apply, patch their status), never kurainstances;
+  auto:      both (decided at start), plus the CRD read (kha.crdReadRules).
 */}}
 {{- define "kha.watchRules" -}}
+{{- $target := .Values.publication.target -}}
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch"]
 - apiGroups: ["kura.tuist.dev"]
   resources: ["kurainstances"]
   verbs: ["get", "list", "watch"]
+{{- if ne $target "companion" }}
 - apiGroups: ["kura.tuist.dev"]
   resources: ["kurainstances/status"]
   verbs: ["patch"]
+{{- end }}
+{{- if ne $target "instance" }}
+- apiGroups: ["health.kura.tuist.dev"]
+  resources: ["kurainstancehealths"]
+  verbs: ["get", "list", "watch", "create", "patch"]
+- apiGroups: ["health.kura.tuist.dev"]
+  resources: ["kurainstancehealths/status"]
+  verbs: ["patch"]
+{{- end }}
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
@@ -153,4 +168,17 @@ patch only kurainstances/status.
   resources: ["pods/portforward"]
   verbs: ["get", "create"]
 {{- end }}
+{{- end -}}
+
+{{/*
+publication.target auto: at start the agent reads the installed KuraInstance
+CRD (does it declare status.rolloutGate?). CRDs are cluster-scoped, so this
+is a ClusterRole of its own even when watch.namespaces is set: `get` on that
+one CRD by name, nothing else.
+*/}}
+{{- define "kha.crdReadRules" -}}
+- apiGroups: ["apiextensions.k8s.io"]
+  resources: ["customresourcedefinitions"]
+  resourceNames: ["kurainstances.kura.tuist.dev"]
+  verbs: ["get"]
 {{- end -}}

@@ -45,6 +45,9 @@ several replicas (or a DaemonSet) without sharding.
 {{- if not (has .Values.mode (list "deployment" "daemonset")) }}
 {{- fail (printf "mode must be deployment or daemonset, not %q" .Values.mode) }}
 {{- end }}
+{{- if not (has .Values.publication.target (list "auto" "instance" "companion")) }}
+{{- fail (printf "publication.target must be auto, instance or companion, not %q" .Values.publication.target) }}
+{{- end }}
 {{- if not .Values.sharding.enabled }}
 {{- if eq .Values.mode "daemonset" }}
 {{- fail "mode daemonset needs sharding.enabled=true: every node's replica would write every KuraInstance's status" }}
@@ -144,6 +147,9 @@ spec:
         - {{ . }}
         {{- end }}
       env:
+        # Where the agent publishes (publication.target); the RBAC follows it.
+        - name: KURA_AGENT_PUBLICATION_TARGET
+          value: {{ .Values.publication.target | quote }}
         - name: POD_NAME
           valueFrom:
             fieldRef:
