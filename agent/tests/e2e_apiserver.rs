@@ -3571,6 +3571,16 @@ impl Drop for StandIn {
     }
 }
 
+/// Deletes every instance of `ns` that a [`StandIn`] wrote: another
+/// manager of `status.rolloutHealth` left behind would make `auto` choose
+/// the companion in the tests that watch every namespace.
+async fn remove_second_writers(client: &Client, ns: &str) {
+    raw_instances(client, ns)
+        .delete_collection(&kube::api::DeleteParams::default(), &ListParams::default())
+        .await
+        .expect("delete the instances");
+}
+
 /// The managers of `obj`'s status subresource entries.
 fn status_managers(obj: &Value) -> Vec<String> {
     obj["metadata"]["managedFields"]
@@ -3708,6 +3718,8 @@ async fn beside_kuras_controller_auto_chooses_the_companion_and_never_writes_the
         apiserver_requests(&client, "kurainstancehealths", "status", &PATCH_VERBS).await;
     assert!(companion_writes > 0.0);
     agent.stop().await;
+    drop(controller);
+    remove_second_writers(&client, &ns).await;
 }
 
 /// With this project's CRD and no other writer the agent publishes on the
@@ -3818,6 +3830,8 @@ async fn a_second_writer_seen_later_stops_the_agents_writes_without_a_war() {
         .expect("verdict");
     assert_eq!(code, 200, "{body}");
     agent.stop().await;
+    drop(controller);
+    remove_second_writers(&client, &ns).await;
 }
 
 /// Sharded replicas in companion mode: each companion has one writer (its
