@@ -15,6 +15,23 @@
 #   scripts/cluster-load.sh --instances 3334                          # 10,002 pods
 #   scripts/cluster-load.sh --instances 3334 --agent-bin ./kura-agent-before
 #   scripts/cluster-load.sh --instances 3334 --replicas 3             # 3 sharding replicas
+#   scripts/cluster-load.sh --instances 3334 --publication companion  # beside Tuist's CRD
+#   scripts/cluster-load.sh --instances 3334 --publication companion --controller-stand-in
+#
+# --publication instance|companion (default instance, the .ci/run call):
+# `instance` installs this project's KuraInstance CRD, and the agent
+# applies kurainstances/status; `companion` installs Tuist's CRD
+# (testdata/crds/tuist-kurainstances.yaml, no status.rolloutGate) and the
+# KuraInstanceHealth CRD, and the agent creates one companion per instance
+# and applies kurainstancehealths/status. The agent runs with its default
+# --publication-target auto either way (the run fails if it chose the
+# other target); the harness waits for, and judges the rollout on, the
+# statuses where that mode puts them. --controller-stand-in (companion
+# only) adds a stand-in for Kura's controller: a full status update of
+# every instance (twelve-field rolloutHealth) every 30 s, spread evenly.
+# Every phase reports status writes/s, bytes written/s (the agent's
+# kura_agent_status_write_bytes_total), bytes per write, writes and bytes
+# per instance per minute, and the API requests by kind.
 #
 # --replicas N (default 1) starts N `kura-agent run` sharding the instances
 # (Leases in the test namespace, granted as the chart's Lease Role does) and

@@ -10,6 +10,12 @@
 //!
 //! `scripts/cluster-load.sh --instances 3334 --max-peak-rss-mib 64`
 //!
+//! `--publication companion` measures the agent beside Tuist's KuraInstance
+//! CRD (no `status.rolloutGate`): its default `auto` chooses the companion
+//! target, and the statuses are read on the `KuraInstanceHealth` objects
+//! (`--controller-stand-in` adds Kura's controller's status updates);
+//! `--publication instance`, the default, is the run as before.
+//!
 //! `--replicas 3` runs three sharding replicas instead of one agent and
 //! measures each (`kura_benches::cluster_load::replicas` says how the
 //! top-level figures are made of theirs).
@@ -20,7 +26,7 @@
 
 use clap::{Parser, Subcommand};
 use kura_benches::cluster_load::stand_ins::serve_pods;
-use kura_benches::cluster_load::{Bounds, ClusterLoadConfig, json_line, run, table};
+use kura_benches::cluster_load::{Bounds, ClusterLoadConfig, Publication, json_line, run, table};
 use kura_benches::sim_process::Generations;
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
@@ -114,6 +120,30 @@ struct Args {
     /// Time between two pods of an instance in the rolling update.
     #[arg(long, default_value = "5s", value_parser = kura_agent::cli::parse::parse_positive_duration)]
     pod_gap: Duration,
+    /// Where the agent publishes. `instance`: this project's KuraInstance
+    /// CRD; the agent applies kurainstances/status and the harness reads
+    /// the instances. `companion`: Tuist's KuraInstance CRD (--tuist-crd,
+    /// no status.rolloutGate) plus the KuraInstanceHealth CRD; the agent
+    /// creates a companion per instance and applies
+    /// kurainstancehealths/status, and the harness reads the companions.
+    /// Either way the agent runs with its default
+    /// --publication-target auto, and the run fails if it chose the other.
+    #[arg(long, default_value = "instance", value_parser = Publication::parse)]
+    publication: Publication,
+    /// Companion runs: a stand-in for Kura's controller rewrites every
+    /// instance's status as it does (a full status update, PUT
+    /// .../status, with its twelve-field rolloutHealth), once per
+    /// --controller-every per instance, spread evenly, from before the
+    /// agent starts to the end of the run (its requests are not the
+    /// agent's: not in the API figures).
+    #[arg(long, alias = "controller-standin")]
+    controller_stand_in: bool,
+    /// The controller stand-in's period per instance.
+    #[arg(long, default_value = "30s", value_parser = kura_agent::cli::parse::parse_positive_duration)]
+    controller_every: Duration,
+    /// Tuist's KuraInstance CRD (companion runs).
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/crds/tuist-kurainstances.yaml"))]
+    tuist_crd: PathBuf,
     /// Bound: peak RSS of the agent (of each replica) over the run, MiB.
     #[arg(long)]
     max_peak_rss_mib: Option<f64>,
@@ -184,6 +214,7 @@ fn measure(a: Args) -> Result<ExitCode, kura_benches::cluster_load::error::Clust
         agent_bin,
         audit_log: a.audit_log,
         fixtures: a.fixtures,
+        tuist_crd: a.tuist_crd,
         work_dir: a.work_dir,
         exe,
         port: a.port,
@@ -196,6 +227,8 @@ fn measure(a: Args) -> Result<ExitCode, kura_benches::cluster_load::error::Clust
         rollout: a.rollout,
         rollout_fraction: a.rollout_fraction.clamp(0.0, 1.0),
         pod_gap: a.pod_gap,
+        publication: a.publication,
+        controller_stand_in: a.controller_stand_in.then_some(a.controller_every),
     };
     let bounds = Bounds {
         max_peak_rss_mib: a.max_peak_rss_mib,

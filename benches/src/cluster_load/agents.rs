@@ -17,6 +17,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// The agent's counter of status write bodies' bytes.
+pub const STATUS_WRITE_BYTES_METRIC: &str = "kura_agent_status_write_bytes_total";
+/// The agent's gauge of its publication target (`target` label, 1 for the
+/// one chosen at start).
+pub const PUBLICATION_TARGET_METRIC: &str = "kura_agent_publication_target";
+
 /// How often each agent's RSS is sampled.
 const RSS_EVERY: Duration = Duration::from_millis(500);
 /// At most this long for a started agent's debug server to answer.
@@ -199,6 +205,22 @@ impl Agents {
             .collect()
     }
 
+    /// Each replica's publication target at `mark`, as its
+    /// `kura_agent_publication_target` gauge says (`None`: no target at 1,
+    /// e.g. an agent that predates the gauge).
+    pub fn publication_targets(mark: &Mark) -> Vec<Option<&'static str>> {
+        mark.replicas
+            .iter()
+            .map(|r| {
+                ["instance", "companion"].into_iter().find(|t| {
+                    r.metrics
+                        .sum(PUBLICATION_TARGET_METRIC, &format!("target=\"{t}\""))
+                        >= 1.0
+                })
+            })
+            .collect()
+    }
+
     /// Each replica's `VmHWM` now, MiB.
     pub fn peaks_mib(&self) -> Vec<f64> {
         self.processes
@@ -260,6 +282,8 @@ fn replica_figures(
         |name: &str, label: &str| to.metrics.sum(name, label) - from.metrics.sum(name, label);
     let samples = rss.between(from_at, to_at);
     let polls = delta("kura_agent_polls_total", "");
+    let writes = delta("kura_agent_status_writes_total", "result=\"applied\"");
+    let bytes = delta(STATUS_WRITE_BYTES_METRIC, "");
     PhaseFigures {
         seconds: secs,
         cpu_percent: 100.0 * to.cpu.saturating_sub(from.cpu).as_secs_f64() / secs,
@@ -268,7 +292,11 @@ fn replica_figures(
         peak_rss_mib: mib(peak_rss_of(pid).unwrap_or(0)),
         polls_per_s: polls / secs,
         failed_polls: polls - delta("kura_agent_polls_total", "result=\"ok\""),
-        status_writes_per_s: delta("kura_agent_status_writes_total", "result=\"applied\"") / secs,
+        status_writes_per_s: writes / secs,
+        status_write_bytes_per_s: bytes / secs,
+        status_write_bytes_per_write: per_write(bytes, writes),
+        status_writes_per_instance_per_min: None,
+        status_write_bytes_per_instance_per_min: None,
         events_per_s: delta("kura_agent_events_total", "") / secs,
         owned_instances: if sharding {
             to.metrics.get(OWNED_INSTANCES_METRIC)
@@ -278,6 +306,11 @@ fn replica_figures(
         api_requests_per_s: None,
         api_by_kind: BTreeMap::new(),
     }
+}
+
+/// Bytes per write, `None` without writes.
+pub fn per_write(bytes: f64, writes: f64) -> Option<f64> {
+    (writes > 0.0).then(|| bytes / writes)
 }
 
 /// The kubeconfig the agents use: the admin one, or with `agent_context` a

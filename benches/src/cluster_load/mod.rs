@@ -14,10 +14,21 @@
 //!
 //! For each: CPU share of one core (user + system time over the window),
 //! median and largest `VmRSS` sampled each half second, the peak (`VmHWM`),
-//! polls, status writes and Events per second from the agent's own
-//! `/metrics`, and (with the API server's audit log, as
-//! `scripts/cluster-load.sh` configures it) the API requests the agent's
-//! user made per second, by verb and resource.
+//! polls, status writes, bytes of status writes
+//! (`kura_agent_status_write_bytes_total`: per second, per applied write,
+//! and, like the writes, per instance per minute) and Events per second
+//! from the agent's own `/metrics`, and (with the API server's audit log,
+//! as `scripts/cluster-load.sh` configures it) the API requests the
+//! agent's user made per second, by verb and resource.
+//!
+//! Two publication modes ([`Publication`]): `instance` (this project's
+//! `KuraInstance` CRD; statuses on the instances) and `companion` (Tuist's
+//! CRD, which does not declare `status.rolloutGate`, plus the
+//! `KuraInstanceHealth` CRD; statuses on the companions, which the agent
+//! creates). The agent keeps its default `--publication-target auto`; the
+//! run checks that it chose the mode's target. A companion run may add a
+//! stand-in for Kura's controller ([`controller`]) updating every
+//! instance's status every 30 s.
 //!
 //! With `--replicas N` (N > 1) the harness starts N `kura-agent run`
 //! processes sharding the instances (`KURA_AGENT_SHARDING=true`, identity
@@ -41,6 +52,7 @@
 //! by `kura-fleet-controller` with their controller status.
 
 pub mod agents;
+pub mod controller;
 pub mod error;
 pub mod measure;
 pub mod objects;
@@ -48,6 +60,7 @@ pub mod replicas;
 pub mod stand_ins;
 
 use crate::cluster_load::agents::{Agents, Mark};
+use crate::cluster_load::controller::{ControllerCounts, ControllerStandIn};
 use crate::cluster_load::error::ClusterLoadError;
 use crate::cluster_load::measure::{RequestCounts, audit_requests};
 use crate::cluster_load::objects::{
@@ -68,7 +81,7 @@ use kube::api::{
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config, CustomResourceExt};
 use serde_json::json;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -105,6 +118,9 @@ pub struct ClusterLoadConfig {
     pub audit_log: Option<PathBuf>,
     /// The directory of `pod.json` and `pod-status.json`.
     pub fixtures: PathBuf,
+    /// Tuist's `KuraInstance` CRD (companion runs):
+    /// `testdata/crds/tuist-kurainstances.yaml`.
+    pub tuist_crd: PathBuf,
     /// Work directory: the agent's kubeconfig and log.
     pub work_dir: PathBuf,
     /// This executable (it runs the stand-ins as `serve-pods`).
@@ -129,6 +145,51 @@ pub struct ClusterLoadConfig {
     pub rollout_fraction: f64,
     /// Time between two pods of one instance in the rolling update.
     pub pod_gap: Duration,
+    /// Where the agent publishes, and so which CRDs the cluster gets and
+    /// where the harness reads the statuses.
+    pub publication: Publication,
+    /// With `Some(every)`: a stand-in for Kura's controller rewriting
+    /// every instance's status (full update, twelve-field
+    /// `rolloutHealth`) every `every`, spread evenly ([`controller`]).
+    /// Companion runs only.
+    pub controller_stand_in: Option<Duration>,
+}
+
+/// Where the agent publishes in a run (rollout-health.md, "Where the agent
+/// publishes"). The agent runs with its default `--publication-target
+/// auto` either way; the cluster is shaped so that `auto` chooses this
+/// target, and the run fails when the agent says it chose the other.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Publication {
+    /// This project's `KuraInstance` CRD (it declares
+    /// `status.rolloutGate`): the agent applies `kurainstances/status`;
+    /// the harness reads the instances' status.
+    #[default]
+    Instance,
+    /// Tuist's `KuraInstance` CRD (`testdata/crds/tuist-kurainstances.yaml`,
+    /// no `rolloutGate`) and the companion CRD: the agent creates one
+    /// `KuraInstanceHealth` per instance and applies
+    /// `kurainstancehealths/status`; the harness reads the companions.
+    Companion,
+}
+
+impl Publication {
+    /// The target's name, as the agent's flag and gauge spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Publication::Instance => "instance",
+            Publication::Companion => "companion",
+        }
+    }
+
+    /// `instance` or `companion`.
+    pub fn parse(s: &str) -> Result<Publication, String> {
+        match s {
+            "instance" => Ok(Publication::Instance),
+            "companion" => Ok(Publication::Companion),
+            other => Err(format!("{other:?}: expected instance or companion")),
+        }
+    }
 }
 
 /// The figures of one phase.
@@ -150,6 +211,20 @@ pub struct PhaseFigures {
     pub failed_polls: f64,
     /// Status writes applied per second (`kura_agent_status_writes_total{result="applied"}`).
     pub status_writes_per_s: f64,
+    /// Bytes of status write bodies sent per second
+    /// (`kura_agent_status_write_bytes_total`: every server-side apply's
+    /// JSON, a companion's creation included).
+    pub status_write_bytes_per_s: f64,
+    /// Those bytes per applied write (`None`: no write applied in the
+    /// window). Failed writes' bodies and companions' creations count in
+    /// the bytes, not in the writes.
+    pub status_write_bytes_per_write: Option<f64>,
+    /// Status writes applied per instance per minute (the run's figure
+    /// over every instance; absent from a replica's own figures).
+    pub status_writes_per_instance_per_min: Option<f64>,
+    /// Bytes of status write bodies per instance per minute (as
+    /// `status_writes_per_instance_per_min`).
+    pub status_write_bytes_per_instance_per_min: Option<f64>,
     /// Events published per second (`kura_agent_events_total`).
     pub events_per_s: f64,
     /// Instances owned at the window's end (`kura_agent_owned_instances`;
@@ -166,6 +241,15 @@ pub struct PhaseFigures {
 pub struct ClusterLoadReport {
     /// The binary measured.
     pub agent_bin: String,
+    /// The run's publication mode (`instance` or `companion`).
+    pub publication: String,
+    /// Each replica's publication target as its
+    /// `kura_agent_publication_target` gauge said once every instance had
+    /// a status (`null`: the agent exports no such gauge).
+    pub agent_publication_targets: Vec<Option<String>>,
+    /// What the stand-in for Kura's controller did over the run (absent:
+    /// none ran).
+    pub controller_stand_in: Option<ControllerStandInReport>,
     /// Instances.
     pub instances: usize,
     /// Pods.
@@ -204,6 +288,19 @@ pub struct ClusterLoadReport {
     /// Each replica's figures, in replica order (one entry with one
     /// replica).
     pub replicas: Vec<ReplicaFigures>,
+}
+
+/// The controller stand-in's part of the report.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct ControllerStandInReport {
+    /// Each instance's status updated once per this many seconds.
+    pub every_seconds: f64,
+    /// Its counters at the end of the run.
+    #[serde(flatten)]
+    pub counts: ControllerCounts,
+    /// Successful updates per second over the start-up, rest and rollout
+    /// windows together.
+    pub updates_per_s: f64,
 }
 
 /// Limits a run is checked against (each only when set).
@@ -279,6 +376,11 @@ fn instances_resource() -> ApiResource {
     )
 }
 
+/// The companion resource, `KuraInstanceHealth`.
+fn companions_resource() -> ApiResource {
+    ApiResource::erase::<kura_schemas::KuraInstanceHealth>(&())
+}
+
 /// A client for `context` of the kubeconfig at `path` (current context when
 /// `None`).
 async fn client(path: &Path, context: Option<&str>) -> Result<Client, ClusterLoadError> {
@@ -308,8 +410,16 @@ pub async fn run(config: &ClusterLoadConfig) -> Result<ClusterLoadReport, Cluste
     })?;
     let n = config.instances;
     let ppi = config.pods_per_instance.max(1);
+    if config.controller_stand_in.is_some() && config.publication != Publication::Companion {
+        return Err(ClusterLoadError::Protocol(
+            "the controller stand-in writes status.rolloutHealth: with it the agent's auto \
+             choice is companion, so it runs with --publication companion only"
+                .to_owned(),
+        ));
+    }
     let mut report = ClusterLoadReport {
         agent_bin: config.agent_bin.display().to_string(),
+        publication: config.publication.as_str().to_owned(),
         instances: n,
         pods: n * ppi,
         ..ClusterLoadReport::default()
@@ -317,7 +427,19 @@ pub async fn run(config: &ClusterLoadConfig) -> Result<ClusterLoadReport, Cluste
 
     // ---- the cluster's objects ----------------------------------------
     let created = Instant::now();
-    apply_crd(&admin).await?;
+    match config.publication {
+        Publication::Instance => {
+            let crd = serde_json::to_value(kura_schemas::KuraInstance::crd())
+                .map_err(ClusterLoadError::Crd)?;
+            apply_crd(&admin, &crd).await?;
+        }
+        Publication::Companion => {
+            apply_crd(&admin, &tuist_crd(&config.tuist_crd)?).await?;
+            let crd = serde_json::to_value(kura_schemas::KuraInstanceHealth::crd())
+                .map_err(ClusterLoadError::Crd)?;
+            apply_crd(&admin, &crd).await?;
+        }
+    }
     let ns_api: Api<Namespace> = Api::all(admin.clone());
     ns_api
         .patch(
@@ -366,10 +488,22 @@ pub async fn run(config: &ClusterLoadConfig) -> Result<ClusterLoadReport, Cluste
         .buffer_unordered(config.create_concurrency.max(1))
         .try_collect::<Vec<()>>()
         .await?;
-    let (already, _) = count_with_status(&instances, None).await?;
+    // Where the agent's statuses are read: the instances, or their
+    // companions (same namespace and name).
+    let statuses: Api<DynamicObject> = match config.publication {
+        Publication::Instance => instances.clone(),
+        Publication::Companion => {
+            Api::namespaced_with(admin.clone(), &config.namespace, &companions_resource())
+        }
+    };
+    let where_ = match config.publication {
+        Publication::Instance => "instances",
+        Publication::Companion => "companions (KuraInstanceHealth)",
+    };
+    let (already, _) = count_with_status(&statuses, &Which::All).await?;
     if already > 0 {
         return Err(ClusterLoadError::Protocol(format!(
-            "{already} instances in namespace {ns} already have a status (an earlier run's): use a fresh namespace or API server"
+            "{already} {where_} in namespace {ns} already have a status (an earlier run's): use a fresh namespace or API server"
         )));
     }
     let pods: Api<DynamicObject> =
@@ -451,6 +585,21 @@ pub async fn run(config: &ClusterLoadConfig) -> Result<ClusterLoadReport, Cluste
         report.pod_managed_fields_bytes as f64 / 1000.0
     );
 
+    // ---- Kura's controller (stand-in) ------------------------------------
+    // Running before the agent starts, as Kura's controller would be.
+    let controller = match config.controller_stand_in {
+        Some(every) => {
+            eprintln!(
+                "cluster-load: controller stand-in: a full status update of every instance every {every:?}"
+            );
+            Some((
+                ControllerStandIn::start(instances.clone(), n, ppi, every).await?,
+                every,
+            ))
+        }
+        None => None,
+    };
+
     // ---- the agent ------------------------------------------------------
     // The start-up window opens before the agent starts: its first lists
     // and watches count.
@@ -468,23 +617,38 @@ pub async fn run(config: &ClusterLoadConfig) -> Result<ClusterLoadReport, Cluste
             p.log.display()
         );
     }
-    eprintln!("cluster-load: waiting for every instance's status");
+    eprintln!("cluster-load: waiting for every instance's status on its {where_}");
     let deadline = start_mark.at + config.status_timeout;
     loop {
         agents.alive()?;
-        let with = count_with_status(&instances, None).await?;
+        let with = count_with_status(&statuses, &Which::All).await?;
         if with.0 >= n {
             break;
         }
         if Instant::now() > deadline {
+            let chosen = agents.mark().map(|m| targets_of(&m)).unwrap_or_default();
             return Err(ClusterLoadError::Timeout(format!(
-                "{} of {n} instances had status.rolloutHealth after {:?}",
-                with.0, config.status_timeout
+                "{} of {n} {where_} had status.rolloutHealth after {:?} (the agent's publication target: {chosen:?}, the run's: {})",
+                with.0,
+                config.status_timeout,
+                config.publication.as_str()
             )));
         }
         tokio::time::sleep(LIST_EVERY).await;
     }
     let status_mark = agents.mark()?;
+    report.agent_publication_targets = targets_of(&status_mark);
+    if let Some(other) = report
+        .agent_publication_targets
+        .iter()
+        .flatten()
+        .find(|t| *t != config.publication.as_str())
+    {
+        return Err(ClusterLoadError::Protocol(format!(
+            "the agent chose publication target {other}, the run is for {}",
+            config.publication.as_str()
+        )));
+    }
     report.status_seconds = status_mark.at.duration_since(start_mark.at).as_secs_f64();
     let startup = agents.figures(&start_mark, &status_mark);
     eprintln!(
@@ -508,6 +672,12 @@ pub async fn run(config: &ClusterLoadConfig) -> Result<ClusterLoadReport, Cluste
     };
     report.rollout_instances = k;
     let rolled: Vec<usize> = (0..k).map(|j| j * n / k.max(1)).collect();
+    let rolled_names: HashSet<String> = rolled.iter().map(|&i| instance_name(i)).collect();
+    let rolled_statuses = match config.publication {
+        // The rolled instances carry a label; their companions do not.
+        Publication::Instance => Which::Label(ROLLED_LABEL),
+        Publication::Companion => Which::Names(&rolled_names),
+    };
     eprintln!(
         "cluster-load: rolling {k} instances to {NEW_IMAGE} (one pod every {:?}), window {:?}",
         config.pod_gap, config.rollout
@@ -535,7 +705,7 @@ pub async fn run(config: &ClusterLoadConfig) -> Result<ClusterLoadReport, Cluste
             roll_result = Some(handle.await);
         }
         if report.rollout_healthy_seconds.is_none() && roll.is_none() && k > 0 {
-            let (_, healthy) = count_with_status(&instances, Some(ROLLED_LABEL)).await?;
+            let (_, healthy) = count_with_status(&statuses, &rolled_statuses).await?;
             if healthy >= k {
                 report.rollout_healthy_seconds = Some(roll_from.at.elapsed().as_secs_f64());
             }
@@ -559,9 +729,22 @@ pub async fn run(config: &ClusterLoadConfig) -> Result<ClusterLoadReport, Cluste
     }
     let peaks = agents.peaks_mib();
     agents.stop();
+    if let Some((c, every)) = &controller {
+        c.stop();
+        let counts = c.counts();
+        let secs = roll_to.at.duration_since(start_mark.at).as_secs_f64();
+        report.controller_stand_in = Some(ControllerStandInReport {
+            every_seconds: every.as_secs_f64(),
+            counts,
+            updates_per_s: counts.updates as f64 / secs.max(1e-9),
+        });
+    }
     report.startup = combine(&startup);
     report.rest = combine(&rest);
     report.rollout = combine(&rollout);
+    for phase in [&mut report.startup, &mut report.rest, &mut report.rollout] {
+        per_instance(phase, n);
+    }
     report.peak_rss_mib = peaks.iter().copied().fold(0.0, f64::max);
     report.total_peak_rss_mib = peaks.iter().sum();
     report.replicas = agents.replica_reports(startup, rest, rollout, &peaks);
@@ -586,6 +769,24 @@ pub async fn run(config: &ClusterLoadConfig) -> Result<ClusterLoadReport, Cluste
     Ok(report)
 }
 
+/// The run's writes and bytes per instance per minute, from its rates.
+fn per_instance(phase: &mut PhaseFigures, instances: usize) {
+    if instances == 0 {
+        return;
+    }
+    let per = 60.0 / instances as f64;
+    phase.status_writes_per_instance_per_min = Some(phase.status_writes_per_s * per);
+    phase.status_write_bytes_per_instance_per_min = Some(phase.status_write_bytes_per_s * per);
+}
+
+/// Each replica's publication target at `mark`, as strings.
+fn targets_of(mark: &Mark) -> Vec<Option<String>> {
+    Agents::publication_targets(mark)
+        .into_iter()
+        .map(|t| t.map(str::to_owned))
+        .collect()
+}
+
 fn apply_counts(phase: &mut PhaseFigures, c: &RequestCounts) {
     let secs = phase.seconds.max(1e-9);
     phase.api_requests_per_s = Some(c.total as f64 / secs);
@@ -596,10 +797,18 @@ fn apply_counts(phase: &mut PhaseFigures, c: &RequestCounts) {
         .collect();
 }
 
-/// Apply the shipped CRD and wait until it is established.
-async fn apply_crd(client: &Client) -> Result<(), ClusterLoadError> {
-    let crd =
-        serde_json::to_value(kura_schemas::KuraInstance::crd()).map_err(ClusterLoadError::Crd)?;
+/// Tuist's `KuraInstance` CRD from its YAML.
+fn tuist_crd(path: &Path) -> Result<serde_json::Value, ClusterLoadError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ClusterLoadError::Fixture {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    serde_yaml::from_str(&text)
+        .map_err(|e| ClusterLoadError::Protocol(format!("{}: not a CRD: {e}", path.display())))
+}
+
+/// Apply a CRD and wait until it is established.
+async fn apply_crd(client: &Client, crd: &serde_json::Value) -> Result<(), ClusterLoadError> {
     let name = crd["metadata"]["name"]
         .as_str()
         .unwrap_or_default()
@@ -608,10 +817,10 @@ async fn apply_crd(client: &Client) -> Result<(), ClusterLoadError> {
     api.patch(
         &name,
         &PatchParams::apply("cluster-load").force(),
-        &Patch::Apply(&crd),
+        &Patch::Apply(crd),
     )
     .await
-    .map_err(ClusterLoadError::api("apply the CRD"))?;
+    .map_err(ClusterLoadError::api(format!("apply the CRD {name}")))?;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let got = api
@@ -638,7 +847,8 @@ async fn apply_crd(client: &Client) -> Result<(), ClusterLoadError> {
     }
 }
 
-/// The chart's cluster-wide permissions (`kha.watchRules`), bound to `user`.
+/// The chart's cluster-wide permissions (`kha.watchRules`), plus what the
+/// publication choice and companion mode need, bound to `user`.
 async fn grant_agent(client: &Client, user: &str) -> Result<(), ClusterLoadError> {
     let name = "kura-load-agent";
     let pp = PatchParams::apply("cluster-load").force();
@@ -654,7 +864,17 @@ async fn grant_agent(client: &Client, user: &str) -> Result<(), ClusterLoadError
                     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
                     {"apiGroups": ["kura.tuist.dev"], "resources": ["kurainstances"], "verbs": ["get", "list", "watch"]},
                     {"apiGroups": ["kura.tuist.dev"], "resources": ["kurainstances/status"], "verbs": ["patch"]},
-                    {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}
+                    {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+                    // `auto` reads the KuraInstance CRD; without it the
+                    // agent cannot rule a second writer out and chooses
+                    // companion.
+                    {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+                     "resourceNames": ["kurainstances.kura.tuist.dev"], "verbs": ["get"]},
+                    // Companion mode: watch the companions, create them
+                    // (server-side apply), apply their status.
+                    {"apiGroups": ["health.kura.tuist.dev"], "resources": ["kurainstancehealths"],
+                     "verbs": ["get", "list", "watch", "create", "patch"]},
+                    {"apiGroups": ["health.kura.tuist.dev"], "resources": ["kurainstancehealths/status"], "verbs": ["patch"]}
                 ]
             })),
         )
@@ -719,24 +939,43 @@ async fn grant_leases(
     Ok(())
 }
 
-/// (instances with `status.rolloutHealth`, instances judged healthy on
-/// [`NEW_IMAGE`] with `RolloutHealthy` True), over every instance or those
-/// carrying `label`.
+/// The objects [`count_with_status`] counts.
+enum Which<'a> {
+    /// Every one.
+    All,
+    /// Those carrying this label.
+    Label(&'a str),
+    /// Those of these names.
+    Names(&'a HashSet<String>),
+}
+
+/// (objects with `status.rolloutHealth`, objects judged healthy on
+/// [`NEW_IMAGE`] with `RolloutHealthy` True) among `which` of `api`: the
+/// instances, or their companions (whose status has the same fields).
 async fn count_with_status(
     api: &Api<DynamicObject>,
-    label: Option<&str>,
+    which: &Which<'_>,
 ) -> Result<(usize, usize), ClusterLoadError> {
     let mut lp = ListParams::default().match_any();
-    if let Some(l) = label {
+    if let Which::Label(l) = which {
         lp = lp.labels(l);
     }
     let list = api
         .list(&lp)
         .await
-        .map_err(ClusterLoadError::api("list the instances"))?;
+        .map_err(ClusterLoadError::api("list the statuses"))?;
     let mut with = 0;
     let mut healthy_new = 0;
     for obj in &list.items {
+        if let Which::Names(names) = which
+            && !obj
+                .metadata
+                .name
+                .as_ref()
+                .is_some_and(|n| names.contains(n))
+        {
+            continue;
+        }
         let status = &obj.data["status"];
         if status.get("rolloutHealth").is_some_and(|v| !v.is_null()) {
             with += 1;
@@ -856,6 +1095,26 @@ pub fn table(r: &ClusterLoadReport) -> String {
         }
     ));
     out.push_str(&format!(
+        "publication: {} (the agent's choice: {}){}\n",
+        r.publication,
+        if r.agent_publication_targets.is_empty() {
+            "n/a".to_owned()
+        } else {
+            r.agent_publication_targets
+                .iter()
+                .map(|t| t.as_deref().unwrap_or("n/a"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        },
+        match &r.controller_stand_in {
+            Some(c) => format!(
+                "; controller stand-in: every instance's status every {:.0} s, {} updates ({:.2}/s), {} conflicts, {} errors",
+                c.every_seconds, c.counts.updates, c.updates_per_s, c.counts.conflicts, c.counts.errors
+            ),
+            None => String::new(),
+        }
+    ));
+    out.push_str(&format!(
         "every instance had a status after {:.1} s; {} instances rolled{}\n",
         r.status_seconds,
         r.rollout_instances,
@@ -865,7 +1124,7 @@ pub fn table(r: &ClusterLoadReport) -> String {
         }
     ));
     out.push_str(&format!(
-        "{:<22} {:>6} {:>6} {:>10} {:>9} {:>9} {:>8} {:>7} {:>9} {:>9} {:>10}\n",
+        "{:<22} {:>6} {:>6} {:>10} {:>9} {:>9} {:>8} {:>7} {:>9} {:>10} {:>8} {:>9} {:>10}\n",
         "phase",
         "secs",
         "CPU %",
@@ -875,6 +1134,8 @@ pub fn table(r: &ClusterLoadReport) -> String {
         "polls/s",
         "failed",
         "writes/s",
+        "bytes/s",
+        "B/write",
         "events/s",
         "API req/s"
     ));
@@ -884,7 +1145,7 @@ pub fn table(r: &ClusterLoadReport) -> String {
         ("rollout", &r.rollout),
     ] {
         out.push_str(&format!(
-            "{:<22} {:>6.1} {:>6.1} {:>6.1} MiB {:>5.1} MiB {:>5.1} MiB {:>8.1} {:>7} {:>9.2} {:>9.2} {:>10}\n",
+            "{:<22} {:>6.1} {:>6.1} {:>6.1} MiB {:>5.1} MiB {:>5.1} MiB {:>8.1} {:>7} {:>9.2} {:>10.0} {:>8} {:>9.2} {:>10}\n",
             name,
             p.seconds,
             p.cpu_percent,
@@ -894,10 +1155,28 @@ pub fn table(r: &ClusterLoadReport) -> String {
             p.polls_per_s,
             p.failed_polls,
             p.status_writes_per_s,
+            p.status_write_bytes_per_s,
+            p.status_write_bytes_per_write
+                .map_or_else(|| "n/a".to_owned(), |v| format!("{v:.0}")),
             p.events_per_s,
             p.api_requests_per_s
                 .map_or_else(|| "n/a".to_owned(), |v| format!("{v:.2}")),
         ));
+    }
+    for (name, p) in [
+        ("start-up", &r.startup),
+        ("at rest", &r.rest),
+        ("rollout", &r.rollout),
+    ] {
+        if let (Some(w), Some(b)) = (
+            p.status_writes_per_instance_per_min,
+            p.status_write_bytes_per_instance_per_min,
+        ) {
+            out.push_str(&format!(
+                "per instance {name}: {w:.2} status writes/min, {b:.0} bytes/min ({:.1} KB/h)\n",
+                b * 60.0 / 1000.0
+            ));
+        }
     }
     for (name, p) in [
         ("start-up", &r.startup),

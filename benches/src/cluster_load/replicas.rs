@@ -3,9 +3,10 @@
 //! `--replicas N > 1` (sharding on):
 //!
 //! - **summed** over the replicas: CPU share, polls, failed polls, status
-//!   writes and Events per second, owned instances (the fleet's cost; the
-//!   owned sum equals the instance count when each instance has exactly
-//!   one owner);
+//!   writes, bytes written and Events per second, owned instances (the
+//!   fleet's cost; the owned sum equals the instance count when each
+//!   instance has exactly one owner); bytes per write are the summed bytes
+//!   over the summed writes;
 //! - **the largest replica's**: RSS median, RSS max and peak RSS of each
 //!   phase, and the run's `peak_rss_mib` (what each replica's memory limit
 //!   must hold); `total_peak_rss_mib` is the sum of the replicas' peaks;
@@ -14,6 +15,7 @@
 //!   replica's own API figures are absent (`null`), not zero.
 
 use crate::cluster_load::PhaseFigures;
+use crate::cluster_load::agents::per_write;
 use std::collections::BTreeMap;
 
 /// The agent's gauge of the instances a replica owns (sharding on).
@@ -73,6 +75,13 @@ pub fn combine(replicas: &[PhaseFigures]) -> PhaseFigures {
         polls_per_s: sum(|p| p.polls_per_s),
         failed_polls: sum(|p| p.failed_polls),
         status_writes_per_s: sum(|p| p.status_writes_per_s),
+        status_write_bytes_per_s: sum(|p| p.status_write_bytes_per_s),
+        status_write_bytes_per_write: per_write(
+            sum(|p| p.status_write_bytes_per_s),
+            sum(|p| p.status_writes_per_s),
+        ),
+        status_writes_per_instance_per_min: None,
+        status_write_bytes_per_instance_per_min: None,
         events_per_s: sum(|p| p.events_per_s),
         owned_instances: owned,
         api_requests_per_s: None,
