@@ -538,12 +538,12 @@ impl StatusWriter {
             gate.check(key, Timestamp::now())
                 .map_err(WriteError::Fenced)?;
         }
-        metrics::counter!(telemetry::STATUS_WRITE_BYTES_TOTAL).increment(body_bytes(&body));
         match self.target {
             PublicationTarget::Instance => {
                 if let Some(manager) = self.contest.as_ref().and_then(|c| c.contested_by(key)) {
                     return Err(WriteError::Contested(manager.into()));
                 }
+                metrics::counter!(telemetry::STATUS_WRITE_BYTES_TOTAL).increment(body_bytes(&body));
                 let api: Api<Returned> = Api::namespaced(self.client.clone(), &key.namespace);
                 let returned = api
                     .patch_status(&key.name, &self.params, &Patch::Apply(&body))
@@ -553,6 +553,7 @@ impl StatusWriter {
                 Ok((check_returned(&body, &status), returned.metadata.uid))
             }
             PublicationTarget::Companion => {
+                metrics::counter!(telemetry::STATUS_WRITE_BYTES_TOTAL).increment(body_bytes(&body));
                 let returned = self.write_companion(key, &body).await?;
                 if returned.generation() != generation {
                     self.note_generation(key, returned.generation());
