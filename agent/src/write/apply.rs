@@ -266,9 +266,24 @@ pub fn apply_body(
     })
 }
 
-/// The size of `body` as sent (JSON), for the bytes-written counter.
+/// The size of `body` as sent (JSON), for the bytes-written counter:
+/// counted as it is serialized, nothing allocated.
 fn body_bytes(body: &Value) -> u64 {
-    serde_json::to_vec(body).map_or(0, |b| b.len() as u64)
+    struct Count(u64);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len() as u64;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    match serde_json::to_writer(&mut count, body) {
+        Ok(()) => count.0,
+        Err(_) => 0,
+    }
 }
 
 /// The body that creates `key`'s companion (server-side apply of the
@@ -808,6 +823,15 @@ mod tests {
         assert!(
             created.get("status").is_none(),
             "the status goes on its subresource"
+        );
+    }
+
+    #[test]
+    fn the_bytes_counted_are_the_json_sent() {
+        let body = json!({"status": {"a": [1, 2, "x"]}});
+        assert_eq!(
+            body_bytes(&body),
+            serde_json::to_vec(&body).expect("json").len() as u64
         );
     }
 
