@@ -516,6 +516,13 @@ impl crate::model::ContestSource for Discovery {
     }
 }
 
+/// The instance watch's UIDs (companion mode).
+impl crate::model::InstanceUids for Discovery {
+    fn uid_of(&self, key: &InstanceKey) -> Option<Box<str>> {
+        locked(&self.store).instance_uid(key)
+    }
+}
+
 /// First wait before a failed read of an instance's status is retried.
 const REREAD_FIRST_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 /// Longest wait between retries of that read.

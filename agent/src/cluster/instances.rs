@@ -62,9 +62,19 @@ pub struct InstanceEntry {
     /// instance: `StatusContested`), with the instance's UID. Boxed, like
     /// the next: rare, and 8 B per instance when absent.
     pub contest: Option<Box<EntryContest>>,
-    /// Companion mode: Kura's controller's own `ready`, `serving` and
-    /// `sampledAt`, compared with the agent's aggregate.
-    pub controller: Option<Box<ControllerHealth>>,
+    /// Companion mode: the instance's UID (the owner reference of the
+    /// companion the writer creates) and Kura's controller's own `ready`,
+    /// `serving` and `sampledAt`, compared with the agent's aggregate.
+    pub companion: Option<Box<CompanionFacts>>,
+}
+
+/// What companion mode keeps of an instance beyond its shape.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompanionFacts {
+    /// `metadata.uid`.
+    pub uid: Option<Box<str>>,
+    /// Kura's controller's own numbers, when it published them.
+    pub controller: Option<ControllerHealth>,
 }
 
 /// Who contests an instance's `status.rolloutHealth`, and the instance's
@@ -88,7 +98,7 @@ pub fn key_of(obj: &InstanceObject) -> Option<InstanceKey> {
 /// Reads one instance, the agent publishing on it (`instance` mode).
 #[cfg(test)]
 pub fn entry_of(obj: &InstanceObject) -> InstanceEntry {
-    entry_for(obj, PublicationTarget::Instance)
+    entry_reading(obj, PublicationTarget::Instance, true)
 }
 
 /// Reads one instance for publication `target`: in `instance` mode its
@@ -97,10 +107,17 @@ pub fn entry_of(obj: &InstanceObject) -> InstanceEntry {
 /// `status.rolloutHealth` is Kura's controller's (read for
 /// [`ControllerHealth`] only) and the agent's status comes from the
 /// companion ([`companion_status`]).
-pub fn entry_for(obj: &InstanceObject, target: PublicationTarget) -> InstanceEntry {
-    let (status, status_warnings, contest, controller) = match target {
+///
+/// The agent's own status fields are read only when `agent_fields`
+/// (instance mode; see [`lenient_status_of`]).
+pub fn entry_reading(
+    obj: &InstanceObject,
+    target: PublicationTarget,
+    agent_fields: bool,
+) -> InstanceEntry {
+    let (status, status_warnings, contest, companion) = match target {
         PublicationTarget::Instance => {
-            let (status, warnings) = lenient_status(obj.status.as_ref());
+            let (status, warnings) = lenient_status_of(obj.status.as_ref(), agent_fields);
             let contest = obj.other_rollout_health_manager().map(|m| {
                 Box::new(EntryContest {
                     manager: Box::from(m),
@@ -114,9 +131,12 @@ pub fn entry_for(obj: &InstanceObject, target: PublicationTarget) -> InstanceEnt
                 .status
                 .as_ref()
                 .and_then(|s| s.get("rolloutHealth"))
-                .and_then(ControllerHealth::of)
-                .map(Box::new);
-            (None, Vec::new(), None, controller)
+                .and_then(ControllerHealth::of);
+            let facts = CompanionFacts {
+                uid: obj.metadata.uid.as_deref().map(Box::from),
+                controller,
+            };
+            (None, Vec::new(), None, Some(Box::new(facts)))
         }
     };
     match shape_of(obj, status_warnings) {
@@ -124,13 +144,13 @@ pub fn entry_for(obj: &InstanceObject, target: PublicationTarget) -> InstanceEnt
             shape: Ok(shape),
             status: status.map(Box::new),
             contest,
-            controller,
+            companion,
         },
         Err(reason) => InstanceEntry {
             shape: Err(reason),
             status: None,
             contest: None,
-            controller: None,
+            companion: None,
         },
     }
 }
@@ -220,6 +240,21 @@ fn shape_of(obj: &InstanceObject, status_warnings: Vec<String>) -> Result<Instan
 /// `rolloutGate`, `conditions` and the controller's fields, each on its
 /// own.
 fn lenient_status(value: Option<&serde_json::Value>) -> (Option<KuraInstanceStatus>, Vec<String>) {
+    lenient_status_of(value, true)
+}
+
+/// The agent's own fields of a status.
+const AGENT_FIELDS: [&str; 3] = ["rolloutHealth", "rolloutGate", "conditions"];
+
+/// [`lenient_status`], the agent's own fields (`rolloutHealth`,
+/// `rolloutGate`, `conditions`) read only when `agent_fields`: a task of
+/// this replica holds them for a released instance, and every write of
+/// its own comes back through the watch, so reading (and copying) them
+/// there was most of the cost of an echo.
+fn lenient_status_of(
+    value: Option<&serde_json::Value>,
+    agent_fields: bool,
+) -> (Option<KuraInstanceStatus>, Vec<String>) {
     let mut warnings = Vec::new();
     let Some(serde_json::Value::Object(map)) = value else {
         if let Some(v) = value.filter(|v| !v.is_null()) {
@@ -227,7 +262,11 @@ fn lenient_status(value: Option<&serde_json::Value>) -> (Option<KuraInstanceStat
         }
         return (None, warnings);
     };
-    let mut rest = map.clone();
+    let mut rest: serde_json::Map<String, serde_json::Value> = map
+        .iter()
+        .filter(|(k, _)| agent_fields || !AGENT_FIELDS.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     // Read on its own and leniently (its shape is Kura's controller's to
     // evolve): an odd `heldPods` must not make the other controller
     // fields unreadable.
@@ -362,6 +401,14 @@ pub(crate) mod tests {
         let shape = entry.shape.expect("shape");
         assert_eq!(shape.status_warnings.len(), 1);
         assert!(shape.status_warnings[0].starts_with("status.rolloutHealth unreadable"));
+
+        // A released instance (a task of this replica holds its state):
+        // the agent's own fields are not read, the controller's are.
+        let light = entry_reading(&inst, PublicationTarget::Instance, false);
+        let status = light.status.as_ref().expect("status");
+        assert_eq!(status.phase.as_deref(), Some("Running"));
+        assert!(status.rollout_gate.is_none() && status.rollout_health.is_none());
+        assert!(light.shape.expect("shape").status_warnings.is_empty());
     }
 
     #[test]

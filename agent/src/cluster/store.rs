@@ -26,7 +26,7 @@ use crate::model::{Contest, ControllerHealth, InstanceKey, InstanceTarget, Publi
 use kura_schemas::KuraInstanceStatus;
 
 use super::instances::{
-    InstanceEntry, SkippedInstance, companion_key_of, companion_status, entry_for, key_of,
+    InstanceEntry, SkippedInstance, companion_key_of, companion_status, entry_reading, key_of,
 };
 use super::pods::{PodFacts, TargetConfig, facts_of};
 use super::wire::{CompanionObject, InstanceObject, PodObject};
@@ -242,9 +242,10 @@ impl FactStore {
                 }
             }
             watcher::Event::Apply(obj) => {
-                if let Some((key, status)) = read(obj)
-                    && !self.released.contains(&key)
-                {
+                // A released instance's companion is this replica's own
+                // write coming back: not read at all.
+                let released = companion_key_of(obj).is_some_and(|k| self.released.contains(&k));
+                if !released && let Some((key, status)) = read(obj) {
                     match status {
                         Some(status) => {
                             s.companions.insert(key.clone(), status);
@@ -293,6 +294,13 @@ impl FactStore {
         out
     }
 
+    /// The UID of the watched instance `key` (companion mode).
+    pub fn instance_uid(&self, key: &InstanceKey) -> Option<Box<str>> {
+        self.scopes
+            .iter()
+            .find_map(|s| s.instances.get(key)?.companion.as_deref()?.uid.clone())
+    }
+
     /// The manager contesting `key` (instance mode), if any.
     pub fn contested_by(&self, key: &InstanceKey) -> Option<Box<str>> {
         if self.target != PublicationTarget::Instance {
@@ -309,7 +317,7 @@ impl FactStore {
         self.scopes
             .iter()
             .flat_map(|s| s.instances.iter())
-            .filter_map(|(k, e)| Some((k.clone(), *e.controller.as_deref()?)))
+            .filter_map(|(k, e)| Some((k.clone(), e.companion.as_deref()?.controller?)))
             .collect()
     }
 
@@ -360,8 +368,9 @@ impl FactStore {
 
     /// The entry of a watched instance, its status let go when released.
     fn entry_for(&self, key: &InstanceKey, obj: &InstanceObject) -> InstanceEntry {
-        let mut entry = entry_for(obj, self.target);
-        if self.released.contains(key) {
+        let released = self.released.contains(key);
+        let mut entry = entry_reading(obj, self.target, !released);
+        if released {
             entry.status = None;
         }
         entry

@@ -102,6 +102,13 @@ pub trait ContestSource: Send + Sync {
     fn contested_by(&self, key: &InstanceKey) -> Option<Box<str>>;
 }
 
+/// The UIDs of the watched instances (companion mode): the owner
+/// reference of a companion the writer creates, without a GET.
+pub trait InstanceUids: Send + Sync {
+    /// `key`'s `metadata.uid`, when the watch has it.
+    fn uid_of(&self, key: &InstanceKey) -> Option<Box<str>>;
+}
+
 /// Which instances' pods the watches keep (sharding: the instances this
 /// replica owns or is about to own), so a replica holds no pod it will
 /// not sweep. Without one, every pod is kept.

@@ -26,7 +26,8 @@
 use super::conditions::ConditionSet;
 use super::queue::JobResult;
 use crate::model::{
-    ContestSource, DesiredStatus, InstanceKey, PublicationTarget, WriteGate, WriteRecord,
+    ContestSource, DesiredStatus, InstanceKey, InstanceUids, PublicationTarget, WriteGate,
+    WriteRecord,
 };
 use crate::telemetry::{self, label};
 use jiff::Timestamp;
@@ -431,6 +432,7 @@ pub struct StatusWriter {
     params: PatchParams,
     gate: Option<Arc<dyn WriteGate>>,
     contest: Option<Arc<dyn ContestSource>>,
+    uids: Option<Arc<dyn InstanceUids>>,
     target: PublicationTarget,
     /// Companions whose `metadata.generation` is not 1 (their spec is
     /// empty, so it stays 1 unless someone edits it), as their answers
@@ -447,6 +449,7 @@ impl StatusWriter {
             params: PatchParams::apply(FIELD_MANAGER).force(),
             gate: None,
             contest: None,
+            uids: None,
             target: PublicationTarget::Instance,
             generations: Arc::default(),
         }
@@ -470,6 +473,13 @@ impl StatusWriter {
     /// ([`WriteError::Contested`]).
     pub fn with_contest(mut self, contest: Arc<dyn ContestSource>) -> Self {
         self.contest = Some(contest);
+        self
+    }
+
+    /// A writer that takes an instance's UID from `uids` when it creates
+    /// its companion (one GET of the instance otherwise).
+    pub fn with_uids(mut self, uids: Arc<dyn InstanceUids>) -> Self {
+        self.uids = Some(uids);
         self
     }
 
@@ -622,14 +632,21 @@ impl StatusWriter {
             Err(kube::Error::Api(status)) if status.code == 404 => {}
             other => return other.map_err(classify),
         }
-        let instances: Api<KuraInstance> = Api::namespaced(self.client.clone(), &key.namespace);
-        let uid = instances
-            .get_metadata(&key.name)
-            .await
-            .map_err(classify)?
-            .metadata
-            .uid
-            .ok_or_else(|| WriteError::Other("the instance has no uid".to_owned()))?;
+        let known = self.uids.as_ref().and_then(|u| u.uid_of(key));
+        let uid: String = match known {
+            Some(uid) => uid.into(),
+            None => {
+                let instances: Api<KuraInstance> =
+                    Api::namespaced(self.client.clone(), &key.namespace);
+                instances
+                    .get_metadata(&key.name)
+                    .await
+                    .map_err(classify)?
+                    .metadata
+                    .uid
+                    .ok_or_else(|| WriteError::Other("the instance has no uid".to_owned()))?
+            }
+        };
         let created: Api<kube::api::DynamicObject> = Api::namespaced_with(
             self.client.clone(),
             &key.namespace,

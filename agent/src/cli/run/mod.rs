@@ -195,7 +195,8 @@ pub async fn run_with_client(
                 StatusWriter::new(client.clone())
                     .with_conditions(args.condition_set())
                     .with_target(target)
-                    .with_contest(Arc::new(discovery.clone())),
+                    .with_contest(Arc::new(discovery.clone()))
+                    .with_uids(Arc::new(discovery.clone())),
             ),
             MIN_WRITES_IN_FLIGHT,
             move |key, report| {
