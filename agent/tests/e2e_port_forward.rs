@@ -518,7 +518,12 @@ async fn a_failed_port_forward_is_a_failed_sample_naming_it() {
         "system:authenticated".to_owned(),
     ]);
     let before = standin.lines().len();
-    let mut agent = start_agent(run_args(&ns, port, &[]), config);
+    // This minimal Role cannot read the KuraInstance CRD (cluster-scoped),
+    // so `auto` would choose the companion: name the instance target.
+    let mut agent = start_agent(
+        run_args(&ns, port, &["--publication-target=instance"]),
+        config,
+    );
     let status = wait_status(&client, &ns, "local", "403 for both pods", T, |s| {
         let errors = pod_errors(s);
         errors.len() == 2

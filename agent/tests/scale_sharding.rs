@@ -159,6 +159,10 @@ impl Replica {
             format!("--agent-group=scale-{ns}"),
             format!("--lease-duration={}s", LEASE.as_secs()),
             "--log-format=text".to_owned(),
+            // Every replica publishes on the instances: a restricted one
+            // (namespaced Roles only) cannot read the KuraInstance CRD, and
+            // `auto` would choose the companion for it alone.
+            "--publication-target=instance".to_owned(),
         ]);
         let recorder = kura_agent::telemetry::prometheus_builder()
             .expect("buckets")
