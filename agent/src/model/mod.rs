@@ -35,7 +35,7 @@ pub use ports::{
 };
 pub use publication::{
     Contest, ControllerHealth, CrdFinding, FIELD_MANAGER, PublicationTarget, TargetChoice,
-    TargetRequest, choose_target, crd_declares_rollout_gate, other_rollout_health_manager,
+    TargetRequest, choose_target, crd_declares_rollout_gate,
 };
 pub use sample::{InstanceInfo, PodIdentity, PodSample, SampleResult};
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! `KuraInstanceHealth` per instance), how `auto` chooses it at start
 //! ([`choose_target`], pure), and what the agent reads of another writer of
 //! `status.rolloutHealth`: the other managers found in an instance's
-//! `managedFields` ([`other_rollout_health_manager`]) and Kura's
+//! `managedFields` (read by the cluster adapter's instance watch) and Kura's
 //! controller's own numbers ([`ControllerHealth`]). Plain values.
 
 use jiff::Timestamp;
@@ -157,25 +157,6 @@ pub fn crd_declares_rollout_gate(crd: &serde_json::Value) -> bool {
     })
 }
 
-/// The first manager other than `own` whose `managedFields` entry owns
-/// something under `status.rolloutHealth` (its `fieldsV1` has
-/// `f:status` → `f:rolloutHealth`). `entries` are `(manager, fieldsV1)`.
-pub fn other_rollout_health_manager<'a>(
-    entries: impl IntoIterator<Item = (&'a str, &'a serde_json::Value)>,
-    own: &str,
-) -> Option<&'a str> {
-    entries
-        .into_iter()
-        .find(|(manager, fields)| {
-            *manager != own
-                && fields
-                    .get("f:status")
-                    .and_then(|s| s.get("f:rolloutHealth"))
-                    .is_some()
-        })
-        .map(|(manager, _)| manager)
-}
-
 /// An instance whose `status.rolloutHealth` another manager writes
 /// (instance mode).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -287,22 +268,6 @@ mod tests {
             json!({"rolloutHealth": {}})
         )));
         assert!(!crd_declares_rollout_gate(&json!({"spec": {}})));
-    }
-
-    #[test]
-    fn another_manager_on_rollout_health_is_found_ours_and_other_fields_are_not() {
-        let ours = json!({"f:status": {"f:rolloutHealth": {"f:ready": {}}, "f:rolloutGate": {}}});
-        let phase = json!({"f:status": {"f:phase": {}}});
-        let theirs = json!({"f:status": {"f:phase": {}, "f:rolloutHealth": {"f:ready": {}}}});
-        let own = "kura-health-agent";
-        assert_eq!(
-            other_rollout_health_manager([(own, &ours), ("manager", &phase)], own),
-            None
-        );
-        assert_eq!(
-            other_rollout_health_manager([(own, &ours), ("manager", &theirs)], own),
-            Some("manager")
-        );
     }
 
     #[test]

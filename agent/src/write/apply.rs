@@ -23,7 +23,6 @@
 //! a partly pruned status is reported as [`WriteOutcome::Pruned`] instead of
 //! failing to deserialize.
 
-use super::conditions::ConditionSet;
 use super::queue::JobResult;
 use crate::model::{
     ContestSource, DesiredStatus, InstanceKey, InstanceUids, PublicationTarget, WriteGate,
@@ -453,13 +452,6 @@ impl StatusWriter {
             target: PublicationTarget::Instance,
             generations: Arc::default(),
         }
-    }
-
-    /// A writer whose statuses carry what `set` adds (kstatus'
-    /// conditions are entries of `conditions`; nothing else of the status
-    /// changes with them).
-    pub fn with_conditions(self, _set: ConditionSet) -> Self {
-        self
     }
 
     /// A writer publishing on `target`.

@@ -193,7 +193,6 @@ pub async fn run_with_client(
             handle.clone(),
             sharding.gate(
                 StatusWriter::new(client.clone())
-                    .with_conditions(args.condition_set())
                     .with_target(target)
                     .with_contest(Arc::new(discovery.clone()))
                     .with_uids(Arc::new(discovery.clone())),
