@@ -172,6 +172,10 @@ pub struct FactStore {
     /// without it): the next event that brings one logs the instance as
     /// changed, so the loop reads its target again.
     rereading: HashSet<InstanceKey>,
+    /// The instances whose entry carries a contest, kept as entries change
+    /// (a re-list recounts), so the contest watch, every second, reads
+    /// these and not every instance.
+    contested_keys: HashSet<InstanceKey>,
     /// Where the agent publishes: where the statuses come from.
     target: PublicationTarget,
 }
@@ -187,6 +191,7 @@ impl FactStore {
             log: VecDeque::new(),
             released: HashSet::new(),
             rereading: HashSet::new(),
+            contested_keys: HashSet::new(),
             target: PublicationTarget::Instance,
         }
     }
@@ -278,11 +283,11 @@ impl FactStore {
             return Vec::new();
         }
         let mut out: Vec<_> = self
-            .scopes
+            .contested_keys
             .iter()
-            .flat_map(|s| s.instances.iter())
-            .filter_map(|(k, e)| {
-                let c = e.contest.as_deref()?;
+            .filter_map(|k| {
+                let entry = self.scopes.iter().find_map(|s| s.instances.get(k))?;
+                let c = entry.contest.as_deref()?;
                 Some(Contest {
                     key: k.clone(),
                     manager: c.manager.clone(),
@@ -442,6 +447,7 @@ impl FactStore {
         }
         let mut changed = Vec::new();
         let mut applied = Applied::default();
+        let mut relisted = false;
         let keyed = match event {
             watcher::Event::InitApply(obj) | watcher::Event::Apply(obj) => {
                 key_of(obj).map(|key| (self.entry_for(&key, obj), key))
@@ -475,6 +481,7 @@ impl FactStore {
                             .cloned(),
                     );
                     s.instances = new;
+                    relisted = true;
                     // Only now: a status in a re-list still under way is
                     // not in the targets yet.
                     Self::reread_done(&mut self.rereading, &s.instances, &mut changed);
@@ -482,6 +489,11 @@ impl FactStore {
             }
             watcher::Event::Apply(_) => {
                 if let Some((entry, key)) = keyed {
+                    if entry.contest.is_some() {
+                        self.contested_keys.insert(key.clone());
+                    } else {
+                        self.contested_keys.remove(&key);
+                    }
                     match s.instances.get_mut(&key) {
                         Some(old) => {
                             applied.image_changed = image_moved(old, &entry);
@@ -503,9 +515,19 @@ impl FactStore {
                     && s.instances.remove(&key).is_some()
                 {
                     self.rereading.remove(&key);
+                    self.contested_keys.remove(&key);
                     changed.push(key);
                 }
             }
+        }
+        if relisted {
+            self.contested_keys = self
+                .scopes
+                .iter()
+                .flat_map(|s| s.instances.iter())
+                .filter(|(_, e)| e.contest.is_some())
+                .map(|(k, _)| k.clone())
+                .collect();
         }
         for key in changed {
             self.mark(key);
@@ -1381,7 +1403,7 @@ mod tests {
         }))
         .expect("instance");
         let mut store = listed(
-            vec![contested, instance("kura", "beta", 1, json!(null))],
+            vec![contested.clone(), instance("kura", "beta", 1, json!(null))],
             vec![],
             TargetConfig::default(),
         );
@@ -1393,5 +1415,12 @@ mod tests {
         assert_eq!(store.contested_by(&key("beta")), None);
         store.apply_instance(0, &Event::Apply(instance("kura", "acme", 1, json!(null))));
         assert!(store.contested().is_empty(), "the contest ends with it");
+        // A re-list brings it back; a delete ends it.
+        store.apply_instance(0, &Event::Init);
+        store.apply_instance(0, &Event::InitApply(contested.clone()));
+        store.apply_instance(0, &Event::InitDone);
+        assert_eq!(store.contested().len(), 1);
+        store.apply_instance(0, &Event::Delete(contested));
+        assert!(store.contested().is_empty());
     }
 }
