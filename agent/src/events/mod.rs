@@ -5,9 +5,11 @@
 //! stop began and when the cluster's CRD dropped the agent's fields.
 //!
 //! - [`limiter`]: the per-instance rate bound (pure, time passed in): at
-//!   most `burst` Events at once and one more per `refill`, Normal Events
-//!   only from a full bucket so they never hold back a Warning; transitions
-//!   over the bound are coalesced (the latest of each kind waits and is
+//!   most `burst` Events at once and one more per `refill`; a Warning takes
+//!   any token, a Normal Event any but the one reserved for Warnings
+//!   ([`WARNING_RESERVE`]), so Normal Events never hold back a Warning and
+//!   a rollout's Normal Events are not held back either; transitions over
+//!   the bound are coalesced (the latest of each kind waits and is
 //!   published when the budget allows, saying how many were folded in);
 //! - [`publisher`]: the task that publishes them ([`EventSink`] is what the
 //!   write path's callback hands transitions to; a full queue drops and
@@ -20,7 +22,7 @@
 //! 6 minutes into one Event series (a PATCH instead of a CREATE), but
 //! every repeat is still an API call: the limiter is what bounds the calls
 //! of an instance that flaps every sweep (`burst + minutes × per-minute`,
-//! by default 3 + 1 per minute: at most 8 in 5 minutes).
+//! by default 6 + 1 per minute: at most 7 in its first minute, 11 in 5).
 //!
 //! [`Transition`]: crate::model::Transition
 
@@ -28,6 +30,6 @@ pub mod limiter;
 mod publisher;
 pub mod recorder;
 
-pub use limiter::{EventLimitConfig, EventLimiter, Publish};
+pub use limiter::{EventLimitConfig, EventLimiter, Publish, WARNING_RESERVE};
 pub use publisher::{EventSink, start_events};
 pub use recorder::Reporter;

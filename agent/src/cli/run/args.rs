@@ -233,8 +233,12 @@ pub struct RunArgs {
           action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub events: bool,
 
-    /// Events one instance may get at once (its rate bound's burst).
-    #[arg(long, env = "KURA_AGENT_EVENT_BURST", default_value_t = 3,
+    /// Events one instance may get at once (its rate bound's burst). A
+    /// Normal Event never takes the last token (kept for a Warning), so a
+    /// rollout's Normal Events and the Warnings after them go out at once
+    /// while they fit the burst.
+    #[arg(long, env = "KURA_AGENT_EVENT_BURST",
+          default_value_t = crate::events::limiter::DEFAULT_BURST,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub event_burst: u32,
 
@@ -494,6 +498,7 @@ mod tests {
         assert_eq!(a.agent_group, "kura-health-agent");
         assert_eq!(a.lease_duration, Duration::from_secs(15));
         assert_eq!(a.shard_config("me"), Ok(None));
+        assert_eq!(a.event_limit(), EventLimitConfig::default());
     }
 
     #[test]
