@@ -7,7 +7,9 @@
 # the gate configuration (the chart's gate ConfigMap as --gate-config, the
 # per-instance annotation); exported timelines replayed by kura-gate replay
 # --agent-view (issue 33); conditions next to another manager's, kubectl
-# wait, kubectl events, a flapping instance's Event calls, every replica's
+# wait, kubectl events, a rollout's Events each within 15 s of their
+# transition at the default Event bound (issue 41), a flapping instance's
+# Event objects and calls after a minute and after five, every replica's
 # answers, kstatus; then the Argo Rollouts recipes of docs/integrations.md
 # applied with --dry-run=server over the vendored CRDs, and the Kargo Stage
 # and baseline hook of the job recipe over Kargo's Stage CRD; then

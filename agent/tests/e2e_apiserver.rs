@@ -2314,20 +2314,38 @@ fn kubectl_events(ns: &str, name: &str) -> Vec<(String, String, String, u64)> {
         .collect()
 }
 
-/// The events.k8s.io Events about `name`: how many API calls they cost
-/// (each Event is one create, each repeat of its series one patch: the
-/// series count), and the reason of the one observed last.
-async fn event_calls(client: &Client, ns: &str, name: &str) -> (u64, Option<String>) {
+/// What the events.k8s.io Events about one instance cost and say.
+#[derive(Debug, Default)]
+struct EventTally {
+    /// API calls: each Event is one create, each repeat of its series one
+    /// patch (the series count).
+    calls: u64,
+    /// Event objects.
+    objects: usize,
+    /// For each reason, how many times it was observed (the calls of the
+    /// Events of that reason).
+    by_reason: BTreeMap<String, u64>,
+    /// The reason of the Event observed last.
+    last: Option<String>,
+}
+
+/// The events.k8s.io Events about `name`, tallied (see [`EventTally`]).
+async fn event_tally(client: &Client, ns: &str, name: &str) -> EventTally {
     let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), ns);
     let list = api
         .list(&ListParams::default().fields(&format!("regarding.name={name}")))
         .await
         .expect("list events");
-    let mut calls = 0u64;
+    let mut tally = EventTally {
+        objects: list.items.len(),
+        ..EventTally::default()
+    };
     let mut last: Option<(String, String)> = None;
     for e in list.items {
         let count = e.series.as_ref().map_or(1, |s| s.count.max(1) as u64);
-        calls += count;
+        tally.calls += count;
+        let reason = e.reason.unwrap_or_default();
+        *tally.by_reason.entry(reason.clone()).or_default() += count;
         let at = e
             .series
             .as_ref()
@@ -2335,10 +2353,11 @@ async fn event_calls(client: &Client, ns: &str, name: &str) -> (u64, Option<Stri
             .or_else(|| e.event_time.as_ref().map(|t| t.0.to_string()))
             .unwrap_or_default();
         if last.as_ref().is_none_or(|(t, _)| at > *t) {
-            last = Some((at, e.reason.unwrap_or_default()));
+            last = Some((at, reason));
         }
     }
-    (calls, last.map(|(_, r)| r))
+    tally.last = last.map(|(_, r)| r);
+    tally
 }
 
 /// Events on transitions, never per sweep, visible to `kubectl events` and
@@ -2362,8 +2381,9 @@ async fn events_tell_the_transitions_to_kubectl() {
     )
     .await;
     fleet.pod("theta-0").update(|n| n.fd_timeout_count = 5);
-    // Four transitions in a few seconds: past the default bound (3 at once,
-    // then one a minute), which a_flapping_instance_... measures.
+    // Four transitions in a few seconds, on a short Event interval so that
+    // the test never waits on the bound (a_flapping_instance_... measures
+    // it, a_rollouts_events_... times Events at the defaults).
     let mut agent = start_agent(
         run_args(&ns, fleet.port, &["--event-interval=500ms"]),
         admin_config().await,
@@ -2430,19 +2450,22 @@ async fn events_tell_the_transitions_to_kubectl() {
     );
 
     // Steady now (hard stop held): heartbeats and sweeps publish nothing.
-    let (calls, _) = event_calls(&client, &ns, "theta").await;
+    let calls = event_tally(&client, &ns, "theta").await.calls;
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let (calls_later, _) = event_calls(&client, &ns, "theta").await;
+    let calls_later = event_tally(&client, &ns, "theta").await.calls;
     assert_eq!(calls_later, calls, "no Event per sweep or heartbeat");
     agent.stop().await;
 }
 
 /// An instance flapping healthy/unhealthy every sweep for 5 minutes
 /// (time-compressed by `KURA_E2E_FLAP_SCALE`, default 10: sweep 1 s,
-/// Event interval 6 s, 30 s) costs at most `burst + window / interval`
-/// Event API calls (3 + 5 = 8), counted on the API server (creates plus
-/// series patches); the last word (healthy) is published after the flapping
-/// stops.
+/// Event interval 6 s, 30 s), on the default burst, costs at most
+/// `burst + elapsed / interval` Event API calls
+/// ([`kura_agent::events::EventLimitConfig::bound`] of the agent's own
+/// settings), counted on the API server (creates plus series patches), and
+/// no more Event objects than calls: after its first minute of flapping and
+/// after the five; the last word (healthy) is published after the flapping
+/// stops, within the refills a Normal Event waits for at most.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the real API server: scripts/e2e.sh"]
 async fn a_flapping_instance_costs_a_bounded_number_of_event_calls() {
@@ -2450,6 +2473,7 @@ async fn a_flapping_instance_costs_a_bounded_number_of_event_calls() {
     assert!((1..=30).contains(&scale), "KURA_E2E_FLAP_SCALE in 1..=30");
     let sweep = Duration::from_millis(10_000 / scale);
     let interval = Duration::from_millis(60_000 / scale);
+    let minute = Duration::from_millis(60_000 / scale);
     let window = Duration::from_millis(300_000 / scale);
     let client = admin().await;
     ensure_crd(&client).await;
@@ -2472,71 +2496,241 @@ async fn a_flapping_instance_costs_a_bounded_number_of_event_calls() {
             .map(|r| metric_sum("kura_agent_events_total", &format!("result=\"{r}\"")))
             .sum::<f64>()
     };
+    // The default burst; the interval scaled. The bound is the agent's own.
+    let args = run_args(
+        &ns,
+        fleet.port,
+        &[
+            sweep_flag.as_str(),
+            heartbeat_flag.as_str(),
+            interval_flag.as_str(),
+        ],
+    );
+    let limit = args.event_limit();
+    assert_eq!(
+        limit.burst,
+        kura_agent::events::EventLimitConfig::default().burst
+    );
+    assert_eq!(limit.refill, interval);
     let offered_before = offered();
     let started = Instant::now();
-    let mut agent = start_agent(
-        run_args(
-            &ns,
-            fleet.port,
-            &[
-                sweep_flag.as_str(),
-                heartbeat_flag.as_str(),
-                interval_flag.as_str(),
-                "--event-burst=3",
-            ],
-        ),
-        admin_config().await,
-    );
+    let mut agent = start_agent(args, admin_config().await);
     wait_status(&client, &ns, "kappa", "healthy", T, |s| {
         condition_is(s, "RolloutHealthy", "True", 1)
     })
     .await;
-    // Flap: the pod's readiness toggles every sweep interval.
+    // Flap: the pod's readiness toggles every sweep interval. Tallied after
+    // a minute of it and at the end of the window.
     let pod = fleet.pod("kappa-0");
+    let flapping = Instant::now();
     let mut ready = true;
+    let mut after_a_minute = None;
     while started.elapsed() < window {
         tokio::time::sleep(sweep).await;
         ready = !ready;
         pod.update(|n| n.ready = ready);
+        if after_a_minute.is_none() && flapping.elapsed() >= minute {
+            let tally = event_tally(&client, &ns, "kappa").await;
+            after_a_minute = Some((tally, started.elapsed(), offered() - offered_before));
+        }
     }
     pod.update(|n| n.ready = true);
-    let (calls, _) = event_calls(&client, &ns, "kappa").await;
+    let tally = event_tally(&client, &ns, "kappa").await;
     let elapsed = started.elapsed();
     let transitions = offered() - offered_before;
-    let bound = kura_agent::events::EventLimitConfig {
-        burst: 3,
-        refill: interval,
+    let (first, first_elapsed, first_transitions) =
+        after_a_minute.expect("the window is longer than a minute");
+    for (what, tally, elapsed, transitions) in [
+        (
+            "a minute of flapping",
+            &first,
+            first_elapsed,
+            first_transitions,
+        ),
+        ("the whole window", &tally, elapsed, transitions),
+    ] {
+        let bound = limit.bound(elapsed);
+        println!(
+            "flapping, {what}: {:.1}s at {scale}x (= {:.0}s at a 10 s sweep, 60 s Event interval): {transitions} transitions, {} Event objects, {} Event API calls {:?} (bound {bound} = burst {} + {:.1}s / {:.1}s)",
+            elapsed.as_secs_f64(),
+            elapsed.as_secs_f64() * scale as f64,
+            tally.objects,
+            tally.calls,
+            tally.by_reason,
+            limit.burst,
+            elapsed.as_secs_f64(),
+            interval.as_secs_f64()
+        );
+        assert!(
+            tally.calls <= bound,
+            "{what}: {} Event API calls > bound {bound}",
+            tally.calls
+        );
+        assert!(
+            tally.objects as u64 <= tally.calls,
+            "{what}: {} Event objects for {} calls",
+            tally.objects,
+            tally.calls
+        );
     }
-    .bound(elapsed);
-    println!(
-        "flapping: {:.0}s at {scale}x (= {:.0}s at a 10 s sweep, 60 s Event interval): {transitions} transitions, {calls} Event API calls (bound {bound} = 3 + {:.1}s / {:.1}s)",
-        elapsed.as_secs_f64(),
-        elapsed.as_secs_f64() * scale as f64,
-        elapsed.as_secs_f64(),
-        interval.as_secs_f64()
-    );
     assert!(
         transitions >= 10.0,
         "the instance did not flap: {transitions} transitions"
     );
-    assert!(calls <= bound, "{calls} Event API calls > bound {bound}");
-    // The last word comes out after the flapping's end: a Normal Event waits
-    // for a full bucket (Normal Events never spend the tokens a Warning
-    // needs, issue 32), so within burst (3) intervals.
+    // The last word comes out after the flapping's end: a Normal Event
+    // leaves the token reserved for Warnings, so it waits for at most
+    // WARNING_RESERVE + 1 tokens: that many intervals.
     wait_status(&client, &ns, "kappa", "healthy again", T, |s| {
         condition(s, "RolloutHealthy").is_some_and(|c| c["status"] == "True")
     })
     .await;
+    let refills = kura_agent::events::WARNING_RESERVE + 1;
     let last = wait_for(
         "the final RolloutHealthy Event",
-        interval * 4 + Duration::from_secs(5),
+        interval * refills + Duration::from_secs(5),
         || async {
-            let (_, last) = event_calls(&client, &ns, "kappa").await;
+            let last = event_tally(&client, &ns, "kappa").await.last;
             (last.as_deref() == Some("RolloutHealthy")).then_some(last)
         },
     )
     .await;
     assert_eq!(last.as_deref(), Some("RolloutHealthy"));
+    agent.stop().await;
+}
+
+/// Issue 41: a rollout's Events reach the API server, on the default Event
+/// bound, within 15 s of the transition that causes each. The instance
+/// starts healthy (`RolloutHealthy`), its `spec.image` changes
+/// (`BaselineCaptured`), its two pods roll to the new image one after the
+/// other (a new process each: counters reset, a restart) and run it
+/// healthy (`RolloutHealthy` again: the series' count moves to 2), then a
+/// pod turns not ready (`RolloutUnhealthy`, a Warning). Each is timed from
+/// the moment its cause is on the API server to the moment its Event is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real API server: scripts/e2e.sh"]
+async fn a_rollouts_events_each_reach_the_api_server_within_15_s() {
+    const WITHIN: Duration = Duration::from_secs(15);
+    let client = admin().await;
+    ensure_crd(&client).await;
+    let ns = create_namespace(&client, "e2e-rollout-events").await;
+    let v1 = "ghcr.io/tuist/kura:1.0.0";
+    let v2 = "ghcr.io/tuist/kura:1.1.0";
+    let fleet = Fleet::create(
+        &client,
+        &ns,
+        &["iota".to_owned()],
+        2,
+        v1,
+        Ipv4Addr::new(127, 44, 0, 1),
+    )
+    .await;
+    // The Event bound at its defaults.
+    let args = run_args(&ns, fleet.port, &[]);
+    assert_eq!(
+        args.event_limit(),
+        kura_agent::events::EventLimitConfig::default()
+    );
+    // Waits (long enough to measure a minute's delay) until the Events say
+    // `reason` `n` times; returns how long after `since` that was.
+    let seen = |reason: &'static str, n: u64, since: Instant| {
+        let client = client.clone();
+        let ns = ns.clone();
+        async move {
+            wait_for(
+                &format!("{reason} observed {n} time(s)"),
+                Duration::from_secs(90),
+                || {
+                    let client = client.clone();
+                    let ns = ns.clone();
+                    async move {
+                        let tally = event_tally(&client, &ns, "iota").await;
+                        (tally.by_reason.get(reason).copied().unwrap_or(0) >= n)
+                            .then(|| since.elapsed())
+                    }
+                },
+            )
+            .await
+        }
+    };
+    let mut timings = Vec::new();
+
+    // The healthy start: from the agent's start.
+    let start = Instant::now();
+    let mut agent = start_agent(args, admin_config().await);
+    timings.push((
+        "RolloutHealthy (start, from the agent's start)",
+        seen("RolloutHealthy", 1, start).await,
+    ));
+
+    // spec.image changes.
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &kura_agent::cluster::kura_instance_resource(),
+    );
+    api.patch(
+        "iota",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"image": v2}})),
+    )
+    .await
+    .expect("change spec.image");
+    let changed = Instant::now();
+    timings.push((
+        "BaselineCaptured (from the spec.image change)",
+        seen("BaselineCaptured", 1, changed).await,
+    ));
+
+    // The pods roll as a StatefulSet rolls them, the highest ordinal first:
+    // the new image, a new process, a restart.
+    let mut last_rolled = Instant::now();
+    for pod in ["iota-1", "iota-0"] {
+        roll_pod(&client, &ns, pod, v2).await;
+        let p = fleet.pod(pod);
+        p.restart();
+        patch_pod_status(&client, &ns, pod, &p.addr().ip().to_string(), 1, v2, true).await;
+        last_rolled = Instant::now();
+        if pod == "iota-1" {
+            // Mid-rollout for a few sweeps: no healthy verdict yet.
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            let s = status_of(&client, &ns, "iota").await;
+            assert_eq!(
+                s["rolloutGate"]["signal"], "not_converged",
+                "one pod of two on v2: {}",
+                s["rolloutGate"]
+            );
+        }
+    }
+    timings.push((
+        "RolloutHealthy (on v2, from the last pod's roll)",
+        seen("RolloutHealthy", 2, last_rolled).await,
+    ));
+    let s = status_of(&client, &ns, "iota").await;
+    assert!(condition_is(&s, "RolloutHealthy", "True", 2), "{s}");
+
+    // A regression: the Warning.
+    fleet.pod("iota-0").update(|n| n.ready = false);
+    let regressed = Instant::now();
+    timings.push((
+        "RolloutUnhealthy (from the pod turning not ready)",
+        seen("RolloutUnhealthy", 1, regressed).await,
+    ));
+
+    let tally = event_tally(&client, &ns, "iota").await;
+    for (what, took) in &timings {
+        println!("rollout Events: {what}: {:.2}s", took.as_secs_f64());
+    }
+    println!(
+        "rollout Events: {} Event objects, {} API calls: {:?}",
+        tally.objects, tally.calls, tally.by_reason
+    );
+    for (what, took) in &timings {
+        assert!(
+            *took <= WITHIN,
+            "{what}: {:.1}s after its transition (all: {timings:?})",
+            took.as_secs_f64()
+        );
+    }
     agent.stop().await;
 }
 
