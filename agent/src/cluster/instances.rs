@@ -6,7 +6,11 @@
 //! the instance nor breaks the watch for every other instance. Pure.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kura_schemas::{KuraInstanceSpec, KuraInstanceStatus, RolloutGate, RolloutHealth};
+use kura_schemas::{
+    KuraInstanceSpec, KuraInstanceStatus, RolloutGate, RolloutHealth, UpdatePaused,
+};
+use serde::Deserialize;
+use serde_json::value::RawValue;
 
 use crate::model::{
     ControllerHealth, GATE_CONFIG_ANNOTATION, InstanceInfo, InstanceKey, InstanceTraits,
@@ -109,37 +113,54 @@ pub fn entry_of(obj: &InstanceObject) -> InstanceEntry {
 /// companion ([`companion_status`]).
 ///
 /// The agent's own status fields are read only when `agent_fields`
-/// (instance mode; see [`lenient_status_of`]).
+/// (instance mode): a task of this replica holds them for a released
+/// instance, and every write of its own comes back through the watch, so
+/// reading (and copying) them there was most of the cost of an echo.
 pub fn entry_reading(
     obj: &InstanceObject,
     target: PublicationTarget,
     agent_fields: bool,
 ) -> InstanceEntry {
-    let (status, status_warnings, contest, companion) = match target {
+    let mut warnings = Vec::new();
+    let parts = status_parts(obj.status.as_deref(), &mut warnings);
+    let phase = parts
+        .as_ref()
+        .and_then(|p| p.rest.get("phase"))
+        .and_then(serde_json::Value::as_str);
+    let update_paused = parts
+        .as_ref()
+        .and_then(|p| p.rest.get("updatePaused"))
+        .and_then(update_paused_of);
+    let suspended_phase = phase.map(str::to_owned);
+    let (status, contest, companion) = match target {
         PublicationTarget::Instance => {
-            let (status, warnings) = lenient_status_of(obj.status.as_ref(), agent_fields);
+            let status = parts
+                .map(|p| lenient_status_of(p, agent_fields, update_paused.clone(), &mut warnings));
             let contest = obj.other_rollout_health_manager().map(|m| {
                 Box::new(EntryContest {
                     manager: Box::from(m),
                     uid: obj.metadata.uid.as_deref().map(Box::from),
                 })
             });
-            (status, warnings, contest, None)
+            (status, contest, None)
         }
         PublicationTarget::Companion => {
-            let controller = obj
-                .status
-                .as_ref()
-                .and_then(|s| s.get("rolloutHealth"))
-                .and_then(ControllerHealth::of);
+            let controller = parts
+                .and_then(|p| p.rollout_health)
+                .and_then(|raw| serde_json::from_str::<serde_json::Value>(raw.get()).ok())
+                .and_then(|v| ControllerHealth::of(&v));
             let facts = CompanionFacts {
                 uid: obj.metadata.uid.as_deref().map(Box::from),
                 controller,
             };
-            (None, Vec::new(), None, Some(Box::new(facts)))
+            (None, None, Some(Box::new(facts)))
         }
     };
-    match shape_of(obj, status_warnings) {
+    let controller = ControllerFields {
+        phase: suspended_phase.as_deref(),
+        update_paused,
+    };
+    match shape_of(obj, controller, warnings) {
         Ok(shape) => InstanceEntry {
             shape: Ok(shape),
             status: status.map(Box::new),
@@ -159,12 +180,15 @@ pub fn entry_reading(
 /// `rolloutGate`, `conditions`, read field group by field group like an
 /// instance's), with why a field could not be read.
 pub fn companion_status(obj: &CompanionObject) -> (Option<KuraInstanceStatus>, Vec<String>) {
-    let (status, warnings) = lenient_status(obj.status.as_ref());
-    let status = status.map(|s| KuraInstanceStatus {
-        rollout_health: s.rollout_health,
-        rollout_gate: s.rollout_gate,
-        conditions: s.conditions,
-        ..KuraInstanceStatus::default()
+    let mut warnings = Vec::new();
+    let status = status_parts(obj.status.as_deref(), &mut warnings).map(|p| {
+        let s = lenient_status_of(p, true, None, &mut warnings);
+        KuraInstanceStatus {
+            rollout_health: s.rollout_health,
+            rollout_gate: s.rollout_gate,
+            conditions: s.conditions,
+            ..KuraInstanceStatus::default()
+        }
     });
     (status, warnings)
 }
@@ -178,7 +202,19 @@ pub fn companion_key_of(obj: &CompanionObject) -> Option<InstanceKey> {
     ))
 }
 
-fn shape_of(obj: &InstanceObject, status_warnings: Vec<String>) -> Result<InstanceShape, String> {
+/// What the instance's traits read of the controller's status fields.
+struct ControllerFields<'a> {
+    /// `status.phase`.
+    phase: Option<&'a str>,
+    /// `status.updatePaused`, as read.
+    update_paused: Option<Box<UpdatePaused>>,
+}
+
+fn shape_of(
+    obj: &InstanceObject,
+    controller: ControllerFields<'_>,
+    status_warnings: Vec<String>,
+) -> Result<InstanceShape, String> {
     let namespace = obj.metadata.namespace.clone().unwrap_or_default();
     let name = obj.metadata.name.clone().unwrap_or_default();
     if namespace.is_empty() || name.is_empty() {
@@ -188,25 +224,16 @@ fn shape_of(obj: &InstanceObject, status_warnings: Vec<String>) -> Result<Instan
         .metadata
         .generation
         .ok_or_else(|| "metadata.generation missing".to_owned())?;
-    let spec_value = obj.spec.clone().ok_or_else(|| "spec missing".to_owned())?;
+    let spec_value = obj.spec.as_ref().ok_or_else(|| "spec missing".to_owned())?;
     let node_local_network = spec_value
         .get("nodeLocalNetwork")
         .is_some_and(|v| !v.is_null());
-    let spec: KuraInstanceSpec =
-        serde_json::from_value(spec_value).map_err(|e| format!("spec invalid: {e}"))?;
-    let phase = obj
-        .status
-        .as_ref()
-        .and_then(|s| s.get("phase"))
-        .and_then(serde_json::Value::as_str);
+    let spec =
+        KuraInstanceSpec::deserialize(spec_value).map_err(|e| format!("spec invalid: {e}"))?;
     let annotations = obj.metadata.annotations.as_ref();
     let traits = InstanceTraits {
-        suspended: InstanceTraits::is_suspended(spec.suspended, phase),
-        update_paused: obj
-            .status
-            .as_ref()
-            .and_then(|s| s.get("updatePaused"))
-            .and_then(update_paused_of),
+        suspended: InstanceTraits::is_suspended(spec.suspended, controller.phase),
+        update_paused: controller.update_paused,
         fence_configured: InstanceTraits::is_fence_configured(
             spec.serving_mode.as_deref(),
             annotations.is_some_and(|a| a.contains_key(SERVING_ROLLBACK_FLOOR_ANNOTATION)),
@@ -236,65 +263,78 @@ fn shape_of(obj: &InstanceObject, status_warnings: Vec<String>) -> Result<Instan
     })
 }
 
-/// Parses `status` field group by field group: `rolloutHealth`,
-/// `rolloutGate`, `conditions` and the controller's fields, each on its
-/// own.
-fn lenient_status(value: Option<&serde_json::Value>) -> (Option<KuraInstanceStatus>, Vec<String>) {
-    lenient_status_of(value, true)
+/// A status's field groups as sent: the agent's own fields as their text
+/// (borrowed from the object's raw status, parsed only when wanted), every
+/// other field (the controller's) as JSON.
+#[derive(Deserialize)]
+struct StatusParts<'a> {
+    /// `rolloutHealth` (the agent's, or in companion mode the
+    /// controller's).
+    #[serde(rename = "rolloutHealth", borrow, default)]
+    rollout_health: Option<&'a RawValue>,
+    /// `rolloutGate`.
+    #[serde(rename = "rolloutGate", borrow, default)]
+    rollout_gate: Option<&'a RawValue>,
+    /// `conditions`.
+    #[serde(borrow, default)]
+    conditions: Option<&'a RawValue>,
+    /// Every other field.
+    #[serde(flatten)]
+    rest: serde_json::Map<String, serde_json::Value>,
 }
 
-/// The agent's own fields of a status.
-const AGENT_FIELDS: [&str; 3] = ["rolloutHealth", "rolloutGate", "conditions"];
+/// The most of an unreadable status quoted in a warning.
+const QUOTED_STATUS_BYTES: usize = 256;
 
-/// [`lenient_status`], the agent's own fields (`rolloutHealth`,
-/// `rolloutGate`, `conditions`) read only when `agent_fields`: a task of
-/// this replica holds them for a released instance, and every write of
-/// its own comes back through the watch, so reading (and copying) them
-/// there was most of the cost of an echo.
+/// `raw` split into its field groups, or `None` (with a warning when it
+/// is not an object).
+fn status_parts<'a>(
+    raw: Option<&'a RawValue>,
+    warnings: &mut Vec<String>,
+) -> Option<StatusParts<'a>> {
+    let text = raw?.get();
+    serde_json::from_str::<StatusParts<'a>>(text)
+        .map_err(|_| {
+            let quoted: String = text.chars().take(QUOTED_STATUS_BYTES).collect();
+            warnings.push(format!("status is not an object: {quoted}"));
+        })
+        .ok()
+}
+
+/// Parses a status's field groups one by one: `rolloutHealth`,
+/// `rolloutGate`, `conditions` (read only when `agent_fields`; see
+/// [`entry_reading`]) and the controller's fields, each on its own, with
+/// `update_paused` as [`update_paused_of`] read it (leniently, on its own:
+/// its shape is Kura's controller's to evolve, and an odd `heldPods` must
+/// not make the other controller fields unreadable).
 fn lenient_status_of(
-    value: Option<&serde_json::Value>,
+    parts: StatusParts<'_>,
     agent_fields: bool,
-) -> (Option<KuraInstanceStatus>, Vec<String>) {
-    let mut warnings = Vec::new();
-    let Some(serde_json::Value::Object(map)) = value else {
-        if let Some(v) = value.filter(|v| !v.is_null()) {
-            warnings.push(format!("status is not an object: {v}"));
-        }
-        return (None, warnings);
-    };
-    let mut rest: serde_json::Map<String, serde_json::Value> = map
-        .iter()
-        .filter(|(k, _)| agent_fields || !AGENT_FIELDS.contains(&k.as_str()))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    // Read on its own and leniently (its shape is Kura's controller's to
-    // evolve): an odd `heldPods` must not make the other controller
-    // fields unreadable.
-    let update_paused = rest
-        .remove("updatePaused")
-        .and_then(|v| update_paused_of(&v));
-    let health = rest
-        .remove("rolloutHealth")
-        .filter(|v| !v.is_null())
-        .and_then(|v| {
-            serde_json::from_value::<RolloutHealth>(v)
+    update_paused: Option<Box<UpdatePaused>>,
+    warnings: &mut Vec<String>,
+) -> KuraInstanceStatus {
+    let mut rest = parts.rest;
+    rest.remove("updatePaused");
+    let (health, gate, conditions) = if agent_fields {
+        let health = parts.rollout_health.and_then(|raw| {
+            serde_json::from_str::<RolloutHealth>(raw.get())
                 .map_err(|e| warnings.push(format!("status.rolloutHealth unreadable: {e}")))
                 .ok()
         });
-    let conditions = rest
-        .remove("conditions")
-        .filter(|v| !v.is_null())
-        .map(|v| lenient_conditions(v, &mut warnings))
-        .unwrap_or_default();
-    let gate = rest
-        .remove("rolloutGate")
-        .filter(|v| !v.is_null())
-        .and_then(|v| {
-            serde_json::from_value::<RolloutGate>(v)
+        let gate = parts.rollout_gate.and_then(|raw| {
+            serde_json::from_str::<RolloutGate>(raw.get())
                 .map_err(|e| warnings.push(format!("status.rolloutGate unreadable: {e}")))
                 .ok()
         });
-    let mut status = serde_json::from_value::<KuraInstanceStatus>(serde_json::Value::Object(rest))
+        let conditions = parts
+            .conditions
+            .map(|raw| lenient_conditions(raw, warnings))
+            .unwrap_or_default();
+        (health, gate, conditions)
+    } else {
+        (None, None, Vec::new())
+    };
+    let mut status = KuraInstanceStatus::deserialize(serde_json::Value::Object(rest))
         .unwrap_or_else(|e| {
             warnings.push(format!("status (controller fields) unreadable: {e}"));
             KuraInstanceStatus::default()
@@ -303,13 +343,13 @@ fn lenient_status_of(
     status.rollout_gate = gate;
     status.update_paused = update_paused;
     status.conditions = conditions;
-    (Some(status), warnings)
+    status
 }
 
 /// `status.conditions` entry by entry: one that does not read (another
 /// writer's odd entry) is left out with a warning, the others are kept.
-fn lenient_conditions(value: serde_json::Value, warnings: &mut Vec<String>) -> Vec<Condition> {
-    let serde_json::Value::Array(items) = value else {
+fn lenient_conditions(raw: &RawValue, warnings: &mut Vec<String>) -> Vec<Condition> {
+    let Ok(items) = serde_json::from_str::<Vec<&RawValue>>(raw.get()) else {
         warnings.push("status.conditions is not a list".to_owned());
         return Vec::new();
     };
@@ -317,7 +357,7 @@ fn lenient_conditions(value: serde_json::Value, warnings: &mut Vec<String>) -> V
         .into_iter()
         .enumerate()
         .filter_map(|(i, item)| {
-            serde_json::from_value::<Condition>(item)
+            serde_json::from_str::<Condition>(item.get())
                 .map_err(|e| warnings.push(format!("status.conditions[{i}] unreadable: {e}")))
                 .ok()
         })
@@ -336,14 +376,13 @@ pub(crate) mod tests {
         replicas: i64,
         status: serde_json::Value,
     ) -> InstanceObject {
-        serde_json::from_value(json!({
+        InstanceObject::from_json(json!({
             "apiVersion": "kura.tuist.dev/v1alpha1",
             "kind": "KuraInstance",
             "metadata": {"name": name, "namespace": ns, "generation": 3, "uid": format!("iu-{name}")},
             "spec": {"image": "ghcr.io/tuist/kura:0.6.0", "replicas": replicas, "region": "eu"},
             "status": status
         }))
-        .expect("instance")
     }
 
     #[test]
@@ -470,14 +509,13 @@ pub(crate) mod tests {
 
     #[test]
     fn the_serving_rollback_floor_annotation_means_fenced_serving() {
-        let inst: InstanceObject = serde_json::from_value(json!({
+        let inst = InstanceObject::from_json(json!({
             "apiVersion": "kura.tuist.dev/v1alpha1",
             "kind": "KuraInstance",
             "metadata": {"name": "f", "namespace": "kura", "generation": 1,
                 "annotations": {"kura.tuist.dev/serving-rollback-floor": "3", "other": "x"}},
             "spec": {"image": "img", "replicas": 1}
-        }))
-        .expect("instance");
+        }));
         assert!(
             entry_of(&inst)
                 .shape

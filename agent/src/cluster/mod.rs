@@ -15,6 +15,10 @@ mod wire;
 
 pub use discovery::kura_instance_resource;
 pub(crate) use discovery::{Discovery, DiscoveryConfig};
+/// How a watched instance is read (public for the `status_io` bench:
+/// each echo of a status write costs one [`entry_reading`]).
+pub use instances::entry_reading;
 pub(crate) use pods::{PollPort, TargetConfig};
 pub use publication::{KURA_INSTANCE_CRD, choose as choose_publication_target};
 pub(crate) use source::ClusterTargets;
+pub use wire::InstanceObject;

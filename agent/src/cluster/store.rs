@@ -1221,7 +1221,7 @@ mod tests {
         assert!(!apply(Event::Apply(with_image("b", "v1"))));
         // A status write: the same image, no change.
         let mut written = with_image("a", "v1");
-        written.status = Some(json!({"phase": "Running"}));
+        written.status = serde_json::value::to_raw_value(&json!({"phase": "Running"})).ok();
         assert!(!apply(Event::Apply(written)));
         // An upgrade, then the same object again.
         assert!(apply(Event::Apply(with_image("a", "v2"))));
@@ -1307,13 +1307,16 @@ mod tests {
     }
 
     fn companion(name: &str, verdict: &str) -> CompanionObject {
-        serde_json::from_value(json!({
-            "apiVersion": "health.kura.tuist.dev/v1alpha1", "kind": "KuraInstanceHealth",
-            "metadata": {"name": name, "namespace": "kura", "generation": 1},
-            "status": {"rolloutGate": {"targetImage": "i", "verdict": verdict,
-                                       "evaluatedAt": "2026-07-21T10:00:00Z"},
-                       "observedGeneration": 1}
-        }))
+        serde_json::from_str(
+            &json!({
+                "apiVersion": "health.kura.tuist.dev/v1alpha1", "kind": "KuraInstanceHealth",
+                "metadata": {"name": name, "namespace": "kura", "generation": 1},
+                "status": {"rolloutGate": {"targetImage": "i", "verdict": verdict,
+                                           "evaluatedAt": "2026-07-21T10:00:00Z"},
+                           "observedGeneration": 1}
+            })
+            .to_string(),
+        )
         .expect("companion")
     }
 

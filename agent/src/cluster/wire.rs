@@ -17,6 +17,7 @@ use kube::Resource;
 use kura_schemas::{KuraInstance, KuraInstanceHealth};
 use serde::de::{IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
 
 use crate::model::{FIELD_MANAGER, GATE_CONFIG_ANNOTATION, SERVING_ROLLBACK_FLOOR_ANNOTATION};
 
@@ -249,9 +250,10 @@ pub struct ContainerStatusRead {
     pub restart_count: i32,
 }
 
-/// A `KuraInstance` as discovery reads it: the metadata kept, `spec` and
-/// `status` as JSON (read leniently, field group by field group, by
-/// [`super::instances`]), nothing else.
+/// A `KuraInstance` as discovery reads it: the metadata kept, `spec` as
+/// JSON, `status` as its raw JSON text (read leniently, field group by
+/// field group, by [`super::instances`], which reads the agent's own
+/// fields only when it needs them), nothing else.
 #[derive(Resource, Clone, Debug, Default, Deserialize)]
 #[cfg_attr(test, derive(serde::Serialize))]
 #[resource(inherit = "KuraInstance")]
@@ -262,12 +264,22 @@ pub struct InstanceObject {
     /// `spec`, as sent.
     #[serde(default)]
     pub spec: Option<serde_json::Value>,
-    /// `status`, as sent.
+    /// `status`, its JSON text as sent: one copy of the bytes, where a
+    /// `serde_json::Value` was a tree of a few hundred allocations for
+    /// each echo of the agent's own write (its per-pod entries), mostly
+    /// never read.
     #[serde(default)]
-    pub status: Option<serde_json::Value>,
+    pub status: Option<Box<RawValue>>,
 }
 
 impl InstanceObject {
+    /// An instance read from `value` as the watch reads it (its text: a
+    /// raw `status` cannot be read from a `serde_json::Value`).
+    #[cfg(test)]
+    pub(crate) fn from_json(value: serde_json::Value) -> InstanceObject {
+        serde_json::from_str(&value.to_string()).expect("an instance")
+    }
+
     /// A manager other than the agent that owns a field under
     /// `status.rolloutHealth` (Kura's controller publishing its own), if
     /// the object's `managedFields` name one.
@@ -291,9 +303,9 @@ pub struct CompanionObject {
     /// The metadata kept.
     #[serde(deserialize_with = "instance_meta", default)]
     pub metadata: ObjectMeta,
-    /// `status`, as sent.
+    /// `status`, its JSON text as sent (see [`InstanceObject::status`]).
     #[serde(default)]
-    pub status: Option<serde_json::Value>,
+    pub status: Option<Box<RawValue>>,
 }
 
 #[cfg(test)]
@@ -358,6 +370,19 @@ mod tests {
             serde_json::from_value(json!({"metadata": {"name": "a", "annotations": null}}))
                 .expect("null annotations");
         assert_eq!(null.metadata.annotations, None);
+    }
+
+    #[test]
+    fn an_instance_keeps_its_status_as_the_text_sent() {
+        let text = r#"{"metadata": {"name": "a"}, "status": {"phase": "Running", "rolloutHealth": {"pods": [{"name": "a-0"}]}}}"#;
+        let obj: InstanceObject = serde_json::from_str(text).expect("instance");
+        assert_eq!(
+            obj.status.as_deref().map(RawValue::get),
+            Some(r#"{"phase": "Running", "rolloutHealth": {"pods": [{"name": "a-0"}]}}"#)
+        );
+        let none: InstanceObject =
+            serde_json::from_str(r#"{"metadata": {"name": "a"}, "status": null}"#).expect("null");
+        assert!(none.status.is_none());
     }
 
     #[test]

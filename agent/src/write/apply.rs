@@ -326,13 +326,23 @@ fn list_map_key(v: &Value) -> Option<&str> {
     v.get("type")?.as_str()
 }
 
-/// The entry of `returned` that `sent` (entry `i` of its list) is compared
-/// with: for a list map keyed by `type` (every entry of `sent` has one)
-/// the returned entry of the same type wherever it is (other writers'
-/// entries sit among ours), else the entry at the same index.
-fn counterpart<'a>(sent: &[Value], i: usize, returned: &'a Value) -> Option<&'a Value> {
-    if sent.iter().all(|v| list_map_key(v).is_some()) {
-        let key = list_map_key(&sent[i])?;
+/// Whether `sent` is a list map keyed by `type` (every entry has one).
+fn is_list_map(sent: &[Value]) -> bool {
+    sent.iter().all(|v| list_map_key(v).is_some())
+}
+
+/// The entry of `returned` that `sent` (an entry of a list) is compared
+/// with: in a list map ([`is_list_map`]) the returned entry of the same
+/// `type` wherever it is (other writers' entries sit among ours), else the
+/// entry at the same index `i`.
+fn counterpart<'a>(
+    sent: &Value,
+    list_map: bool,
+    i: usize,
+    returned: &'a Value,
+) -> Option<&'a Value> {
+    if list_map {
+        let key = list_map_key(sent)?;
         returned
             .as_array()?
             .iter()
@@ -342,38 +352,76 @@ fn counterpart<'a>(sent: &[Value], i: usize, returned: &'a Value) -> Option<&'a 
     }
 }
 
+/// One step of a path into a body: an object's key or a list's index.
+#[derive(Clone, Copy)]
+enum Step<'a> {
+    Key(&'a str),
+    Index(usize),
+}
+
+/// `prefix` and `steps` as a path (`status.conditions[0].type`).
+fn render(prefix: &str, steps: &[Step<'_>]) -> String {
+    use std::fmt::Write as _;
+    let mut path = prefix.to_owned();
+    for step in steps {
+        match step {
+            Step::Key(k) if path.is_empty() => path.push_str(k),
+            Step::Key(k) => {
+                path.push('.');
+                path.push_str(k);
+            }
+            Step::Index(i) => {
+                let _ = write!(path, "[{i}]");
+            }
+        }
+    }
+    path
+}
+
 /// The paths of everything in `sent` that is not in `returned` (object
 /// keys recursively, array entries by index, or by `type` in a list map
-/// such as `conditions`). Parts of `sent` without data (nulls, empty
-/// objects and arrays) are skipped.
+/// such as `conditions`), each under `path`. Parts of `sent` without data
+/// (nulls, empty objects and arrays) are skipped. A path is spelled out
+/// only for what is missing: every write's answer is compared, and nearly
+/// always nothing is.
 pub fn missing_fields(sent: &Value, returned: &Value, path: &str, out: &mut Vec<String>) {
+    let mut steps = Vec::new();
+    compare(sent, returned, path, &mut steps, out);
+}
+
+fn compare<'a>(
+    sent: &'a Value,
+    returned: &Value,
+    prefix: &str,
+    steps: &mut Vec<Step<'a>>,
+    out: &mut Vec<String>,
+) {
+    // Without data, an absence means nothing was lost.
+    let missing = |steps: &[Step<'_>], v: &Value, out: &mut Vec<String>| {
+        if has_content(v) {
+            out.push(render(prefix, steps));
+        }
+    };
     match sent {
         Value::Object(map) => {
             for (k, v) in map {
-                if !has_content(v) {
-                    continue;
-                }
-                let p = if path.is_empty() {
-                    k.clone()
-                } else {
-                    format!("{path}.{k}")
-                };
+                steps.push(Step::Key(k));
                 match returned.get(k) {
-                    Some(r) if !r.is_null() => missing_fields(v, r, &p, out),
-                    _ => out.push(p),
+                    Some(r) if !r.is_null() => compare(v, r, prefix, steps, out),
+                    _ => missing(steps, v, out),
                 }
+                steps.pop();
             }
         }
         Value::Array(items) => {
+            let list_map = is_list_map(items);
             for (i, v) in items.iter().enumerate() {
-                if !has_content(v) {
-                    continue;
+                steps.push(Step::Index(i));
+                match counterpart(v, list_map, i, returned) {
+                    Some(r) => compare(v, r, prefix, steps, out),
+                    None => missing(steps, v, out),
                 }
-                let p = format!("{path}[{i}]");
-                match counterpart(items, i, returned) {
-                    Some(r) => missing_fields(v, r, &p, out),
-                    None => out.push(p),
-                }
+                steps.pop();
             }
         }
         _ => {}

@@ -23,6 +23,8 @@ mod policy;
 mod queue;
 pub mod transitions;
 
-pub use apply::{FIELD_MANAGER, StatusWriter, WriteError, WriteOutcome, strip_nulls};
+pub use apply::{
+    FIELD_MANAGER, StatusWriter, WriteError, WriteOutcome, apply_body, check_returned, strip_nulls,
+};
 pub use driver::{WriteHandle, WriteReport, in_flight_for, run_writes};
 pub use queue::{WriteQueue, WriteQueueConfig};
