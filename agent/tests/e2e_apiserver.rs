@@ -2707,6 +2707,23 @@ async fn a_rollouts_events_each_reach_the_api_server_within_15_s() {
     ));
     let s = status_of(&client, &ns, "iota").await;
     assert!(condition_is(&s, "RolloutHealthy", "True", 2), "{s}");
+    // `kubectl describe` tells the rollout's story: the healthy verdict on
+    // v2 is an Event of its own whose note names v2, not a count added to
+    // v1's series (whose note named v1).
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), &ns);
+    let notes: Vec<String> = events
+        .list(&ListParams::default().fields("regarding.name=iota"))
+        .await
+        .expect("list events")
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("RolloutHealthy"))
+        .filter_map(|e| e.note)
+        .collect();
+    assert!(
+        notes.iter().any(|n| n.contains(v2)) && notes.iter().any(|n| n.contains(v1)),
+        "a RolloutHealthy Event on each image: {notes:?}"
+    );
 
     // A regression: the Warning.
     fleet.pod("iota-0").update(|n| n.ready = false);

@@ -329,6 +329,7 @@ mod tests {
                 kind,
                 action: "Judge".into(),
                 note: note.into(),
+                image: None,
             }],
         }
     }

@@ -120,6 +120,7 @@ pub fn event_of(p: &Publish) -> Event {
         reason: p.transition.kind.reason().to_owned(),
         note: Some(note),
         action: p.transition.action.clone(),
+        image: p.transition.image.clone(),
     }
 }
 

@@ -62,6 +62,10 @@ pub struct Event {
     pub note: Option<String>,
     /// CamelCase action (the signal, for a failing check).
     pub action: String,
+    /// Not sent: the image it is about, part of its series' key (a
+    /// repeat about another image is a new Event; see
+    /// [`Transition::image`](crate::model::Transition::image)).
+    pub image: Option<String>,
 }
 
 /// Who reports: the controller's name and this replica's identity.
@@ -85,6 +89,7 @@ pub struct SeriesKey {
     type_: EventType,
     reason: Box<str>,
     action: Box<str>,
+    image: Option<Box<str>>,
 }
 
 impl SeriesKey {
@@ -99,6 +104,7 @@ impl SeriesKey {
             type_: event.type_,
             reason: event.reason.as_str().into(),
             action: event.action.as_str().into(),
+            image: event.image.as_deref().map(Box::from),
         }
     }
 }
@@ -324,6 +330,7 @@ mod tests {
             reason: reason.into(),
             note: Some("n".into()),
             action: action.into(),
+            image: None,
         }
     }
 
@@ -388,6 +395,30 @@ mod tests {
         assert_ne!(
             SeriesKey::of(&a, &regarding("x")),
             SeriesKey::of(&normal, &regarding("x"))
+        );
+    }
+
+    /// A rollout's `RolloutHealthy` on the new image is a new Event with its
+    /// own note, not a count added to the old image's series (`kubectl
+    /// describe` showed the old image's note twice); repeats about one
+    /// image still fold.
+    #[test]
+    fn an_event_about_another_image_starts_another_series() {
+        let on = |image: &str| Event {
+            type_: EventType::Normal,
+            reason: "RolloutHealthy".into(),
+            note: Some(format!("healthy on {image}")),
+            action: "Judge".into(),
+            image: Some(image.into()),
+        };
+        let x = regarding("x");
+        assert_ne!(
+            SeriesKey::of(&on("kura:1"), &x),
+            SeriesKey::of(&on("kura:2"), &x)
+        );
+        assert_eq!(
+            SeriesKey::of(&on("kura:2"), &x),
+            SeriesKey::of(&on("kura:2"), &x)
         );
     }
 

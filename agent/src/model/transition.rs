@@ -65,6 +65,12 @@ pub struct Transition {
     pub action: String,
     /// The Event's note: one line with the evidence.
     pub note: String,
+    /// The image the verdict or baseline is about (`rolloutGate.targetImage`),
+    /// when there is one: Events about another image never fold into the
+    /// same series, so `kubectl describe` during a rollout shows the
+    /// rollout's own `RolloutHealthy` with its note, not a count added to
+    /// the previous image's (repeats about one image still fold).
+    pub image: Option<String>,
 }
 
 /// The transitions of one instance from one status write, with what the

@@ -62,6 +62,7 @@ pub fn transitions(change: &WriteChange<'_>) -> Vec<Transition> {
                     "the KuraInstance CRD in this cluster does not declare {}: apply the CRD shipped with this agent",
                     missing.join(", ")
                 ),
+                image: None,
             }];
         }
         WriteRecord::Failed { .. } => return Vec::new(),
@@ -69,6 +70,7 @@ pub fn transitions(change: &WriteChange<'_>) -> Vec<Transition> {
     }
     let mut out = Vec::new();
     let gate = &change.sent.gate;
+    let image = || Some(gate.target_image.clone());
     if let Some(at) = gate.baseline_captured_at
         && change.before.and_then(|b| b.gate.baseline_captured_at) != Some(at)
     {
@@ -76,6 +78,7 @@ pub fn transitions(change: &WriteChange<'_>) -> Vec<Transition> {
             kind: TransitionKind::BaselineCaptured,
             action: "CaptureBaseline".to_owned(),
             note: baseline_note(gate),
+            image: image(),
         });
     }
     let was = |t: &str| find_mark(change.conditions_before, t);
@@ -90,6 +93,7 @@ pub fn transitions(change: &WriteChange<'_>) -> Vec<Transition> {
             kind: TransitionKind::RolloutHardStopped,
             action: stopped.reason.clone(),
             note: stopped.message.clone(),
+            image: image(),
         });
     }
     if let Some(healthy) = now(ROLLOUT_HEALTHY) {
@@ -99,6 +103,7 @@ pub fn transitions(change: &WriteChange<'_>) -> Vec<Transition> {
                 kind: TransitionKind::RolloutHealthy,
                 action: "Judge".to_owned(),
                 note: healthy.message.clone(),
+                image: image(),
             }),
             "False"
                 if before.is_none_or(|c| &*c.status != "False" || *c.reason != *healthy.reason)
@@ -108,6 +113,7 @@ pub fn transitions(change: &WriteChange<'_>) -> Vec<Transition> {
                     kind: TransitionKind::RolloutUnhealthy,
                     action: healthy.reason.clone(),
                     note: healthy.message.clone(),
+                    image: image(),
                 });
             }
             _ => {}

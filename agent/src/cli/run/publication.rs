@@ -75,6 +75,7 @@ pub(super) async fn watch(
                                 note: format!(
                                     "{manager:?} also writes status.rolloutHealth: the agent stopped writing this instance; run it with --publication-target companion"
                                 ),
+                                image: None,
                             }],
                         });
                     }
