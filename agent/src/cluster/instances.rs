@@ -123,19 +123,32 @@ pub fn entry_reading(
 ) -> InstanceEntry {
     let mut warnings = Vec::new();
     let parts = status_parts(obj.status.as_deref(), &mut warnings);
-    let phase = parts
-        .as_ref()
-        .and_then(|p| p.rest.get("phase"))
-        .and_then(serde_json::Value::as_str);
     let update_paused = parts
         .as_ref()
         .and_then(|p| p.rest.get("updatePaused"))
         .and_then(update_paused_of);
-    let suspended_phase = phase.map(str::to_owned);
+    let controller = ControllerFields {
+        phase: parts
+            .as_ref()
+            .and_then(|p| p.rest.get("phase"))
+            .and_then(serde_json::Value::as_str),
+        update_paused: update_paused.clone(),
+    };
+    let mut shape = match shape_of(obj, controller) {
+        Ok(shape) => shape,
+        Err(reason) => {
+            return InstanceEntry {
+                shape: Err(reason),
+                status: None,
+                contest: None,
+                companion: None,
+            };
+        }
+    };
     let (status, contest, companion) = match target {
         PublicationTarget::Instance => {
-            let status = parts
-                .map(|p| lenient_status_of(p, agent_fields, update_paused.clone(), &mut warnings));
+            let status =
+                parts.map(|p| lenient_status_of(p, agent_fields, update_paused, &mut warnings));
             let contest = obj.other_rollout_health_manager().map(|m| {
                 Box::new(EntryContest {
                     manager: Box::from(m),
@@ -156,23 +169,12 @@ pub fn entry_reading(
             (None, None, Some(Box::new(facts)))
         }
     };
-    let controller = ControllerFields {
-        phase: suspended_phase.as_deref(),
-        update_paused,
-    };
-    match shape_of(obj, controller, warnings) {
-        Ok(shape) => InstanceEntry {
-            shape: Ok(shape),
-            status: status.map(Box::new),
-            contest,
-            companion,
-        },
-        Err(reason) => InstanceEntry {
-            shape: Err(reason),
-            status: None,
-            contest: None,
-            companion: None,
-        },
+    shape.status_warnings = warnings;
+    InstanceEntry {
+        shape: Ok(shape),
+        status: status.map(Box::new),
+        contest,
+        companion,
     }
 }
 
@@ -210,10 +212,10 @@ struct ControllerFields<'a> {
     update_paused: Option<Box<UpdatePaused>>,
 }
 
+/// The instance's shape, its status warnings left for the caller to fill.
 fn shape_of(
     obj: &InstanceObject,
     controller: ControllerFields<'_>,
-    status_warnings: Vec<String>,
 ) -> Result<InstanceShape, String> {
     let namespace = obj.metadata.namespace.clone().unwrap_or_default();
     let name = obj.metadata.name.clone().unwrap_or_default();
@@ -258,7 +260,7 @@ fn shape_of(
             .as_ref()
             .and_then(|a| a.get(GATE_CONFIG_ANNOTATION))
             .cloned(),
-        status_warnings,
+        status_warnings: Vec::new(),
         traits,
     })
 }

@@ -504,6 +504,26 @@ mod tests {
             .map(|(at, _)| at.duration_since(ts(offered_at)).as_secs_f64())
     }
 
+    /// Plays `story` (offered at ms, kind, note) through `limiter`: each
+    /// transition's kind and note, and how long after it was offered it
+    /// was published (`None`: never).
+    fn play_story<'a>(
+        limiter: &mut EventLimiter,
+        story: &[(i64, TransitionKind, &'a str)],
+    ) -> Vec<(TransitionKind, &'a str, Option<f64>)> {
+        let published = play(
+            limiter,
+            story
+                .iter()
+                .map(|(at, kind, note)| (*at, batch(*kind, note)))
+                .collect(),
+        );
+        story
+            .iter()
+            .map(|(at, kind, note)| (*kind, *note, delay(&published, note, *at)))
+            .collect()
+    }
+
     /// Issue 41: a rollout's story on the shipped defaults. The instance
     /// starts healthy (`RolloutHealthy`), seconds later `spec.image`
     /// changes (`BaselineCaptured`), seconds after that the pods run the
@@ -521,18 +541,8 @@ mod tests {
             ),
             (12_000, TransitionKind::RolloutHealthy, "healthy on v2"),
         ];
-        let published = play(
-            &mut limiter,
-            story
-                .iter()
-                .map(|(at, kind, note)| (*at, batch(*kind, note)))
-                .collect(),
-        );
-        let delays: Vec<_> = story
-            .iter()
-            .map(|(at, _, note)| (*note, delay(&published, note, *at)))
-            .collect();
-        for (note, d) in &delays {
+        let delays = play_story(&mut limiter, &story);
+        for (_, note, d) in &delays {
             assert!(
                 d.is_some_and(|d| d <= 15.0),
                 "{note}: published {d:?} s after its transition (all: {delays:?})"
@@ -562,15 +572,7 @@ mod tests {
                 "fd timeouts regressed",
             ),
         ];
-        let published = play(
-            &mut limiter,
-            story
-                .iter()
-                .map(|(at, kind, note)| (*at, batch(*kind, note)))
-                .collect(),
-        );
-        for (at, kind, note) in story {
-            let d = delay(&published, note, at);
+        for (kind, note, d) in play_story(&mut limiter, &story) {
             let within = if kind.is_warning() { 0.0 } else { 15.0 };
             assert!(
                 d.is_some_and(|d| d <= within),
