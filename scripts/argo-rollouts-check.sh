@@ -30,7 +30,9 @@ stop_agent() {
   rm -f "$dir/agent-url"
   if [ -n "$agent_pid" ]; then wait "$agent_pid" 2>/dev/null || true; fi
 }
-trap 'stop_agent; run_finish' EXIT
+# run_finish exits with the status it finds in $?: the script's, not
+# stop_agent's (a failed check must fail the script).
+trap 'rc=$?; stop_agent; set +e; (exit "$rc"); run_finish' EXIT
 
 py=python3
 if ! "$py" -c 'import yaml' 2>/dev/null; then
