@@ -185,6 +185,51 @@ refused "Kubernetes 1.21" "incompatible with Kubernetes" "${api[@]}" --kube-vers
 # The chart as a subchart: values.schema.json admits Helm's `global`.
 "$helm" lint --strict "$chart" "${api[@]}" --set global.imageRegistry=registry.example.com >/dev/null \
   || fail "values with global set were refused: the chart cannot be a subchart"
+# ...and the usual subchart switch, `enabled` (a parent's dependency
+# condition): accepted by the schema, and it switches the agent on and off.
+"$helm" lint --strict "$chart" "${api[@]}" --set enabled=true >/dev/null \
+  || fail "values with enabled set were refused: a parent's condition kura-health-agent.enabled cannot be used"
+mkdir -p "$dir/parent/charts"
+cp -r "$chart" "$dir/parent/charts/kura-health-agent"
+cat > "$dir/parent/Chart.yaml" <<'PARENT'
+apiVersion: v2
+name: parent
+version: 0.1.0
+dependencies:
+  - name: kura-health-agent
+    version: ">=0.0.0-0"
+    condition: kura-health-agent.enabled
+PARENT
+for on in true false; do
+  kinds=$("$helm" template p "$dir/parent" --namespace kura-system \
+    --set "kura-health-agent.networkPolicy.apiServer.cidrs={$api_cidr}" \
+    --set "kura-health-agent.enabled=$on" | grep -c '^kind: Deployment' || true)
+  want=1; [ $on = true ] || want=0
+  [ "$kinds" = $want ] || fail "as a subchart with kura-health-agent.enabled=$on: $kinds Deployments, want $want"
+done
+# The README's CiliumNetworkPolicy for the API server selects the chart's
+# pods (release kura-health-agent) on the chart's apiServer.ports.
+"$helm" template kura-health-agent "$chart" --namespace kura-system "${api[@]}" > "$dir/cilium-release.yaml"
+"$py" - "$chart/README.md" "$dir/cilium-release.yaml" "$chart/values.yaml" <<'CILIUM' || fail "the README's CiliumNetworkPolicy does not fit the chart"
+import re, sys, yaml
+readme, rendered, values = sys.argv[1:]
+text = open(readme).read()
+m = re.search(r"<!-- cilium-apiserver-policy:.*?-->\n```yaml\n(.*?)```", text, re.S)
+assert m, "no cilium-apiserver-policy block in the README"
+policy = yaml.safe_load(m.group(1))
+assert policy["kind"] == "CiliumNetworkPolicy", policy["kind"]
+deploy = [d for d in yaml.safe_load_all(open(rendered)) if d and d["kind"] == "Deployment"][0]
+labels = deploy["spec"]["template"]["metadata"]["labels"]
+selector = policy["spec"]["endpointSelector"]["matchLabels"]
+assert all(labels.get(k) == v for k, v in selector.items()), (selector, labels)
+assert policy["metadata"]["namespace"] == deploy["metadata"]["namespace"], policy["metadata"]
+(rule,) = policy["spec"]["egress"]
+assert rule["toEntities"] == ["kube-apiserver"], rule
+ports = sorted(int(p["port"]) for p in rule["toPorts"][0]["ports"])
+want = sorted(yaml.safe_load(open(values))["networkPolicy"]["apiServer"]["ports"])
+assert ports == want, (ports, want)
+print("the README's CiliumNetworkPolicy selects the chart's pods on ports %s" % ports)
+CILIUM
 # NOTES.txt says who reaches the verdict API and how to upgrade the CRD.
 notes=$("$helm" install x "$chart" --dry-run=client --namespace kura-system "${api[@]}" 2>&1 | sed -n '/^NOTES:/,$p')
 for want in "networkPolicy.verdictFrom" "kubernetes.io/metadata.name: argo-rollouts" \
