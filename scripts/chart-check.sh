@@ -455,9 +455,20 @@ part "kube-apiserver + etcd up"
 part "JSON Schemas from the API server"
 # The companion CRD (crds/) and the project's KuraInstance CRD (files/,
 # kuraInstanceCRD.install): the latter stands in for Kura's here.
+# Polled, not `kubectl wait --for=condition=Established`: that fails at once
+# ("accessor error: <nil>") when it reads a CRD before its first status.
+crd_established() { # CRD...: each Established within 60 s
+  local crd i
+  for crd in "$@"; do
+    for i in $(seq 1 120); do
+      [ "$(kubectl get crd "$crd" -o jsonpath='{.status.conditions[?(@.type=="Established")].status}' 2>/dev/null)" = True ] && break
+      [ "$i" -lt 120 ] || return 1
+      sleep 0.5
+    done
+  done
+}
 kubectl apply --server-side -f "$chart/crds/" -f "$chart/files/kurainstances.kura.tuist.dev.yaml"
-kubectl wait --for=condition=Established --timeout=60s \
-  crd/kurainstances.kura.tuist.dev crd/kurainstancehealths.health.kura.tuist.dev
+crd_established kurainstances.kura.tuist.dev kurainstancehealths.health.kura.tuist.dev
 kubectl get --raw /openapi/v2 > "$dir/openapi-v2.json"
 python3 "$root/scripts/k8s-json-schemas.py" "$dir/openapi-v2.json" "$dir/schemas"
 
@@ -778,7 +789,7 @@ part "helm install and upgrade beside Tuist's KuraInstance CRD leave it exactly 
 # must not touch the former and must install the latter.
 kubectl delete crd kurainstances.kura.tuist.dev kurainstancehealths.health.kura.tuist.dev --wait=true --timeout=120s >/dev/null
 kubectl create -f "$root/testdata/crds/tuist-kurainstances.yaml" >/dev/null
-kubectl wait --for=condition=Established --timeout=60s crd/kurainstances.kura.tuist.dev >/dev/null
+crd_established kurainstances.kura.tuist.dev
 kubectl get crd kurainstances.kura.tuist.dev -o json > "$dir/tuist-crd-before.json"
 same_tuist_crd() { # WHEN
   kubectl get crd kurainstances.kura.tuist.dev -o json > "$dir/tuist-crd-after.json"
@@ -797,7 +808,7 @@ PY
 }
 release=(kura-helm "$chart" --namespace kura-helm "${api[@]}")
 "$helm" install "${release[@]}" --create-namespace >/dev/null
-kubectl wait --for=condition=Established --timeout=60s crd/kurainstancehealths.health.kura.tuist.dev >/dev/null \
+crd_established kurainstancehealths.health.kura.tuist.dev \
   || fail "helm install did not install the companion CRD"
 echo "chart-check: helm install created the companion CRD kurainstancehealths.health.kura.tuist.dev"
 same_tuist_crd "after helm install"
@@ -828,7 +839,7 @@ part "kuraInstanceCRD.install=true in a cluster without Kura's controller"
 kubectl delete crd kurainstances.kura.tuist.dev --wait=true --timeout=120s >/dev/null
 standalone=(kura-standalone "$chart" --namespace kura-standalone "${api[@]}" --set kuraInstanceCRD.install=true)
 "$helm" install "${standalone[@]}" --create-namespace >/dev/null
-kubectl wait --for=condition=Established --timeout=60s crd/kurainstances.kura.tuist.dev >/dev/null
+crd_established kurainstances.kura.tuist.dev
 kubectl get crd kurainstances.kura.tuist.dev -o jsonpath='{.spec.versions[0].schema.openAPIV3Schema.properties.status.properties.rolloutGate.type}' \
   | grep -qx object || fail "the installed KuraInstance CRD does not declare status.rolloutGate"
 "$helm" upgrade "${standalone[@]}" --set publication.target=instance >/dev/null
