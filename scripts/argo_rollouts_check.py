@@ -932,6 +932,7 @@ def main():
         for kind in ("rollouts", "analysisruns", "analysistemplates"):
             kubectl("delete", kind, "--all", "-n", NAMESPACE, "--wait=true")
         kubectl("delete", "clusteranalysistemplates", "--all", "--wait=true")
+        t0 = time.time()
         installed = install_recipes(version, files, NAMESPACE)
         misspelled(version, installed)
         if a.install_only:
@@ -969,13 +970,17 @@ def main():
                     if kind_of(metric) == "web":
                         create("issue-31", file, template, shortened(issue_31_web(metric)), "flapping")
                         create("pre-issue-31", file, template, shortened(pre_issue_31(metric)), "held")
+            log("-- %s: %d AnalysisRuns created (%.0fs)" % (version, len(runs), time.time() - t0))
             ended = wait_runs({name for *_, name in runs})
+            log("-- %s: every AnalysisRun ended (%.0fs)" % (version, time.time() - t0))
             for variant, file, m, instance, name in runs:
                 phase = judge(version, variant, file, m, instance, ended.get(name, {}))
                 if variant == "current":
                     table.append((version, file, kind_of(m), instance, phase))
             rollout_resolves(version, metrics, args_of)
+            log("-- %s: Rollouts resolved (%.0fs)" % (version, time.time() - t0))
             job_recipe(version, a, a.work)
+            log("-- %s: job recipe (%.0fs)" % (version, time.time() - t0))
         finally:
             stop_controller(proc, logf)
     server.shutdown()

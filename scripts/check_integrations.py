@@ -13,6 +13,10 @@ metrics.txt (its /metrics), for the instances `healthy` (checks pass, every
 pod on spec.image), `rolling` (checks pass on pods of the old image),
 `held` (a pod not ready) and `stopped` (memory pressure 2).
 
+- every template under --recipes, its v1.7/ too; a soak in a condition or
+  query (duration('30s'), `>= bool 30`) is checked as written (the healthy
+  instance, healthy for 2 s, has not met it: an Error saying so; 0.5 from
+  the Prometheus query) and shortened to 1 s (the phases below);
 - every verdict document validates against the JSON Schema;
 - web provider: the recipe's jsonPath, successCondition and
   failureCondition, evaluated as Argo Rollouts does (kura-integrations
