@@ -1,24 +1,37 @@
 #!/usr/bin/env bash
-# The Argo Rollouts recipes of docs/integrations/argo/ (web and Prometheus)
-# under the real Argo Rollouts controller of each supported release
-# (scripts/tools/argo-rollouts/versions: v1.7.2 and v1.8.5), against a real
-# kube-apiserver and the agent's real verdict API (issue 31 item 2):
+# The recipes of docs/integrations/ under the real Argo Rollouts controller
+# of each supported release (scripts/tools/argo-rollouts/versions: v1.7.2
+# and v1.8.5), against a real kube-apiserver and the agent's real verdict
+# API (issues 31 and 41; scripts/argo_rollouts_check.py says what each step
+# asserts):
 #   1. a real agent loop over simulated pods with an instance in each state
 #      (agent/tests/integration_outputs.rs, KURA_INTEGRATIONS_SERVE) serves
-#      its verdict API on loopback
+#      its verdict API and /metrics on loopback
 #   2. kube-apiserver + etcd (scripts/k8s-up.sh)
-#   3. per release: its CRDs, its rollouts-controller (analysis controller
-#      only), one AnalysisRun per recipe and state; healthy must end
-#      Successful, held and rolling must not (Error at the deadline), a hard
-#      stop Failed on the first measurement (scripts/argo_rollouts_check.py);
-#      the pre-issue-31 templates run too: their hold ends Successful on 1.7
+#   3. per release, one after the other: its own CRDs, kept in the
+#      repository (testdata/vendor/argo-rollouts/<version>, checked against
+#      the release's module); every AnalysisTemplate and
+#      ClusterAnalysisTemplate under docs/ applied with `kubectl apply`
+#      (strict field validation), each on the releases it claims; its
+#      rollouts-controller (every controller) running an AnalysisRun per
+#      web and Prometheus template, agent state and broken path (healthy,
+#      rolling, held, stopped, flapping; a 404, a timeout, a closed port):
+#      the number of healthy measurements before Successful, the reason
+#      each Error gives, a flap never passing; a Rollout whose step names the
+#      namespaced and the cluster template, resolved by the controller; the
+#      job recipe laid out as Argo CD and Kargo do (the hook in the nodes'
+#      namespace, the Stage's AnalysisRun and the Job the controller makes
+#      from it): the Job's ConfigMap must be in its namespace; and, as
+#      checks of the check, the templates before issues 31 and 41 must let
+#      a hold and a flap pass on 1.7
 #
-#   scripts/argo-rollouts-check.sh
+#   scripts/argo-rollouts-check.sh [--install-only]
 #
 # Builds the controllers on first use (scripts/build-tools.sh
 # argo-rollouts-1.7 argo-rollouts-1.8: ~4-6 min each on 2 cores, cached in
 # ~/.cache/kura-tools). KURA_ARGO_CHECK_KEEP=1 keeps the work directory
-# (controller logs, the agent's log).
+# (controller logs, the agent's log); KURA_ARGO_CHECK_DOCS=DIR checks the
+# recipes of another docs/ (e.g. an older commit's, to see what it fails).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -30,7 +43,9 @@ stop_agent() {
   rm -f "$dir/agent-url"
   if [ -n "$agent_pid" ]; then wait "$agent_pid" 2>/dev/null || true; fi
 }
-trap 'stop_agent; run_finish' EXIT
+# run_finish exits with the status it finds in $?: the script's, not
+# stop_agent's (a failed check must fail the script).
+trap 'rc=$?; stop_agent; set +e; (exit "$rc"); run_finish' EXIT
 
 py=python3
 if ! "$py" -c 'import yaml' 2>/dev/null; then
@@ -40,18 +55,22 @@ fi
 
 part "tools (cached after the first build)"
 eval "$("$root/scripts/build-tools.sh" kube-apiserver etcd kubectl argo-rollouts-1.7 argo-rollouts-1.8)"
-command -v go >/dev/null || PATH=/usr/local/go/bin:$PATH   # as build-tools.sh does
-crds() { # TOOL: the CRDs of that release's module
-  local version
-  version=$(awk -v t="$1" '$1 == t { print $2 }' "$root/scripts/tools/argo-rollouts/versions")
-  GOFLAGS=-mod=mod GOTOOLCHAIN=local go mod download -json "github.com/argoproj/argo-rollouts@$version" \
-    | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p' | sed 's|$|/manifests/crds|'
+# Each release's own CRDs, kept in the repository (testdata/vendor/argo-rollouts/,
+# copied from the release's module by scripts/vendor-argo-rollouts-crds.sh);
+# the copies must still be the module's (the module is the one the
+# controller was built from: in the Go module cache after build-tools.sh).
+crds() { # TOOL: that release's vendored CRDs
+  echo "$root/testdata/vendor/argo-rollouts/$(awk -v t="$1" '$1 == t { print $2 }' "$root/scripts/tools/argo-rollouts/versions")"
 }
 crds_17=$(crds argo-rollouts-1.7)
 crds_18=$(crds argo-rollouts-1.8)
+"$root/scripts/vendor-argo-rollouts-crds.sh" --check
 
 part "the agent's verdict API: a real agent loop over simulated pods"
 cargo test --locked -q -p kura-agent --test integration_outputs --no-run
+# The job recipe's hook runs the agent binary's `baseline`.
+cargo build --locked -q -p kura-agent --bin kura-agent
+agent_bin=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')/debug/kura-agent
 KURA_INTEGRATIONS_SERVE=$dir/agent-url cargo test --locked -q -p kura-agent --test integration_outputs \
   -- --nocapture > "$dir/agent.log" 2>&1 &
 agent_pid=$!
@@ -70,7 +89,13 @@ part "kube-apiserver + etcd up"
 . "$k8s_dir/env"
 
 part "AnalysisRuns under Argo Rollouts v1.7.2 and v1.8.5"
-"$py" "$root/scripts/argo_rollouts_check.py" --recipes "$root/docs/integrations/argo" \
+docs=${KURA_ARGO_CHECK_DOCS:-$root/docs}
+"$py" "$root/scripts/argo_rollouts_check.py" --recipes "$docs/integrations/argo" \
+  --docs "$docs" \
   --agent-url "$agent_url" --work "$dir" \
+  --agent-bin "$agent_bin" --scenario "$root/testdata/sim/pair-healthy.json" \
+  --baseline-hook "$docs/integrations/kargo/baseline-hook.yaml" --stage "$docs/integrations/kargo/stage.yaml" \
+  --job-template "$docs/integrations/argo/analysis-template-job.yaml" \
+  --kargo-stage-crd "$root/testdata/vendor/kargo/kargo.akuity.io_stages.yaml" \
   --controller "1.7=$KURA_ARGO_ROLLOUTS_1_7:$crds_17" \
-  --controller "1.8=$KURA_ARGO_ROLLOUTS_1_8:$crds_18"
+  --controller "1.8=$KURA_ARGO_ROLLOUTS_1_8:$crds_18" "$@"

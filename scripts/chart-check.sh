@@ -185,6 +185,51 @@ refused "Kubernetes 1.21" "incompatible with Kubernetes" "${api[@]}" --kube-vers
 # The chart as a subchart: values.schema.json admits Helm's `global`.
 "$helm" lint --strict "$chart" "${api[@]}" --set global.imageRegistry=registry.example.com >/dev/null \
   || fail "values with global set were refused: the chart cannot be a subchart"
+# ...and the usual subchart switch, `enabled` (a parent's dependency
+# condition): accepted by the schema, and it switches the agent on and off.
+"$helm" lint --strict "$chart" "${api[@]}" --set enabled=true >/dev/null \
+  || fail "values with enabled set were refused: a parent's condition kura-health-agent.enabled cannot be used"
+mkdir -p "$dir/parent/charts"
+cp -r "$chart" "$dir/parent/charts/kura-health-agent"
+cat > "$dir/parent/Chart.yaml" <<'PARENT'
+apiVersion: v2
+name: parent
+version: 0.1.0
+dependencies:
+  - name: kura-health-agent
+    version: ">=0.0.0-0"
+    condition: kura-health-agent.enabled
+PARENT
+for on in true false; do
+  kinds=$("$helm" template p "$dir/parent" --namespace kura-system \
+    --set "kura-health-agent.networkPolicy.apiServer.cidrs={$api_cidr}" \
+    --set "kura-health-agent.enabled=$on" | grep -c '^kind: Deployment' || true)
+  want=1; [ $on = true ] || want=0
+  [ "$kinds" = $want ] || fail "as a subchart with kura-health-agent.enabled=$on: $kinds Deployments, want $want"
+done
+# The README's CiliumNetworkPolicy for the API server selects the chart's
+# pods (release kura-health-agent) on the chart's apiServer.ports.
+"$helm" template kura-health-agent "$chart" --namespace kura-system "${api[@]}" > "$dir/cilium-release.yaml"
+"$py" - "$chart/README.md" "$dir/cilium-release.yaml" "$chart/values.yaml" <<'CILIUM' || fail "the README's CiliumNetworkPolicy does not fit the chart"
+import re, sys, yaml
+readme, rendered, values = sys.argv[1:]
+text = open(readme).read()
+m = re.search(r"<!-- cilium-apiserver-policy:.*?-->\n```yaml\n(.*?)```", text, re.S)
+assert m, "no cilium-apiserver-policy block in the README"
+policy = yaml.safe_load(m.group(1))
+assert policy["kind"] == "CiliumNetworkPolicy", policy["kind"]
+deploy = [d for d in yaml.safe_load_all(open(rendered)) if d and d["kind"] == "Deployment"][0]
+labels = deploy["spec"]["template"]["metadata"]["labels"]
+selector = policy["spec"]["endpointSelector"]["matchLabels"]
+assert all(labels.get(k) == v for k, v in selector.items()), (selector, labels)
+assert policy["metadata"]["namespace"] == deploy["metadata"]["namespace"], policy["metadata"]
+(rule,) = policy["spec"]["egress"]
+assert rule["toEntities"] == ["kube-apiserver"], rule
+ports = sorted(int(p["port"]) for p in rule["toPorts"][0]["ports"])
+want = sorted(yaml.safe_load(open(values))["networkPolicy"]["apiServer"]["ports"])
+assert ports == want, (ports, want)
+print("the README's CiliumNetworkPolicy selects the chart's pods on ports %s" % ports)
+CILIUM
 # NOTES.txt says who reaches the verdict API and how to upgrade the CRD.
 notes=$("$helm" install x "$chart" --dry-run=client --namespace kura-system "${api[@]}" 2>&1 | sed -n '/^NOTES:/,$p')
 for want in "networkPolicy.verdictFrom" "kubernetes.io/metadata.name: argo-rollouts" \
@@ -410,9 +455,20 @@ part "kube-apiserver + etcd up"
 part "JSON Schemas from the API server"
 # The companion CRD (crds/) and the project's KuraInstance CRD (files/,
 # kuraInstanceCRD.install): the latter stands in for Kura's here.
+# Polled, not `kubectl wait --for=condition=Established`: that fails at once
+# ("accessor error: <nil>") when it reads a CRD before its first status.
+crd_established() { # CRD...: each Established within 60 s
+  local crd i
+  for crd in "$@"; do
+    for i in $(seq 1 120); do
+      [ "$(kubectl get crd "$crd" -o jsonpath='{.status.conditions[?(@.type=="Established")].status}' 2>/dev/null)" = True ] && break
+      [ "$i" -lt 120 ] || return 1
+      sleep 0.5
+    done
+  done
+}
 kubectl apply --server-side -f "$chart/crds/" -f "$chart/files/kurainstances.kura.tuist.dev.yaml"
-kubectl wait --for=condition=Established --timeout=60s \
-  crd/kurainstances.kura.tuist.dev crd/kurainstancehealths.health.kura.tuist.dev
+crd_established kurainstances.kura.tuist.dev kurainstancehealths.health.kura.tuist.dev
 kubectl get --raw /openapi/v2 > "$dir/openapi-v2.json"
 python3 "$root/scripts/k8s-json-schemas.py" "$dir/openapi-v2.json" "$dir/schemas"
 
@@ -733,7 +789,7 @@ part "helm install and upgrade beside Tuist's KuraInstance CRD leave it exactly 
 # must not touch the former and must install the latter.
 kubectl delete crd kurainstances.kura.tuist.dev kurainstancehealths.health.kura.tuist.dev --wait=true --timeout=120s >/dev/null
 kubectl create -f "$root/testdata/crds/tuist-kurainstances.yaml" >/dev/null
-kubectl wait --for=condition=Established --timeout=60s crd/kurainstances.kura.tuist.dev >/dev/null
+crd_established kurainstances.kura.tuist.dev
 kubectl get crd kurainstances.kura.tuist.dev -o json > "$dir/tuist-crd-before.json"
 same_tuist_crd() { # WHEN
   kubectl get crd kurainstances.kura.tuist.dev -o json > "$dir/tuist-crd-after.json"
@@ -752,7 +808,7 @@ PY
 }
 release=(kura-helm "$chart" --namespace kura-helm "${api[@]}")
 "$helm" install "${release[@]}" --create-namespace >/dev/null
-kubectl wait --for=condition=Established --timeout=60s crd/kurainstancehealths.health.kura.tuist.dev >/dev/null \
+crd_established kurainstancehealths.health.kura.tuist.dev \
   || fail "helm install did not install the companion CRD"
 echo "chart-check: helm install created the companion CRD kurainstancehealths.health.kura.tuist.dev"
 same_tuist_crd "after helm install"
@@ -783,7 +839,7 @@ part "kuraInstanceCRD.install=true in a cluster without Kura's controller"
 kubectl delete crd kurainstances.kura.tuist.dev --wait=true --timeout=120s >/dev/null
 standalone=(kura-standalone "$chart" --namespace kura-standalone "${api[@]}" --set kuraInstanceCRD.install=true)
 "$helm" install "${standalone[@]}" --create-namespace >/dev/null
-kubectl wait --for=condition=Established --timeout=60s crd/kurainstances.kura.tuist.dev >/dev/null
+crd_established kurainstances.kura.tuist.dev
 kubectl get crd kurainstances.kura.tuist.dev -o jsonpath='{.spec.versions[0].schema.openAPIV3Schema.properties.status.properties.rolloutGate.type}' \
   | grep -qx object || fail "the installed KuraInstance CRD does not declare status.rolloutGate"
 "$helm" upgrade "${standalone[@]}" --set publication.target=instance >/dev/null

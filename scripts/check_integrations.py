@@ -13,6 +13,10 @@ metrics.txt (its /metrics), for the instances `healthy` (checks pass, every
 pod on spec.image), `rolling` (checks pass on pods of the old image),
 `held` (a pod not ready) and `stopped` (memory pressure 2).
 
+- every template under --recipes, its v1.7/ too; a soak in a condition or
+  query (duration('30s'), `>= bool 30`) is checked as written (the healthy
+  instance, healthy for 2 s, has not met it: an Error saying so; 0.5 from
+  the Prometheus query) and shortened to 1 s (the phases below);
 - every verdict document validates against the JSON Schema;
 - web provider: the recipe's jsonPath, successCondition and
   failureCondition, evaluated as Argo Rollouts does (kura-integrations
@@ -123,14 +127,47 @@ def ok(msg):
 
 
 def recipes(directory):
+    """Every document of every YAML file under directory (its v1.7/ too)."""
     out = []
-    for name in sorted(os.listdir(directory)):
-        if not name.endswith(".yaml"):
-            continue
-        for doc in yaml.safe_load_all(open(os.path.join(directory, name))):
-            if doc:
-                out.append((name, doc))
+    for base, dirs, files in os.walk(directory):
+        dirs.sort()
+        for name in sorted(files):
+            if not name.endswith(".yaml"):
+                continue
+            path = os.path.join(base, name)
+            for doc in yaml.safe_load_all(open(path)):
+                if doc:
+                    out.append((os.path.relpath(path, directory), doc))
     return out
+
+
+# The healthy instance of --outputs has been healthy for 2 s or more without
+# a break (agent/tests/integration_outputs.rs, HEALTHY_FOR); a recipe's soak
+# (duration('30s') in a web condition, `>= bool 30` in a query) is checked
+# shortened to SOAK_TEST, and as written, which the healthy instance has
+# not met: then the measurement is an Error saying so.
+SOAK_TEST = "1"
+
+
+def soak_shortened(metric):
+    m = json.loads(json.dumps(metric))
+    for k in ("successCondition", "failureCondition"):
+        if k in m:
+            m[k] = re.sub(r"duration\('\d+[sm]'\)", "duration('%ss')" % SOAK_TEST, m[k])
+    if "prometheus" in m["provider"]:
+        q = m["provider"]["prometheus"]["query"]
+        m["provider"]["prometheus"]["query"] = re.sub(r">= bool \d+", ">= bool " + SOAK_TEST, q)
+    return m
+
+
+def matches(got, want):
+    """want: the phase, or PHASE|TEXT: that phase, its message holding TEXT."""
+    phase, _, text = want.partition("|")
+    return got.split(":")[0] == phase and text in got
+
+
+def has_soak(metric):
+    return soak_shortened(metric) != metric
 
 
 def fill(text, args):
@@ -157,8 +194,16 @@ def check_schema(outputs, schema_path):
 
 
 def check_web(name, metric, outputs, tool):
+    if has_soak(metric):
+        # As written: the healthy instance has not been healthy that long.
+        check_web_states(name + " (soak as written)", metric, outputs, tool,
+                         {"healthy": "Error|kura: healthy for less than"})
+    check_web_states(name, soak_shortened(metric), outputs, tool, WEB_EXPECTED)
+
+
+def check_web_states(name, metric, outputs, tool, expected):
     web = metric["provider"]["web"]
-    for state, want in WEB_EXPECTED.items():
+    for state, want in expected.items():
         body = os.path.join(outputs, "verdict-%s.json" % state)
         cmd = [tool, "argo-web", "--body", body, "--jsonpath", web.get("jsonPath", "{$}")]
         if metric.get("successCondition"):
@@ -168,7 +213,8 @@ def check_web(name, metric, outputs, tool):
         got = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip()
         label = "%s %s on %s" % (name, metric["name"], state)
         got = got.splitlines()[0] if got else got
-        (ok if got.split(":")[0] == want else fail)("%s: %s (want %s)" % (label, got, want))
+        (ok if matches(got, want) else fail)(
+            "%s: %s (want %s)" % (label, got, want))
 
 
 # What a Prometheus scrape adds to every series (the target: the agent's
@@ -196,17 +242,26 @@ def scrape_series(metrics_text):
 
 
 def check_prometheus(name, template, metric, outputs, tool, promtool, tmp):
+    if has_soak(metric):
+        # As written: the healthy instance has not been healthy that long.
+        check_prometheus_states(name + " (soak as written)", template, metric, outputs, tool, promtool, tmp,
+                                {"healthy": (0.5, "Error|kura: healthy for less than")})
+    check_prometheus_states(name, template, soak_shortened(metric), outputs, tool, promtool, tmp,
+                            PROMETHEUS_EXPECTED)
+
+
+def check_prometheus_states(name, template, metric, outputs, tool, promtool, tmp, expected):
     query_tmpl = metric["provider"]["prometheus"]["query"]
     defaults = {a["name"]: a.get("value") for a in template["spec"].get("args", [])}
     series = scrape_series(open(os.path.join(outputs, "metrics.txt")).read())
     tests = []
-    for state, (value, _) in PROMETHEUS_EXPECTED.items():
+    for state, (value, _) in expected.items():
         instance = "nope" if state == "absent" else state
         args = dict(defaults, namespace="kura", instance=instance)
         expr = fill(query_tmpl, args)
         exp = [] if value is None else [{"labels": "{}", "value": value}]
         tests.append({"expr": expr, "eval_time": "1m", "exp_samples": exp})
-    test_file = os.path.join(tmp, "%s-%s.test.yaml" % (name, metric["name"]))
+    test_file = os.path.join(tmp, re.sub(r"[^A-Za-z0-9.-]+", "-", "%s-%s.test.yaml" % (name, metric["name"])))
     yaml.safe_dump(
         {
             "rule_files": [],
@@ -232,7 +287,7 @@ def check_prometheus(name, template, metric, outputs, tool, promtool, tmp):
         fail("%s %s: promtool test rules:\n%s%s" % (name, metric["name"], done.stdout, done.stderr))
         return
     ok("%s %s: the query's value per state, by promtool over the real scrape" % (name, metric["name"]))
-    for state, (value, want) in PROMETHEUS_EXPECTED.items():
+    for state, (value, want) in expected.items():
         cmd = [tool, "argo-prometheus", "--values", "" if value is None else str(value)]
         if metric.get("successCondition"):
             cmd += ["--success", metric["successCondition"]]
@@ -241,7 +296,8 @@ def check_prometheus(name, template, metric, outputs, tool, promtool, tmp):
         got = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip()
         label = "%s %s on %s (%s)" % (name, metric["name"], state, value)
         got = got.splitlines()[0] if got else got
-        (ok if got.split(":")[0] == want else fail)("%s: %s (want %s)" % (label, got, want))
+        (ok if matches(got, want) else fail)(
+            "%s: %s (want %s)" % (label, got, want))
 
 
 SHORTER = {"--soak": "2s", "--timeout": "10s"}
@@ -321,6 +377,9 @@ def check_job(name, template, metric, agent, scenarios, hook_file, tmp):
                 assert bargv[0] == "baseline", bargv
                 i = bargv.index("--configmap")
                 bargv[i : i + 2] = ["--out", base_file]
+                if "--configmap-namespace" in bargv:
+                    i = bargv.index("--configmap-namespace")
+                    del bargv[i : i + 2]
                 done = subprocess.run([agent] + bargv, capture_output=True, text=True, timeout=30)
                 if done.returncode != 0:
                     fail("%s: the pre-upgrade baseline on %s: exit %d\n%s" % (hook_file, scenario, done.returncode, done.stderr[-2000:]))

@@ -10,9 +10,7 @@
 # wait, kubectl events, a rollout's Events each within 15 s of their
 # transition at the default Event bound (issue 41), a flapping instance's
 # Event objects and calls after a minute and after five, every replica's
-# answers, kstatus; then the Argo Rollouts recipes of docs/integrations.md
-# applied with --dry-run=server over the vendored CRDs, and the Kargo Stage
-# and baseline hook of the job recipe over Kargo's Stage CRD; then
+# answers, kstatus; then
 # agent/tests/e2e_port_forward.rs: node-local instances polled through the
 # API server's pod port-forward, to a kubelet stand-in built from the
 # kubelet's own port-forward code (scripts/tools/kubelet-standin, issue 39);
@@ -27,9 +25,11 @@
 # temporary directory with the garbage collector, renders the chart with helm,
 # runs the ignored e2e tests one at a time, and stops everything. Prints the
 # time of each part.
+# The recipes of docs/integrations/ (Argo Rollouts, Kargo, the job recipe)
+# are installed and run on the real API server by scripts/argo-rollouts-check.sh,
+# over each supported release's own CRDs (testdata/vendor/argo-rollouts/).
 # Knobs: KURA_E2E_FLAP_SCALE (default 10: 5 minutes of flapping in 30 s; 1
-# for the full figure), KURA_ARGO_CRDS (the Argo Rollouts CRDs; default
-# ../shared/vendor/argo-rollouts-crds), KURA_E2E_ECONOMY_INSTANCES (default 100; 1000 for the full figure)
+# for the full figure), KURA_E2E_ECONOMY_INSTANCES (default 100; 1000 for the full figure)
 # and KURA_E2E_ECONOMY_SCALE (default 10: 5 simulated minutes in 30 s; use 1
 # with 1000 instances: this machine cannot write 333 statuses/s in a debug
 # build), KURA_E2E_FLIPS (default 12, at least 10: flips timed at the default
@@ -87,46 +87,3 @@ RUST_LOG=${RUST_LOG:-error,kube_client=off} cargo test --locked -p kura-agent --
 part "e2e tests: the garbage collector"
 RUST_LOG=${RUST_LOG:-error,kube_client=off} cargo test --locked -p kura-agent --test e2e_garbage_collection -- \
   --ignored --test-threads=1 --nocapture "$@"
-
-part "Argo Rollouts recipes: --dry-run=server against the vendored CRDs"
-argo_crds=${KURA_ARGO_CRDS:-$root/../shared/vendor/argo-rollouts-crds}
-[ -d "$argo_crds" ] || argo_crds=/work/shared/vendor/argo-rollouts-crds
-[ -f "$argo_crds/analysis-template-crd.yaml" ] || {
-  echo "e2e: the Argo Rollouts CRDs are not at $argo_crds (set KURA_ARGO_CRDS)" >&2; exit 1; }
-"$KURA_KUBECTL" apply --server-side --force-conflicts \
-  -f "$argo_crds/analysis-template-crd.yaml" \
-  -f "$argo_crds/cluster-analysis-template-crd.yaml" >/dev/null
-# Polled, not `kubectl wait --for=condition=Established`: that fails at once
-# ("accessor error: <nil>") when it reads a CRD before its first status.
-for crd in analysistemplates.argoproj.io clusteranalysistemplates.argoproj.io; do
-  for _ in $(seq 1 120); do
-    [ "$("$KURA_KUBECTL" get crd "$crd" -o jsonpath='{.status.conditions[?(@.type=="Established")].status}')" = True ] && break
-    sleep 0.5
-  done
-done
-"$KURA_KUBECTL" apply --dry-run=server --validate=strict -n default -f "$root/docs/integrations/argo/"
-# The dry run can fail: a misspelled field is refused by the CRD's schema.
-sed 's/jsonPath:/jsonpath:/' "$root/docs/integrations/argo/analysis-template-web.yaml" > "$dir/misspelled.yaml"
-if "$KURA_KUBECTL" apply --dry-run=server --validate=strict -n default -f "$dir/misspelled.yaml" >/dev/null 2>&1; then
-  echo "e2e: a recipe with a misspelled field was accepted: the dry run checks nothing" >&2
-  exit 1
-fi
-echo "a misspelled recipe field is refused, as it should be"
-
-part "Kargo Stage and the baseline hook: --dry-run=server"
-# Kargo's Stage CRD (testdata/vendor/kargo: Kargo v1.11.2; its module is not
-# served by the Go module proxy) and the pre-upgrade hook's core objects.
-"$KURA_KUBECTL" apply --server-side --force-conflicts -f "$root/testdata/vendor/kargo/kargo.akuity.io_stages.yaml" >/dev/null
-for _ in $(seq 1 120); do
-  [ "$("$KURA_KUBECTL" get crd stages.kargo.akuity.io -o jsonpath='{.status.conditions[?(@.type=="Established")].status}')" = True ] && break
-  sleep 0.5
-done
-"$KURA_KUBECTL" create namespace kura-fleet >/dev/null
-"$KURA_KUBECTL" apply --dry-run=server --validate=strict -n kura-fleet \
-  -f "$root/docs/integrations/kargo/stage.yaml" -f "$root/docs/integrations/kargo/baseline-hook.yaml"
-sed 's/analysisTemplates:/analysisTemplate:/' "$root/docs/integrations/kargo/stage.yaml" > "$dir/misspelled-stage.yaml"
-if "$KURA_KUBECTL" apply --dry-run=server --validate=strict -n kura-fleet -f "$dir/misspelled-stage.yaml" >/dev/null 2>&1; then
-  echo "e2e: a Stage with a misspelled field was accepted: the dry run checks nothing" >&2
-  exit 1
-fi
-echo "a misspelled Stage field is refused, as it should be"

@@ -9,6 +9,12 @@
 //! | `rolling` | checks pass, the pods still run the old image (verdict not_converged) | Unknown (NotConverged) |
 //! | `held` | a pod not ready | False (NotReady) |
 //! | `stopped` | memory pressure 2 | False, and `rolloutHardStopped` True |
+//! | `flapping` | a pod ready for 0.6 s, then not ready for 0.7 s, by the wall clock | True, then False (NotReady), ...; `healthySince` never more than about 0.6 s old |
+//!
+//! Before it writes or serves anything, the `healthy` instance has been
+//! healthy without a break for at least [`HEALTHY_FOR`] (its verdict's
+//! `evaluatedAt` minus `healthySince`), so a recipe's soak, shortened to
+//! less than that, is met in every document.
 //!
 //! The test checks the documents itself; with `KURA_INTEGRATIONS_OUT=DIR`
 //! it also writes them (`verdict-<instance>.json`, `metrics.txt`) for
@@ -42,8 +48,20 @@ use support::sim::PollTargets;
 const OLD: &str = "ghcr.io/tuist/kura:1.0.0";
 const NEW: &str = "ghcr.io/tuist/kura:1.1.0";
 const DEADLINE: Duration = Duration::from_secs(20);
-/// The longest the test serves with `KURA_INTEGRATIONS_SERVE`.
-const SERVE_LIMIT: Duration = Duration::from_secs(1200);
+/// How long the `healthy` instance has been healthy, at least, in what the
+/// test writes and serves.
+const HEALTHY_FOR: Duration = Duration::from_secs(2);
+/// The `flapping` instance's pod is ready for the first [`FLAP_READY`] of
+/// every [`FLAP`] of the wall clock: a period no whole number of seconds,
+/// so that measurements 1 s apart see both phases (not always the same).
+const FLAP: Duration = Duration::from_millis(1300);
+const FLAP_READY: Duration = Duration::from_millis(600);
+/// The longest the test serves with `KURA_INTEGRATIONS_SERVE` (the harness
+/// removes the file when done: this only bounds a forgotten run). An hour:
+/// scripts/argo-rollouts-check.sh takes 4-7 minutes, but a machine paused
+/// for measurements (SIGSTOP) lets the wall clock run on, and a 20-minute
+/// limit ended the serving under a 27-minute pause.
+const SERVE_LIMIT: Duration = Duration::from_secs(3600);
 
 fn recorder() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
@@ -113,6 +131,8 @@ async fn the_verdict_endpoint_and_metrics_in_every_state_a_recipe_reads() {
         SimPodSpec::new("held-0"),
         not_ready,
         critical,
+        SimPodSpec::new("flapping-0"),
+        SimPodSpec::new("flapping-1"),
     ];
     let sim = Simulator::start(specs, &Addressing::default())
         .await
@@ -122,7 +142,25 @@ async fn the_verdict_endpoint_and_metrics_in_every_state_a_recipe_reads() {
         target("rolling", &sim, OLD),
         target("held", &sim, NEW),
         target("stopped", &sim, NEW),
+        target("flapping", &sim, NEW),
     ]);
+    // The flap follows the wall clock (not a sleep of its own), so that a
+    // paused process resumes in the phase the clock says, not in a healthy
+    // phase stretched by the pause.
+    let flapping = sim.pod("flapping-1").expect("flapping pod").clone();
+    let flapper = tokio::spawn(async move {
+        loop {
+            let ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("clock")
+                .as_millis();
+            let ready = ms % FLAP.as_millis() < FLAP_READY.as_millis();
+            if flapping.node().ready != ready {
+                flapping.update(|n| n.ready = ready);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
     let view = FleetView::new();
     let server = DebugServer::bind(
         "127.0.0.1:0".parse().expect("addr"),
@@ -163,6 +201,26 @@ async fn the_verdict_endpoint_and_metrics_in_every_state_a_recipe_reads() {
 
     let names = ["healthy", "rolling", "held", "stopped"];
     let started = tokio::time::Instant::now();
+    // The healthy instance, healthy for HEALTHY_FOR without a break.
+    loop {
+        let (status, v) = get_json(addr, "/api/v1/instances/kura/healthy/verdict").await;
+        let at = |k: &str| {
+            v[k].as_str()
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+        };
+        if status == 200
+            && let (Some(since), Some(at)) = (at("healthySince"), at("evaluatedAt"))
+            && at.duration_since(since)
+                >= jiff::SignedDuration::try_from(HEALTHY_FOR).expect("span")
+        {
+            break;
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "healthy for {HEALTHY_FOR:?}: {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let mut verdicts = Vec::new();
     for name in names {
         let path = format!("/api/v1/instances/kura/{name}/verdict");
@@ -247,6 +305,34 @@ async fn the_verdict_endpoint_and_metrics_in_every_state_a_recipe_reads() {
     };
     assert_eq!(status, 200);
 
+    // The flapping instance flaps: RolloutHealthy True and False within a
+    // few flaps, never healthy for much longer than one flap.
+    let mut seen = std::collections::BTreeSet::new();
+    let mut longest = jiff::SignedDuration::ZERO;
+    let flapping_since = tokio::time::Instant::now();
+    while flapping_since.elapsed() < 3 * FLAP {
+        let (_, v) = get_json(addr, "/api/v1/instances/kura/flapping/verdict").await;
+        if let Some(status) = v["rolloutHealthy"]["status"].as_str() {
+            seen.insert(status.to_owned());
+        }
+        let at = |k: &str| {
+            v[k].as_str()
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+        };
+        if let (Some(since), Some(at)) = (at("healthySince"), at("evaluatedAt")) {
+            longest = longest.max(at.duration_since(since));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        seen.contains("True") && seen.contains("False"),
+        "the flapping instance flaps: {seen:?}"
+    );
+    assert!(
+        longest < jiff::SignedDuration::from_millis(900),
+        "the flapping instance was healthy for {longest:?} without a break"
+    );
+
     if let Ok(dir) = std::env::var("KURA_INTEGRATIONS_OUT") {
         let dir = std::path::PathBuf::from(dir);
         std::fs::create_dir_all(&dir).expect("output dir");
@@ -285,6 +371,7 @@ async fn the_verdict_endpoint_and_metrics_in_every_state_a_recipe_reads() {
         );
     }
 
+    flapper.abort();
     let _ = stop.send(true);
     let _ = agent.await;
     let _ = server.await;

@@ -51,7 +51,7 @@ fn flag(b: bool) -> f64 {
 }
 
 /// The plain per-instance gauges, in render order.
-const GAUGES: [Gauge; 24] = [
+const GAUGES: [Gauge; 25] = [
     Gauge {
         name: "kura_instance_ready",
         help: "1 when every expected pod was sampled and reports ready.",
@@ -245,6 +245,21 @@ const GAUGES: [Gauge; 24] = [
         name: "kura_instance_soak_eligible",
         help: "1 when the instance was healthy at baseline capture (held to its baseline), 0 when not; absent without a verdict.",
         value: |v, _| v.gate.as_ref().map(|g| flag(g.soak_eligible)),
+    },
+    Gauge {
+        name: "kura_instance_healthy_seconds",
+        help: "How long the gate verdict had been healthy without a break at the last sweep (evaluatedAt minus healthySince, the agent's clock); 0 when not healthy; absent without a verdict.",
+        // The soak of the Argo Rollouts Prometheus templates: a flap between
+        // two scrapes (or two measurements) resets healthySince, so the
+        // series says what sampling the verdict cannot.
+        value: |v, _| {
+            v.gate.as_ref().map(|g| match g.healthy_since {
+                Some(since) if g.verdict == AgentVerdict::Healthy => {
+                    g.evaluated_at.duration_since(since).as_secs_f64().max(0.0)
+                }
+                _ => 0.0,
+            })
+        },
     },
     Gauge {
         name: "kura_instance_converged",
@@ -907,6 +922,38 @@ mod tests {
             ]
         );
         assert_eq!(one(INSTANCES_BY_IMAGE), vec!["{image=\"img:2\"} 1"]);
+    }
+
+    #[test]
+    fn healthy_seconds_is_the_unbroken_healthy_time_at_the_last_sweep() {
+        let l = "{kura_namespace=\"kura\",kura_instance=\"acme\"}";
+        let mut v = instance("acme", "img:2", vec![pod("acme-0", Some("img:2"))]);
+        // A hard stop: not healthy, 0 (not absent: there is a verdict).
+        let text = render(std::slice::from_ref(&v), ts("2026-07-21T10:00:35Z"));
+        assert_eq!(
+            values(&text, "kura_instance_healthy_seconds"),
+            vec![format!("{l} 0")]
+        );
+        // Healthy since 10:00:00, judged at 10:00:10: 10 s, whatever the
+        // scrape's time (the agent's sweep is what it measures).
+        let mut gate = RolloutGate::clone(v.gate.as_ref().expect("gate"));
+        gate.verdict = AgentVerdict::Healthy;
+        gate.signal = None;
+        gate.healthy_since = Some(ts("2026-07-21T10:00:00Z"));
+        v.gate = Some(gate.clone().into());
+        let text = render(std::slice::from_ref(&v), ts("2026-07-21T10:05:00Z"));
+        assert_eq!(
+            values(&text, "kura_instance_healthy_seconds"),
+            vec![format!("{l} 10")]
+        );
+        // A healthySince left over on an unhealthy verdict counts nothing.
+        gate.verdict = AgentVerdict::Unhealthy;
+        v.gate = Some(gate.into());
+        let text = render(std::slice::from_ref(&v), ts("2026-07-21T10:05:00Z"));
+        assert_eq!(
+            values(&text, "kura_instance_healthy_seconds"),
+            vec![format!("{l} 0")]
+        );
     }
 
     #[test]
