@@ -44,6 +44,8 @@ pub(crate) fn product_sources() -> Vec<(String, String)> {
     files
         .into_iter()
         .filter(|p| !p.ends_with("telemetry_check.rs"))
+        // A file of unit tests only (declared `#[cfg(test)] mod …_tests;`).
+        .filter(|p| !p.to_string_lossy().ends_with("_tests.rs"))
         .map(|p| {
             let text = std::fs::read_to_string(&p).expect("source");
             let code = text

@@ -72,6 +72,8 @@ struct Written {
     healthy_since: Option<String>,
     target_image: Option<String>,
     baseline_captured_at: Option<String>,
+    /// `rolloutGate.baseline`, as JSON text.
+    baseline: Option<String>,
     resource_version: String,
 }
 
@@ -128,6 +130,11 @@ fn record(log: &WriteLog, obj: &DynamicObject) {
             .pointer("/status/rolloutGate/baselineCapturedAt")
             .and_then(Value::as_str)
             .map(str::to_owned),
+        baseline: obj
+            .data
+            .pointer("/status/rolloutGate/baseline")
+            .filter(|b| !b.is_null())
+            .map(Value::to_string),
         resource_version: rv,
     });
 }
@@ -415,6 +422,14 @@ fn assert_monotone(by: &BTreeMap<String, Vec<Written>>) {
                         a.agent, b.agent
                     );
                 }
+                assert!(
+                    a.baseline.is_none() || a.baseline == b.baseline,
+                    "{key}: rolloutGate.baseline changed mid-rollout ({:?} -> {:?}, {} -> {})",
+                    a.baseline,
+                    b.baseline,
+                    a.agent,
+                    b.agent
+                );
                 assert!(
                     a.baseline_captured_at.is_none()
                         || a.baseline_captured_at == b.baseline_captured_at,
@@ -1036,4 +1051,223 @@ async fn a_replica_that_cannot_renew_stops_writing_and_rejoins_without_overlap()
     drop(sim);
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let _ = namespaces.delete(&ns, &Default::default()).await;
+}
+
+/// The kube-apiserver stopped (SIGSTOP) while alive, continued (SIGCONT)
+/// when dropped, even on a failed assertion.
+struct Paused(String);
+
+impl Paused {
+    fn new(pid: &str) -> Paused {
+        signal(pid, "-STOP");
+        Paused(pid.to_owned())
+    }
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        signal(&self.0, "-CONT");
+    }
+}
+
+fn signal(pid: &str, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([sig, pid])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill {sig} {pid}");
+}
+
+/// Sleeps `d` while sampling what every agent owns.
+async fn sampling(agents: &[Replica], samples: &mut Vec<Sample>, d: Duration) {
+    let until = Instant::now() + d;
+    while Instant::now() < until {
+        samples.push((Instant::now(), sample(agents).await));
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Issue 41: handovers in the middle of a rollout, under membership churn
+/// (two crashes and a graceful leave, each replica started again) and two
+/// API-server pauses (SIGSTOP of kube-apiserver: 4 s, then 9 s, longer
+/// than the Lease, so every Lease lapses and every instance is handed
+/// over and its status read again). Every status change of every instance
+/// is watched: published counters never decrease, `rolloutGate.baseline`
+/// (and its capture time, and the soak clock) never change under one
+/// target image, and no instance is owned twice at a sample.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real API server: scripts/scale-e2e.sh"]
+async fn handovers_under_churn_and_api_server_pauses_keep_counters_and_baselines() {
+    const N: usize = 45;
+    init_test_logging("warn,kura_agent::shard=info");
+    let apiserver = std::env::var("KURA_APISERVER_PID")
+        .expect("KURA_APISERVER_PID (scripts/k8s-up.sh's env): the API server to pause");
+    let client = Client::try_default().await.expect("KUBECONFIG");
+    let ns = "handover".to_owned();
+    let sim = fixtures(&client, &ns, N, Ipv4Addr::new(127, 31, 0, 1)).await;
+    let pod_port = sim.pods()[0].addr().port();
+    let bumper = bump_counters(&sim);
+    let (log, watch) = start_write_log(&client, &ns);
+    let t_start = Instant::now();
+    let ids: Vec<String> = (0..AGENTS).map(|i| format!("agent-{i}")).collect();
+    let mut agents: Vec<Replica> = Vec::new();
+    for id in &ids {
+        agents.push(Replica::start(id, &ns, pod_port, None).await);
+    }
+    let mut samples: Vec<Sample> = Vec::new();
+
+    // Settled: every instance written.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        samples.push((Instant::now(), sample(&agents).await));
+        let written: BTreeSet<String> = log
+            .all()
+            .iter()
+            .filter(|w| !w.agent.is_empty())
+            .map(|w| w.instance.clone())
+            .collect();
+        if written.len() == N {
+            break;
+        }
+        assert!(Instant::now() < deadline, "only {} written", written.len());
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+
+    // A rollout: every instance gets a new image (its pods keep the old
+    // one, so the rollout stays in progress throughout); baselines are
+    // captured.
+    let instances: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns, &kura_instance_resource());
+    for i in 0..N {
+        instances
+            .patch(
+                &format!("acme-{i:02}"),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"image": NEXT_IMAGE}})),
+            )
+            .await
+            .expect("new image");
+    }
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        samples.push((Instant::now(), sample(&agents).await));
+        let captured = log
+            .by_instance()
+            .values()
+            .filter(|ws| {
+                ws.last().is_some_and(|w| {
+                    w.target_image.as_deref() == Some(NEXT_IMAGE) && w.baseline.is_some()
+                })
+            })
+            .count();
+        if captured == N {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "baselines captured: {captured} of {N}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let rollout_at = Instant::now();
+
+    // Churn and pauses.
+    let mut churn = 0;
+    let mut pauses = Vec::new();
+    // 1. agent-2 crashes; it comes back after its Lease lapsed.
+    agents[2].agent.crash();
+    churn += 1;
+    sampling(&agents, &mut samples, LEASE + Duration::from_secs(3)).await;
+    agents[2] = Replica::start(&ids[2], &ns, pod_port, None).await;
+    churn += 1;
+    sampling(&agents, &mut samples, Duration::from_secs(12)).await;
+    // 2. A short API-server pause (4 s, within the Lease).
+    {
+        let _paused = Paused::new(&apiserver);
+        tokio::time::sleep(Duration::from_secs(4)).await;
+    }
+    pauses.push(Duration::from_secs(4));
+    sampling(&agents, &mut samples, Duration::from_secs(10)).await;
+    // 3. agent-1 leaves gracefully and comes back.
+    agents[1].agent.stop().await;
+    churn += 1;
+    sampling(&agents, &mut samples, Duration::from_secs(4)).await;
+    agents[1] = Replica::start(&ids[1], &ns, pod_port, None).await;
+    churn += 1;
+    sampling(&agents, &mut samples, Duration::from_secs(12)).await;
+    // 4. A long API-server pause (9 s > the Lease): every Lease lapses,
+    // every replica fences itself, then all acquire again and settle.
+    {
+        let _paused = Paused::new(&apiserver);
+        tokio::time::sleep(Duration::from_secs(9)).await;
+    }
+    pauses.push(Duration::from_secs(9));
+    sampling(&agents, &mut samples, Duration::from_secs(15)).await;
+    // 5. agent-0 crashes and is started again at once.
+    agents[0].agent.crash();
+    churn += 1;
+    agents[0] = Replica::start(&ids[0], &ns, pod_port, None).await;
+    churn += 1;
+    sampling(&agents, &mut samples, Duration::from_secs(8)).await;
+
+    // Every instance is written again after the churn.
+    let churn_end = Instant::now();
+    let deadline = churn_end + Duration::from_secs(45);
+    loop {
+        samples.push((Instant::now(), sample(&agents).await));
+        let fresh = log
+            .by_instance()
+            .values()
+            .filter(|ws| ws.iter().any(|w| w.at > churn_end))
+            .count();
+        if fresh == N {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "written after the churn: {fresh} of {N}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let duration = t_start.elapsed();
+    for a in &mut agents {
+        a.agent.crash();
+    }
+    bumper.abort();
+    watch.abort();
+
+    let by = log.by_instance();
+    assert_eq!(by.len(), N);
+    assert_monotone(&by);
+    assert_disjoint(&samples, &ids, t_start);
+    let writes: usize = by.values().map(Vec::len).sum();
+    let handovers: usize = by
+        .values()
+        .map(|ws| {
+            runs(
+                &ws.iter()
+                    .filter(|w| w.at >= rollout_at)
+                    .cloned()
+                    .collect::<Vec<_>>(),
+            )
+            .len()
+            .saturating_sub(1)
+        })
+        .sum();
+    for (name, ws) in &by {
+        let baselines: BTreeSet<&String> = ws
+            .iter()
+            .filter(|w| w.target_image.as_deref() == Some(NEXT_IMAGE))
+            .filter_map(|w| w.baseline.as_ref())
+            .collect();
+        assert_eq!(baselines.len(), 1, "{name}: baselines {baselines:?}");
+    }
+    println!(
+        "handover churn: {N} instances, {AGENTS} replicas, {churn} membership events \
+         (2 crashes + 1 graceful leave, each started again), API-server pauses {pauses:?}, \
+         {duration:?} in all; {writes} status changes watched, {handovers} changes of writer \
+         during the rollout, {} ownership samples: counters never decreased, one baseline \
+         per instance, never two owners",
+        samples.len()
+    );
 }

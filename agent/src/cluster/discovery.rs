@@ -13,23 +13,24 @@
 //! match.
 
 use crate::model::{
-    Contest, ControllerHealth, InstanceKey, InstanceTarget, PodScope, PublicationTarget,
-    StoredInstance, StoredStatusSource,
+    Contest, ControllerHealth, DesiredStatus, InstanceKey, InstanceTarget, PodScope,
+    PublicationTarget, StatusLifecycle, StoredInstance, StoredStatusSource,
 };
 use crate::telemetry::{self, label};
 use futures::StreamExt;
 use kube::Client;
 use kube::api::{Api, ApiResource};
 use kube::runtime::{WatchStreamExt, watcher};
-use kura_schemas::KuraInstance;
+use kura_schemas::{KuraInstance, KuraInstanceStatus};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 
 use super::pods::TargetConfig;
 use super::store::{FactStore, Targets};
+use super::stored::Reread;
 use super::wire::{CompanionObject, InstanceObject, PodObject};
 
 /// The API resource of `KuraInstance` (for dynamic watches and requests).
@@ -73,7 +74,13 @@ pub struct Discovery {
     namespaces: Vec<String>,
     /// Where the agent publishes (where a status is read again from).
     publication: PublicationTarget,
+    /// The GETs of statuses read again in flight at once: after a Lease
+    /// lapse every instance of the replica is read again.
+    rereads: Arc<Semaphore>,
 }
+
+/// At most this many statuses are read again (GET) at once.
+pub const REREAD_CONCURRENCY: usize = 16;
 
 /// No pod list complete yet.
 const NOT_LISTED: u64 = u64::MAX;
@@ -345,9 +352,41 @@ impl Discovery {
                 client,
                 namespaces: config.namespaces.clone(),
                 publication: config.publication,
+                rereads: Arc::new(Semaphore::new(REREAD_CONCURRENCY)),
             },
             driver,
         )
+    }
+
+    /// A discovery over `store` without watches, reading statuses again
+    /// through `client` (tests drive the store's events by hand).
+    #[cfg(test)]
+    pub(crate) fn over(store: FactStore, client: Client, publication: PublicationTarget) -> Self {
+        Discovery {
+            store: Arc::new(Mutex::new(store)),
+            watches: Vec::new(),
+            image_changes: Arc::new(watch::Sender::new(0)),
+            pod_scope: None,
+            pod_lists: Vec::new(),
+            client,
+            namespaces: Vec::new(),
+            publication,
+            rereads: Arc::new(Semaphore::new(REREAD_CONCURRENCY)),
+        }
+    }
+
+    /// Whether `key`'s stored status is held (`None`: not watched).
+    #[cfg(test)]
+    pub(crate) fn stored_one_status(&self, key: &InstanceKey) -> Option<bool> {
+        locked(&self.store)
+            .stored_one(key)
+            .map(|t| t.previous_status.is_some())
+    }
+
+    /// Runs `f` on the store under its lock (tests: a watch event by hand).
+    #[cfg(test)]
+    pub(crate) fn with_store<R>(&self, f: impl FnOnce(&mut FactStore) -> R) -> R {
+        f(&mut locked(&self.store))
     }
 
     /// True once every watch has delivered its initial list (and stays true
@@ -413,35 +452,56 @@ impl Discovery {
     }
 
     /// `key`'s task stopped or ended: its status is kept again, and read
-    /// again at once when it was released (one GET of the instance, retried
-    /// with back-off until it answers or the instance is gone), so the
-    /// fleet view answers from it and a task started for the instance again
-    /// continues from it. Must be called within the tokio runtime.
-    pub fn keep_status(&self, key: &InstanceKey) {
-        if !locked(&self.store).keep_status(key) {
-            return;
-        }
+    /// again when it was released (one GET of the instance, at most
+    /// [`REREAD_CONCURRENCY`] at once, retried with back-off until it
+    /// answers or is no longer wanted), so the fleet view answers from it
+    /// and a task started for the instance again continues from it.
+    /// `last` is what the task last published: the view's answer
+    /// meanwhile. Returns whether the status is being read again. Must be
+    /// called within the tokio runtime.
+    pub fn keep_status(&self, key: &InstanceKey, last: Option<&DesiredStatus>) -> bool {
+        let last = last.map(|d| KuraInstanceStatus {
+            rollout_health: Some((*d.health).clone()),
+            rollout_gate: Some((*d.gate).clone()),
+            ..KuraInstanceStatus::default()
+        });
+        let Some(request) = locked(&self.store).keep_status(key, last) else {
+            return false;
+        };
         let Some(scope) = self.scope_of(&key.namespace) else {
             locked(&self.store).abandon_reread(key);
-            return;
+            return false;
         };
         let store = Arc::clone(&self.store);
-        let key = key.clone();
+        let permits = Arc::clone(&self.rereads);
         match self.publication {
             PublicationTarget::Instance => {
                 let api: Api<InstanceObject> = Api::namespaced(self.client.clone(), &key.namespace);
-                tokio::spawn(reread(api, store, key, move |store, obj| {
-                    store.apply_instance(scope, &watcher::Event::Apply(obj));
-                }));
+                tokio::spawn(reread(
+                    api,
+                    store,
+                    permits,
+                    request,
+                    move |store, r, obj| {
+                        store.reread_instance(scope, r, obj.as_ref());
+                    },
+                ));
             }
             PublicationTarget::Companion => {
                 let api: Api<CompanionObject> =
                     Api::namespaced(self.client.clone(), &key.namespace);
-                tokio::spawn(reread(api, store, key, move |store, obj| {
-                    store.apply_companion(scope, &watcher::Event::Apply(obj));
-                }));
+                tokio::spawn(reread(
+                    api,
+                    store,
+                    permits,
+                    request,
+                    move |store, r, obj| {
+                        store.reread_companion(scope, r, obj.as_ref());
+                    },
+                ));
             }
         }
+        true
     }
 
     /// The instances another manager contests (instance mode), with that
@@ -456,9 +516,10 @@ impl Discovery {
         locked(&self.store).controller_healths()
     }
 
-    /// Whether `key`'s status is being read again: a task must not start
-    /// for it yet.
-    pub fn status_pending(&self, key: &InstanceKey) -> bool {
+    /// Whether `key`'s status is being read again (its target is
+    /// withheld meanwhile).
+    #[cfg(test)]
+    pub(crate) fn status_pending(&self, key: &InstanceKey) -> bool {
         locked(&self.store).status_pending(key)
     }
 
@@ -471,32 +532,39 @@ impl Discovery {
     }
 }
 
-/// Reads `key`'s status again (the instance's, or its companion's, through
-/// `api`) until it answers or the object is gone (the read given up, so a
-/// task may start without it), retried with back-off; stops early when a
-/// watch event brought it or it was released again.
+/// Reads a status again (the instance's, or its companion's, through
+/// `api`) with one of `permits`, retried with back-off until it answers;
+/// stops as soon as the answer is no longer wanted (a watch event read the
+/// object whole, it was deleted or released again). The answer is applied
+/// with `apply`, which applies it only while still wanted.
 async fn reread<K>(
     api: Api<K>,
     store: Arc<Mutex<FactStore>>,
-    key: InstanceKey,
-    apply: impl Fn(&mut FactStore, K),
+    permits: Arc<Semaphore>,
+    reread: Reread,
+    apply: impl Fn(&mut FactStore, &Reread, Option<K>),
 ) where
     K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
 {
+    let key = &reread.key;
     let mut wait = REREAD_FIRST_WAIT;
     loop {
-        if !locked(&store).status_pending(&key) {
-            return; // a watch event brought it, or it was released again
+        if !locked(&store).reread_wanted(&reread) {
+            return;
         }
-        match api.get_opt(&key.name).await {
-            Ok(Some(obj)) => {
-                apply(&mut locked(&store), obj);
-                // A companion without a status leaves nothing pending.
-                locked(&store).abandon_reread(&key);
+        let answer = {
+            let Ok(_permit) = permits.acquire().await else {
+                return;
+            };
+            // Waiting for a permit, the watch may have brought it.
+            if !locked(&store).reread_wanted(&reread) {
                 return;
             }
-            Ok(None) => {
-                locked(&store).abandon_reread(&key);
+            api.get_opt(&key.name).await
+        };
+        match answer {
+            Ok(obj) => {
+                apply(&mut locked(&store), &reread, obj);
                 return;
             }
             Err(e) => {
@@ -506,6 +574,17 @@ async fn reread<K>(
                 wait = (wait * 2).min(REREAD_MAX_WAIT);
             }
         }
+    }
+}
+
+/// The stored-status lifecycle's port: the run loop lets a status go
+/// after its task's first sweep and has it read again when the task stops.
+impl StatusLifecycle for Discovery {
+    fn release_status(&self, key: &InstanceKey) {
+        Discovery::release_status(self, key);
+    }
+    fn keep_status(&self, key: &InstanceKey, last: Option<&DesiredStatus>) -> bool {
+        Discovery::keep_status(self, key, last)
     }
 }
 

@@ -6,11 +6,14 @@
 //! other way, through `write`.
 
 mod discovery;
+#[cfg(test)]
+mod handover_tests;
 mod instances;
 mod pods;
 mod publication;
 mod source;
 mod store;
+mod stored;
 mod wire;
 
 pub use discovery::kura_instance_resource;

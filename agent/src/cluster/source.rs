@@ -1,6 +1,6 @@
 //! [`ClusterTargets`]: the run loop's targets from the watches' caches.
 
-use crate::model::{InstanceKey, InstanceTarget, TargetSource};
+use crate::model::{InstanceKey, InstanceTarget, StatusLifecycle, TargetSource};
 
 use super::discovery::Discovery;
 
@@ -41,13 +41,7 @@ impl TargetSource for ClusterTargets {
     fn targets_of(&self, keys: &[InstanceKey]) -> Vec<InstanceTarget> {
         self.discovery.targets_of(keys)
     }
-    fn release_status(&self, key: &InstanceKey) {
-        self.discovery.release_status(key);
-    }
-    fn keep_status(&self, key: &InstanceKey) {
-        self.discovery.keep_status(key);
-    }
-    fn status_pending(&self, key: &InstanceKey) -> bool {
-        self.discovery.status_pending(key)
+    fn lifecycle(&self) -> Option<&dyn StatusLifecycle> {
+        Some(&self.discovery)
     }
 }

@@ -29,6 +29,7 @@ use super::instances::{
     InstanceEntry, SkippedInstance, companion_key_of, companion_status, entry_reading, key_of,
 };
 use super::pods::{PodFacts, TargetConfig, facts_of};
+use super::stored::{Lifecycle, REREADING_NOTE, Reread, Stage};
 use super::wire::{CompanionObject, InstanceObject, PodObject};
 
 /// How many changes the log keeps: a reader further behind re-reads
@@ -123,6 +124,9 @@ struct Scope {
     owners: Owners,
     /// A re-list of instances in progress.
     instance_relist: Option<HashMap<InstanceKey, InstanceEntry>>,
+    /// The instances of that re-list read without their status (released
+    /// when their entry came in).
+    instance_relist_unread: HashSet<InstanceKey>,
     /// A re-list of pods in progress.
     pod_relist: Option<(HashMap<InstanceKey, PodsOf>, Owners)>,
     /// Companion mode: the agent's status as each companion carries it
@@ -130,6 +134,10 @@ struct Scope {
     companions: HashMap<InstanceKey, Box<KuraInstanceStatus>>,
     /// A re-list of companions in progress.
     companion_relist: Option<HashMap<InstanceKey, Box<KuraInstanceStatus>>>,
+    /// The companions of that re-list read with their status, and those
+    /// read without it (released when they came in).
+    companion_relist_read: HashSet<InstanceKey>,
+    companion_relist_unread: HashSet<InstanceKey>,
 }
 
 impl Scope {
@@ -164,14 +172,10 @@ pub struct FactStore {
     scopes: Vec<Scope>,
     revision: u64,
     log: VecDeque<(u64, InstanceKey)>,
-    /// Instances whose status is not kept: a task of this replica sweeps
-    /// them, its engine holds their state, and the statuses the watch
-    /// brings are the agent's own writes ([`FactStore::release_status`]).
-    released: HashSet<InstanceKey>,
-    /// Instances whose status is being read again (a task must not start
-    /// without it): the next event that brings one logs the instance as
-    /// changed, so the loop reads its target again.
-    rereading: HashSet<InstanceKey>,
+    /// Every instance's stored-status stage (Held, Released, Rereading):
+    /// whether events' statuses are read, whether a target is handed out,
+    /// whether a GET's answer still counts ([`super::stored`]).
+    lifecycle: Lifecycle,
     /// The instances whose entry carries a contest, kept as entries change
     /// (a re-list recounts), so the contest watch, every second, reads
     /// these and not every instance.
@@ -189,8 +193,7 @@ impl FactStore {
             scopes: (0..scopes.max(1)).map(|_| Scope::default()).collect(),
             revision: 0,
             log: VecDeque::new(),
-            released: HashSet::new(),
-            rereading: HashSet::new(),
+            lifecycle: Lifecycle::default(),
             contested_keys: HashSet::new(),
             target: PublicationTarget::Instance,
         }
@@ -205,9 +208,9 @@ impl FactStore {
 
     /// Applies one event of scope `scope`'s companion watch (companion
     /// mode): the agent's status as the companion carries it, kept for
-    /// instances whose status is kept. A status being read again that
-    /// comes in logs its instance as changed. A re-list is swapped in
-    /// whole.
+    /// instances whose status is kept. A companion read whole ends a
+    /// re-read of its status and logs its instance as changed. A re-list
+    /// is swapped in whole, keeping a status read again meanwhile.
     pub fn apply_companion(&mut self, scope: usize, event: &watcher::Event<CompanionObject>) {
         if scope >= self.scopes.len() {
             return;
@@ -224,32 +227,49 @@ impl FactStore {
         let mut changed = Vec::new();
         let s = &mut self.scopes[scope];
         match event {
-            watcher::Event::Init => s.companion_relist = Some(HashMap::new()),
+            watcher::Event::Init => {
+                s.companion_relist = Some(HashMap::new());
+                s.companion_relist_read.clear();
+                s.companion_relist_unread.clear();
+            }
             watcher::Event::InitApply(obj) => {
-                if let (Some(relist), Some((key, Some(status)))) =
+                let released = companion_key_of(obj).filter(|k| self.lifecycle.released(k));
+                if let Some(key) = released {
+                    s.companion_relist_unread.insert(key);
+                } else if let (Some(relist), Some((key, status))) =
                     (s.companion_relist.as_mut(), read(obj))
-                    && !self.released.contains(&key)
                 {
-                    relist.insert(key, status);
+                    s.companion_relist_read.insert(key.clone());
+                    if let Some(status) = status {
+                        relist.insert(key, status);
+                    }
                 }
             }
             watcher::Event::InitDone => {
-                if let Some(new) = s.companion_relist.take() {
-                    s.companions = new;
-                    self.rereading.retain(|key| {
-                        if s.companions.contains_key(key) {
-                            changed.push(key.clone());
-                            false
-                        } else {
-                            true
+                if let Some(mut new) = s.companion_relist.take() {
+                    // Read without its status but kept now (read again
+                    // meanwhile): the status read since stands.
+                    for key in s.companion_relist_unread.drain() {
+                        if self.lifecycle.stage(&key) == Stage::Held
+                            && let Some(old) = s.companions.remove(&key)
+                        {
+                            new.insert(key, old);
                         }
-                    });
+                    }
+                    for key in s.companion_relist_read.drain() {
+                        if self.lifecycle.released(&key) {
+                            new.remove(&key);
+                        } else if self.lifecycle.read_whole(&key) {
+                            changed.push(key);
+                        }
+                    }
+                    s.companions = new;
                 }
             }
             watcher::Event::Apply(obj) => {
                 // A released instance's companion is this replica's own
                 // write coming back: not read at all.
-                let released = companion_key_of(obj).is_some_and(|k| self.released.contains(&k));
+                let released = companion_key_of(obj).is_some_and(|k| self.lifecycle.released(&k));
                 if !released && let Some((key, status)) = read(obj) {
                     match status {
                         Some(status) => {
@@ -259,7 +279,7 @@ impl FactStore {
                             s.companions.remove(&key);
                         }
                     }
-                    if self.rereading.remove(&key) {
+                    if self.lifecycle.read_whole(&key) {
                         changed.push(key);
                     }
                 }
@@ -328,12 +348,12 @@ impl FactStore {
 
     /// Stops keeping `key`'s status (and drops the one kept): this
     /// replica's task sweeps the instance, restored from that status, and
-    /// its engine holds all the status says. Every status the watch brings
-    /// for it from now on is read (its warnings are part of the target)
-    /// and let go. At 10,000 pods the kept statuses were about 8 MB.
+    /// its engine holds all the status says (Released). Every status the
+    /// watch brings for it from now on is read (its warnings are part of
+    /// the target) and let go. At 10,000 pods the kept statuses were about
+    /// 8 MB.
     pub fn release_status(&mut self, key: &InstanceKey) {
-        self.released.insert(key.clone());
-        self.rereading.remove(key);
+        self.lifecycle.release(key);
         for s in &mut self.scopes {
             if let Some(entry) = s.instances.get_mut(key) {
                 entry.status = None;
@@ -342,61 +362,94 @@ impl FactStore {
         }
     }
 
-    /// Keeps `key`'s status again (its task stopped or ended). Returns
-    /// whether the status must be read again before a task may start for
-    /// it: it was released and the instance is still here. Until a status
-    /// comes in ([`FactStore::apply_instance`]),
-    /// [`FactStore::status_pending`] is true.
-    pub fn keep_status(&mut self, key: &InstanceKey) -> bool {
-        if !self.released.remove(key) {
-            return false;
-        }
+    /// Keeps `key`'s status again (its task stopped or ended; `last` is
+    /// what it last published, answered meanwhile). Returns the GET to
+    /// make when the status was released and the instance is still here
+    /// (Rereading): until it is in, no target of the instance is handed
+    /// out ([`FactStore::status_pending`]).
+    pub fn keep_status(
+        &mut self,
+        key: &InstanceKey,
+        last: Option<KuraInstanceStatus>,
+    ) -> Option<Reread> {
         let present = self.scopes.iter().any(|s| s.instances.contains_key(key));
-        if present {
-            self.rereading.insert(key.clone());
-        }
-        present
+        self.lifecycle.keep(key, present, last)
     }
 
     /// Whether `key`'s status is being read again ([`FactStore::keep_status`]).
     pub fn status_pending(&self, key: &InstanceKey) -> bool {
-        self.rereading.contains(key)
+        self.lifecycle.stage(key) == Stage::Rereading
     }
 
-    /// Gives up reading `key`'s status again (the instance is gone, or the
-    /// read cannot be made): a task may start without it.
+    /// Whether `reread`'s answer still counts (no watch event, delete or
+    /// release since): a GET waiting for its turn is not made otherwise.
+    pub fn reread_wanted(&self, reread: &Reread) -> bool {
+        self.lifecycle.wanted(reread)
+    }
+
+    /// Gives up reading `key`'s status again (the read cannot be made): a
+    /// task may start without it.
     pub fn abandon_reread(&mut self, key: &InstanceKey) {
-        if self.rereading.remove(key) {
+        if self.lifecycle.read_whole(key) {
             self.mark(key.clone());
         }
     }
 
+    /// The GET of `reread` answered `obj` (`None`: not found). Applied
+    /// only while still wanted (returned), and then only its status: the
+    /// instance's shape is the watch's alone, so a late answer never
+    /// brings back a deleted instance nor an older `spec.image`. The
+    /// instance is logged as changed, so the loop reads its target.
+    pub fn reread_instance(
+        &mut self,
+        scope: usize,
+        reread: &Reread,
+        obj: Option<&InstanceObject>,
+    ) -> bool {
+        if scope >= self.scopes.len() || !self.lifecycle.answered(reread) {
+            return false;
+        }
+        if self.target == PublicationTarget::Instance
+            && let Some(entry) = self.scopes[scope].instances.get_mut(&reread.key)
+        {
+            entry.status = obj.and_then(|o| entry_reading(o, self.target, true).status);
+        }
+        self.mark(reread.key.clone());
+        true
+    }
+
+    /// [`FactStore::reread_instance`] for a companion (companion mode).
+    pub fn reread_companion(
+        &mut self,
+        scope: usize,
+        reread: &Reread,
+        obj: Option<&CompanionObject>,
+    ) -> bool {
+        if scope >= self.scopes.len() || !self.lifecycle.answered(reread) {
+            return false;
+        }
+        let status = obj.and_then(|o| companion_status(o).0).map(Box::new);
+        let companions = &mut self.scopes[scope].companions;
+        match status {
+            Some(status) => {
+                companions.insert(reread.key.clone(), status);
+            }
+            None => {
+                companions.remove(&reread.key);
+            }
+        }
+        self.mark(reread.key.clone());
+        true
+    }
+
     /// The entry of a watched instance, its status let go when released.
     fn entry_for(&self, key: &InstanceKey, obj: &InstanceObject) -> InstanceEntry {
-        let released = self.released.contains(key);
+        let released = self.lifecycle.released(key);
         let mut entry = entry_reading(obj, self.target, !released);
         if released {
             entry.status = None;
         }
         entry
-    }
-
-    /// The instances whose status was being read again and is now in
-    /// `instances` (the ones the loop can start from it): no longer
-    /// pending, and logged as changed, so the loop reads their targets
-    /// again.
-    fn reread_done(
-        rereading: &mut HashSet<InstanceKey>,
-        instances: &HashMap<InstanceKey, InstanceEntry>,
-        changed: &mut Vec<InstanceKey>,
-    ) {
-        rereading.retain(|key| match instances.get(key) {
-            Some(entry) if entry.status.is_some() => {
-                changed.push(key.clone());
-                false
-            }
-            _ => true,
-        });
     }
 
     /// A number that moves exactly when some instance's target changed.
@@ -448,6 +501,7 @@ impl FactStore {
         let mut changed = Vec::new();
         let mut applied = Applied::default();
         let mut relisted = false;
+        let instance_mode = self.target == PublicationTarget::Instance;
         let keyed = match event {
             watcher::Event::InitApply(obj) | watcher::Event::Apply(obj) => {
                 key_of(obj).map(|key| (self.entry_for(&key, obj), key))
@@ -456,17 +510,43 @@ impl FactStore {
         };
         let s = &mut self.scopes[scope];
         match event {
-            watcher::Event::Init => s.instance_relist = Some(HashMap::new()),
+            watcher::Event::Init => {
+                s.instance_relist = Some(HashMap::new());
+                s.instance_relist_unread.clear();
+            }
             watcher::Event::InitApply(_) => {
                 if let (Some(relist), Some((entry, key))) = (s.instance_relist.as_mut(), keyed) {
+                    if self.lifecycle.released(&key) {
+                        s.instance_relist_unread.insert(key.clone());
+                    }
                     relist.insert(key, entry);
                 }
             }
             watcher::Event::InitDone => {
-                if let Some(new) = s.instance_relist.take() {
+                if let Some(mut new) = s.instance_relist.take() {
+                    // Each entry's status as the stages stand now, not as
+                    // they stood when the entry came in.
+                    for (key, entry) in &mut new {
+                        if s.instance_relist_unread.remove(key) {
+                            // Read released; kept since (read again
+                            // meanwhile): the status read since stands,
+                            // or is still being read.
+                            if self.lifecycle.stage(key) == Stage::Held {
+                                entry.status = s.instances.get(key).and_then(|o| o.status.clone());
+                            }
+                        } else if self.lifecycle.released(key) {
+                            entry.status = None;
+                        } else if instance_mode && self.lifecycle.read_whole(key) {
+                            changed.push(key.clone());
+                        }
+                    }
+                    s.instance_relist_unread.clear();
                     for (key, old) in &s.instances {
                         match new.get(key) {
-                            None => changed.push(key.clone()),
+                            None => {
+                                self.lifecycle.gone(key);
+                                changed.push(key.clone());
+                            }
                             Some(n) => {
                                 if n.shape != old.shape {
                                     changed.push(key.clone());
@@ -482,9 +562,6 @@ impl FactStore {
                     );
                     s.instances = new;
                     relisted = true;
-                    // Only now: a status in a re-list still under way is
-                    // not in the targets yet.
-                    Self::reread_done(&mut self.rereading, &s.instances, &mut changed);
                 }
             }
             watcher::Event::Apply(_) => {
@@ -498,23 +575,27 @@ impl FactStore {
                         Some(old) => {
                             applied.image_changed = image_moved(old, &entry);
                             if old.shape != entry.shape {
-                                changed.push(key);
+                                changed.push(key.clone());
                             }
                             *old = entry;
                         }
                         None => {
                             s.instances.insert(key.clone(), entry);
-                            changed.push(key);
+                            changed.push(key.clone());
                         }
                     }
-                    Self::reread_done(&mut self.rereading, &s.instances, &mut changed);
+                    // Read whole, status and all (not released): a
+                    // re-read under way ends, whatever the object holds.
+                    if instance_mode && self.lifecycle.read_whole(&key) {
+                        changed.push(key);
+                    }
                 }
             }
             watcher::Event::Delete(obj) => {
                 if let Some(key) = key_of(obj)
                     && s.instances.remove(&key).is_some()
                 {
-                    self.rereading.remove(&key);
+                    self.lifecycle.gone(&key);
                     self.contested_keys.remove(&key);
                     changed.push(key);
                 }
@@ -599,6 +680,12 @@ impl FactStore {
         for s in &self.scopes {
             for (key, entry) in &s.instances {
                 match &entry.shape {
+                    // Withheld while its status is being read again: a
+                    // task must not start without it.
+                    Ok(_) if self.status_pending(key) => out.skipped.push(SkippedInstance {
+                        key: key.clone(),
+                        reason: "status being read again".to_owned(),
+                    }),
                     Ok(_) => out.instances.extend(target(
                         s.pods.get(key),
                         entry,
@@ -620,9 +707,11 @@ impl FactStore {
     }
 
     /// The current targets of `keys` that exist and are usable, with the
-    /// status each was last seen with.
+    /// status each was last seen with; an instance whose status is being
+    /// read again is left out (it is named as changed once it is in).
     pub fn targets_of(&self, keys: &[InstanceKey]) -> Vec<InstanceTarget> {
         keys.iter()
+            .filter(|key| !self.status_pending(key))
             .filter_map(|key| {
                 self.scopes.iter().find_map(|s| {
                     let entry = s.instances.get(key)?;
@@ -645,7 +734,7 @@ impl FactStore {
             .flat_map(|s| {
                 s.instances
                     .iter()
-                    .filter_map(|(k, e)| target(None, e, s.status_of(self.target, k, e), 0))
+                    .filter_map(|(k, e)| self.stored_target(s, k, e))
             })
             .collect();
         out.sort_by(|a, b| {
@@ -658,8 +747,24 @@ impl FactStore {
     pub fn stored_one(&self, key: &InstanceKey) -> Option<InstanceTarget> {
         self.scopes.iter().find_map(|s| {
             let entry = s.instances.get(key)?;
-            target(None, entry, s.status_of(self.target, key, entry), 0)
+            self.stored_target(s, key, entry)
         })
+    }
+
+    /// `key`'s stored view; while its status is being read again, the
+    /// last status this replica published, with a note saying so.
+    fn stored_target(
+        &self,
+        s: &Scope,
+        key: &InstanceKey,
+        entry: &InstanceEntry,
+    ) -> Option<InstanceTarget> {
+        if !self.status_pending(key) {
+            return target(None, entry, s.status_of(self.target, key, entry), 0);
+        }
+        let mut t = target(None, entry, self.lifecycle.last(key), 0)?;
+        t.status_warnings.push(REREADING_NOTE.to_owned());
+        Some(t)
     }
 
     /// What the store holds: instances, pods.
@@ -1072,11 +1177,11 @@ mod tests {
         assert!(!store.status_pending(&key("acme")));
         // Another instance is not touched.
         assert!(
-            !store.keep_status(&key("beta")),
+            store.keep_status(&key("beta"), None).is_none(),
             "never released: nothing to read"
         );
         // The task stops: its status is read again before a task restarts.
-        assert!(store.keep_status(&key("acme")));
+        assert!(store.keep_status(&key("acme"), None).is_some());
         assert!(store.status_pending(&key("acme")));
         store.apply_instance(0, &Event::Apply(with_gate("unhealthy")));
         assert!(!store.status_pending(&key("acme")));
@@ -1092,7 +1197,7 @@ mod tests {
         // A re-list under way does not end a re-read: its entries are not
         // in the targets until it completes.
         store.release_status(&key("acme"));
-        assert!(store.keep_status(&key("acme")));
+        assert!(store.keep_status(&key("acme"), None).is_some());
         let rev = store.revision();
         store.apply_instance(0, &Event::Init);
         store.apply_instance(0, &Event::InitApply(with_gate("healthy")));
@@ -1114,7 +1219,7 @@ mod tests {
         assert_eq!(gate_of(&store), None);
         // Released, then the instance is deleted: nothing to read again.
         store.apply_instance(0, &Event::Delete(with_gate("healthy")));
-        assert!(!store.keep_status(&key("acme")));
+        assert!(store.keep_status(&key("acme"), None).is_none());
         assert!(!store.status_pending(&key("acme")));
     }
 
@@ -1126,7 +1231,7 @@ mod tests {
             TargetConfig::default(),
         );
         store.release_status(&key("acme"));
-        assert!(store.keep_status(&key("acme")));
+        assert!(store.keep_status(&key("acme"), None).is_some());
         let rev = store.revision();
         store.abandon_reread(&key("acme"));
         assert!(!store.status_pending(&key("acme")));
@@ -1372,7 +1477,7 @@ mod tests {
         store.apply_companion(0, &Event::Apply(companion("acme", "unhealthy")));
         assert_eq!(verdict_of(&store, "acme"), None);
         // Kept again: pending until the companion brings it, then changed.
-        assert!(store.keep_status(&key("acme")));
+        assert!(store.keep_status(&key("acme"), None).is_some());
         assert!(store.status_pending(&key("acme")));
         let rev = store.revision();
         store.apply_instance(

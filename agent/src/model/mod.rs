@@ -30,8 +30,8 @@ pub use key::InstanceKey;
 pub use limits::GateLimits;
 pub use members::{MembersSnapshot, StoredInstance};
 pub use ports::{
-    ContestSource, InstanceUids, MembersSource, PodScope, StatusSink, StoredStatusSource,
-    TargetSource, WriteGate,
+    ContestSource, InstanceUids, MembersSource, PodScope, StatusLifecycle, StatusSink,
+    StoredStatusSource, TargetSource, WriteGate,
 };
 pub use publication::{
     Contest, ControllerHealth, CrdFinding, FIELD_MANAGER, PublicationTarget, TargetChoice,

@@ -1,7 +1,8 @@
 //! Every port between the agent's core (the loop, the write path, the
 //! fleet view) and the adapters, as traits: where targets come from
 //! ([`TargetSource`]: the cluster's watches, a static list, the shard's
-//! narrowing of either), where desired statuses go ([`StatusSink`]: the
+//! narrowing of either; [`StatusLifecycle`]: the stored statuses those
+//! targets start from), where desired statuses go ([`StatusSink`]: the
 //! write queue, memory), who may write an instance's status now
 //! ([`WriteGate`]: the shard), which pods the watches keep ([`PodScope`]:
 //! the shard), and what the fleet view answers from for the instances this
@@ -58,21 +59,31 @@ pub trait TargetSource: Send + Sync + 'static {
             .filter(|t| keys.contains(&t.key()))
             .collect()
     }
+    /// The stored-status lifecycle of this source's instances, when it
+    /// keeps their stored statuses (the cluster's watches do). Default:
+    /// none (the targets carry their statuses as they are).
+    fn lifecycle(&self) -> Option<&dyn StatusLifecycle> {
+        None
+    }
+}
+
+/// The stored-status lifecycle (docs/architecture.md, "Stored statuses"),
+/// owned by `cluster::stored`: each instance's status, as read from the
+/// cluster, is Held (a task starts from it), Released (this replica's
+/// task holds it) or Rereading (the task stopped: read again with one
+/// GET; no target of the instance is handed out until it is in). The run
+/// loop drives the two transitions that are its own.
+pub trait StatusLifecycle: Send + Sync {
     /// `key`'s task has published its first sweep: its engine holds all
     /// the stored status says, so the source may stop keeping it (the
-    /// statuses seen from then on are the agent's own writes). Default:
-    /// nothing.
-    fn release_status(&self, _key: &InstanceKey) {}
-    /// `key`'s task stopped or ended: the source keeps its status again
-    /// (reading it again if it was let go), for the view's answers and for
-    /// a task started for it later. Default: nothing.
-    fn keep_status(&self, _key: &InstanceKey) {}
-    /// Whether `key`'s status is being read again: a task must not start
-    /// for it until it is in (it would start without its history).
-    /// Default: never.
-    fn status_pending(&self, _key: &InstanceKey) -> bool {
-        false
-    }
+    /// statuses seen from then on are the agent's own writes).
+    fn release_status(&self, key: &InstanceKey);
+    /// `key`'s task stopped or ended: the source keeps its status again,
+    /// reading it again if it was let go (`last`, what the task last
+    /// published, is answered meanwhile). Returns whether it is being
+    /// read again: the instance's target is then withheld until it is in,
+    /// and named as changed when it is.
+    fn keep_status(&self, key: &InstanceKey, last: Option<&DesiredStatus>) -> bool;
 }
 
 /// Where the loop's results go.

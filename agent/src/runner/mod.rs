@@ -40,8 +40,8 @@ pub mod sweep;
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -51,7 +51,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::engine::{EngineConfig, InstanceEngine};
-use crate::model::{Clock, InstanceKey, InstanceTarget, StatusSink, TargetSource};
+use crate::model::{Clock, DesiredStatus, InstanceKey, InstanceTarget, StatusSink, TargetSource};
 use crate::poll::Poller;
 use crate::telemetry;
 use crate::view::FleetView;
@@ -110,7 +110,7 @@ struct TaskFlags {
     in_rollout: AtomicBool,
     /// Whether the task has published its first sweep: its engine then
     /// holds all the stored status said, and the supervisor lets the
-    /// source drop it ([`TargetSource::release_status`]).
+    /// source drop it ([`crate::model::StatusLifecycle::release_status`]).
     swept: AtomicBool,
 }
 
@@ -123,8 +123,12 @@ struct Running {
     flags: Arc<TaskFlags>,
     /// Whether the source was told to drop the instance's stored status.
     /// Told here, on the supervisor's side, so that it is ordered with
-    /// [`TargetSource::keep_status`] when the task stops.
+    /// [`crate::model::StatusLifecycle::keep_status`] when the task stops.
     released: bool,
+    /// Whether the task may still end a sweep (record and publish it):
+    /// the task ends a sweep holding this lock, the supervisor clears it
+    /// under the lock before it forgets the instance.
+    alive: Arc<Mutex<bool>>,
     task: JoinHandle<()>,
     /// The pods of its current target.
     pods: usize,
@@ -220,7 +224,9 @@ impl AgentLoop {
                 in_rollout += 1;
             }
             if !r.released && r.flags.swept.load(Ordering::Acquire) {
-                self.source.release_status(key);
+                if let Some(lifecycle) = self.source.lifecycle() {
+                    lifecycle.release_status(key);
+                }
                 r.released = true;
             }
         }
@@ -282,14 +288,36 @@ impl AgentLoop {
         }
     }
 
-    /// Stops `key`'s task, if it has one, and forgets its state.
+    /// Stops `key`'s task, if it has one, and forgets its state: once
+    /// its sweep in progress can no longer end (record or publish), its
+    /// stored status is kept again (read again, answered meanwhile from
+    /// what the task last published) and its pending writes are dropped.
     fn stop(&self, running: &mut BTreeMap<InstanceKey, Running>, key: &InstanceKey) {
         if let Some(r) = running.remove(key) {
+            *r.alive
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = false;
             r.task.abort();
-            self.source.keep_status(key);
+            self.keep_status(key);
             self.shared.ends.sink.forget(key);
             tracing::info!(namespace = %key.namespace, instance = %key.name, "instance gone");
         }
+    }
+
+    /// Hands `key`'s stored status back to the source's lifecycle, with
+    /// the verdict last published for it. Returns whether the status is
+    /// being read again.
+    fn keep_status(&self, key: &InstanceKey) -> bool {
+        let Some(lifecycle) = self.source.lifecycle() else {
+            return false;
+        };
+        let last = self.shared.ends.view.instance(key).and_then(|v| {
+            Some(DesiredStatus {
+                health: v.health?,
+                gate: v.gate?,
+            })
+        });
+        lifecycle.keep_status(key, last.as_ref())
     }
 
     /// Hands a running task its current target, or starts the task.
@@ -317,14 +345,11 @@ impl AgentLoop {
                 });
             }
             ended => {
-                if ended.is_some() {
+                if ended.is_some() && self.keep_status(&key) {
                     // The task ended on its own (it never does unless it
-                    // panicked): the status it let go is read again first.
-                    self.source.keep_status(&key);
-                }
-                if target.previous_status.is_none() && self.source.status_pending(&key) {
-                    // Started once the status is in (the source then names
-                    // the instance as changed).
+                    // panicked): the status it let go is read again first;
+                    // the source names the instance as changed once it is
+                    // in (a source withholds the target until then).
                     running.remove(&key);
                     return;
                 }
@@ -341,11 +366,13 @@ impl AgentLoop {
                     in_rollout: AtomicBool::new(true),
                     swept: AtomicBool::new(false),
                 });
+                let alive = Arc::new(Mutex::new(true));
                 let task = tokio::spawn(instance_task(
                     self.shared.clone(),
                     rx,
                     engine,
                     Arc::clone(&flags),
+                    Arc::clone(&alive),
                 ));
                 running.insert(
                     key,
@@ -353,6 +380,7 @@ impl AgentLoop {
                         target: tx,
                         flags,
                         released: false,
+                        alive,
                         task,
                         pods,
                     },
@@ -443,6 +471,7 @@ async fn instance_task(
     mut target: watch::Receiver<Arc<InstanceTarget>>,
     mut engine: InstanceEngine,
     flags: Arc<TaskFlags>,
+    alive: Arc<Mutex<bool>>,
 ) {
     let cadence = shared.config.cadence;
     let first = Arc::clone(&target.borrow_and_update());
@@ -483,7 +512,10 @@ async fn instance_task(
             &shared.ends,
             &t,
             &mut engine,
-            &mut Supervisee(&target),
+            &mut Supervisee {
+                target: &target,
+                alive: &alive,
+            },
         ))
         .await
         .is_none()
@@ -524,12 +556,25 @@ async fn instance_task(
 }
 
 /// The instance task's side of a sweep: its result is wanted while the
-/// supervisor keeps the instance (the target's sender is alive).
-struct Supervisee<'a>(&'a watch::Receiver<Arc<InstanceTarget>>);
+/// supervisor keeps the instance (the target's sender is alive, and the
+/// supervisor has not stopped the task), checked and used under the lock
+/// the supervisor takes to stop it.
+struct Supervisee<'a> {
+    target: &'a watch::Receiver<Arc<InstanceTarget>>,
+    alive: &'a Mutex<bool>,
+}
 
 impl SweepWatch for Supervisee<'_> {
-    fn wanted(&self) -> bool {
-        self.0.has_changed().is_ok()
+    fn finish(&mut self, end: &mut dyn FnMut()) -> bool {
+        let alive = self
+            .alive
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let wanted = *alive && self.target.has_changed().is_ok();
+        if wanted {
+            end();
+        }
+        wanted
     }
 }
 
@@ -583,6 +628,7 @@ mod tests {
             rx,
             engine,
             Arc::new(TaskFlags::default()),
+            Arc::new(Mutex::new(true)),
         );
         let size = std::mem::size_of_val(&task);
         assert!(size <= 1024, "an instance task's future is {size} B");
@@ -680,14 +726,24 @@ mod tests {
         /// The keys whose status was let go, then kept again, in order.
         released: std::sync::Mutex<Vec<InstanceKey>>,
         kept: std::sync::Mutex<Vec<InstanceKey>>,
-        /// What `status_pending` answers.
+        /// Whether the status is being read again (targets withheld).
         pending: AtomicBool,
+    }
+
+    impl Named {
+        /// The targets, withheld while the status is pending.
+        fn visible(&self, mut targets: Vec<InstanceTarget>) -> Vec<InstanceTarget> {
+            if self.pending.load(Ordering::SeqCst) {
+                targets.clear();
+            }
+            targets
+        }
     }
 
     impl TargetSource for Arc<Named> {
         fn targets(&self) -> Vec<InstanceTarget> {
             self.full_reads.fetch_add(1, Ordering::SeqCst);
-            self.state.lock().expect("lock").1.clone()
+            self.visible(self.state.lock().expect("lock").1.clone())
         }
         fn ready(&self) -> bool {
             true
@@ -709,20 +765,26 @@ mod tests {
         fn targets_of(&self, keys: &[InstanceKey]) -> Vec<InstanceTarget> {
             self.asked.lock().expect("lock").push(keys.to_vec());
             let state = self.state.lock().expect("lock");
-            state
-                .1
-                .iter()
-                .filter(|t| keys.contains(&t.key()))
-                .cloned()
-                .collect()
+            self.visible(
+                state
+                    .1
+                    .iter()
+                    .filter(|t| keys.contains(&t.key()))
+                    .cloned()
+                    .collect(),
+            )
         }
+        fn lifecycle(&self) -> Option<&dyn crate::model::StatusLifecycle> {
+            Some(self)
+        }
+    }
+
+    impl crate::model::StatusLifecycle for Arc<Named> {
         fn release_status(&self, key: &InstanceKey) {
             self.released.lock().expect("lock").push(key.clone());
         }
-        fn keep_status(&self, key: &InstanceKey) {
+        fn keep_status(&self, key: &InstanceKey, _last: Option<&DesiredStatus>) -> bool {
             self.kept.lock().expect("lock").push(key.clone());
-        }
-        fn status_pending(&self, _key: &InstanceKey) -> bool {
             self.pending.load(Ordering::SeqCst)
         }
     }
@@ -872,6 +934,85 @@ mod tests {
         for r in supervised.tasks.values() {
             r.task.abort();
         }
+    }
+
+    /// A sink whose first publish waits for the test to open it.
+    #[derive(Default)]
+    struct GatedSink {
+        inner: MemorySink,
+        entered: (std::sync::Mutex<bool>, std::sync::Condvar),
+        open: (std::sync::Mutex<bool>, std::sync::Condvar),
+    }
+
+    impl GatedSink {
+        fn wait(pair: &(std::sync::Mutex<bool>, std::sync::Condvar)) {
+            let mut set = pair.0.lock().expect("lock");
+            while !*set {
+                set = pair.1.wait(set).expect("lock");
+            }
+        }
+        fn set(pair: &(std::sync::Mutex<bool>, std::sync::Condvar)) {
+            *pair.0.lock().expect("lock") = true;
+            pair.1.notify_all();
+        }
+    }
+
+    impl StatusSink for GatedSink {
+        fn publish(&self, key: &InstanceKey, desired: DesiredStatus, now: Timestamp) {
+            Self::set(&self.entered);
+            Self::wait(&self.open);
+            self.inner.publish(key, desired, now);
+        }
+        fn forget(&self, key: &InstanceKey) {
+            self.inner.forget(key);
+        }
+    }
+
+    /// Item 5 of issue 41: the end of a sweep (record in the view, publish
+    /// to the sink) never runs after its task was stopped: the instance's
+    /// write slot, once forgotten, does not come back, and the view keeps
+    /// no frozen live verdict of it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_sweep_ending_after_its_task_stopped_publishes_nothing() {
+        let key = InstanceKey::new("kura", "acme");
+        let source = StaticTargets::new(vec![InstanceTarget::bare("acme", "img", 0)]);
+        let sink = Arc::new(GatedSink::default());
+        let view = FleetView::new();
+        let agent_loop = AgentLoop::new(
+            LoopConfig {
+                cadence: Cadence::fixed(Duration::from_millis(1)),
+                ..LoopConfig::default()
+            },
+            Poller::new(PollConfig::default()),
+            Arc::new(source.clone()),
+            Arc::clone(&sink) as Arc<dyn StatusSink>,
+            view.clone(),
+            Arc::new(SystemClock),
+        );
+        let mut running = BTreeMap::new();
+        agent_loop.apply_targets(&mut running);
+        // The task's first sweep is publishing (its result was wanted).
+        GatedSink::wait(&sink.entered);
+        let opener = {
+            let sink = Arc::clone(&sink);
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(200));
+                GatedSink::set(&sink.open);
+            })
+        };
+        // The instance moves away meanwhile: its task stops.
+        source.update(Vec::clear);
+        agent_loop.apply_targets(&mut running);
+        opener.join().expect("opener");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            sink.inner.get(&key).is_none(),
+            "a write slot came back after the instance was forgotten"
+        );
+        assert!(
+            view.instance(&key).is_none(),
+            "the view kept a live verdict of a stopped task"
+        );
     }
 
     /// [`StaticTargets::update`] moves the revision, so the loop sees the

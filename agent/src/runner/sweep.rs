@@ -36,16 +36,20 @@ pub trait SweepWatch {
         step();
     }
 
-    /// Whether the sweep's result is still wanted, asked after the step
-    /// and before anything is recorded or published (the instance task:
-    /// the supervisor has not dropped its instance meanwhile).
-    fn wanted(&self) -> bool {
+    /// Runs `end` (record the sweep in the view, publish it) when the
+    /// sweep's result is still wanted, and says whether it ran. The
+    /// instance task runs it under the lock its supervisor takes to stop
+    /// it, so a stopped task records and publishes nothing after its stop
+    /// (its write slot forgotten, its view entry dropped).
+    fn finish(&mut self, end: &mut dyn FnMut()) -> bool {
+        end();
         true
     }
 }
 
 /// What one sweep produced (`None` from [`sweep`] when its result was no
-/// longer wanted, and nothing was recorded or published).
+/// longer wanted ([`SweepWatch::finish`]), and nothing was recorded or
+/// published).
 #[derive(Debug)]
 pub struct Swept {
     /// Every sample folded: the polled pods' and one failed sample per
@@ -56,8 +60,8 @@ pub struct Swept {
 /// One sweep of `target` with its `engine`: applies the instance's
 /// gate-config annotation, polls the pods with an address, folds and
 /// judges every sample at the clock's now, counts the sweep's duration and
-/// new counter resets, then (when `watch` still wants it) records the
-/// sweep in the view and publishes the desired status.
+/// new counter resets, then (through [`SweepWatch::finish`], when still
+/// wanted) records the sweep in the view and publishes the desired status.
 pub async fn sweep(
     ends: &SweepEnds,
     target: &InstanceTarget,
@@ -112,41 +116,47 @@ pub async fn sweep(
         metrics::counter!(telemetry::COUNTER_RESETS_TOTAL)
             .increment(desired.health.counter_resets - resets_seen);
     }
-    if !watch.wanted() {
-        return None;
-    }
     let pod_names: Vec<String> = target
         .pods
         .iter()
         .map(|p| p.identity.name.clone())
         .collect();
-    ends.view.record_sweep_with_shadow(
-        &key,
-        SweepRecord {
-            spec_image: &target.spec_image,
-            current_pods: &pod_names,
-            samples: &samples,
-            health: Some(Arc::clone(&desired.health)),
-            gate: Some(Arc::clone(&desired.gate)),
-            notes: target.notes(),
-            limits: engine.limits(),
-            at: now,
-        },
-        // Shown beside the live verdict, never published: the sink gets
-        // `desired` alone.
-        engine.shadow(),
-    );
-    ends.view.record_tick(
-        &key,
-        &TickRecord {
-            config: engine.gate_config(),
-            health: &desired.health,
-            gate: &desired.gate,
-            converged: engine.converged(),
-            now,
-        },
-    );
-    ends.sink.publish(&key, desired, now);
+    let mut desired = Some(desired);
+    let finished = watch.finish(&mut || {
+        let Some(desired) = desired.take() else {
+            return;
+        };
+        ends.view.record_sweep_with_shadow(
+            &key,
+            SweepRecord {
+                spec_image: &target.spec_image,
+                current_pods: &pod_names,
+                samples: &samples,
+                health: Some(Arc::clone(&desired.health)),
+                gate: Some(Arc::clone(&desired.gate)),
+                notes: target.notes(),
+                limits: engine.limits(),
+                at: now,
+            },
+            // Shown beside the live verdict, never published: the sink
+            // gets `desired` alone.
+            engine.shadow(),
+        );
+        ends.view.record_tick(
+            &key,
+            &TickRecord {
+                config: engine.gate_config(),
+                health: &desired.health,
+                gate: &desired.gate,
+                converged: engine.converged(),
+                now,
+            },
+        );
+        ends.sink.publish(&key, desired, now);
+    });
+    if !finished {
+        return None;
+    }
     Some(Swept { samples })
 }
 

@@ -123,14 +123,8 @@ impl TargetSource for OwnedTargets {
         owned
     }
 
-    fn release_status(&self, key: &InstanceKey) {
-        self.inner.release_status(key);
-    }
-    fn keep_status(&self, key: &InstanceKey) {
-        self.inner.keep_status(key);
-    }
-    fn status_pending(&self, key: &InstanceKey) -> bool {
-        self.inner.status_pending(key)
+    fn lifecycle(&self) -> Option<&dyn crate::model::StatusLifecycle> {
+        self.inner.lifecycle()
     }
 }
 
