@@ -46,9 +46,10 @@ fn compare(value: &Value, schema: &Value, path: &str, wrong: &mut Vec<String>) {
     // `gate` is empty by default: its keys are optional settings.
     if path != "gate." {
         for key in declared.keys() {
-            // `global` is Helm's (the parent chart's globals): allowed so the
-            // chart works as a subchart, never set in values.yaml.
-            if path.is_empty() && key == "global" {
+            // `global` is Helm's (the parent chart's globals) and `enabled`
+            // the usual subchart switch (a parent's `condition:`): allowed
+            // so the chart works as a subchart, never set in values.yaml.
+            if path.is_empty() && (key == "global" || key == "enabled") {
                 continue;
             }
             if !value.contains_key(key) {
