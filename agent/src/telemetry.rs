@@ -51,6 +51,10 @@ pub const STATUS_WRITES_TOTAL: &str = "kura_agent_status_writes_total";
 pub const STATUS_WRITE_BYTES_TOTAL: &str = "kura_agent_status_write_bytes_total";
 /// Writes whose fields the API server pruned (the CRD is too old).
 pub const STATUS_WRITES_PRUNED_TOTAL: &str = "kura_agent_status_writes_pruned_total";
+/// The status heartbeat now, in seconds: an unchanged status is rewritten
+/// this often (`--heartbeat` up to `--heartbeat-max`, by the fleet's
+/// size).
+pub const STATUS_HEARTBEAT_SECONDS: &str = "kura_agent_status_heartbeat_seconds";
 /// Instances with a desired status not yet written.
 pub const PENDING_WRITES: &str = "kura_agent_pending_writes";
 /// Instances tracked.
@@ -307,7 +311,7 @@ const fn plain(name: &'static str, kind: Kind, help: &'static str) -> Metric {
 }
 
 /// Every `kura_agent_*` metric, once each.
-pub const METRICS: [Metric; 29] = [
+pub const METRICS: [Metric; 30] = [
     Metric {
         name: POLLS_TOTAL,
         kind: Kind::Counter,
@@ -386,6 +390,11 @@ pub const METRICS: [Metric; 29] = [
         STATUS_WRITE_BYTES_TOTAL,
         Kind::Counter,
         "Bytes of status write bodies sent to the API server (server-side apply JSON).",
+    ),
+    plain(
+        STATUS_HEARTBEAT_SECONDS,
+        Kind::Gauge,
+        "The status heartbeat now (seconds): an unchanged status is rewritten this often; it grows with the fleet between --heartbeat and --heartbeat-max.",
     ),
     plain(
         STATUS_WRITES_PRUNED_TOTAL,

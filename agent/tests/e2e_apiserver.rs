@@ -1475,6 +1475,11 @@ async fn status_write_economy_and_flip_latency() {
         format!("--rollout-interval={rollout_ms}ms"),
         format!("--settle={settle_ms}ms"),
         format!("--heartbeat={heartbeat_ms}ms"),
+        // The heartbeat rule scaled as well (40 writes/s, up to 90 s), so
+        // that 1,000 instances at 10x keep the 30 s heartbeat they have at
+        // 1x (1,000 / 40 = 25 s, under its floor).
+        format!("--heartbeat-max={}ms", 90_000 / scale),
+        format!("--heartbeat-writes-per-second={}", 40 * scale),
         "--write-rate=1000".to_owned(),
         "--write-burst=1000".to_owned(),
     ];

@@ -435,6 +435,12 @@ impl Discovery {
         locked(&self.store).changed_since(revision)
     }
 
+    /// The instances the watch holds (usable or not): the whole fleet's,
+    /// whoever owns them.
+    pub fn instance_count(&self) -> usize {
+        locked(&self.store).instance_count()
+    }
+
     /// The current targets.
     pub fn targets(&self) -> Targets {
         locked(&self.store).targets()

@@ -41,6 +41,9 @@ impl TargetSource for ClusterTargets {
     fn targets_of(&self, keys: &[InstanceKey]) -> Vec<InstanceTarget> {
         self.discovery.targets_of(keys)
     }
+    fn fleet_instances(&self) -> Option<usize> {
+        Some(self.discovery.instance_count())
+    }
     fn lifecycle(&self) -> Option<&dyn StatusLifecycle> {
         Some(&self.discovery)
     }

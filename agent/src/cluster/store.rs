@@ -767,6 +767,11 @@ impl FactStore {
         Some(t)
     }
 
+    /// The instances the store holds, in every scope.
+    pub fn instance_count(&self) -> usize {
+        self.scopes.iter().map(|s| s.instances.len()).sum()
+    }
+
     /// What the store holds: instances, pods.
     #[cfg(test)]
     pub fn counts(&self) -> (usize, usize) {

@@ -51,6 +51,12 @@ pub trait TargetSource: Send + Sync + 'static {
     fn changed_since(&self, _revision: u64) -> Option<Vec<InstanceKey>> {
         None
     }
+    /// The instances of the whole fleet the source sees (sharded: every
+    /// replica's, before ownership narrows them), when it can tell;
+    /// `None`: the targets are the fleet.
+    fn fleet_instances(&self) -> Option<usize> {
+        None
+    }
     /// The current targets of `keys`; a key without one (the instance is
     /// gone, or no longer this source's) is left out.
     fn targets_of(&self, keys: &[InstanceKey]) -> Vec<InstanceTarget> {
@@ -95,6 +101,9 @@ pub trait StatusSink: Send + Sync + 'static {
     fn publish(&self, key: &InstanceKey, desired: DesiredStatus, now: Timestamp);
     /// The instance is gone.
     fn forget(&self, key: &InstanceKey);
+    /// The instances of the whole fleet this replica set shares (not only
+    /// this replica's): what the status heartbeat scales with.
+    fn fleet_size(&self, _instances: usize) {}
 }
 
 /// Decides, right before each PATCH, whether this replica may write an

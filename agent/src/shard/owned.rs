@@ -126,6 +126,12 @@ impl TargetSource for OwnedTargets {
     fn lifecycle(&self) -> Option<&dyn crate::model::StatusLifecycle> {
         self.inner.lifecycle()
     }
+
+    /// Every replica's instances: the inner source's fleet (not its
+    /// targets, which would be built at every reconcile to count them).
+    fn fleet_instances(&self) -> Option<usize> {
+        self.inner.fleet_instances()
+    }
 }
 
 #[cfg(test)]

@@ -224,6 +224,13 @@ impl StatusSink for WriteHandle {
     fn forget(&self, key: &InstanceKey) {
         self.remove(key);
     }
+    fn fleet_size(&self, instances: usize) {
+        let heartbeat = self.with(|q| {
+            q.set_fleet_size(instances, Timestamp::now());
+            q.heartbeat()
+        });
+        metrics::gauge!(telemetry::STATUS_HEARTBEAT_SECONDS).set(heartbeat.as_secs_f64());
+    }
 }
 
 #[cfg(test)]

@@ -33,8 +33,16 @@ use std::time::Duration;
 /// Scheduler settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WriteQueueConfig {
-    /// Rewrite an unchanged status at least this often.
+    /// The shortest heartbeat: an unchanged status is rewritten at least
+    /// this often while the fleet is small ([`heartbeat_for`]).
     pub heartbeat: Duration,
+    /// The longest heartbeat the fleet's size may raise it to
+    /// ([`heartbeat_for`]; at most [`HEARTBEAT_CEILING`] from the flags).
+    pub heartbeat_max: Duration,
+    /// The heartbeat writes per second the whole replica set aims for at
+    /// rest: the heartbeat is the fleet's instances over this, between
+    /// `heartbeat` and `heartbeat_max` ([`heartbeat_for`]).
+    pub heartbeat_writes_per_second: f64,
     /// Sustained writes per second, across all instances: the floor; the
     /// queue raises it to what the heartbeat needs for the instances it
     /// holds ([`heartbeat_rate`]).
@@ -55,6 +63,8 @@ impl Default for WriteQueueConfig {
     fn default() -> Self {
         Self {
             heartbeat: Duration::from_secs(30),
+            heartbeat_max: HEARTBEAT_CEILING,
+            heartbeat_writes_per_second: DEFAULT_HEARTBEAT_WRITES_PER_SECOND,
             rate_per_second: 50.0,
             burst: 40,
             min_backoff: Duration::from_secs(1),
@@ -62,6 +72,42 @@ impl Default for WriteQueueConfig {
             jitter: true,
             conditions: ConditionSet::default(),
         }
+    }
+}
+
+/// The longest heartbeat the rule may reach: a consumer calls a sample
+/// older than 180 s stale (contract/rollout-health.md, "When to write"),
+/// and at 90 s every 180 s window still holds two writes of a live agent.
+pub const HEARTBEAT_CEILING: Duration = Duration::from_secs(90);
+
+/// The heartbeat writes per second a replica set aims for at rest: up to
+/// 1,200 instances the heartbeat stays at its 30 s floor, 3,334 instances
+/// (10,000 pods) get 83 s (40 writes/s, from 111), and from 3,600
+/// instances on the 90 s ceiling holds (50,000 instances: 556/s).
+pub const DEFAULT_HEARTBEAT_WRITES_PER_SECOND: f64 = 40.0;
+
+/// The heartbeat for a replica set holding `instances`: the time that
+/// spreads their heartbeat writes at `writes_per_second`, never below the
+/// configured `heartbeat` nor above `heartbeat_max` (a `heartbeat_max`
+/// under `heartbeat` fixes it at `heartbeat`). Status writes do not
+/// shrink with replicas (each instance has one writer), so the whole
+/// fleet's count is what sets it; material changes are written at once
+/// whatever it is ([`super::policy`]).
+pub fn heartbeat_for(instances: usize, config: &WriteQueueConfig) -> Duration {
+    let floor = config.heartbeat;
+    let ceiling = config.heartbeat_max.max(floor);
+    let rate = config.heartbeat_writes_per_second;
+    if !(rate.is_finite() && rate > 0.0) {
+        return floor;
+    }
+    let spread = instances as f64 / rate;
+    if spread <= floor.as_secs_f64() {
+        floor
+    } else if spread >= ceiling.as_secs_f64() {
+        ceiling
+    } else {
+        // Whole milliseconds: the same count gives the same heartbeat.
+        Duration::from_millis((spread * 1000.0).round() as u64)
     }
 }
 
@@ -81,6 +127,23 @@ const HEARTBEAT_HEADROOM: f64 = 2.0;
 pub fn heartbeat_rate(instances: usize, heartbeat: Duration) -> f64 {
     let secs = heartbeat.as_secs_f64().max(1.0);
     instances as f64 * HEARTBEAT_HEADROOM / secs
+}
+
+/// A fixed hash of `key` (FNV-1a over `namespace/name`): its phase in
+/// the heartbeat's cycle, the same on every replica and every start.
+fn key_hash(key: &InstanceKey) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in key
+        .namespace
+        .bytes()
+        .chain(std::iter::once(b'/'))
+        .chain(key.name.bytes())
+    {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    // FNV's low bits mix poorly for short keys; fold the high ones in.
+    h ^ (h >> 29)
 }
 
 /// `ts + d`, saturating at the largest timestamp.
@@ -276,6 +339,11 @@ pub struct WriteQueue {
     ready: BTreeSet<ReadyKey>,
     /// How many slots count in [`WriteQueue::pending`].
     pending: usize,
+    /// The instances of the whole replica set, as last told
+    /// ([`WriteQueue::set_fleet_size`]); the slots held when more.
+    fleet: usize,
+    /// The heartbeat now ([`heartbeat_for`] the fleet).
+    heartbeat: Duration,
 }
 
 impl WriteQueue {
@@ -284,11 +352,13 @@ impl WriteQueue {
     pub fn new(config: WriteQueueConfig) -> Self {
         Self {
             bucket: TokenBucket::new(config.rate_per_second, config.burst),
-            config,
             slots: BTreeMap::new(),
             waiting: BTreeSet::new(),
             ready: BTreeSet::new(),
             pending: 0,
+            fleet: 0,
+            heartbeat: heartbeat_for(0, &config),
+            config,
         }
     }
 
@@ -323,12 +393,32 @@ impl WriteQueue {
         self.resize(now);
     }
 
-    /// Keeps the rate at what the heartbeat needs for the instances held,
-    /// never below the configured floor.
+    /// Keeps the rate at what the shortest heartbeat needs for the
+    /// instances held, never below the configured floor (so first
+    /// statuses and changes keep the pace of a small fleet whatever the
+    /// heartbeat has grown to), and the heartbeat at what the fleet's
+    /// size sets.
     fn resize(&mut self, now: Timestamp) {
         let needed = heartbeat_rate(self.slots.len(), self.config.heartbeat);
         self.bucket
             .set_rate(needed.max(self.config.rate_per_second), now);
+        self.heartbeat = heartbeat_for(self.fleet.max(self.slots.len()), &self.config);
+    }
+
+    /// The instances of the whole replica set (sharded: every replica's,
+    /// not only this one's), which set the heartbeat ([`heartbeat_for`]).
+    /// A slot already waiting for its heartbeat takes the new one at its
+    /// next push (its next sweep).
+    pub fn set_fleet_size(&mut self, instances: usize, now: Timestamp) {
+        if instances != self.fleet {
+            self.fleet = instances;
+            self.resize(now);
+        }
+    }
+
+    /// The heartbeat now: an unchanged status is rewritten this often.
+    pub fn heartbeat(&self) -> Duration {
+        self.heartbeat
     }
 
     /// The writes per second the queue allows now.
@@ -370,7 +460,7 @@ impl WriteQueue {
 
     /// When `slot` is due and whether with priority (`None`: not due),
     /// and whether it counts as pending.
-    fn assess(&self, slot: &Slot) -> (Option<(Timestamp, bool)>, bool) {
+    fn assess(&self, key: &InstanceKey, slot: &Slot) -> (Option<(Timestamp, bool)>, bool) {
         let Some(desired) = &slot.desired else {
             return (None, false);
         };
@@ -383,7 +473,7 @@ impl WriteQueue {
                 } else if material {
                     (None, priority_status_change(written, desired), true)
                 } else {
-                    (Some(add(*at, self.config.heartbeat)), false, false)
+                    (Some(self.heartbeat_due(key, *at)), false, false)
                 }
             }
         };
@@ -399,6 +489,31 @@ impl WriteQueue {
             _ => ready_at,
         };
         (Some((ready_at, priority)), pending)
+    }
+
+    /// When the status written at `at` is due again, unchanged. At the
+    /// configured heartbeat, one heartbeat later (as before the rule).
+    /// Raised by the fleet's size, at the next point of `key`'s own phase
+    /// in the heartbeat's cycle (a hash of the key), at most one heartbeat
+    /// later: the first statuses of a fleet are written within its first
+    /// sweep, and a heartbeat longer than the sweep would otherwise keep
+    /// them bunched for ever (3,334 instances at 83 s: 111 writes/s for
+    /// 30 s, then none for 53 s); by phase they spread evenly over the
+    /// cycle, at the cost of at most one early write after each material
+    /// change.
+    fn heartbeat_due(&self, key: &InstanceKey, at: Timestamp) -> Timestamp {
+        if self.heartbeat <= self.config.heartbeat {
+            return add(at, self.heartbeat);
+        }
+        let cycle = i64::try_from(self.heartbeat.as_millis())
+            .unwrap_or(i64::MAX)
+            .max(1);
+        let phase = i64::try_from(key_hash(key) % cycle.unsigned_abs()).unwrap_or(0);
+        let wait = match (phase - at.as_millisecond()).rem_euclid(cycle) {
+            0 => cycle,
+            w => w,
+        };
+        add(at, Duration::from_millis(wait.unsigned_abs()))
     }
 
     /// Takes `key` out of the index.
@@ -426,7 +541,7 @@ impl WriteQueue {
         let Some(slot) = self.slots.get(key) else {
             return;
         };
-        let (due, pending) = self.assess(slot);
+        let (due, pending) = self.assess(key, slot);
         if let Some((at, _)) = due {
             self.waiting.insert((at, key.clone()));
         }
@@ -623,6 +738,8 @@ mod tests {
     fn queue(rate: f64, burst: u32) -> WriteQueue {
         WriteQueue::new(WriteQueueConfig {
             heartbeat: Duration::from_secs(30),
+            heartbeat_max: Duration::from_secs(30),
+            heartbeat_writes_per_second: DEFAULT_HEARTBEAT_WRITES_PER_SECOND,
             rate_per_second: rate,
             burst,
             min_backoff: Duration::from_secs(1),
@@ -890,15 +1007,23 @@ mod tests {
         assert!(priority_status_change(&a, &c));
     }
 
-    /// Every status is rewritten within the heartbeat at fleet scale, with
-    /// a configured rate far below what that takes (50/s for 3,334
-    /// instances that need 111/s): the queue sizes its rate from the
-    /// fleet. Each instance pushes an unchanged status every 30 s; writes
-    /// are drained every 100 ms.
-    #[test]
-    fn the_heartbeat_holds_at_fleet_scale() {
-        let n = 3_334usize;
-        let mut q = queue(50.0, 40);
+    /// What [`rest`] saw: the longest gap between two writes of one
+    /// instance after the first minute, when every instance had its
+    /// first status (ms), the writes in the last 60 s, and whether the
+    /// flip pushed at 200 s was written within 100 ms.
+    struct Rest {
+        worst: Duration,
+        first_all: Option<i64>,
+        writes_last_minute: usize,
+        /// The last minute's writes, by 10 s.
+        by_ten_seconds: [usize; 6],
+        flip_written_in: Option<i64>,
+    }
+
+    /// `n` instances at rest for `secs` s, each sweeping every 30 s from
+    /// `i * 30 s / n` on and pushing an unchanged status; instance 0's
+    /// status flips (`ready` false) at 200 s. Drained every 100 ms.
+    fn rest(q: &mut WriteQueue, n: usize, secs: i64) -> Rest {
         let keys: Vec<InstanceKey> = (0..n).map(|i| key(&format!("i{i:05}"))).collect();
         let at = |ms: i64| {
             ts(0)
@@ -909,16 +1034,24 @@ mod tests {
             q.track(k.clone(), at(0));
         }
         let mut last: Vec<Option<Timestamp>> = vec![None; n];
-        let mut worst = Duration::ZERO;
-        let mut first_all = None;
-        for step in 0..(240_000 / 100) {
+        let mut out = Rest {
+            worst: Duration::ZERO,
+            first_all: None,
+            writes_last_minute: 0,
+            by_ten_seconds: [0; 6],
+            flip_written_in: None,
+        };
+        let flip_ms = 200_000;
+        for step in 0..(secs * 1000 / 100) {
             let now_ms = step * 100;
             let now = at(now_ms);
             for (i, k) in keys.iter().enumerate() {
-                // Instance i sweeps at i * 30 s / n, then every 30 s.
                 let offset = (i as i64) * 30_000 / n as i64;
-                if now_ms >= offset && (now_ms - offset) % 30_000 < 100 {
-                    q.push(k.clone(), status(now_ms / 1000, true, 0), now);
+                let flipped = i == 0 && now_ms >= flip_ms;
+                if (now_ms >= offset && (now_ms - offset) % 30_000 < 100)
+                    || (i == 0 && now_ms == flip_ms)
+                {
+                    q.push(k.clone(), status(now_ms / 1000, !flipped, 0), now);
                 }
             }
             while let Some(job) = q.next(now) {
@@ -927,22 +1060,130 @@ mod tests {
                 if let Some(before) = last[i]
                     && now_ms > 60_000
                 {
-                    worst = worst.max(elapsed(before, now));
+                    out.worst = out.worst.max(elapsed(before, now));
+                }
+                if i == 0 && now_ms >= flip_ms && out.flip_written_in.is_none() {
+                    out.flip_written_in = Some(now_ms - flip_ms);
+                }
+                if now_ms >= (secs - 60) * 1000 {
+                    out.writes_last_minute += 1;
+                    let bucket = ((now_ms - (secs - 60) * 1000) / 10_000) as usize;
+                    out.by_ten_seconds[bucket.min(5)] += 1;
                 }
                 last[i] = Some(now);
             }
-            if first_all.is_none() && last.iter().all(Option::is_some) {
-                first_all = Some(now_ms);
+            if out.first_all.is_none() && last.iter().all(Option::is_some) {
+                out.first_all = Some(now_ms);
             }
         }
+        out
+    }
+
+    /// Every status is rewritten within the heartbeat at fleet scale, with
+    /// a configured rate far below what that takes (50/s for 3,334
+    /// instances that need 111/s): the queue sizes its rate from the
+    /// fleet. The heartbeat is fixed at 30 s here (`heartbeat_max` =
+    /// `heartbeat`, the rule of issue 42 off).
+    #[test]
+    fn the_heartbeat_holds_at_fleet_scale() {
+        let mut q = queue(50.0, 40);
+        let seen = rest(&mut q, 3_334, 240);
         assert!(q.rate() > 110.0, "rate {}", q.rate());
+        assert_eq!(q.heartbeat(), Duration::from_secs(30));
         assert!(
-            worst <= Duration::from_millis(30_200),
-            "a status waited {worst:?} between writes"
+            seen.worst <= Duration::from_millis(30_200),
+            "a status waited {:?} between writes",
+            seen.worst
         );
-        let first_all = first_all.expect("every instance written");
+        let first_all = seen.first_all.expect("every instance written");
         // The last instance's first sweep is at 29.99 s.
         assert!(first_all <= 30_000, "first statuses took {first_all} ms");
+        assert_eq!(seen.flip_written_in, Some(0));
+    }
+
+    /// The heartbeat rule (issue 42): the fleet's instances over 40
+    /// writes/s, between 30 s and 90 s.
+    #[test]
+    fn the_heartbeat_grows_with_the_fleet_between_its_floor_and_90_s() {
+        let config = WriteQueueConfig::default();
+        let hb = |n| heartbeat_for(n, &config);
+        assert_eq!(hb(0), Duration::from_secs(30));
+        assert_eq!(hb(1_200), Duration::from_secs(30));
+        assert_eq!(hb(1_201), Duration::from_millis(30_025));
+        assert_eq!(hb(3_334), Duration::from_millis(83_350));
+        assert_eq!(hb(3_600), Duration::from_secs(90));
+        assert_eq!(hb(50_000), Duration::from_secs(90));
+        // Writes a second at rest: 3,334 instances 40, 50,000 instances
+        // (150,000 pods) 556.
+        let rate = |n: usize| n as f64 / hb(n).as_secs_f64();
+        assert!((rate(3_334) - 40.0).abs() < 0.01, "{}", rate(3_334));
+        assert!((rate(50_000) - 555.6).abs() < 0.1, "{}", rate(50_000));
+        // A ceiling under the floor fixes the heartbeat at the floor; a
+        // rate that is no rate leaves it there too.
+        let fixed = WriteQueueConfig {
+            heartbeat: Duration::from_secs(45),
+            heartbeat_max: Duration::from_secs(10),
+            ..WriteQueueConfig::default()
+        };
+        assert_eq!(heartbeat_for(50_000, &fixed), Duration::from_secs(45));
+        let none = WriteQueueConfig {
+            heartbeat_writes_per_second: 0.0,
+            ..WriteQueueConfig::default()
+        };
+        assert_eq!(heartbeat_for(50_000, &none), Duration::from_secs(30));
+    }
+
+    /// At the default settings a 3,334-instance fleet at rest writes about
+    /// 40 statuses a second (each every 83.35 s, within 90 s, so two
+    /// writes in any 180 s), still has every first status within 30 s,
+    /// and a flip is still written at once.
+    #[test]
+    fn at_fleet_scale_the_default_heartbeat_spreads_writes_and_keeps_flips_at_once() {
+        let mut q = WriteQueue::new(WriteQueueConfig {
+            jitter: false,
+            ..WriteQueueConfig::default()
+        });
+        let seen = rest(&mut q, 3_334, 420);
+        assert_eq!(q.heartbeat(), Duration::from_millis(83_350));
+        assert!(
+            seen.worst <= Duration::from_millis(83_550),
+            "a status waited {:?} between writes",
+            seen.worst
+        );
+        let first_all = seen.first_all.expect("every instance written");
+        assert!(first_all <= 30_000, "first statuses took {first_all} ms");
+        assert!(
+            (2_100..=2_700).contains(&seen.writes_last_minute),
+            "{} writes in the last minute (40/s would be 2,400)",
+            seen.writes_last_minute
+        );
+        // Spread evenly, not in bunches (without the phases: 111/s for
+        // 30 s, then nothing for 53 s).
+        assert!(
+            seen.by_ten_seconds.iter().all(|n| (300..=500).contains(n)),
+            "writes by 10 s: {:?}",
+            seen.by_ten_seconds
+        );
+        assert_eq!(seen.flip_written_in, Some(0));
+    }
+
+    /// A sharded replica holding a third of the fleet takes the heartbeat
+    /// of the whole fleet, as told by the runner.
+    #[test]
+    fn a_replica_takes_the_heartbeat_of_the_whole_fleet() {
+        let mut q = WriteQueue::new(WriteQueueConfig::default());
+        for i in 0..1_111 {
+            q.track(key(&format!("i{i:05}")), ts(0));
+        }
+        assert_eq!(q.heartbeat(), Duration::from_secs(30));
+        q.set_fleet_size(3_334, ts(1));
+        assert_eq!(q.heartbeat(), Duration::from_millis(83_350));
+        q.set_fleet_size(0, ts(2));
+        assert_eq!(
+            q.heartbeat(),
+            Duration::from_secs(30),
+            "its own slots at least"
+        );
     }
 
     /// The index agrees with the slots whatever happens to them: every

@@ -130,6 +130,8 @@ spec:
         - --port-forward-streams={{ .Values.nodeLocal.portForwardStreams }}
         {{- end }}
         - --heartbeat={{ .Values.status.heartbeat }}
+        - --heartbeat-max={{ .Values.status.heartbeatMax }}
+        - --heartbeat-writes-per-second={{ .Values.status.heartbeatWritesPerSecond }}
         - --write-rate={{ .Values.status.writesPerSecond }}
         - --debug-listen=[::]:{{ .Values.debug.port }}
         - --timeline-budget-bytes={{ int64 .Values.debug.timelineBudgetBytes }}

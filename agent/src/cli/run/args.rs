@@ -14,7 +14,9 @@ use kura_gate::GateConfig;
 use crate::aggregate::AggregateConfig;
 use crate::cli::LogFormat;
 use crate::cli::gate_file::{self, GateFileError};
-use crate::cli::parse::{parse_positive_duration, parse_positive_signed, parse_rate};
+use crate::cli::parse::{
+    parse_heartbeat_max, parse_positive_duration, parse_positive_signed, parse_rate,
+};
 use crate::cluster::{DiscoveryConfig, PollPort, TargetConfig};
 use crate::engine::EngineConfig;
 use crate::events::EventLimitConfig;
@@ -135,9 +137,26 @@ pub struct RunArgs {
           value_parser = parse_positive_duration)]
     pub sweep_interval: Option<Duration>,
 
-    /// Rewrite an unchanged status at least this often.
+    /// The shortest heartbeat: an unchanged status is rewritten at least
+    /// this often while the fleet is small. It grows with the fleet's
+    /// instances (every replica's) so that heartbeats cost about
+    /// `--heartbeat-writes-per-second`, up to `--heartbeat-max`; material
+    /// changes are written at once whatever it is.
     #[arg(long, env = "KURA_AGENT_HEARTBEAT", default_value = "30s", value_parser = parse_positive_duration)]
     pub heartbeat: Duration,
+
+    /// The longest heartbeat the fleet's size may raise it to: at most 90s
+    /// (two writes in the 180 s after which consumers call a status
+    /// stale). Set it to `--heartbeat` (or below) for a fixed heartbeat.
+    #[arg(long, env = "KURA_AGENT_HEARTBEAT_MAX", default_value = "90s", value_parser = parse_heartbeat_max)]
+    pub heartbeat_max: Duration,
+
+    /// The heartbeat writes per second the whole replica set aims for at
+    /// rest: the heartbeat is the fleet's instances over this, between
+    /// `--heartbeat` and `--heartbeat-max` (40: 30 s up to 1,200
+    /// instances, 83 s at 3,334, 90 s from 3,600 on).
+    #[arg(long, env = "KURA_AGENT_HEARTBEAT_WRITES_PER_SECOND", default_value = "40", value_parser = parse_rate)]
+    pub heartbeat_writes_per_second: f64,
 
     /// Status writes per second, shared by all instances: the floor. The
     /// agent raises it to what the heartbeat needs for the instances it
@@ -313,6 +332,8 @@ impl RunArgs {
     pub fn write_queue_config(&self) -> WriteQueueConfig {
         WriteQueueConfig {
             heartbeat: self.heartbeat,
+            heartbeat_max: self.heartbeat_max,
+            heartbeat_writes_per_second: self.heartbeat_writes_per_second,
             rate_per_second: self.write_rate,
             burst: self.write_burst,
             conditions: self.condition_set(),
@@ -580,6 +601,36 @@ mod tests {
             Duration::from_secs(60)
         );
         let d = Wrapper::try_parse_from(["x"]).expect("parse");
+        assert_eq!(
+            d.args.write_queue_config().heartbeat_max,
+            Duration::from_secs(90)
+        );
+        assert_eq!(
+            d.args.write_queue_config().heartbeat_writes_per_second,
+            40.0
+        );
+        let h = Wrapper::try_parse_from([
+            "x",
+            "--heartbeat-max",
+            "45s",
+            "--heartbeat-writes-per-second",
+            "100",
+        ])
+        .expect("parse");
+        assert_eq!(
+            h.args.write_queue_config().heartbeat_max,
+            Duration::from_secs(45)
+        );
+        assert_eq!(
+            h.args.write_queue_config().heartbeat_writes_per_second,
+            100.0
+        );
+        let too_long = Wrapper::try_parse_from(["x", "--heartbeat-max", "91s"])
+            .err()
+            .expect("91s refused")
+            .to_string();
+        assert!(too_long.contains("at most 90s"), "{too_long}");
+        assert!(Wrapper::try_parse_from(["x", "--heartbeat-writes-per-second", "0"]).is_err());
         assert_eq!(d.args.target_config().port, PollPort::Number(4000));
         assert_eq!(d.args.write_queue_config().rate_per_second, 50.0);
     }
