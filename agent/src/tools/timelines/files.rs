@@ -77,6 +77,26 @@ static NEXT_TEMP: AtomicU64 = AtomicU64::new(0);
 /// something planted is skipped, not opened).
 const TEMP_ATTEMPTS: usize = 16;
 
+/// A temporary file of ours, removed when dropped unless it was renamed
+/// into place (an error, or `--timeout` dropping the write half-way, leaves
+/// nothing behind).
+struct Temporary(Option<PathBuf>);
+
+impl Temporary {
+    /// It is the target now: nothing to remove.
+    fn renamed(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Temporary {
+    fn drop(&mut self) {
+        if let Some(path) = self.0.take() {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
 /// Writes `body` as `dir/file_name` (see the module documentation):
 /// returns the path written.
 pub async fn write_replacing(dir: &Path, file_name: &str, body: &[u8]) -> io::Result<PathBuf> {
@@ -84,13 +104,13 @@ pub async fn write_replacing(dir: &Path, file_name: &str, body: &[u8]) -> io::Re
     let mut last = None;
     for _ in 0..TEMP_ATTEMPTS {
         let n = NEXT_TEMP.fetch_add(1, Ordering::Relaxed);
-        let temp = dir.join(format!(".kura-timeline-{}-{n}.tmp", std::process::id()));
+        let path = dir.join(format!(".kura-timeline-{}-{n}.tmp", std::process::id()));
         let mut options = tokio::fs::OpenOptions::new();
         options
             .write(true)
             .create_new(true)
             .custom_flags(libc::O_NOFOLLOW);
-        let mut file = match options.open(&temp).await {
+        let mut file = match options.open(&path).await {
             Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
                 last = Some(e);
@@ -98,17 +118,12 @@ pub async fn write_replacing(dir: &Path, file_name: &str, body: &[u8]) -> io::Re
             }
             Err(e) => return Err(e),
         };
-        let written = async {
-            file.write_all(body).await?;
-            file.flush().await?;
-            drop(file);
-            tokio::fs::rename(&temp, &target).await
-        }
-        .await;
-        if let Err(e) = written {
-            let _ = tokio::fs::remove_file(&temp).await;
-            return Err(e);
-        }
+        let temporary = Temporary(Some(path.clone()));
+        file.write_all(body).await?;
+        file.flush().await?;
+        drop(file);
+        tokio::fs::rename(&path, &target).await?;
+        temporary.renamed();
         return Ok(target);
     }
     Err(last.unwrap_or_else(|| io::Error::other("no temporary file name free")))
@@ -148,5 +163,37 @@ mod tests {
         assert!(one.len() <= MAX_FILE_NAME, "{}", one.len());
         assert_ne!(one, other);
         assert!(one.contains('~') && one.ends_with(SUFFIX), "{one}");
+    }
+
+    #[tokio::test]
+    async fn a_planted_temporary_name_is_skipped_and_nothing_is_left_behind() {
+        let dir = std::env::temp_dir().join(format!("kura-timeline-files-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        // The next temporary name, taken by a dangling symlink.
+        let next = NEXT_TEMP.load(Ordering::Relaxed);
+        let planted = dir.join(format!(".kura-timeline-{}-{next}.tmp", std::process::id()));
+        std::os::unix::fs::symlink(dir.join("elsewhere"), &planted).expect("symlink");
+        let written = write_replacing(&dir, "ns.a.timeline.json", b"{}")
+            .await
+            .expect("written");
+        assert_eq!(std::fs::read(&written).expect("read"), b"{}");
+        assert!(!dir.join("elsewhere").exists(), "followed the planted link");
+        let mut names: Vec<_> = std::fs::read_dir(&dir)
+            .expect("dir")
+            .filter_map(Result::ok)
+            .map(|e| e.file_name())
+            .collect();
+        names.sort();
+        assert_eq!(names.len(), 2, "{names:?}");
+        // A write that fails (the target is a directory) leaves no file.
+        std::fs::create_dir(dir.join("ns.b.timeline.json")).expect("dir target");
+        assert!(
+            write_replacing(&dir, "ns.b.timeline.json", b"{}")
+                .await
+                .is_err()
+        );
+        assert_eq!(std::fs::read_dir(&dir).expect("dir").count(), 3);
+        std::fs::remove_dir_all(&dir).expect("clean up");
     }
 }
