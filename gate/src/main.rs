@@ -107,9 +107,15 @@ Exit status: 0; 1 when --agent-view disagrees with what was published or
 --diff finds a difference; 2 on invalid input; 3 when the output cannot be
 written.";
 
+/// The exit statuses of `replay`, under its own help.
+const EXIT_STATUS: &str = "Exit status: 0; 1 when --agent-view disagrees with what was \
+published or --diff finds a difference; 2 on invalid input (one line on standard error); 3 \
+when the output cannot be written (a full disk, a closed pipe).";
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Replay a recorded sequence of ticks and print one verdict per line.
+    #[command(after_help = EXIT_STATUS)]
     Replay {
         /// The replay document (or exported timeline), or - for standard
         /// input.

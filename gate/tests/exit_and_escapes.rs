@@ -88,3 +88,18 @@ fn control_characters_of_a_configuration_key_are_printed_escaped() {
         "{err:?}"
     );
 }
+
+#[test]
+fn the_help_documents_exit_3() {
+    for args in [&["--help"][..], &["replay", "--help"]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_kura-gate"))
+            .args(args)
+            .output()
+            .unwrap();
+        let help = String::from_utf8(out.stdout).unwrap().replace('\n', " ");
+        assert!(
+            help.contains("3 when the output cannot be written"),
+            "{args:?}: {help}"
+        );
+    }
+}
