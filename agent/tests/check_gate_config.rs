@@ -454,3 +454,42 @@ async fn the_future_skew_of_the_file_limits_a_baseline_from_the_future() {
     assert!(err_file.contains("in the future"), "{err_file}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Issue 44 item 9: control characters of a key (an escape sequence, a
+/// bell, a bidirectional override) reach the terminal escaped from every
+/// command that reads a gate configuration file, `demo
+/// --shadow-gate-config` included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_characters_of_a_key_are_printed_escaped_by_every_command() {
+    let dir = scratch("escapes");
+    let path = write(
+        &dir,
+        "evil.json",
+        r#"{"\u001b[2J\u001b[31mfdTimeoutBand\u0007\u202e": 1}"#,
+    );
+    for args in [
+        vec!["demo", "--shadow-gate-config", &path],
+        vec!["run", "--shadow-gate-config", &path],
+        vec!["run", "--gate-config", &path],
+        vec![
+            "check",
+            "--gate-config",
+            &path,
+            "--node",
+            "http://127.0.0.1:9",
+        ],
+    ] {
+        let (code, _, err) = run(args.iter().map(|a| (*a).to_owned()).collect()).await;
+        assert_eq!(code, 2, "{args:?}: {err}");
+        let line = err.strip_suffix('\n').unwrap_or(&err);
+        assert!(
+            !line.chars().any(|c| c.is_control() || c == '\u{202e}'),
+            "{args:?}: raw control characters reach the terminal: {err:?}"
+        );
+        assert!(
+            line.contains(r"\u{1b}[2J\u{1b}[31mfdTimeoutBand\u{7}\u{202e}"),
+            "{args:?}: {err:?}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

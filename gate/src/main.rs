@@ -54,7 +54,9 @@ evidence lists the failed checks (server, signal, observed, bandTop, baseline,
 detail): empty for pass and soaking, at most 16 entries.
 Invalid input exits 2 with one line on standard error naming the tick, the
 server and the field at fault (or the line and column of a key given twice
-in one object: refused anywhere in the document). Counts in health are at
+in one object: refused anywhere in the document; control characters in it
+are printed escaped, \\u{1b}). Output that cannot be written (a full disk, a
+closed pipe) exits 3 with one line on standard error. Counts in health are at
 most 2^63-1, the largest integer the API server stores. One leading UTF-8
 byte-order mark is skipped.
 
@@ -99,11 +101,21 @@ printed ({\"tick\", \"document\": {...}, \"candidate\": {...}}, with \"serverId\
 under --agent-view), then {\"summary\": {\"view\", \"ticks\", \"differences\",
 \"document\": O, \"candidate\": O}} where O is {\"firstPass\", \"firstHold\",
 \"firstHardStop\", \"hardStopTicks\", \"timeToPassSeconds\"}; exit 1 when any
-tick differs. Details: docs/gate-replay.md.";
+tick differs. Details: docs/gate-replay.md.
+
+Exit status: 0; 1 when --agent-view disagrees with what was published or
+--diff finds a difference; 2 on invalid input; 3 when the output cannot be
+written.";
+
+/// The exit statuses of `replay`, under its own help.
+const EXIT_STATUS: &str = "Exit status: 0; 1 when --agent-view disagrees with what was \
+published or --diff finds a difference; 2 on invalid input (one line on standard error); 3 \
+when the output cannot be written (a full disk, a closed pipe).";
 
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Replay a recorded sequence of ticks and print one verdict per line.
+    #[command(after_help = EXIT_STATUS)]
     Replay {
         /// The replay document (or exported timeline), or - for standard
         /// input.
@@ -127,6 +139,12 @@ enum Command {
 
 /// The largest `--gate-config` file read, in bytes (the agent's limit).
 const MAX_GATE_FILE_BYTES: u64 = 64 * 1024;
+
+/// Exit status when the input is refused.
+const EXIT_REFUSED: u8 = 2;
+/// Exit status when the output cannot be written (1 means "disagrees" or
+/// "differs").
+const EXIT_OUTPUT_FAILED: u8 = 3;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -155,8 +173,36 @@ fn main() -> ExitCode {
 }
 
 fn refused(message: &str) -> ExitCode {
-    eprintln!("{message}");
-    ExitCode::from(2)
+    say(message);
+    ExitCode::from(EXIT_REFUSED)
+}
+
+/// One line on standard error, escaped ([`terminal_line`]); a standard
+/// error that cannot be written is no reason to panic.
+fn say(message: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "{}", terminal_line(message));
+}
+
+/// Characters that reorder how text is shown (Unicode bidirectional
+/// controls).
+fn reorders(c: char) -> bool {
+    matches!(c, '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `text` safe to print as one line on a terminal: control and
+/// bidirectional characters escaped (`\n`, `\u{1b}`), as the agent's own
+/// terminal output is (a key of a `--gate-config` file is quoted in its
+/// error as written).
+fn terminal_line(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() || reorders(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn read_input(file: &str) -> Result<String, String> {
@@ -193,24 +239,24 @@ fn replay(text: &str, candidate: Option<&GateConfig>, view: View) -> ExitCode {
         Ok(input) => input,
         Err(e) => return refused(&e.to_string()),
     };
-    match view {
+    let printed = match view {
         View::Wave => match kura_gate::run_replay(&input) {
-            Ok(lines) => print_lines(&lines, ExitCode::SUCCESS),
-            Err(e) => refused(&e.to_string()),
+            Ok(lines) => print_lines(&lines).map(|()| ExitCode::SUCCESS),
+            Err(e) => return refused(&e.to_string()),
         },
         View::Agent => {
             let lines = kura_gate::agent_view(&input);
             let disagree = lines.iter().any(|line| line.agrees == Some(false));
-            print_lines(
-                &lines,
+            print_lines(&lines).map(|()| {
                 if disagree {
                     ExitCode::FAILURE
                 } else {
                     ExitCode::SUCCESS
-                },
-            )
+                }
+            })
         }
-    }
+    };
+    printed.unwrap_or_else(|e| output_failed(&e))
 }
 
 fn what_if(text: &str, candidate: &GateConfig, view: View) -> ExitCode {
@@ -223,26 +269,27 @@ fn what_if(text: &str, candidate: &GateConfig, view: View) -> ExitCode {
     } else {
         ExitCode::FAILURE
     };
-    let code = print_lines(&answer.differences, code);
-    print_lines(
-        &[SummaryLine {
-            summary: &answer.summary,
-        }],
-        code,
-    )
+    print_lines(&answer.differences)
+        .and_then(|()| {
+            print_lines(&[SummaryLine {
+                summary: &answer.summary,
+            }])
+        })
+        .map_or_else(|e| output_failed(&e), |()| code)
 }
 
-/// Writes one JSON line per item; `code` unless writing fails (then 1).
-fn print_lines<T: Serialize>(lines: &[T], code: ExitCode) -> ExitCode {
+/// Writes one JSON line per item to standard output, flushed.
+fn print_lines<T: Serialize>(lines: &[T]) -> std::io::Result<()> {
     let mut out = std::io::stdout().lock();
     for line in lines {
-        let written = serde_json::to_string(line)
-            .map_err(std::io::Error::other)
-            .and_then(|json| writeln!(out, "{json}"));
-        if let Err(e) = written {
-            eprintln!("cannot write output: {e}");
-            return ExitCode::from(1);
-        }
+        let json = serde_json::to_string(line).map_err(std::io::Error::other)?;
+        writeln!(out, "{json}")?;
     }
-    code
+    out.flush()
+}
+
+/// The output could not be written: one line on standard error, exit 3.
+fn output_failed(error: &std::io::Error) -> ExitCode {
+    say(&format!("kura-gate replay: cannot write output: {error}"));
+    ExitCode::from(EXIT_OUTPUT_FAILED)
 }

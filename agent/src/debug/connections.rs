@@ -2,26 +2,29 @@
 //! are shed. Three bounds, and a rule that only idle connections are shed.
 //!
 //! - Every accepted connection first waits in the *waiting room* until it
-//!   sends something (it is readable). A silent connection costs a socket
-//!   and a parked task, no HTTP buffers. At most `room` connections wait;
-//!   when the room is full, a newcomer sheds the longest-waiting silent one
-//!   (silent for longer than the grace), and when none is, the acceptor
-//!   stops accepting until one leaves (the rest queue in the kernel's
-//!   backlog).
-//! - A connection that has sent something asks for one of `capacity`
+//!   has sent a whole request head (read into a small buffer, `head`; at
+//!   most the header read timeout). A connection still sending its head
+//!   (*silent* here: it has asked for nothing yet) costs a socket, a parked
+//!   task and its head so far, no HTTP buffers and no serving slot. At most
+//!   `room` connections wait; when the room is full, a newcomer sheds the
+//!   longest-waiting silent one (waiting for longer than the grace), and
+//!   when none is, the acceptor stops accepting until one leaves (the rest
+//!   queue in the kernel's backlog).
+//! - A connection that has sent its head asks for one of `capacity`
 //!   *serving slots*. A free slot is taken at once; otherwise it may shed a
-//!   slot holder that is idle: no request in progress and no byte read or
-//!   written for the grace. A holder with a request in progress, or that
-//!   just had one, is never shed: the newcomer queues, and while any
-//!   connection queues, every response carries `Connection: close`, so busy
-//!   kept-alive clients hand their slots over between requests without an
-//!   error.
+//!   slot holder that is idle: no request in progress and no byte written
+//!   (nor request started or ended) for the grace. A holder with a request
+//!   in progress, or that just had one, is never shed: the newcomer queues,
+//!   and while any connection queues, every response carries `Connection:
+//!   close`, so busy kept-alive clients hand their slots over between
+//!   requests without an error.
 //!
 //! Why: kubelet's probes must be answered within their 1 s timeout however
-//! many clients hold connections open without sending anything (they sit in
-//! the waiting room and never take a slot), and clients whose request is
-//! being answered must never be reset (issue 32: shedding the least recently
-//! active connection reset 27-32 % of busy clients' requests).
+//! many clients hold connections open without sending anything, or send
+//! their heads a byte at a time (they sit in the waiting room and never take
+//! a slot; issue 44), and clients whose request is being answered must never
+//! be reset (issue 32: shedding the least recently active connection reset
+//! 27-32 % of busy clients' requests).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -36,17 +39,22 @@ pub(crate) struct Activity {
     origin: Instant,
     /// Requests whose response has not been handed over in full.
     in_flight: AtomicU32,
-    /// Milliseconds since `origin` of the last byte read or written, or of
-    /// the last response handed over.
+    /// Milliseconds since `origin` of the last byte written, or of the
+    /// last request started or response handed over.
     last_ms: AtomicU64,
+    /// Milliseconds since `origin` when the requests in flight started
+    /// (when `in_flight` last left 0).
+    busy_since_ms: AtomicU64,
 }
 
 impl Activity {
-    fn new(origin: Instant) -> Self {
+    /// A connection's activity, timed from `origin` (the table's).
+    pub(crate) fn new(origin: Instant) -> Self {
         let activity = Self {
             origin,
             in_flight: AtomicU32::new(0),
             last_ms: AtomicU64::new(0),
+            busy_since_ms: AtomicU64::new(0),
         };
         activity.touch();
         activity
@@ -56,7 +64,7 @@ impl Activity {
         u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// A byte was read or written.
+    /// A byte was written (or a request started or ended).
     pub(crate) fn touch(&self) {
         self.last_ms.store(self.now_ms(), Ordering::Relaxed);
     }
@@ -64,12 +72,22 @@ impl Activity {
     /// A request started; its response is in flight until the returned
     /// guard drops.
     pub(crate) fn start_request(self: &Arc<Self>) -> InFlight {
-        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        if self.in_flight.fetch_add(1, Ordering::AcqRel) == 0 {
+            self.busy_since_ms.store(self.now_ms(), Ordering::Relaxed);
+        }
         self.touch();
         InFlight(self.clone())
     }
 
-    /// No request in progress and nothing read or written for `grace`, at
+    /// How long the requests in progress have been, if any is.
+    pub(crate) fn busy_for(&self) -> Option<Duration> {
+        (self.in_flight.load(Ordering::Acquire) > 0).then(|| {
+            let since = self.busy_since_ms.load(Ordering::Relaxed);
+            Duration::from_millis(self.now_ms().saturating_sub(since))
+        })
+    }
+
+    /// No request in progress and nothing written for `grace`, at
     /// `now_ms` (milliseconds since the table's origin).
     fn idle_at(&self, now_ms: u64, grace: Duration) -> Option<u64> {
         let last = self.last_ms.load(Ordering::Relaxed);
@@ -199,8 +217,8 @@ impl Connections {
         Ticket { id, shed }
     }
 
-    /// Connection `id` sent something: it leaves the waiting room and
-    /// queues for a slot. `false` when it was shed already.
+    /// Connection `id` sent its request head: it leaves the waiting room
+    /// and queues for a slot. `false` when it was shed already.
     pub(crate) fn spoke(&self, id: u64) -> bool {
         let mut inner = self.lock();
         if inner.silent.remove(&id).is_some() {
@@ -211,8 +229,8 @@ impl Connections {
         }
     }
 
-    /// Connection `id` left the waiting room without speaking (it timed
-    /// out, closed, or was shed).
+    /// Connection `id` left the waiting room without a whole request head
+    /// (it timed out, closed, or was shed).
     pub(crate) fn leave_silent(&self, id: u64) {
         if self.lock().silent.remove(&id).is_some() {
             self.freed.notify_waiters();
@@ -238,10 +256,7 @@ impl Connections {
             }
             let now = tokio::time::Instant::now();
             if now >= deadline {
-                let mut inner = self.lock();
-                inner.queued = inner.queued.saturating_sub(1);
-                drop(inner);
-                self.freed.notify_waiters();
+                self.leave_queue();
                 return None;
             }
             // A holder may turn idle without anything waking us: look again
@@ -249,6 +264,22 @@ impl Connections {
             let step = (self.grace / 4).max(Duration::from_millis(5));
             let _ = tokio::time::timeout(step.min(deadline - now), freed).await;
         }
+    }
+
+    /// Gives queued connection `id` a slot now, a free one or an idle
+    /// holder's, without waiting. `None` when there is none: it stays
+    /// queued until [`Self::leave_queue`].
+    pub(crate) fn serve_now(&self, id: u64) -> Option<(Arc<Activity>, oneshot::Receiver<()>)> {
+        self.try_take(id)
+    }
+
+    /// A queued connection leaves the queue without a slot (it waited too
+    /// long, or was answered outside the slots).
+    pub(crate) fn leave_queue(&self) {
+        let mut inner = self.lock();
+        inner.queued = inner.queued.saturating_sub(1);
+        drop(inner);
+        self.freed.notify_waiters();
     }
 
     fn try_take(&self, id: u64) -> Option<(Arc<Activity>, oneshot::Receiver<()>)> {

@@ -18,7 +18,10 @@
 //!   `/metrics`, rendered from the view at scrape time, and streamed a
 //!   chunk at a time by `scrape_body`;
 //! - `connections`: the bounds on waiting and served connections (only
-//!   idle ones are shed; the rest queue);
+//!   idle ones are shed; the rest queue); `head`: a connection's first
+//!   request head, read before it takes a slot; `watched`: a served
+//!   connection's socket (its activity, and bounds on clients that do not
+//!   read their answers);
 //! - `listen`: binding the listener (`[::]` dual-stack).
 //!
 //! [`FleetView`]: crate::view::FleetView
@@ -30,6 +33,7 @@ mod connections;
 mod fleet_page;
 mod fleet_query;
 mod fleet_window;
+mod head;
 mod html;
 mod instance_metrics;
 mod instance_page;
@@ -39,8 +43,9 @@ mod server;
 mod shadow;
 mod signals;
 mod timeline_query;
+mod watched;
 
 pub use server::{
-    DebugServer, DebugState, HEADER_READ_TIMEOUT, IDLE_GRACE, MAX_CONNECTIONS, MAX_WAITING,
-    QUEUE_LIMIT,
+    DebugServer, DebugState, HEADER_READ_TIMEOUT, IDLE_GRACE, Limits, MAX_CONNECTIONS,
+    MAX_HEAD_BYTES, MAX_WAITING, QUEUE_LIMIT, RESPONSE_TIMEOUT, WRITE_STALL_TIMEOUT,
 };

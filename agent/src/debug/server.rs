@@ -21,26 +21,36 @@
 //! hashes).
 //!
 //! Connections (`connections`): every connection is accepted and waits,
-//! without HTTP buffers, until it sends something (at most [`MAX_WAITING`]
-//! wait; past that the longest silent one is closed). Then it is served in
-//! one of [`MAX_CONNECTIONS`] slots, taking a free one or shedding a holder
-//! that is idle (no request in progress, nothing read or written for
-//! [`IDLE_GRACE`]); otherwise it queues (at most [`QUEUE_LIMIT`]) and
-//! meanwhile every answer closes its connection, handing slots over. So
-//! idle clients cannot keep kubelet's probes waiting and busy clients are
-//! never reset. Request headers must arrive within [`HEADER_READ_TIMEOUT`].
+//! without HTTP buffers or a serving slot, until it has sent a whole
+//! request head (`head`; within [`HEADER_READ_TIMEOUT`], at most
+//! [`MAX_HEAD_BYTES`]; at most [`MAX_WAITING`] wait; past that the longest
+//! waiting one is closed). Then it is served in one of [`MAX_CONNECTIONS`]
+//! slots, taking a free one or shedding a holder that is idle (no request
+//! in progress, nothing written for [`IDLE_GRACE`]); otherwise it queues
+//! (at most [`QUEUE_LIMIT`]) and meanwhile every answer closes its
+//! connection, handing slots over. A probe (`GET`/`HEAD` of `/healthz` or
+//! `/readyz`) that finds no slot is not queued: it is answered at once
+//! outside the slots and its connection closed. So neither idle clients,
+//! nor clients sending their heads a byte at a time, nor busy ones can keep
+//! kubelet's probes waiting, and busy clients are never reset. A served
+//! connection's next request head must arrive within
+//! [`HEADER_READ_TIMEOUT`] too, and a client that does not read its answer
+//! loses its connection (`watched`): after [`WRITE_STALL_TIMEOUT`] without
+//! taking a byte, or [`RESPONSE_TIMEOUT`] after its request.
 
 use crate::debug::answers;
-use crate::debug::connections::{Activity, Connections, InFlight, Ticket};
+use crate::debug::connections::{Connections, InFlight, Ticket};
 use crate::debug::fleet_page::{self, Fleet};
 use crate::debug::fleet_query::FleetQuery;
 use crate::debug::fleet_window;
+use crate::debug::head::{self, HeadRead, Prefixed};
 use crate::debug::html;
 use crate::debug::instance_metrics;
 use crate::debug::instance_page::{self, Instance};
 use crate::debug::listen;
 use crate::debug::scrape_body::ScrapeBody;
 use crate::debug::timeline_query;
+use crate::debug::watched::{Watched, WriteLimits};
 use crate::model::{Clock, InstanceKey};
 use crate::view::FleetView;
 use bytes::Bytes;
@@ -64,8 +74,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
+
+pub use crate::debug::head::MAX_HEAD_BYTES;
 
 /// At most this many connections are served (hold HTTP buffers) at once;
 /// a connection that has sent something queues for one of them.
@@ -85,6 +97,42 @@ pub const QUEUE_LIMIT: Duration = Duration::from_secs(10);
 /// a kept-alive connection may sit idle). Probes and scrapers send theirs
 /// with the connection.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// A client that takes no byte of its answer for this long (its receive
+/// window stays full) loses its connection.
+pub const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// An answer must be handed over in full within this time of its request
+/// (a scrape of a large fleet, megabytes, takes well under a second;
+/// Prometheus gives up on a scrape after its `scrape_timeout`, 10 s by
+/// default); then the connection is closed.
+pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The debug server's bounds on its clients (the defaults are the
+/// constants of this module; tests shorten them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Connections served at once ([`MAX_CONNECTIONS`]).
+    pub slots: usize,
+    /// A request head must arrive whole within this time
+    /// ([`HEADER_READ_TIMEOUT`]).
+    pub header_read: Duration,
+    /// A write the client makes no room for within this time closes the
+    /// connection ([`WRITE_STALL_TIMEOUT`]).
+    pub write_stall: Duration,
+    /// An answer not handed over in full this long after its request
+    /// closes the connection ([`RESPONSE_TIMEOUT`]).
+    pub response: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            slots: MAX_CONNECTIONS,
+            header_read: HEADER_READ_TIMEOUT,
+            write_stall: WRITE_STALL_TIMEOUT,
+            response: RESPONSE_TIMEOUT,
+        }
+    }
+}
 
 /// What the server reads.
 #[derive(Clone)]
@@ -430,6 +478,7 @@ fn timeline(
 pub struct DebugServer {
     listener: TcpListener,
     state: DebugState,
+    limits: Limits,
 }
 
 impl DebugServer {
@@ -441,7 +490,17 @@ impl DebugServer {
         if let Some(note) = note {
             tracing::warn!(%note, "debug server");
         }
-        Ok(Self { listener, state })
+        Ok(Self {
+            listener,
+            state,
+            limits: Limits::default(),
+        })
+    }
+
+    /// The same server with other bounds on its clients.
+    #[must_use]
+    pub fn with_limits(self, limits: Limits) -> Self {
+        Self { limits, ..self }
     }
 
     /// The bound address.
@@ -452,7 +511,7 @@ impl DebugServer {
     /// Serves until `shutdown` completes (connections already accepted
     /// finish on their own).
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
-        let table = Arc::new(Connections::new(MAX_CONNECTIONS, MAX_WAITING, IDLE_GRACE));
+        let table = Arc::new(Connections::new(self.limits.slots, MAX_WAITING, IDLE_GRACE));
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
             let accepted = tokio::select! {
@@ -476,28 +535,58 @@ impl DebugServer {
                 ticket,
                 table.clone(),
                 self.state.clone(),
+                self.limits,
             ));
         }
     }
 }
 
-/// One connection: waits (silent) until it sends something, queues for a
-/// serving slot, then is served until it ends or is shed.
-async fn connection(stream: TcpStream, ticket: Ticket, table: Arc<Connections>, state: DebugState) {
-    let Ticket { id, shed } = ticket;
-    let mut first = [0u8; 1];
-    let spoke = tokio::select! {
-        // `peek` waits for a byte (or the end); `readable` may wake early.
-        ready = tokio::time::timeout(HEADER_READ_TIMEOUT, stream.peek(&mut first)) => {
-            matches!(ready, Ok(Ok(1)))
-        }
-        _ = shed => false,
+/// One connection: waits in the room until its request head is in, queues
+/// for a serving slot (a probe that finds none is answered outside the
+/// slots), then is served until it ends or is shed.
+async fn connection(
+    mut stream: TcpStream,
+    ticket: Ticket,
+    table: Arc<Connections>,
+    state: DebugState,
+    limits: Limits,
+) {
+    let Ticket { id, mut shed } = ticket;
+    let read = tokio::select! {
+        read = tokio::time::timeout(limits.header_read, head::read(&mut stream)) => read.ok(),
+        _ = &mut shed => None,
     };
-    if !spoke || !table.spoke(id) {
-        table.leave_silent(id);
+    let head = match read {
+        Some(HeadRead::Complete(head)) => head,
+        Some(HeadRead::TooLarge) => {
+            let _ =
+                tokio::time::timeout(limits.header_read, stream.write_all(head::TOO_LARGE)).await;
+            table.leave_silent(id);
+            return;
+        }
+        Some(HeadRead::Closed) | None => {
+            table.leave_silent(id);
+            return;
+        }
+    };
+    if !table.spoke(id) {
         return;
     }
-    let Some((activity, shed)) = table.serve(id, QUEUE_LIMIT).await else {
+    let slot = if head.probe {
+        match table.serve_now(id) {
+            Some(slot) => Some(slot),
+            None => {
+                // Every slot is busy: answered outside them, while still
+                // counted in the waiting room (so bounded by it).
+                answer_probe(stream, head.bytes, state, limits).await;
+                table.leave_queue();
+                return;
+            }
+        }
+    } else {
+        table.serve(id, QUEUE_LIMIT).await
+    };
+    let Some((activity, shed)) = slot else {
         tracing::debug!("debug server: no slot within {QUEUE_LIMIT:?}, connection closed");
         return;
     };
@@ -521,10 +610,18 @@ async fn connection(stream: TcpStream, ticket: Ticket, table: Arc<Connections>, 
             async move { Ok::<_, Infallible>(response) }
         })
     };
+    let io = Watched::new(
+        Prefixed::new(head.bytes, stream),
+        activity,
+        WriteLimits {
+            stall: limits.write_stall,
+            response: limits.response,
+        },
+    );
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
-        .serve_connection(TokioIo::new(Watched { stream, activity }), service);
+        .header_read_timeout(limits.header_read)
+        .serve_connection(TokioIo::new(io), service);
     tokio::select! {
         ended = conn => if let Err(error) = ended {
             tracing::debug!(%error, "debug connection ended with an error");
@@ -532,6 +629,33 @@ async fn connection(stream: TcpStream, ticket: Ticket, table: Arc<Connections>, 
         _ = shed => {}
     }
     table.release(id);
+}
+
+/// A probe's one request (its head in `head`), answered with no serving
+/// slot, and its connection closed; all of it within the header read
+/// timeout.
+async fn answer_probe(stream: TcpStream, head: Vec<u8>, state: DebugState, limits: Limits) {
+    let service = service_fn(move |req: Request<Incoming>| {
+        let target = req
+            .uri()
+            .path_and_query()
+            .map_or_else(|| req.uri().path(), |pq| pq.as_str());
+        let mut response = respond(req.method(), target, &state, state.clock.now());
+        response
+            .headers_mut()
+            .insert(CONNECTION, http::HeaderValue::from_static("close"));
+        async move { Ok::<_, Infallible>(response) }
+    });
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read)
+        .keep_alive(false)
+        .serve_connection(TokioIo::new(Prefixed::new(head, stream)), service);
+    match tokio::time::timeout(limits.header_read, conn).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => tracing::debug!(%error, "debug probe connection ended with an error"),
+        Err(_) => tracing::debug!("debug probe connection: not answered within the limit"),
+    }
 }
 
 /// A response body that ends its request's [`InFlight`] when it has been
@@ -559,68 +683,5 @@ impl Body for Tracked {
 
     fn size_hint(&self) -> SizeHint {
         self.body.size_hint()
-    }
-}
-
-/// A connection's socket, recording each byte read or written as activity
-/// (a connection in the middle of a request is not idle).
-struct Watched {
-    stream: TcpStream,
-    activity: Arc<Activity>,
-}
-
-impl AsyncRead for Watched {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let this = self.get_mut();
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut this.stream).poll_read(cx, buf);
-        if buf.filled().len() > before {
-            this.activity.touch();
-        }
-        polled
-    }
-}
-
-impl AsyncWrite for Watched {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        data: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        let this = self.get_mut();
-        let polled = Pin::new(&mut this.stream).poll_write(cx, data);
-        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            this.activity.touch();
-        }
-        polled
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        let this = self.get_mut();
-        let polled = Pin::new(&mut this.stream).poll_write_vectored(cx, bufs);
-        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            this.activity.touch();
-        }
-        polled
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
     }
 }

@@ -68,7 +68,7 @@ mod url;
 pub use baseline_document::{BaselineDocument, BaselineError};
 pub use judge::{BaselineSource, CheckRun, CheckSettings, PollReport};
 pub use run::{CheckNode, poll_nodes, run_check};
-pub use url::{NodeUrlError, node_report_urls, refuse_same_nodes};
+pub use url::{NodeUrlError, http_url, node_report_urls, refuse_same_nodes};
 
 use std::io::Write as _;
 use std::path::PathBuf;

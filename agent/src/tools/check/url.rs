@@ -87,10 +87,12 @@ fn written_port(authority: &str) -> Option<&str> {
     tail.rfind(':').map(|i| &tail[i + 1..])
 }
 
-/// The report URL of a node given as `http://host:port`, `http://host:port/`
-/// or the full report URL (a path ending in `/status/rollout`, e.g. behind a
-/// path-prefixing proxy). Only `http://` is accepted; a query is kept.
-pub fn node_report_url(input: &str) -> Result<Uri, NodeUrlError> {
+/// An `http://` URL whose authority is checked (a host, no credentials,
+/// a port from 1 to 65535 if one is written), and that authority in its
+/// normal form (`host` or `host:port`, the host lower-cased). The one URL
+/// parser of the tools that connect to a node or an agent: `check`'s and
+/// `baseline`'s node URLs and `timelines --from`.
+pub fn http_url(input: &str) -> Result<(Uri, String), NodeUrlError> {
     let url = input.trim();
     let uri: Uri = url
         .parse()
@@ -148,6 +150,15 @@ pub fn node_report_url(input: &str) -> Result<Uri, NodeUrlError> {
         Some(port) => format!("{host}:{port}"),
         None => host,
     };
+    Ok((uri, authority))
+}
+
+/// The report URL of a node given as `http://host:port`, `http://host:port/`
+/// or the full report URL (a path ending in `/status/rollout`, e.g. behind a
+/// path-prefixing proxy). Only `http://` is accepted; a query is kept.
+pub fn node_report_url(input: &str) -> Result<Uri, NodeUrlError> {
+    let url = input.trim();
+    let (uri, authority) = http_url(url)?;
     let path = uri.path();
     let path = if path.is_empty() || path == "/" {
         REPORT_PATH

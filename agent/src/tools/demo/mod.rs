@@ -387,7 +387,11 @@ pub fn run(args: DemoArgs) -> ExitCode {
         None => None,
         Some(Ok(file)) => Some(file.config),
         Some(Err(e)) => {
-            eprintln!("kura-agent demo: {e}");
+            // The error quotes a key of the file as written: escaped.
+            eprintln!(
+                "{}",
+                crate::cli::terminal::line(&format!("kura-agent demo: {e}"))
+            );
             return ExitCode::from(2);
         }
     };
@@ -422,7 +426,10 @@ pub fn run(args: DemoArgs) -> ExitCode {
             ExitCode::FAILURE
         }
         Err(e) => {
-            eprintln!("kura-agent demo: {e}");
+            eprintln!(
+                "{}",
+                crate::cli::terminal::line(&format!("kura-agent demo: {e}"))
+            );
             ExitCode::FAILURE
         }
     }

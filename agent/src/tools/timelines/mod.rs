@@ -3,21 +3,31 @@
 //! writes one `kura-gate replay` document per instance,
 //! `DIR/{namespace}.{name}.timeline.json`, so an operator can replay a
 //! fleet's waves against a candidate configuration (`kura-gate replay
-//! --gate-config FILE`).
+//! --gate-config FILE`). A name too long for a file name is shortened
+//! with a digest (`files`); no two instances share a file. Each file is
+//! written new and renamed into place: a link, FIFO or file planted under
+//! its name is replaced, never followed or opened.
 //!
 //! The instances are listed by `GET /debug/instances`; each timeline is
 //! `GET /api/v1/instances/{ns}/{name}/timeline` (at most 10,000 ticks, the
 //! newest). Only the replica that sweeps an instance holds its timeline:
 //! for the others the endpoint answers 404 with `ownedBy`, which is
 //! printed (run the command against that replica too). Requests go a few
-//! at a time (`--concurrency`), each bounded in time (`--timeout`) and
-//! size (`--body-limit`).
+//! at a time (`--concurrency`), each bounded in time (`--timeout`, which
+//! bounds writing its file too) and size (`--body-limit`, which bounds the
+//! memory a body takes: it is copied into one buffer as it arrives).
+//! `--from` is parsed as `check`'s node URLs are (`check::http_url`).
 //!
 //! Standard output: one line per instance (`wrote`, `not here` with the
 //! owner, or `failed` with the reason), then a summary line. Exit code 0
 //! when every timeline this replica holds was written, 1 when any fetch
 //! or write failed, 2 for bad arguments or an unreadable instance list.
 
+mod files;
+
+pub use files::{MAX_FILE_NAME, file_name, is_name, is_namespace};
+
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -26,14 +36,15 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::StreamExt;
 use http::header::{ACCEPT, HOST};
-use http::{Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Empty, Limited};
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
 use serde::Deserialize;
 use tokio::net::TcpStream;
 
 use crate::cli::parse::parse_positive_duration;
 use crate::cli::terminal;
+use crate::tools::check::http_url;
 
 /// Arguments of `kura-agent timelines`.
 #[derive(Debug, Clone, clap::Args)]
@@ -51,10 +62,12 @@ pub struct TimelinesArgs {
     /// Requests in flight at most.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=32))]
     pub concurrency: u16,
-    /// Time limit of one request (connect, send, read the whole body).
+    /// Time limit of one instance (connect, send, read the whole body,
+    /// write its file); also of the instance list.
     #[arg(long, default_value = "30s", value_parser = parse_positive_duration)]
     pub timeout: Duration,
-    /// Largest body read, in bytes (a 10,000-tick timeline is about 8 MiB).
+    /// Largest body read, in bytes (a 10,000-tick timeline is about 8 MiB);
+    /// a body takes about this much memory at most, however it is sent.
     #[arg(long, default_value_t = 64 * 1024 * 1024,
           value_parser = clap::value_parser!(u64).range(1..=1024 * 1024 * 1024))]
     pub body_limit: u64,
@@ -63,10 +76,10 @@ pub struct TimelinesArgs {
 /// Why a fetch failed.
 #[derive(Debug, thiserror::Error)]
 pub enum FetchError {
-    /// `--from` is not an `http://host:port` URL.
-    #[error("--from {0:?}: expected http://HOST[:PORT] (plain HTTP, no path)")]
+    /// `--from` is not an `http://host[:port]` URL (the reason).
+    #[error("--from {0}")]
     Url(String),
-    /// The request took longer than `--timeout`.
+    /// The request (or writing its file) took longer than `--timeout`.
     #[error("no complete answer within {0:?}")]
     Timeout(Duration),
     /// Connecting failed.
@@ -100,20 +113,20 @@ struct Endpoint {
 
 impl Endpoint {
     fn parse(url: &str) -> Result<Endpoint, FetchError> {
-        let uri: Uri = url.parse().map_err(|_| FetchError::Url(url.to_owned()))?;
-        if uri.scheme_str() != Some("http")
-            || uri.path_and_query().is_some_and(|p| p.as_str() != "/")
-            || uri.authority().is_none_or(|a| a.as_str().contains('@'))
-        {
-            return Err(FetchError::Url(url.to_owned()));
+        let (uri, authority) = http_url(url).map_err(|e| FetchError::Url(e.to_string()))?;
+        if uri.path_and_query().is_some_and(|p| p.as_str() != "/") {
+            return Err(FetchError::Url(format!(
+                "{:?}: expected http://HOST[:PORT], no path",
+                url.trim()
+            )));
         }
-        let authority = uri
-            .authority()
-            .ok_or_else(|| FetchError::Url(url.to_owned()))?;
-        let port = authority.port_u16().unwrap_or(80);
-        Ok(Endpoint {
-            authority: format!("{}:{port}", authority.host()),
-        })
+        // The port is checked (1-65535) when written; 80 when not.
+        let authority = if uri.port().is_some() {
+            authority
+        } else {
+            format!("{authority}:80")
+        };
+        Ok(Endpoint { authority })
     }
 
     /// `GET path`: the status and the whole body (at most `limit` bytes),
@@ -153,24 +166,33 @@ impl Endpoint {
                 .await
                 .map_err(|e| FetchError::Http(e.to_string()))?;
             let status = response.status();
-            let limit_bytes = usize::try_from(limit).unwrap_or(usize::MAX);
-            let body = Limited::new(response.into_body(), limit_bytes)
-                .collect()
-                .await
-                .map_err(|e| {
-                    if e.is::<http_body_util::LengthLimitError>() {
-                        FetchError::TooLarge(limit)
-                    } else {
-                        FetchError::Http(e.to_string())
-                    }
-                })?
-                .to_bytes();
+            let body = read_body(response.into_body(), limit).await?;
             Ok((status, body))
         }
         .await;
         driver.abort();
         answer
     }
+}
+
+/// A body, copied into one buffer as its frames arrive (however small they
+/// are, memory stays about the bytes received), at most `limit` bytes.
+async fn read_body<B>(mut body: B, limit: u64) -> Result<Bytes, FetchError>
+where
+    B: hyper::body::Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
+    let mut bytes: Vec<u8> = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| FetchError::Http(e.to_string()))?;
+        if let Ok(data) = frame.into_data() {
+            if (bytes.len() as u64).saturating_add(data.len() as u64) > limit {
+                return Err(FetchError::TooLarge(limit));
+            }
+            bytes.extend_from_slice(&data);
+        }
+    }
+    Ok(Bytes::from(bytes))
 }
 
 /// One entry of `/debug/instances` (only what is read).
@@ -202,20 +224,10 @@ enum Outcome {
     Failed(FetchError),
 }
 
-/// A namespace or name safe to put in a file name (Kubernetes names are
-/// DNS labels or subdomains: lower-case letters, digits, `-` and `.`).
-fn safe_part(part: &str) -> bool {
-    !part.is_empty()
-        && !part.starts_with('.')
-        && part.len() <= 253
-        && part
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
-}
-
-/// The file of one instance's timeline under `out`.
+/// The file of one instance's timeline under `out` (its namespace and name
+/// checked by [`is_namespace`] and [`is_name`]; see [`file_name`]).
 pub fn timeline_file(out: &Path, namespace: &str, name: &str) -> PathBuf {
-    out.join(format!("{namespace}.{name}.timeline.json"))
+    out.join(file_name(namespace, name))
 }
 
 /// A path segment percent-encoded (names are safe already; this keeps the
@@ -232,13 +244,22 @@ fn segment(part: &str) -> String {
         .collect()
 }
 
+/// Fetches one instance's timeline and writes its file, all within
+/// `--timeout`.
 async fn fetch_one(endpoint: &Endpoint, args: &TimelinesArgs, listed: &Listed) -> Outcome {
+    match tokio::time::timeout(args.timeout, fetch_and_write(endpoint, args, listed)).await {
+        Ok(outcome) => outcome,
+        Err(_) => Outcome::Failed(FetchError::Timeout(args.timeout)),
+    }
+}
+
+async fn fetch_and_write(endpoint: &Endpoint, args: &TimelinesArgs, listed: &Listed) -> Outcome {
     let path = format!(
         "/api/v1/instances/{}/{}/timeline",
         segment(&listed.namespace),
         segment(&listed.name)
     );
-    let (status, body) = match endpoint.get(&path, args.body_limit, args.timeout).await {
+    let (status, body) = match endpoint.get_unbounded(&path, args.body_limit).await {
         Ok(answer) => answer,
         Err(e) => return Outcome::Failed(e),
     };
@@ -258,13 +279,16 @@ async fn fetch_one(endpoint: &Endpoint, args: &TimelinesArgs, listed: &Listed) -
         Ok(doc) => doc,
         Err(e) => return Outcome::Failed(FetchError::Answer(format!("not a timeline: {e}"))),
     };
-    let file = timeline_file(&args.out, &listed.namespace, &listed.name);
-    if let Err(source) = tokio::fs::write(&file, &body).await {
-        return Outcome::Failed(FetchError::Write {
-            path: file.display().to_string(),
-            source,
-        });
-    }
+    let name = file_name(&listed.namespace, &listed.name);
+    let file = match files::write_replacing(&args.out, &name, &body).await {
+        Ok(file) => file,
+        Err(source) => {
+            return Outcome::Failed(FetchError::Write {
+                path: args.out.join(&name).display().to_string(),
+                source,
+            });
+        }
+    };
     Outcome::Wrote {
         path: file,
         ticks: doc.ticks.len(),
@@ -308,15 +332,29 @@ pub async fn fetch_all(args: &TimelinesArgs) -> Result<Fetched, FetchError> {
         .map_err(|e| FetchError::Answer(format!("/debug/instances: {e}")))?;
     listed.retain(|l| args.namespace.as_ref().is_none_or(|ns| *ns == l.namespace));
     let mut out = Fetched::default();
-    let (fine, unsafe_names): (Vec<Listed>, Vec<Listed>) = listed
-        .into_iter()
-        .partition(|l| safe_part(&l.namespace) && safe_part(&l.name));
-    for l in &unsafe_names {
-        out.failed += 1;
-        out.lines.push(format!(
-            "failed   {}/{}: not a Kubernetes name, no file written",
-            &l.namespace, &l.name
-        ));
+    // One file per instance: a name that is not Kubernetes', or a second
+    // instance of one file (the list naming an instance twice), is refused.
+    let mut files: HashMap<String, String> = HashMap::new();
+    let mut fine = Vec::with_capacity(listed.len());
+    for l in listed {
+        let id = format!("{}/{}", l.namespace, l.name);
+        if !is_namespace(&l.namespace) || !is_name(&l.name) {
+            out.failed += 1;
+            out.lines.push(format!(
+                "failed   {id}: not a Kubernetes name, no file written"
+            ));
+            continue;
+        }
+        let file = file_name(&l.namespace, &l.name);
+        if let Some(first) = files.get(&file) {
+            out.failed += 1;
+            out.lines.push(format!(
+                "failed   {id}: listed twice (its file {file} is {first}'s), written once"
+            ));
+            continue;
+        }
+        files.insert(file, id);
+        fine.push(l);
     }
     let endpoint = Arc::new(endpoint);
     let outcomes: Vec<(Listed, Outcome)> = futures::stream::iter(fine)
@@ -368,7 +406,11 @@ pub fn run(args: &TimelinesArgs) -> ExitCode {
         Ok(r) => r,
         Err(code) => return code,
     };
-    match runtime.block_on(fetch_all(args)) {
+    let fetched = runtime.block_on(fetch_all(args));
+    // Nothing is left running (every write ends within --timeout); a stuck
+    // blocking file operation does not keep the process.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    match fetched {
         Ok(fetched) => {
             for line in &fetched.lines {
                 println!("{}", terminal::line(line));
@@ -404,11 +446,25 @@ mod tests {
             Endpoint::parse("http://agent/").unwrap().authority,
             "agent:80"
         );
+        assert_eq!(
+            Endpoint::parse("http://[::1]:8080").unwrap().authority,
+            "[::1]:8080"
+        );
+        assert_eq!(
+            Endpoint::parse("http://Agent:08080").unwrap().authority,
+            "agent:8080"
+        );
+        // Issue 44 item 4: an invalid or empty port was port 80.
         for bad in [
             "https://agent:8080",
             "agent:8080",
             "http://agent:8080/debug",
+            "http://agent:8080/?x",
             "http://u:p@agent:8080",
+            "http://127.0.0.1:99999",
+            "http://127.0.0.1:65536",
+            "http://127.0.0.1:",
+            "http://127.0.0.1:0",
             "",
         ] {
             assert!(Endpoint::parse(bad).is_err(), "{bad}");
@@ -416,12 +472,7 @@ mod tests {
     }
 
     #[test]
-    fn only_kubernetes_names_become_file_names() {
-        assert!(safe_part("kura-prod"));
-        assert!(safe_part("a.b-1"));
-        for bad in ["", "..", ".hidden", "a/b", "A", "a b", "a\\b"] {
-            assert!(!safe_part(bad), "{bad}");
-        }
+    fn the_file_of_an_instance() {
         assert_eq!(
             timeline_file(Path::new("/o"), "ns", "a.b"),
             PathBuf::from("/o/ns.a.b.timeline.json")
