@@ -7,8 +7,8 @@
 #   1. a real agent loop over simulated pods with an instance in each state
 #      (agent/tests/integration_outputs.rs, KURA_INTEGRATIONS_SERVE) serves
 #      its verdict API and /metrics on loopback
-#   2. kube-apiserver + etcd (scripts/k8s-up.sh)
-#   3. per release, one after the other: its own CRDs, kept in the
+#   2. two kube-apiservers + etcds (scripts/k8s-up.sh), one per release
+#   3. per release, side by side, each on its own API server (their CRDs share names): its own CRDs, kept in the
 #      repository (testdata/vendor/argo-rollouts/<version>, checked against
 #      the release's module); every AnalysisTemplate and
 #      ClusterAnalysisTemplate under docs/ applied with `kubectl apply`
@@ -45,7 +45,10 @@ stop_agent() {
 }
 # run_finish exits with the status it finds in $?: the script's, not
 # stop_agent's (a failed check must fail the script).
-trap 'rc=$?; stop_agent; set +e; (exit "$rc"); run_finish' EXIT
+# Each release runs on its own API server, side by side (their CRDs share
+# names): the second one is stopped here, the first by run_finish.
+k8s_dir_18=$dir/k8s-1.8
+trap 'rc=$?; stop_agent; set +e; "$root/scripts/k8s-down.sh" "$k8s_dir_18" >/dev/null 2>&1; (exit "$rc"); run_finish' EXIT
 
 py=python3
 if ! "$py" -c 'import yaml' 2>/dev/null; then
@@ -83,19 +86,38 @@ done
 agent_url=$(cat "$dir/agent-url")
 echo "verdict API at $agent_url"
 
-part "kube-apiserver + etcd up"
+part "kube-apiserver + etcd up, one per release"
 "$root/scripts/k8s-up.sh" "$k8s_dir"
-# shellcheck disable=SC1091
-. "$k8s_dir/env"
+"$root/scripts/k8s-up.sh" "$k8s_dir_18"
 
-part "AnalysisRuns under Argo Rollouts v1.7.2 and v1.8.5"
+part "AnalysisRuns under Argo Rollouts v1.7.2 and v1.8.5, side by side"
 docs=${KURA_ARGO_CHECK_DOCS:-$root/docs}
-"$py" "$root/scripts/argo_rollouts_check.py" --recipes "$docs/integrations/argo" \
-  --docs "$docs" \
-  --agent-url "$agent_url" --work "$dir" \
-  --agent-bin "$agent_bin" --scenario "$root/testdata/sim/pair-healthy.json" \
-  --baseline-hook "$docs/integrations/kargo/baseline-hook.yaml" --stage "$docs/integrations/kargo/stage.yaml" \
-  --job-template "$docs/integrations/argo/analysis-template-job.yaml" \
-  --kargo-stage-crd "$root/testdata/vendor/kargo/kargo.akuity.io_stages.yaml" \
-  --controller "1.7=$KURA_ARGO_ROLLOUTS_1_7:$crds_17" \
-  --controller "1.8=$KURA_ARGO_ROLLOUTS_1_8:$crds_18" "$@"
+check_release() { # VERSION CONTROLLER CRDS K8S_DIR [ARGS...]: one release's checks, logged to $dir/check-VERSION.log
+  local version=$1 controller=$2 crds=$3 k8s=$4
+  shift 4
+  mkdir -p "$dir/work-$version"
+  (
+    # shellcheck disable=SC1091
+    . "$k8s/env"
+    "$py" "$root/scripts/argo_rollouts_check.py" --recipes "$docs/integrations/argo" \
+      --docs "$docs" \
+      --agent-url "$agent_url" --work "$dir/work-$version" \
+      --agent-bin "$agent_bin" --scenario "$root/testdata/sim/pair-healthy.json" \
+      --baseline-hook "$docs/integrations/kargo/baseline-hook.yaml" --stage "$docs/integrations/kargo/stage.yaml" \
+      --job-template "$docs/integrations/argo/analysis-template-job.yaml" \
+      --kargo-stage-crd "$root/testdata/vendor/kargo/kargo.akuity.io_stages.yaml" \
+      --controller "$version=$controller:$crds" "$@"
+  ) > "$dir/check-$version.log" 2>&1
+}
+check_release 1.7 "$KURA_ARGO_ROLLOUTS_1_7" "$crds_17" "$k8s_dir" "$@" &
+pid_17=$!
+check_release 1.8 "$KURA_ARGO_ROLLOUTS_1_8" "$crds_18" "$k8s_dir_18" "$@" &
+pid_18=$!
+status=0
+wait "$pid_17" || status=1
+wait "$pid_18" || status=1
+for version in 1.7 1.8; do
+  echo "---- Argo Rollouts $version"
+  cat "$dir/check-$version.log"
+done
+exit "$status"
