@@ -19,9 +19,9 @@ WORKDIR /src
 COPY . .
 # The product binary: `run` only, without the tools (check, baseline, demo,
 # aggregate, simulate, fleet-load-side: kura-agent's default `tools` feature).
-RUN cargo auditable build --locked --release -p kura-agent --bin kura-agent \
+RUN cargo auditable build --locked --profile product -p kura-agent --bin kura-agent \
       --no-default-features \
-    && cp target/release/kura-agent /kura-agent
+    && cp target/product/kura-agent /kura-agent
 
 FROM gcr.io/distroless/cc-debian12:nonroot
 ARG VERSION=0.1.0

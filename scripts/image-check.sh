@@ -27,9 +27,9 @@ if [ "${1:-}" = --fleet-load ]; then
   work=$(mktemp -d "${TMPDIR:-/tmp}/kura-image-fleet.XXXXXX")
   trap 'rm -rf "$work"' EXIT
   product_target=${CARGO_TARGET_DIR:-$root/target}/product-fleet-load-side
-  cargo build --locked --release -p kura-agent --bin kura-agent \
+  cargo build --locked --profile product -p kura-agent --bin kura-agent \
     --no-default-features --features fleet-load-side --target-dir "$product_target"
-  cp "$product_target/release/kura-agent" "$work/kura-agent"
+  cp "$product_target/product/kura-agent" "$work/kura-agent"
   echo "image-check: fleet-load with the product binary (+ fleet-load-side) beside this build"
   cargo build --locked --release -p kura-benches --bin fleet-load
   "${CARGO_TARGET_DIR:-$root/target}/release/fleet-load" --agent-bin "product=$work/kura-agent" "$@"

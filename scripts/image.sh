@@ -90,10 +90,10 @@ binary=$cache/bin-$binary_key/kura-agent
 if [ -n "$binary_key" ] && [ -x "$binary" ]; then
   log "reusing $binary (built from these sources before)"
 else
-  log "cargo auditable build --release -p kura-agent --no-default-features"
-  PATH=$(dirname "$auditable"):$PATH cargo auditable build --locked --release \
+  log "cargo auditable build --profile product -p kura-agent --no-default-features"
+  PATH=$(dirname "$auditable"):$PATH cargo auditable build --locked --profile product \
     -p kura-agent --bin kura-agent --no-default-features >&2
-  binary=$target_dir/release/kura-agent
+  binary=$target_dir/product/kura-agent
   [ -x "$binary" ] || die "no binary at $binary"
   if [ -n "$binary_key" ]; then
     mkdir -p "$cache/bin-$binary_key"
