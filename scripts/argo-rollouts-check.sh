@@ -23,7 +23,11 @@
 #      namespace, the Stage's AnalysisRun and the Job the controller makes
 #      from it): the Job's ConfigMap must be in its namespace; and, as
 #      checks of the check, the templates before issues 31 and 41 must let
-#      a hold and a flap pass on 1.7
+#      a hold and a flap pass on 1.7; and issue 41's rollback after a hard
+#      stop, each recorded step (testdata/rollback/: its verdict API answer
+#      served as recorded, its /metrics series through the loopback
+#      Prometheus) under every web and Prometheus template the release
+#      installs, each run's phase held to the table in docs/integrations.md
 #
 #   scripts/argo-rollouts-check.sh [--install-only]
 #
@@ -98,4 +102,5 @@ docs=${KURA_ARGO_CHECK_DOCS:-$root/docs}
   --job-template "$docs/integrations/argo/analysis-template-job.yaml" \
   --kargo-stage-crd "$root/testdata/vendor/kargo/kargo.akuity.io_stages.yaml" \
   --controller "1.7=$KURA_ARGO_ROLLOUTS_1_7:$crds_17" \
-  --controller "1.8=$KURA_ARGO_ROLLOUTS_1_8:$crds_18" "$@"
+  --controller "1.8=$KURA_ARGO_ROLLOUTS_1_8:$crds_18" \
+  --rollback-recording "$root/testdata/rollback" --rollback-table "$docs/integrations.md" "$@"
