@@ -23,7 +23,11 @@
 #      namespace, the Stage's AnalysisRun and the Job the controller makes
 #      from it): the Job's ConfigMap must be in its namespace; and, as
 #      checks of the check, the templates before issues 31 and 41 must let
-#      a hold and a flap pass on 1.7
+#      a hold and a flap pass on 1.7; and issue 41's rollback after a hard
+#      stop, each recorded step (testdata/rollback/: its verdict API answer
+#      served as recorded, its /metrics series through the loopback
+#      Prometheus) under every web and Prometheus template the release
+#      installs, each run's phase held to the table in docs/integrations.md
 #
 #   scripts/argo-rollouts-check.sh [--install-only]
 #
@@ -106,7 +110,8 @@ check_release() { # VERSION CONTROLLER CRDS K8S_DIR [ARGS...]: one release's che
       --baseline-hook "$docs/integrations/kargo/baseline-hook.yaml" --stage "$docs/integrations/kargo/stage.yaml" \
       --job-template "$docs/integrations/argo/analysis-template-job.yaml" \
       --kargo-stage-crd "$root/testdata/vendor/kargo/kargo.akuity.io_stages.yaml" \
-      --controller "$version=$controller:$crds" "$@"
+      --controller "$version=$controller:$crds" \
+      --rollback-recording "$root/testdata/rollback" --rollback-table "$docs/integrations.md" "$@"
   ) > "$dir/check-$version.log" 2>&1
 }
 check_release 1.7 "$KURA_ARGO_ROLLOUTS_1_7" "$crds_17" "$k8s_dir" "$@" &

@@ -94,6 +94,17 @@ before issue 41 (no soak, `count: 8`) must let the flapping instance pass
 on 1.7 (8 healthy measurements, not in a row). Both are created with
 `--validate=false`, since 1.7 refuses them otherwise.
 
+With --rollback-recording DIR --rollback-table DOCS (issue 41): every step
+of the recorded rollback after a hard stop (testdata/rollback/, which
+scripts/check_rollback.py describes) that has a verdict and a scrape runs
+under every web and Prometheus template the release installs, timings
+shortened as above: the web metric asks a loopback server that answers the
+step's recorded verdict.json as the instance kura-rollback/<step>, the
+Prometheus metric the loopback Prometheus, to whose scrape the step's
+recorded series are added under that name. Each run must end in the phase
+of its cell in DOCS's rollback table (the web or Prometheus column of its
+file's release: v1.7/ files or the 1.8 ones).
+
 Prints one line per run and the outcome table; exit 1 when anything ends
 otherwise or does not end within its bound.
 """
@@ -247,7 +258,69 @@ class Prometheus(http.server.BaseHTTPRequestHandler):
 
 def scrape(agent_url):
     with urllib.request.urlopen(agent_url + "/metrics", timeout=10) as r:
-        return r.read().decode()
+        return r.read().decode() + Recorded.series
+
+
+# --- issue 41's recorded rollback ----------------------------------------------
+
+ROLLBACK_NAMESPACE = "kura-rollback"
+
+
+class Recorded(http.server.BaseHTTPRequestHandler):
+    """The rollback recording (testdata/rollback/<step>/, scripts/
+    check_rollback.py) as the agent answered it: GET
+    /api/v1/instances/kura-rollback/<step>/verdict is the step's recorded
+    verdict.json; `series` holds each step's recorded /metrics series as
+    the instance kura-rollback/<step>, which the loopback Prometheus adds
+    to the live scrape."""
+
+    recording = ""
+    series = ""
+
+    def do_GET(self):  # noqa: N802
+        m = re.fullmatch(r"/api/v1/instances/%s/([A-Za-z0-9-]+)/verdict" % ROLLBACK_NAMESPACE, self.path)
+        f = m and os.path.join(self.recording, m.group(1), "verdict.json")
+        if not f or not os.path.exists(f):
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        raw = open(f, "rb").read()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def log_message(self, *_):
+        pass
+
+
+def recorded_steps(recording):
+    """The steps of the recording that have a verdict and a scrape."""
+    return sorted(s for s in os.listdir(recording)
+                  if os.path.exists(os.path.join(recording, s, "verdict.json"))
+                  and os.path.exists(os.path.join(recording, s, "metrics.txt")))
+
+
+def recorded_series(recording):
+    """Every step's recorded series, relabelled kura-rollback/<step>."""
+    out = []
+    for step in recorded_steps(recording):
+        obj = json.load(open(os.path.join(recording, step, "kurainstance.json")))
+        was = 'kura_namespace="%s",kura_instance="%s"' % (obj["metadata"]["namespace"], obj["metadata"]["name"])
+        now = 'kura_namespace="%s",kura_instance="%s"' % (ROLLBACK_NAMESPACE, step)
+        for line in open(os.path.join(recording, step, "metrics.txt")).read().splitlines():
+            if was not in line:
+                raise ValueError("%s/metrics.txt: a line of another instance: %s" % (step, line))
+            out.append(line.replace(was, now))
+    return "\n" + "\n".join(out) + "\n"
+
+
+def rollback_column(file, metric):
+    """The column of docs/integrations.md's rollback table a run of this
+    template file's metric is held to."""
+    return "%s-%s" % ("web" if kind_of(metric) == "web" else "prom", "1.7" if file.startswith("v1.7/") else "1.8")
 
 
 class Silent(threading.Thread):
@@ -871,7 +944,24 @@ def main():
     p.add_argument("--scenario", required=True, help="kura-agent simulate scenario for the hook's nodes")
     p.add_argument("--install-only", action="store_true",
                    help="only apply the template files on each release's CRDs")
+    p.add_argument("--rollback-recording", help="issue 41's recorded rollback (testdata/rollback)")
+    p.add_argument("--rollback-table", help="the docs file whose rollback table the runs are held to")
     a = p.parse_args()
+    rollback = {}
+    if a.rollback_recording:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import check_rollback
+
+        rollback = check_rollback.doc_table(a.rollback_table)
+        Recorded.recording = a.rollback_recording
+        Recorded.series = recorded_series(a.rollback_recording)
+        steps = recorded_steps(a.rollback_recording)
+        recorded = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recorded)
+        threading.Thread(target=recorded.serve_forever, daemon=True).start()
+        recorded_url = "http://127.0.0.1:%d" % recorded.server_address[1]
+        for step in steps:
+            if step not in rollback:
+                fail("rollback: the recording's step %s is not in %s's table" % (step, a.rollback_table))
 
     files = template_files(a.docs or a.recipes)
     if not files:
@@ -912,6 +1002,11 @@ def main():
             for instance in STATES + PROM_FAULTS:
                 q = fill(m["provider"]["prometheus"]["query"],
                          dict(args_of(instance, "prom"), prometheus=prometheus_url))
+                Prometheus.queries.add(q)
+        if rollback:
+            for step in steps:
+                q = fill(shortened(metric)["provider"]["prometheus"]["query"],
+                         dict(namespace=ROLLBACK_NAMESPACE, instance=step, prometheus=prometheus_url))
                 Prometheus.queries.add(q)
         for instance, want in PROMQL_VALUE.items():
             q = fill(shortened(metric)["provider"]["prometheus"]["query"], args_of(instance, "prom"))
@@ -963,6 +1058,21 @@ def main():
                     create("pre-issue-31", file, template, shortened(pre_issue_31(metric)), "held")
                     if kind_of(m) == "web":
                         create("issue-31", file, template, shortened(issue_31_web(metric)), "flapping")
+            if rollback:
+                # Issue 41: every recorded step of the rollback, each
+                # template as this release installs it, the run's phase
+                # held to the table's cell (a measurement's phase there).
+                for file, template, metric in metrics:
+                    m = shortened(metric)
+                    for step in steps:
+                        code = file.split(".yaml")[0].replace("cluster-analysis-template", "cat") \
+                            .replace("analysis-template", "at").replace("v1.7/", "17-")
+                        name = re.sub(r"[^a-z0-9-]+", "-", ("rb-%s-%s" % (code, step)).lower())[:63].strip("-")
+                        args = {"namespace": ROLLBACK_NAMESPACE, "instance": step}
+                        args.update({"agent": recorded_url} if kind_of(m) == "web" else {"prometheus": prometheus_url})
+                        kubectl("create", "--validate=strict", "-f", "-",
+                                stdin=json.dumps(analysis_run(name, template, m, args)))
+                        runs.append(("rollback", file, m, step, name))
             if not any(v == "issue-31" for v, *_ in runs):
                 # On 1.7 the 1.8 files do not install: take their predecessors
                 # from the v1.7 web template, with the 1.8 timings.
@@ -974,6 +1084,20 @@ def main():
             ended = wait_runs({name for *_, name in runs})
             log("-- %s: every AnalysisRun ended (%.0fs)" % (version, time.time() - t0))
             for variant, file, m, instance, name in runs:
+                if variant == "rollback":
+                    run = ended.get(name, {})
+                    phase = run.get("status", {}).get("phase", "(none)")
+                    col = rollback_column(file, m)
+                    want = rollback[instance][col].split(" ")[0]
+                    msgs = sorted({x.get("message", "")[:90] for r in run.get("status", {}).get("metricResults") or []
+                                   for x in r.get("measurements") or []})
+                    line = "%s rollback %s/%s on %s: %s (table: %s) %s" % (version, file, kind_of(m), instance, phase, want, msgs)
+                    if phase == want:
+                        log("ok   " + line)
+                    else:
+                        fail(line)
+                    table.append((version, file, kind_of(m), "rollback " + instance, phase))
+                    continue
                 phase = judge(version, variant, file, m, instance, ended.get(name, {}))
                 if variant == "current":
                     table.append((version, file, kind_of(m), instance, phase))

@@ -10,7 +10,8 @@
 # wait, kubectl events, a rollout's Events each within 15 s of their
 # transition at the default Event bound (issue 41), a flapping instance's
 # Event objects and calls after a minute and after five, every replica's
-# answers, kstatus; then
+# answers, kstatus, a rollback after a hard stop recorded step by step and
+# fed to every consumer (scripts/check_rollback.py, issue 41); then
 # agent/tests/e2e_port_forward.rs: node-local instances polled through the
 # API server's pod port-forward, to a kubelet stand-in built from the
 # kubelet's own port-forward code (scripts/tools/kubelet-standin, issue 39);
@@ -79,6 +80,18 @@ export KURA_K8S_DIR KUBECONFIG
 part "e2e tests"
 RUST_LOG=${RUST_LOG:-error,kube_client=off} cargo test --locked -p kura-agent --test e2e_apiserver -- \
   --ignored --test-threads=1 --nocapture "$@"
+
+# Issue 41's rollback, as this run recorded it (the test writes it into the
+# harness directory unless KURA_E2E_ROLLBACK_RECORD names another), through
+# every consumer against the table in docs/integrations.md.
+if [ -d "$k8s_dir/rollback" ]; then
+  part "the recorded rollback through every consumer (scripts/check_rollback.py)"
+  eval "$("$root/scripts/build-promtool.sh")"
+  py=python3
+  "$py" -c 'import yaml' 2>/dev/null || py=$root/.cache/venv/bin/python   # scripts/test.sh's venv
+  "$py" "$root/scripts/check_rollback.py" --recording "$k8s_dir/rollback" --docs "$root/docs/integrations.md" \
+    --integrations "$KURA_INTEGRATIONS" --promtool "$KURA_PROMTOOL"
+fi
 
 part "e2e tests: node-local instances through the port-forward"
 RUST_LOG=${RUST_LOG:-error,kube_client=off} cargo test --locked -p kura-agent --test e2e_port_forward -- \

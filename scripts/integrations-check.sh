@@ -17,6 +17,10 @@
 #      for KuraInstance and KuraInstanceHealth (both Kustomizations of
 #      docs/integrations/flux/) evaluated by fluxcd/pkg/runtime/cel's
 #      StatusEvaluator
+#   4. scripts/check_rollback.py: issue 41's rollback after a hard stop, one
+#      sequence recorded on the real API server (testdata/rollback/), through
+#      Argo CD's health check, Flux's CEL, kstatus and every web and
+#      Prometheus AnalysisTemplate, against the table in docs/integrations.md
 # The recipes' --dry-run=server against the real API server with the Argo
 # Rollouts CRDs, and kstatus on objects the API server stored, run in
 # scripts/e2e.sh. Builds promtool and kura-integrations on first use (cached).
@@ -79,4 +83,13 @@ echo "== Argo Rollouts / Kargo recipes against it"
   --flux docs/integrations/flux/kustomization.yaml docs/integrations/flux/kustomization-companion.yaml \
   --objects "$argocd_dir/testdata" --companion-objects "$companion_dir/testdata" \
   --baseline-hook docs/integrations/kargo/baseline-hook.yaml
+echo "== a rollback after a hard stop, step by step, through every consumer (issue 41)"
+# The recording of agent/tests/e2e_apiserver.rs (real API server, real
+# agent) against the table in docs/integrations.md; --self-check: the
+# rollback judged healthy too early and Flux's pre-issue-31 expressions must
+# each fail it.
+t1=$(date +%s)
+"$py" scripts/check_rollback.py --recording testdata/rollback --docs docs/integrations.md \
+  --integrations "$KURA_INTEGRATIONS" --promtool "$KURA_PROMTOOL" --self-check
+echo "== rollback checked in $(( $(date +%s) - t1 ))s"
 echo "== integration recipes checked in $(( $(date +%s) - t0 ))s"

@@ -35,7 +35,7 @@ use kura_gate::instance::{hold_until_converged, judge_instance};
 use kura_gate::{DocumentError, GateConfig, parse_config_over};
 use kura_schemas::gate_status::MAX_CONFIG_ERROR_BYTES;
 use kura_schemas::{
-    AgentVerdict, KuraInstanceStatus, RolloutGate, RolloutHealth, ShadowConfigSource,
+    AgentVerdict, KuraInstanceStatus, RolloutGate, RolloutHealth, ShadowConfigSource, Signal,
 };
 
 use crate::aggregate::{AggregateConfig, InstanceAggregator};
@@ -324,7 +324,10 @@ impl InstanceEngine {
     ///   instance (no baseline survives it);
     /// - otherwise the verdict is held at `not_converged` while the pods
     ///   have not converged on `spec_image` ([`pods_converged`]), unless
-    ///   a hard stop applies.
+    ///   a hard stop applies that is the target's: critical memory
+    ///   pressure or a `Fencing` grant reported only by pods of another
+    ///   image (a rollback's pods still on the image that stopped) is set
+    ///   aside, and the evidence says so (issue 41).
     pub fn step_with(
         &mut self,
         info: &InstanceInfo,
@@ -384,7 +387,9 @@ impl InstanceEngine {
             now,
             self.gate_config(),
         );
-        hold_until_converged(&mut gate, &name, converged, detail.clone());
+        let mut live_detail = detail.clone();
+        set_aside_off_target_hard_stop(&mut gate, &health, spec_image, converged, &mut live_detail);
+        hold_until_converged(&mut gate, &name, converged, live_detail);
         gate.config_error.clone_from(&self.own_gate.error);
         if let (Some(shadow), Some(file)) = (self.shadow.as_deref_mut(), &self.config.shadow) {
             // The same aggregate, the same baseline rule, the shadow's own
@@ -401,6 +406,14 @@ impl InstanceEngine {
                 Some(&health),
                 now,
                 shadow.merged.as_ref().unwrap_or(file),
+            );
+            let mut detail = detail;
+            set_aside_off_target_hard_stop(
+                &mut judged,
+                &health,
+                spec_image,
+                converged,
+                &mut detail,
             );
             hold_until_converged(&mut judged, &name, converged, detail);
             judged.config_error.clone_from(&shadow.error);
@@ -492,6 +505,53 @@ pub fn pods_converged(health: &RolloutHealth, spec_image: &str) -> (bool, Option
         words.push(format!("no sampled pod runs {spec_image}"));
     }
     (false, Some(words.join("; ")))
+}
+
+/// The hard stop of checks 1 and 16 (`memory_pressure_critical`,
+/// `serving_fenced`) raised only by pods that run another image than
+/// `spec_image`, while the pods have not converged on it (issue 41,
+/// "Rollback after a hard stop"): it is not the target's. After
+/// `spec.image` goes back from an image that hard-stopped, its pods still
+/// report the pressure or the fence until they are replaced; judging that
+/// as the rolled-back target's hard stop would fail the rollback itself
+/// (a web AnalysisTemplate `Failed`, Flux `Failed`, Argo CD `Degraded`).
+/// The verdict then is the convergence hold (`not_converged`), whose
+/// evidence says which hard stop was set aside. A pod on the target, or
+/// one whose image is unknown, keeps the hard stop; so does an operator's
+/// `update_paused` (check 19), which is about pods held on another image.
+/// `detail` is the convergence evidence, extended with the reason.
+fn set_aside_off_target_hard_stop(
+    gate: &mut RolloutGate,
+    health: &RolloutHealth,
+    spec_image: &str,
+    converged: bool,
+    detail: &mut Option<String>,
+) {
+    if converged || gate.verdict != AgentVerdict::HardStop {
+        return;
+    }
+    let trips: fn(&kura_schemas::PodHealth) -> bool = match gate.signal {
+        Some(Signal::MemoryPressureCritical) => |p| p.memory_pressure_state.is_some_and(|m| m >= 2),
+        Some(Signal::ServingFenced) => |p| {
+            p.fence
+                .as_ref()
+                .is_some_and(|f| f.phase.as_deref() == Some("Fencing"))
+        },
+        _ => return,
+    };
+    let on_target =
+        |p: &kura_schemas::PodHealth| p.image.as_deref().is_none_or(|i| i == spec_image);
+    let current = || health.pods.iter().filter(|p| !p.is_gone());
+    if current().any(|p| on_target(p) && trips(p)) || !current().any(|p| trips(p)) {
+        return;
+    }
+    let signal = gate.signal.map(|s| s.as_str()).unwrap_or_default();
+    let note = format!("{signal} set aside: only pods of another image report it");
+    *detail = Some(match detail.take() {
+        Some(d) => format!("{d}; {note}"),
+        None => note,
+    });
+    gate.verdict = AgentVerdict::Unhealthy;
 }
 
 /// Whether `samples` is not empty and every one is a report from a pod
@@ -736,6 +796,90 @@ mod tests {
             V2,
         );
         assert!(converged);
+    }
+
+    /// [`g1_sample`] at memory pressure `pressure`.
+    fn pressured(i: usize, image: &str, pressure: u8, at: Timestamp) -> PodSample {
+        let mut s = g1_sample(i, image, 1, at);
+        if let SampleResult::Report(r) = &mut s.result {
+            r.memory_pressure_state = pressure;
+        }
+        s
+    }
+
+    /// Issue 41, "Rollback after a hard stop": `spec.image` goes back from
+    /// an image whose pods hit critical memory pressure. While those pods
+    /// remain they are not the rolled-back target's: the verdict is the
+    /// convergence hold, never the old image's hard stop nor healthy; a
+    /// pod of the target at pressure 2 still stops; once every pod runs
+    /// the target again it is judged on its own (the bad image's
+    /// aggregate is the baseline, not soak-eligible: no counter compared).
+    #[test]
+    fn after_a_rollback_the_bad_images_hard_stop_is_not_the_targets() {
+        let mut engine = InstanceEngine::new(Arc::new(EngineConfig::default()));
+        engine.step(
+            &acme(),
+            V1,
+            &[pressured(0, V1, 0, at(0)), pressured(1, V1, 0, at(0))],
+            at(0),
+        );
+        let (_, gate) = engine.step(
+            &acme(),
+            V2,
+            &[pressured(0, V2, 2, at(10)), pressured(1, V2, 0, at(10))],
+            at(10),
+        );
+        assert_eq!(
+            (gate.verdict, gate.signal),
+            (AgentVerdict::HardStop, Some(Signal::MemoryPressureCritical))
+        );
+        // Rolled back: both pods still run v2, one at pressure 2.
+        let (_, gate) = engine.step(
+            &acme(),
+            V1,
+            &[pressured(0, V2, 2, at(20)), pressured(1, V2, 0, at(20))],
+            at(20),
+        );
+        assert_eq!(
+            (gate.verdict, gate.signal, gate.target_image.as_str()),
+            (AgentVerdict::Unhealthy, Some(Signal::NotConverged), V1),
+            "{gate:?}"
+        );
+        assert_eq!(gate.baseline_image.as_deref(), Some(V2));
+        assert!(
+            !gate.soak_eligible,
+            "the hard-stopped image is no reference"
+        );
+        let detail = gate.evidence[0].detail.clone().unwrap_or_default();
+        assert!(detail.contains(&format!("acme-0 runs {V2}")), "{detail}");
+        assert!(
+            detail.contains("memory_pressure_critical set aside"),
+            "{detail}"
+        );
+        // One pod back on v1; the other, on v2, still at pressure 2.
+        let (_, gate) = engine.step(
+            &acme(),
+            V1,
+            &[pressured(0, V2, 2, at(30)), pressured(1, V1, 0, at(30))],
+            at(30),
+        );
+        assert_eq!(gate.signal, Some(Signal::NotConverged), "{gate:?}");
+        // A pod of the target at pressure 2 is the target's hard stop.
+        let (_, gate) = engine.step(
+            &acme(),
+            V1,
+            &[pressured(0, V2, 0, at(40)), pressured(1, V1, 2, at(40))],
+            at(40),
+        );
+        assert_eq!(gate.verdict, AgentVerdict::HardStop, "{gate:?}");
+        // Every pod on v1, no pressure: healthy on its own.
+        let (_, gate) = engine.step(
+            &acme(),
+            V1,
+            &[pressured(0, V1, 0, at(50)), pressured(1, V1, 0, at(50))],
+            at(50),
+        );
+        assert_eq!(gate.verdict, AgentVerdict::Healthy, "{gate:?}");
     }
 
     #[test]

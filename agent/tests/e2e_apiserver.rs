@@ -4207,3 +4207,340 @@ async fn deleting_an_instance_deletes_its_companion() {
     );
     agent.stop().await;
 }
+
+// ---------------------------------------------------------------------------
+// Issue 41, "Rollback after a hard stop": one real sequence, recorded for
+// every consumer
+// ---------------------------------------------------------------------------
+
+/// Where the rollback recording goes: `KURA_E2E_ROLLBACK_RECORD` (set it to
+/// `testdata/rollback` to re-record the committed fixtures), else the
+/// harness directory's `rollback/` (scripts/e2e.sh runs the consumer check
+/// on that fresh recording too).
+fn rollback_record_dir() -> PathBuf {
+    match std::env::var_os("KURA_E2E_ROLLBACK_RECORD") {
+        Some(dir) => PathBuf::from(dir),
+        None => harness_dir().join("rollback"),
+    }
+}
+
+/// One step of the rollback recording: the KuraInstance as the API server
+/// returns it (`kurainstance.json`) and, when the agent runs, its verdict
+/// API's answer (`verdict.json`) and the instance's series of its
+/// `/metrics` scrape (`metrics.txt`), in `DIR/<step>/`.
+async fn record_rollback_step(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    step: &str,
+    debug: Option<SocketAddr>,
+) -> Value {
+    let dir = rollback_record_dir().join(step);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{dir:?}: {e}"));
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        ns,
+        &kura_agent::cluster::kura_instance_resource(),
+    );
+    let object =
+        serde_json::to_value(api.get(name).await.expect("get the instance")).expect("json");
+    let pretty = |v: &Value| format!("{}\n", serde_json::to_string_pretty(v).expect("json"));
+    std::fs::write(dir.join("kurainstance.json"), pretty(&object)).expect("write the object");
+    if let Some(debug) = debug {
+        let (status, body) = http_get(debug, &format!("/api/v1/instances/{ns}/{name}/verdict"))
+            .await
+            .expect("the verdict API");
+        assert_eq!(status, 200, "{body}");
+        let verdict: Value = serde_json::from_str(&body).expect("verdict JSON");
+        std::fs::write(dir.join("verdict.json"), pretty(&verdict)).expect("write the verdict");
+        let (status, scrape) = http_get(debug, "/metrics").await.expect("/metrics");
+        assert_eq!(status, 200);
+        let labels = format!("kura_namespace=\"{ns}\",kura_instance=\"{name}\"");
+        let mine: String = scrape
+            .lines()
+            .filter(|l| l.starts_with("kura_instance_") && l.contains(&labels))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert!(
+            mine.contains("kura_instance_gate_verdict"),
+            "no series of {ns}/{name} in the scrape"
+        );
+        std::fs::write(dir.join("metrics.txt"), mine).expect("write the scrape");
+    }
+    println!("recorded {step}: {}", dir.display());
+    object
+}
+
+/// Issue 41, "Rollback after a hard stop", on the real API server: one
+/// instance of two pods, healthy on image A; `spec.image` moves to B, the
+/// pods roll, one hits critical memory pressure (a hard stop on B);
+/// `spec.image` goes back to A (recorded once before the agent's next
+/// sweep: the agent is stopped meanwhile, and after it); the pods roll
+/// back one by one; healthy on A. At each step the stored object, the
+/// verdict API's answer and the instance's `/metrics` series are recorded
+/// (`record_rollback_step`) for `scripts/check_rollback.py`, which feeds
+/// them to every consumer and compares with the table in
+/// docs/integrations.md. Asserted here, the agent's side: while a pod
+/// still runs B the verdict about A is `not_converged` (never healthy for
+/// A, never B's hard stop as A's), the baseline of the rollback is B's
+/// last aggregate and is not soak-eligible (no counter of the bad image is
+/// a reference), and A is judged healthy once every pod runs it. A watcher
+/// holds every stored status of the run to "never healthy for A while a
+/// pod runs B".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real API server: scripts/e2e.sh"]
+async fn a_rollback_after_a_hard_stop_is_recorded_for_every_consumer() {
+    let client = admin().await;
+    ensure_crd(&client).await;
+    let ns = create_namespace(&client, "e2e-rollback").await;
+    let name = "rb";
+    let a = "ghcr.io/tuist/kura:1.0.0";
+    let b = "ghcr.io/tuist/kura:1.1.0";
+    let fleet = Fleet::create(
+        &client,
+        &ns,
+        &[name.to_owned()],
+        2,
+        a,
+        Ipv4Addr::new(127, 45, 0, 1),
+    )
+    .await;
+    for (i, pod) in fleet.sim.pods().iter().enumerate() {
+        pod.update(|n| n.fd_timeout_count = 2 + i as u64);
+    }
+    // A re-recording replaces the step directories (and keeps the README).
+    for entry in std::fs::read_dir(rollback_record_dir())
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        if entry.path().is_dir() {
+            std::fs::remove_dir_all(entry.path()).expect("remove an old step");
+        }
+    }
+
+    // Every stored status of the run, as (target, verdict, pod images).
+    let (stop_watch, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let watcher = {
+        let client = client.clone();
+        let ns = ns.clone();
+        tokio::spawn(async move {
+            let mut seen: Vec<(String, String, Vec<String>)> = Vec::new();
+            let mut last_round = false;
+            loop {
+                let s = status_of(&client, &ns, name).await;
+                let images: Vec<String> = s["rolloutHealth"]["pods"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|p| p["image"].as_str().unwrap_or("?").to_owned())
+                    .collect();
+                let entry = (
+                    s["rolloutGate"]["targetImage"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_owned(),
+                    s["rolloutGate"]["verdict"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_owned(),
+                    images,
+                );
+                if seen.last() != Some(&entry) {
+                    seen.push(entry);
+                }
+                if last_round {
+                    return seen;
+                }
+                tokio::select! {
+                    _ = &mut stopped => last_round = true,
+                    () = tokio::time::sleep(Duration::from_millis(50)) => {}
+                }
+            }
+        })
+    };
+
+    let debug = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
+    let listen = format!("--debug-listen={debug}");
+    let args = || run_args(&ns, fleet.port, &[listen.as_str(), "--kstatus-conditions"]);
+    let mut agent = start_agent(args(), admin_config().await);
+    let healthy_for = |s: &Value, secs: i64| {
+        let g = &s["rolloutGate"];
+        let t = |k: &str| {
+            g[k].as_str()
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+        };
+        g["verdict"] == "healthy"
+            && matches!((t("healthySince"), t("evaluatedAt")),
+                (Some(since), Some(at)) if at.as_second() - since.as_second() >= secs)
+    };
+    // The recorded healthy steps have been healthy without a break for
+    // this long (the soak scripts/check_rollback.py shortens the templates'
+    // to).
+    const HEALTHY_FOR: i64 = 5;
+
+    // 1. Healthy on A.
+    wait_status(&client, &ns, name, "healthy on A", T, |s| {
+        s["rolloutGate"]["targetImage"] == a && healthy_for(s, HEALTHY_FOR)
+    })
+    .await;
+    record_rollback_step(&client, &ns, name, "1-healthy", Some(debug)).await;
+
+    // 2. spec.image B; the pods roll to it; B hits critical memory pressure.
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &kura_agent::cluster::kura_instance_resource(),
+    );
+    let set_image = |image: &'static str| {
+        let api = api.clone();
+        async move {
+            api.patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"image": image}})),
+            )
+            .await
+            .expect("change spec.image")
+            .metadata
+            .generation
+            .expect("generation")
+        }
+    };
+    let gen_b = set_image(b).await;
+    wait_status(&client, &ns, name, "baseline on A captured", T, |s| {
+        s["rolloutGate"]["targetImage"] == b
+    })
+    .await;
+    for pod in ["rb-1", "rb-0"] {
+        roll_pod(&client, &ns, pod, b).await;
+        let p = fleet.pod(pod);
+        p.restart();
+        if pod == "rb-0" {
+            p.update(|n| n.memory_pressure_state = 2);
+        }
+        patch_pod_status(&client, &ns, pod, &p.addr().ip().to_string(), 1, b, true).await;
+    }
+    let s = wait_status(&client, &ns, name, "hard stop on B", T, |s| {
+        s["rolloutGate"]["verdict"] == "hard_stop"
+            && s["rolloutGate"]["targetImage"] == b
+            && s["rolloutHealth"]["pods"]
+                .as_array()
+                .is_some_and(|ps| ps.iter().all(|p| p["image"] == b && p["restartCount"] == 1))
+            && condition_is(s, "RolloutHardStopped", "True", gen_b)
+    })
+    .await;
+    assert_eq!(s["rolloutGate"]["signal"], "memory_pressure_critical");
+    assert_eq!(s["rolloutGate"]["baselineImage"], a);
+    assert_eq!(s["rolloutGate"]["soakEligible"], true);
+    record_rollback_step(&client, &ns, name, "2-hard-stop", Some(debug)).await;
+
+    // 3. The rollback: spec.image back to A, the pods still on B. First as
+    // stored before the agent's next sweep (the agent is stopped: no
+    // verdict API), then as the agent judged it.
+    agent.stop().await;
+    let gen_a = set_image(a).await;
+    let o = record_rollback_step(&client, &ns, name, "3-rollback-not-judged", None).await;
+    assert_eq!(o["metadata"]["generation"], gen_a);
+    assert!(condition_is(
+        &o["status"],
+        "RolloutHardStopped",
+        "True",
+        gen_b
+    ));
+    let mut agent = start_agent(args(), admin_config().await);
+    let s = wait_status(&client, &ns, name, "the rollback judged", T, |s| {
+        s["rolloutGate"]["targetImage"] == a
+            && s["rolloutHealth"]["observedGeneration"] == gen_a
+            && condition(s, "RolloutHealthy").is_some_and(|c| c["observedGeneration"] == gen_a)
+    })
+    .await;
+    let g = &s["rolloutGate"];
+    assert_eq!(
+        (&g["verdict"], &g["signal"]),
+        (&json!("unhealthy"), &json!("not_converged")),
+        "pods still on B are not the rolled-back target's: {g}"
+    );
+    assert_eq!(g["baselineImage"], b, "{g}");
+    assert_eq!(
+        g["soakEligible"], false,
+        "B's aggregate is no reference: {g}"
+    );
+    assert!(
+        condition_is(&s, "RolloutHardStopped", "False", gen_a),
+        "{s}"
+    );
+    assert!(condition_is(&s, "RolloutHealthy", "Unknown", gen_a), "{s}");
+    record_rollback_step(&client, &ns, name, "4-rollback-pods-on-b", Some(debug)).await;
+
+    // 4. The pods roll back one by one: rb-1 first (B's pressure stays on rb-0).
+    roll_pod(&client, &ns, "rb-1", a).await;
+    let p1 = fleet.pod("rb-1");
+    p1.restart();
+    patch_pod_status(
+        &client,
+        &ns,
+        "rb-1",
+        &p1.addr().ip().to_string(),
+        2,
+        a,
+        true,
+    )
+    .await;
+    let s = wait_status(&client, &ns, name, "rb-1 back on A", T, |s| {
+        s["rolloutHealth"]["pods"].as_array().is_some_and(|ps| {
+            ps.iter()
+                .any(|p| p["name"] == "rb-1" && p["image"] == a && p["restartCount"] == 2)
+        })
+    })
+    .await;
+    assert_eq!(
+        (&s["rolloutGate"]["verdict"], &s["rolloutGate"]["signal"]),
+        (&json!("unhealthy"), &json!("not_converged")),
+        "{}",
+        s["rolloutGate"]
+    );
+    record_rollback_step(&client, &ns, name, "5-rolling-back", Some(debug)).await;
+
+    // 5. rb-0 back on A: healthy on A.
+    roll_pod(&client, &ns, "rb-0", a).await;
+    let p0 = fleet.pod("rb-0");
+    p0.restart();
+    p0.update(|n| n.memory_pressure_state = 0);
+    patch_pod_status(
+        &client,
+        &ns,
+        "rb-0",
+        &p0.addr().ip().to_string(),
+        2,
+        a,
+        true,
+    )
+    .await;
+    let s = wait_status(&client, &ns, name, "healthy on A again", T, |s| {
+        s["rolloutGate"]["targetImage"] == a && healthy_for(s, HEALTHY_FOR)
+    })
+    .await;
+    assert_eq!(s["rolloutGate"]["baselineImage"], b);
+    assert!(condition_is(&s, "RolloutHealthy", "True", gen_a), "{s}");
+    record_rollback_step(&client, &ns, name, "6-healthy", Some(debug)).await;
+    agent.stop().await;
+
+    let _ = stop_watch.send(());
+    let seen = watcher.await.expect("watcher");
+    println!("stored statuses of the run (target, verdict, pod images):");
+    for s in &seen {
+        println!("  {s:?}");
+    }
+    let early = seen.iter().find(|(target, verdict, images)| {
+        target == a && verdict != "unhealthy" && images.iter().any(|i| i == b)
+    });
+    assert!(
+        early.is_none(),
+        "a verdict about A other than unhealthy while a pod ran B: {early:?}"
+    );
+    assert!(
+        seen.iter().any(|(t, v, _)| t == a && v == "healthy"),
+        "never healthy on A: {seen:?}"
+    );
+}

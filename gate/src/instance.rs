@@ -189,7 +189,12 @@ pub fn judge_instance_view(
 /// instance healthy for an image no sampled pod runs. `detail` says which
 /// pods run what (the evidence). Applied by the agent after
 /// [`judge_instance`], and by `replay --agent-view` from the timeline's
-/// `converged`, so both say the same.
+/// `converged`, so both say the same. Before it, the agent sets aside a
+/// hard stop (critical memory pressure, `Fencing`) that only pods of
+/// another image report (issue 41: a rollback's pods still on the image
+/// that stopped); a timeline does not record per-pod images, so
+/// `replay --agent-view` keeps such a hard stop and shows it as a
+/// disagreement with the published `not_converged`.
 pub fn hold_until_converged(
     gate: &mut RolloutGate,
     instance: &str,

@@ -30,6 +30,10 @@
 //	    os or io library), the object decoded as Argo CD decodes it, the
 //	    returned table's status and message compared with healthStatus.
 //	    Prints one line per case; exit 1 when any case differs.
+//	kura-integrations argocd-eval DIR FILE...
+//	    The same check (DIR/health.lua, the same VM) on any objects (YAML
+//	    or JSON, e.g. as the API server returned them): prints
+//	    "FILE STATUS: MESSAGE" per object.
 package main
 
 import (
@@ -72,6 +76,8 @@ func main() {
 		err = fluxCEL(os.Args[2:])
 	case "argocd-health":
 		err = argocdHealth(os.Args[2:])
+	case "argocd-eval":
+		err = argocdEval(os.Args[2:])
 	default:
 		usage()
 	}
@@ -82,7 +88,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: kura-integrations argo-web|argo-prometheus|kstatus|flux-cel|argocd-health ...")
+	fmt.Fprintln(os.Stderr, "usage: kura-integrations argo-web|argo-prometheus|kstatus|flux-cel|argocd-health|argocd-eval ...")
 	os.Exit(2)
 }
 
@@ -378,6 +384,28 @@ func argocdHealth(args []string) error {
 	}
 	if bad > 0 {
 		return fmt.Errorf("%d of %d health check cases failed", bad, len(tests.Tests))
+	}
+	return nil
+}
+
+func argocdEval(args []string) error {
+	if len(args) < 2 {
+		return errors.New("argocd-eval DIR FILE...")
+	}
+	script, err := os.ReadFile(filepath.Join(args[0], "health.lua"))
+	if err != nil {
+		return err
+	}
+	for _, f := range args[1:] {
+		obj, err := readObject(f)
+		if err != nil {
+			return err
+		}
+		st, msg, err := runHealthLua(obj, string(script))
+		if err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+		fmt.Printf("%s %s: %s\n", f, st, msg)
 	}
 	return nil
 }
