@@ -231,12 +231,11 @@ impl AgentLoop {
             }
         }
         let running = &supervised.tasks;
-        self.shared.ends.sink.fleet_size(
-            self.source
-                .fleet_instances()
-                .unwrap_or(running.len())
-                .max(running.len()),
-        );
+        // The queue counts its own slots too; the source knows the rest.
+        self.shared
+            .ends
+            .sink
+            .fleet_size(self.source.fleet_instances().unwrap_or(running.len()));
         metrics::gauge!(telemetry::INSTANCES_TRACKED).set(running.len() as f64);
         metrics::gauge!(telemetry::INSTANCES_BY_CADENCE, "cadence" => cadence::ROLLOUT)
             .set(in_rollout as f64);
