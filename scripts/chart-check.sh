@@ -41,6 +41,9 @@
 #      --server-side) over an older companion CRD: the category (kubectl get
 #      tuist) and the RolloutHealthy printer column are served afterwards;
 #      helm show crds never holds the KuraInstance CRD
+#   8b. mode daemonset refused by helm install --dry-run=server on more
+#      Nodes (matching nodeSelector) than daemonset.maxNodes, with the
+#      Deployment alternative in the message; installed within it
 #   9. helm install, upgrades and uninstall in a cluster with Tuist's
 #      KuraInstance CRD (testdata/crds/tuist-kurainstances.yaml) leave it
 #      exactly as it was (spec, resourceVersion, generation) and install the
@@ -781,6 +784,30 @@ cell=${row:${#prefix}}
 [ "${cell%% *}" = False ] \
   || fail "the RolloutHealthy column does not show the condition: $header / $row"
 echo "chart-check: after helm show crds | kubectl apply --server-side: kubectl get tuist lists the companion; RolloutHealthy column: False"
+
+part "mode daemonset is refused on more nodes than daemonset.maxNodes (helm install --dry-run=server reads the Nodes)"
+# Three Nodes (this API server has no kubelets: objects only), two of them
+# in the pool a nodeSelector picks.
+for i in 1 2 3; do
+  pool=kura; [ "$i" = 3 ] && pool=other
+  printf '{"apiVersion":"v1","kind":"Node","metadata":{"name":"chart-check-node-%s","labels":{"pool":"%s"}}}' "$i" "$pool" \
+    | kubectl create -f - >/dev/null
+done
+nodes=$(kubectl get nodes -o name | wc -l)
+ds=(kura-ds "$chart" --namespace kura-ds --create-namespace --dry-run=server "${api[@]}" --set mode=daemonset)
+if out=$("$helm" install "${ds[@]}" --set daemonset.maxNodes=$((nodes - 1)) 2>&1); then
+  fail "mode daemonset on $nodes nodes with daemonset.maxNodes=$((nodes - 1)) installed; the chart must refuse it"
+fi
+grep -qF "mode daemonset on $nodes nodes (daemonset.maxNodes is $((nodes - 1)))" <<<"$out" \
+  || fail "mode daemonset refused without naming the node count: $out"
+grep -qF "Use mode: deployment" <<<"$out" || fail "the refusal does not name the Deployment alternative: $out"
+echo "chart-check: mode daemonset on $nodes nodes refused at daemonset.maxNodes=$((nodes - 1)): ${out##*Error: }" | cut -c1-240
+"$helm" install "${ds[@]}" --set daemonset.maxNodes="$nodes" >/dev/null \
+  || fail "mode daemonset on $nodes nodes refused at daemonset.maxNodes=$nodes"
+"$helm" install "${ds[@]}" --set daemonset.maxNodes=2 --set nodeSelector.pool=kura >/dev/null \
+  || fail "mode daemonset on the 2 nodes of nodeSelector pool=kura refused at daemonset.maxNodes=2"
+echo "chart-check: mode daemonset installs within daemonset.maxNodes ($nodes nodes; 2 with nodeSelector pool=kura)"
+kubectl delete node chart-check-node-1 chart-check-node-2 chart-check-node-3 --wait=true >/dev/null
 
 part "helm install and upgrade beside Tuist's KuraInstance CRD leave it exactly as it was"
 # A cluster as Tuist deploys Kura: its KuraInstance CRD (twelve-field

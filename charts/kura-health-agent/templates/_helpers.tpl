@@ -45,6 +45,7 @@ several replicas (or a DaemonSet) without sharding.
 {{- if not (has .Values.mode (list "deployment" "daemonset")) }}
 {{- fail (printf "mode must be deployment or daemonset, not %q" .Values.mode) }}
 {{- end }}
+{{- include "kha.validateDaemonSetNodes" . }}
 {{- if not (has .Values.publication.target (list "auto" "instance" "companion")) }}
 {{- fail (printf "publication.target must be auto, instance or companion, not %q" .Values.publication.target) }}
 {{- end }}
@@ -202,3 +203,34 @@ spec:
     {{- toYaml . | nindent 4 }}
   {{- end }}
 {{- end -}}
+
+{{/*
+Refuses mode daemonset on more nodes than daemonset.maxNodes: every node's
+agent is a Lease member watching every other member's Lease, so the API
+server sends N x N/5 Lease watch events a second at leaseDuration 15s
+(renewed every 5 s). Counts the nodes matching nodeSelector, as the cluster
+has them (lookup: helm install and upgrade, and --dry-run=server; helm
+template reads no cluster and so does not check).
+*/}}
+{{- define "kha.validateDaemonSetNodes" -}}
+{{- if eq .Values.mode "daemonset" }}
+{{- $nodes := lookup "v1" "Node" "" "" }}
+{{- if $nodes }}
+{{- $count := 0 }}
+{{- range $node := ($nodes.items | default list) }}
+{{- $labels := $node.metadata.labels | default dict }}
+{{- $match := true }}
+{{- range $k, $v := ($.Values.nodeSelector | default dict) }}
+{{- if ne (toString (get $labels $k)) (toString $v) }}{{- $match = false }}{{- end }}
+{{- end }}
+{{- if $match }}{{- $count = add1 $count }}{{- end }}
+{{- end }}
+{{- $max := int .Values.daemonset.maxNodes }}
+{{- if gt $count $max }}
+{{- $lease := 15 }}
+{{- $writes := div (mul $count 3) $lease }}
+{{- fail (printf "mode daemonset on %d nodes (daemonset.maxNodes is %d): every node's agent holds a Lease that every other node's agent watches, so Lease watch events grow with the square of the nodes (at leaseDuration 15s: 100 nodes make 20 Lease writes/s and 2,000 watch events/s, 1,000 nodes 200 writes/s and 200,000 events/s; these %d nodes about %d writes/s and %d events/s). Use mode: deployment with sharding.enabled=true and replicaCount 2 or more instead: the replicas share the instances and their Lease traffic does not grow with the nodes. Or raise daemonset.maxNodes knowingly (with sharding.leaseDuration=60s for a quarter of the traffic)" $count $max $count $writes (mul $count $writes)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
