@@ -606,6 +606,9 @@ impl crate::model::InstanceUids for Discovery {
     fn uid_of(&self, key: &InstanceKey) -> Option<Box<str>> {
         locked(&self.store).instance_uid(key)
     }
+    fn companion_absent(&self, key: &InstanceKey) -> bool {
+        locked(&self.store).companion_absent(key)
+    }
 }
 
 /// First wait before a failed read of an instance's status is retried.

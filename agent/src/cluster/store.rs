@@ -138,6 +138,15 @@ struct Scope {
     /// read without it (released when they came in).
     companion_relist_read: HashSet<InstanceKey>,
     companion_relist_unread: HashSet<InstanceKey>,
+    /// Companion mode: which instances have a companion, released ones
+    /// too, by [`FactStore::presence`] hash (a collision only makes the
+    /// writer try the status first, as when it does not know).
+    companion_present: HashSet<u64>,
+    /// That set, re-listed.
+    companion_present_relist: Option<HashSet<u64>>,
+    /// The companion watch has listed once: absence from
+    /// `companion_present` means no companion.
+    companions_listed: bool,
 }
 
 impl Scope {
@@ -154,6 +163,11 @@ impl Scope {
             PublicationTarget::Companion => self.companions.get(key).map(|b| &**b),
         }
     }
+}
+
+/// `key`'s hash in a companion presence set.
+fn presence(hasher: &impl std::hash::BuildHasher, key: &InstanceKey) -> u64 {
+    hasher.hash_one((&*key.namespace, &*key.name))
 }
 
 /// What applying one instance event found.
@@ -182,6 +196,8 @@ pub struct FactStore {
     contested_keys: HashSet<InstanceKey>,
     /// Where the agent publishes: where the statuses come from.
     target: PublicationTarget,
+    /// Hashes instance keys for `companion_present`.
+    presence_hasher: std::collections::hash_map::RandomState,
 }
 
 impl FactStore {
@@ -196,6 +212,7 @@ impl FactStore {
             lifecycle: Lifecycle::default(),
             contested_keys: HashSet::new(),
             target: PublicationTarget::Instance,
+            presence_hasher: std::collections::hash_map::RandomState::new(),
         }
     }
 
@@ -231,8 +248,14 @@ impl FactStore {
                 s.companion_relist = Some(HashMap::new());
                 s.companion_relist_read.clear();
                 s.companion_relist_unread.clear();
+                s.companion_present_relist = Some(HashSet::new());
             }
             watcher::Event::InitApply(obj) => {
+                if let (Some(present), Some(key)) =
+                    (s.companion_present_relist.as_mut(), companion_key_of(obj))
+                {
+                    present.insert(presence(&self.presence_hasher, &key));
+                }
                 let released = companion_key_of(obj).filter(|k| self.lifecycle.released(k));
                 if let Some(key) = released {
                     s.companion_relist_unread.insert(key);
@@ -246,6 +269,10 @@ impl FactStore {
                 }
             }
             watcher::Event::InitDone => {
+                if let Some(present) = s.companion_present_relist.take() {
+                    s.companion_present = present;
+                    s.companions_listed = true;
+                }
                 if let Some(mut new) = s.companion_relist.take() {
                     // Read without its status but kept now (read again
                     // meanwhile): the status read since stands.
@@ -267,6 +294,10 @@ impl FactStore {
                 }
             }
             watcher::Event::Apply(obj) => {
+                if let Some(key) = companion_key_of(obj) {
+                    s.companion_present
+                        .insert(presence(&self.presence_hasher, &key));
+                }
                 // A released instance's companion is this replica's own
                 // write coming back: not read at all.
                 let released = companion_key_of(obj).is_some_and(|k| self.lifecycle.released(&k));
@@ -286,6 +317,8 @@ impl FactStore {
             }
             watcher::Event::Delete(obj) => {
                 if let Some(key) = companion_key_of(obj) {
+                    s.companion_present
+                        .remove(&presence(&self.presence_hasher, &key));
                     s.companions.remove(&key);
                 }
             }
@@ -324,6 +357,19 @@ impl FactStore {
         self.scopes
             .iter()
             .find_map(|s| s.instances.get(key)?.companion.as_deref()?.uid.clone())
+    }
+
+    /// Companion mode: whether `key` is known to have no companion (every
+    /// scope's companion watch has listed and none has it). `false` when
+    /// unknown, or in instance mode.
+    pub fn companion_absent(&self, key: &InstanceKey) -> bool {
+        if self.target != PublicationTarget::Companion {
+            return false;
+        }
+        let hash = presence(&self.presence_hasher, key);
+        self.scopes
+            .iter()
+            .all(|s| s.companions_listed && !s.companion_present.contains(&hash))
     }
 
     /// The manager contesting `key` (instance mode), if any.
@@ -1501,6 +1547,55 @@ mod tests {
         store.apply_companion(0, &Event::Delete(companion("acme", "unhealthy")));
         assert_eq!(verdict_of(&store, "acme"), None);
         assert!(store.contested().is_empty(), "no contest in companion mode");
+    }
+
+    /// The companion watch says which companions are absent, once it has
+    /// listed: the writer creates those before their first status apply.
+    /// Released instances' companions count (their statuses are not kept,
+    /// their presence is), and a re-list replaces the set whole.
+    #[test]
+    fn companion_absence_is_known_only_after_the_list() {
+        let mut store =
+            FactStore::new(1, TargetConfig::default()).with_target(PublicationTarget::Companion);
+        assert!(
+            !store.companion_absent(&key("acme")),
+            "unknown before the list"
+        );
+        store.apply_companion(0, &Event::Init);
+        store.apply_companion(0, &Event::InitApply(companion("acme", "healthy")));
+        assert!(
+            !store.companion_absent(&key("beta")),
+            "unknown during the list"
+        );
+        store.apply_companion(0, &Event::InitDone);
+        assert!(!store.companion_absent(&key("acme")));
+        assert!(store.companion_absent(&key("beta")));
+
+        store.release_status(&key("beta"));
+        store.apply_companion(0, &Event::Apply(companion("beta", "healthy")));
+        assert!(
+            !store.companion_absent(&key("beta")),
+            "a released one's too"
+        );
+        store.apply_companion(0, &Event::Delete(companion("acme", "healthy")));
+        assert!(store.companion_absent(&key("acme")));
+
+        // A re-list that no longer has beta: absent once it is in.
+        store.apply_companion(0, &Event::Init);
+        assert!(
+            !store.companion_absent(&key("beta")),
+            "the old set stands meanwhile"
+        );
+        store.apply_companion(0, &Event::InitApply(companion("acme", "healthy")));
+        store.apply_companion(0, &Event::InitDone);
+        assert!(store.companion_absent(&key("beta")));
+        assert!(!store.companion_absent(&key("acme")));
+
+        let instance_mode = FactStore::new(1, TargetConfig::default());
+        assert!(
+            !instance_mode.companion_absent(&key("acme")),
+            "never in instance mode"
+        );
     }
 
     /// In instance mode another manager of `status.rolloutHealth` is a

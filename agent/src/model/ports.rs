@@ -127,6 +127,13 @@ pub trait ContestSource: Send + Sync {
 pub trait InstanceUids: Send + Sync {
     /// `key`'s `metadata.uid`, when the watch has it.
     fn uid_of(&self, key: &InstanceKey) -> Option<Box<str>>;
+    /// Whether `key` is known to have no companion yet (the companion
+    /// watch has listed and has none): the writer then creates it before
+    /// its first status apply instead of after that apply's 404. `false`
+    /// when unknown.
+    fn companion_absent(&self, _key: &InstanceKey) -> bool {
+        false
+    }
 }
 
 /// Which instances' pods the watches keep (sharding: the instances this

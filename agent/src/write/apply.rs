@@ -656,21 +656,27 @@ impl StatusWriter {
     }
 
     /// Applies `body` to `key`'s companion's status; a companion that does
-    /// not exist yet (404) is created first, owned by the instance (whose
-    /// UID is read with one GET of its metadata), and the status applied
-    /// again.
+    /// not exist yet is created first, owned by the instance (whose UID
+    /// the instance watch has, or one GET of its metadata reads), and the
+    /// status applied then. A companion the companion watch knows to be
+    /// absent is created before any status apply (two requests); one it
+    /// does not know about is found absent by the status apply's 404
+    /// (three).
     async fn write_companion(
         &self,
         key: &InstanceKey,
         body: &Value,
     ) -> Result<ReturnedCompanion, WriteError> {
         let api: Api<ReturnedCompanion> = Api::namespaced(self.client.clone(), &key.namespace);
-        match api
-            .patch_status(&key.name, &self.params, &Patch::Apply(body))
-            .await
-        {
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            other => return other.map_err(classify),
+        let absent = self.uids.as_ref().is_some_and(|u| u.companion_absent(key));
+        if !absent {
+            match api
+                .patch_status(&key.name, &self.params, &Patch::Apply(body))
+                .await
+            {
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                other => return other.map_err(classify),
+            }
         }
         let known = self.uids.as_ref().and_then(|u| u.uid_of(key));
         let uid: String = match known {
@@ -698,9 +704,10 @@ impl StatusWriter {
             .await
             .map_err(classify)?;
         tracing::info!(instance = %key, "companion KuraInstanceHealth created");
-        // The creation, and the status sent a second time.
+        // The creation, and the status sent again when it was sent first.
+        let again = if absent { 0 } else { body_bytes(body) };
         metrics::counter!(telemetry::STATUS_WRITE_BYTES_TOTAL)
-            .increment(body_bytes(&creation) + body_bytes(body));
+            .increment(body_bytes(&creation) + again);
         api.patch_status(&key.name, &self.params, &Patch::Apply(body))
             .await
             .map_err(classify)
