@@ -16,9 +16,15 @@ use super::recorder::{Event, EventRecorder, EventType, PublishError, Reporter};
 use crate::model::InstanceTransitions;
 use crate::telemetry::{self, label};
 
-/// Transitions waiting for the publisher; beyond this they are dropped
-/// (and counted) rather than holding up a status write.
-pub const QUEUE_CAPACITY: usize = 1024;
+/// Batches (one instance's transitions of one write) waiting for the
+/// publisher; beyond this they are dropped (and counted) rather than
+/// holding up a status write. Sized for a start-up: every instance's first
+/// write may bring a batch (`BaselineCaptured`, `RolloutHealthy`) while
+/// the API server, busy with the first statuses, answers Events slowly,
+/// so the queue must hold a batch for most instances a replica holds (a
+/// bound of a fraction of that dropped most of a large fleet's first
+/// Events). The queue holds what waits, not its capacity.
+pub const QUEUE_CAPACITY: usize = 16_384;
 /// One Event API call may take this long.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// An Event's note is cut to this many bytes (the API allows 1 kB).
