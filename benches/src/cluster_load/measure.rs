@@ -5,7 +5,7 @@
 use crate::cluster_load::error::ClusterLoadError;
 use jiff::Timestamp;
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
@@ -222,9 +222,103 @@ pub fn audit_requests(
     Ok(out)
 }
 
+/// When the API server completed the last of `user`'s first successful
+/// status writes: for each object of `resource` (plural) written at
+/// `.../status` at or after `since`, the first 2xx answer; the latest of
+/// those. `None` when there were none. This is when every instance's
+/// first status was stored, whatever reads it and how often.
+pub fn audit_last_first_status(
+    log: &Path,
+    user: &str,
+    resource: &str,
+    since: Timestamp,
+) -> Result<Option<(Timestamp, usize)>, ClusterLoadError> {
+    let err = |source| ClusterLoadError::Audit {
+        path: log.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(log).map_err(err)?;
+    let mut first: HashMap<String, Timestamp> = HashMap::new();
+    for line in BufReader::new(file).lines() {
+        let line = line.map_err(err)?;
+        let Ok(event) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        if event.pointer("/user/username").and_then(Value::as_str) != Some(user)
+            || event["stage"] != "ResponseComplete"
+            || event["verb"] != "patch"
+            || event.pointer("/objectRef/resource").and_then(Value::as_str) != Some(resource)
+            || event
+                .pointer("/objectRef/subresource")
+                .and_then(Value::as_str)
+                != Some("status")
+            || !event
+                .pointer("/responseStatus/code")
+                .and_then(Value::as_u64)
+                .is_some_and(|c| (200..300).contains(&c))
+        {
+            continue;
+        }
+        let (Some(name), Some(at)) = (
+            event.pointer("/objectRef/name").and_then(Value::as_str),
+            event["stageTimestamp"]
+                .as_str()
+                .and_then(|t| t.parse::<Timestamp>().ok()),
+        ) else {
+            continue;
+        };
+        if at < since {
+            continue;
+        }
+        let e = first.entry(name.to_owned()).or_insert(at);
+        if at < *e {
+            *e = at;
+        }
+    }
+    Ok(first.values().max().map(|last| (*last, first.len())))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_last_first_status_is_the_latest_of_each_objects_first_2xx_write() {
+        let dir = std::env::temp_dir().join(format!("cluster-load-first-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let log = dir.join("audit.log");
+        let ev = |user: &str, name: &str, code: u64, at: &str, sub: Option<&str>| {
+            serde_json::json!({"user": {"username": user}, "verb": "patch",
+                "stage": "ResponseComplete", "stageTimestamp": at,
+                "responseStatus": {"code": code},
+                "objectRef": {"resource": "kurainstancehealths", "name": name, "subresource": sub}})
+            .to_string()
+        };
+        let lines = [
+            ev("agent", "a", 200, "2026-01-01T00:00:02Z", Some("status")),
+            ev("agent", "a", 200, "2026-01-01T00:00:30Z", Some("status")),
+            ev("agent", "b", 404, "2026-01-01T00:00:03Z", Some("status")),
+            ev("agent", "b", 201, "2026-01-01T00:00:04Z", None),
+            ev("agent", "b", 200, "2026-01-01T00:00:05Z", Some("status")),
+            ev("admin", "c", 200, "2026-01-01T00:00:40Z", Some("status")),
+            ev("agent", "d", 200, "2025-12-31T23:59:59Z", Some("status")),
+        ];
+        std::fs::write(&log, lines.join("\n")).expect("write");
+        let t = |s: &str| s.parse::<Timestamp>().expect("ts");
+        let got = audit_last_first_status(
+            &log,
+            "agent",
+            "kurainstancehealths",
+            t("2026-01-01T00:00:00Z"),
+        )
+        .expect("read");
+        assert_eq!(got, Some((t("2026-01-01T00:00:05Z"), 2)));
+        let none =
+            audit_last_first_status(&log, "agent", "kurainstances", t("2026-01-01T00:00:00Z"))
+                .expect("read");
+        assert_eq!(none, None);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn audit_counts_a_watch_once_and_other_requests_at_completion() {
