@@ -70,6 +70,24 @@ impl Default for EngineConfig {
     }
 }
 
+/// What one step of the engine (fold a sweep's samples, then judge the
+/// aggregate) produced, in one value: [`InstanceEngine::step`]'s answer.
+#[derive(Debug, Clone)]
+pub struct Judged {
+    /// The aggregate (`status.rolloutHealth`), shared with the engine.
+    pub health: Arc<RolloutHealth>,
+    /// The verdict (`status.rolloutGate`), shared with the engine.
+    pub gate: Arc<RolloutGate>,
+    /// Whether the pods had converged on `spec.image` by the agent's rule
+    /// ([`pods_converged`]; false while suspended).
+    pub converged: bool,
+    /// The limits the verdict compared against, for the pages.
+    pub limits: GateLimits,
+    /// The shadow configuration's verdict on the same aggregate, never
+    /// published; `None` without a shadow.
+    pub shadow: Option<ShadowJudgement>,
+}
+
 /// Per-instance state between sweeps. The last aggregate and verdict are
 /// shared, immutable values: the run loop hands the same `Arc`s to the
 /// fleet view and the status sink, so each exists once in memory.
@@ -304,15 +322,16 @@ impl InstanceEngine {
     /// becomes the baseline: this sweep's own, when every pod in it answered
     /// and still runs the old image (the loop sweeps at once when the watch
     /// shows the change, so that is the aggregate closest to the upgrade),
-    /// else the aggregate before this sweep. Returns the new aggregate and
-    /// verdict as shared values (clone the `Arc`s to keep them).
+    /// else the aggregate before this sweep. Returns everything the step
+    /// produced as one [`Judged`] (the aggregate and the verdict shared
+    /// with the engine).
     pub fn step(
         &mut self,
         info: &InstanceInfo,
         spec_image: &str,
         samples: &[PodSample],
         now: Timestamp,
-    ) -> (&Arc<RolloutHealth>, &Arc<RolloutGate>) {
+    ) -> Judged {
         self.step_with(info, &InstanceTraits::default(), spec_image, samples, now)
     }
 
@@ -335,11 +354,32 @@ impl InstanceEngine {
         spec_image: &str,
         samples: &[PodSample],
         now: Timestamp,
-    ) -> (&Arc<RolloutHealth>, &Arc<RolloutGate>) {
+    ) -> Judged {
+        let (health, gate) = self.fold_and_judge(info, traits, spec_image, samples, now);
+        Judged {
+            limits: gate_limits(self.gate_config(), &gate),
+            shadow: self.shadow(),
+            converged: self.converged,
+            health,
+            gate,
+        }
+    }
+
+    /// The step itself: folds `samples` into the aggregate and judges it
+    /// (live, then the shadow), keeping both as the engine's last; returns
+    /// the live aggregate and verdict.
+    fn fold_and_judge(
+        &mut self,
+        info: &InstanceInfo,
+        traits: &InstanceTraits,
+        spec_image: &str,
+        samples: &[PodSample],
+        now: Timestamp,
+    ) -> (Arc<RolloutHealth>, Arc<RolloutGate>) {
         let name = InstanceKey::of(info).to_string();
         let health = self
             .aggregator
-            .sweep_with(info, traits, samples, now, &self.config.agent);
+            .fold_with(info, traits, samples, now, &self.config.agent);
         if health.suspended {
             // No previous verdict: no baseline, soak clock or backlog run
             // survives a suspension (the gate answers `suspended`).
@@ -360,9 +400,7 @@ impl InstanceEngine {
                 shadow.last_gate = Some(Arc::new(judged));
                 shadow.judged = true;
             }
-            let health = self.last_health.insert(Arc::new(health));
-            let gate = self.last_gate.insert(Arc::new(gate));
-            return (health, gate);
+            return self.keep(health, gate);
         }
         let (converged, detail) = pods_converged(&health, spec_image);
         self.converged = converged;
@@ -420,8 +458,20 @@ impl InstanceEngine {
             shadow.last_gate = Some(Arc::new(judged));
             shadow.judged = true;
         }
-        let health = self.last_health.insert(Arc::new(health));
-        let gate = self.last_gate.insert(Arc::new(gate));
+        self.keep(health, gate)
+    }
+
+    /// Keeps `health` and `gate` as the last aggregate and verdict, and
+    /// hands back the shared values.
+    fn keep(
+        &mut self,
+        health: RolloutHealth,
+        gate: RolloutGate,
+    ) -> (Arc<RolloutHealth>, Arc<RolloutGate>) {
+        let health = Arc::new(health);
+        let gate = Arc::new(gate);
+        self.last_health = Some(Arc::clone(&health));
+        self.last_gate = Some(Arc::clone(&gate));
         (health, gate)
     }
 }
@@ -673,7 +723,7 @@ mod tests {
     fn a_suspension_keeps_the_counters_and_no_baseline_survives_it() {
         let plain = InstanceTraits::default();
         let mut engine = InstanceEngine::new(Arc::new(EngineConfig::default()));
-        let (health, _) = engine.step_with(
+        let Judged { health, .. } = engine.step_with(
             &acme(),
             &plain,
             V1,
@@ -682,7 +732,7 @@ mod tests {
         );
         assert_eq!(health.fd_timeout_count, 7);
         // Suspended: no pods, nothing sampled, the totals kept.
-        let (health, gate) = engine.step_with(&acme(), &suspended(), V1, &[], at(30));
+        let Judged { health, gate, .. } = engine.step_with(&acme(), &suspended(), V1, &[], at(30));
         assert!(health.suspended);
         assert_eq!(
             (health.expected_pods, health.sampled_pods, health.pods.len()),
@@ -696,7 +746,7 @@ mod tests {
         assert_eq!(gate.baseline_captured_at, None);
         assert!(!engine.converged());
         // The image changes while suspended: still suspended, no baseline.
-        let (_, gate) = engine.step_with(&acme(), &suspended(), V2, &[], at(60));
+        let Judged { gate, .. } = engine.step_with(&acme(), &suspended(), V2, &[], at(60));
         assert_eq!(
             (gate.verdict, gate.target_image.as_str()),
             (AgentVerdict::Suspended, V2)
@@ -704,7 +754,7 @@ mod tests {
         assert_eq!(gate.baseline_image, None);
         // Back: a new instance's pods, judged as new (no baseline from
         // before the suspension), the totals never below what was published.
-        let (health, gate) = engine.step_with(
+        let Judged { health, gate, .. } = engine.step_with(
             &acme(),
             &plain,
             V2,
@@ -726,7 +776,7 @@ mod tests {
             }),
             Arc::new(EngineConfig::default()),
         );
-        let (health, _) = restored.step_with(&acme(), &suspended(), V2, &[], at(120));
+        let Judged { health, .. } = restored.step_with(&acme(), &suspended(), V2, &[], at(120));
         assert_eq!(health.fd_timeout_count, 8);
     }
 
@@ -739,7 +789,7 @@ mod tests {
             &[g1_sample(0, V1, 1, at(0)), g1_sample(1, V1, 1, at(0))],
             at(0),
         );
-        let (_, gate) = engine.step(
+        let Judged { gate, .. } = engine.step(
             &acme(),
             V2,
             &[g1_sample(0, V2, 1, at(30)), g1_sample(1, V1, 1, at(30))],
@@ -823,7 +873,7 @@ mod tests {
             &[pressured(0, V1, 0, at(0)), pressured(1, V1, 0, at(0))],
             at(0),
         );
-        let (_, gate) = engine.step(
+        let Judged { gate, .. } = engine.step(
             &acme(),
             V2,
             &[pressured(0, V2, 2, at(10)), pressured(1, V2, 0, at(10))],
@@ -834,7 +884,7 @@ mod tests {
             (AgentVerdict::HardStop, Some(Signal::MemoryPressureCritical))
         );
         // Rolled back: both pods still run v2, one at pressure 2.
-        let (_, gate) = engine.step(
+        let Judged { gate, .. } = engine.step(
             &acme(),
             V1,
             &[pressured(0, V2, 2, at(20)), pressured(1, V2, 0, at(20))],
@@ -857,7 +907,7 @@ mod tests {
             "{detail}"
         );
         // One pod back on v1; the other, on v2, still at pressure 2.
-        let (_, gate) = engine.step(
+        let Judged { gate, .. } = engine.step(
             &acme(),
             V1,
             &[pressured(0, V2, 2, at(30)), pressured(1, V1, 0, at(30))],
@@ -865,7 +915,7 @@ mod tests {
         );
         assert_eq!(gate.signal, Some(Signal::NotConverged), "{gate:?}");
         // A pod of the target at pressure 2 is the target's hard stop.
-        let (_, gate) = engine.step(
+        let Judged { gate, .. } = engine.step(
             &acme(),
             V1,
             &[pressured(0, V2, 0, at(40)), pressured(1, V1, 2, at(40))],
@@ -873,7 +923,7 @@ mod tests {
         );
         assert_eq!(gate.verdict, AgentVerdict::HardStop, "{gate:?}");
         // Every pod on v1, no pressure: healthy on its own.
-        let (_, gate) = engine.step(
+        let Judged { gate, .. } = engine.step(
             &acme(),
             V1,
             &[pressured(0, V1, 0, at(50)), pressured(1, V1, 0, at(50))],
@@ -889,13 +939,14 @@ mod tests {
             fence_configured: true,
             ..InstanceTraits::default()
         };
-        let (health, _) =
+        let Judged { health, .. } =
             engine.step_with(&acme(), &fenced, V1, &[g1_sample(0, V1, 1, at(0))], at(0));
         assert_eq!(
             health.serving_authority,
             Some(kura_schemas::ServingAuthorityHealth::default())
         );
-        let (health, _) = engine.step(&acme(), V1, &[g1_sample(0, V1, 1, at(10))], at(10));
+        let Judged { health, .. } =
+            engine.step(&acme(), V1, &[g1_sample(0, V1, 1, at(10))], at(10));
         assert_eq!(health.serving_authority, None);
     }
 
@@ -911,7 +962,7 @@ mod tests {
         // 30 s later the watch shows the upgrade and the loop sweeps at
         // once: the pods still run v1, their counters grew meanwhile. That
         // sweep is the baseline, not the one 30 s old.
-        let (_, gate) = engine.step(
+        let Judged { gate, .. } = engine.step(
             &acme(),
             V2,
             &[g1_sample(0, V1, 4, at(30)), g1_sample(1, V1, 1, at(30))],
@@ -931,7 +982,7 @@ mod tests {
             &[g1_sample(0, V1, 1, at(0)), g1_sample(1, V1, 1, at(0))],
             at(0),
         );
-        let (_, gate) = engine.step(
+        let Judged { gate, .. } = engine.step(
             &acme(),
             V2,
             &[g1_sample(0, V2, 0, at(30)), g1_sample(1, V1, 3, at(30))],
@@ -972,7 +1023,7 @@ mod tests {
         engine.step(&info(name), "img:2", &sample(&node, "img:2", t(20)), t(20));
         engine
             .step(&info(name), "img:2", &sample(&node, "img:2", t(30)), t(30))
-            .1
+            .gate
             .as_ref()
             .clone()
     }
@@ -1050,7 +1101,7 @@ mod tests {
             fd_timeout_count: 3,
             ..SimNode::default()
         };
-        let (_, gate) = engine.step(
+        let Judged { gate, .. } = engine.step(
             &info("refused"),
             "img:2",
             &sample(&node, "img:2", t(40)),
@@ -1118,18 +1169,21 @@ mod tests {
         let mut strict = InstanceEngine::new(Arc::new(EngineConfig::default()));
         strict.set_gate_annotation(Some(r#"{"maxSampleAgeSeconds": 4}"#));
         let mut default = InstanceEngine::new(Arc::new(EngineConfig::default()));
-        let (_, gate) = strict.step(&info("a"), "img", &sample(&node, "img", t(0)), t(5));
+        let Judged { gate, .. } = strict.step(&info("a"), "img", &sample(&node, "img", t(0)), t(5));
         assert_eq!(gate.signal, Some(Signal::SampleStale));
-        let (_, gate) = default.step(&info("a"), "img", &sample(&node, "img", t(0)), t(5));
+        let Judged { gate, .. } =
+            default.step(&info("a"), "img", &sample(&node, "img", t(0)), t(5));
         assert_eq!(gate.verdict, AgentVerdict::Healthy);
         // A sample 30 s ahead of the judge's clock: invalid with a skew
         // allowance of 10 s, fine by default (60 s).
         let mut skewed = InstanceEngine::new(Arc::new(EngineConfig::default()));
         skewed.set_gate_annotation(Some(r#"{"futureSkewSeconds": 10}"#));
-        let (_, gate) = skewed.step(&info("b"), "img", &sample(&node, "img", t(30)), t(0));
+        let Judged { gate, .. } =
+            skewed.step(&info("b"), "img", &sample(&node, "img", t(30)), t(0));
         assert_eq!(gate.signal, Some(Signal::SampleInvalid));
         let mut default = InstanceEngine::new(Arc::new(EngineConfig::default()));
-        let (_, gate) = default.step(&info("b"), "img", &sample(&node, "img", t(30)), t(0));
+        let Judged { gate, .. } =
+            default.step(&info("b"), "img", &sample(&node, "img", t(30)), t(0));
         assert_eq!(gate.verdict, AgentVerdict::Healthy);
     }
 
@@ -1243,7 +1297,7 @@ mod tests {
             fd_timeout_count: 3,
             ..SimNode::default()
         };
-        let (_, gate) = next.step(
+        let Judged { gate, .. } = next.step(
             &info("moved"),
             "img:2",
             &sample(&node, "img:2", t(40)),

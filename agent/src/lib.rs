@@ -22,6 +22,29 @@
 //!   `fleet_load_side`)
 //!
 //! docs/architecture.md draws the same map with what each module owns.
+//!
+//! Where new work goes (docs/architecture.md, "Where new work goes", has
+//! the rest):
+//! - a new signal: its variant and its one row of `kura_schemas::SIGNALS`
+//!   (schemas/src/signal.rs: name, reason, hard stop or not, check number
+//!   and so its order, words, evidence fields), its check in
+//!   gate/src/checks.rs (or the wave judge, gate/src/wave.rs, for a signal
+//!   of the wave), and for a server check its row's value in
+//!   agent/src/debug/signals.rs; the gate, the wave judge's hard stops,
+//!   the metric labels, the conditions and the CLI read the home, and
+//!   `signal_check` and the check table's test fail on a surface that
+//!   names a signal the home does not;
+//! - a new status field: its type in schemas/src/health.rs
+//!   (`rolloutHealth`) or schemas/src/gate_status.rs (`rolloutGate`), the
+//!   CRDs and JSON Schemas regenerated (`cargo run -p kura-schemas --bin
+//!   crdgen`), its value made in [`aggregate`] or [`engine`], and whether
+//!   its change is worth a write in `write::policy`;
+//! - a new flag of `run`: its argument and its translation into the
+//!   module's configuration in agent/src/cli/run/, and its chart value in
+//!   charts/kura-health-agent/ (values.yaml and the Deployment's args);
+//! - a new route: its match arm in agent/src/debug/server.rs (and the
+//!   route table of that module's documentation), its answer in a module
+//!   of agent/src/debug/ reading [`view`], never the loop or an adapter.
 
 #![deny(missing_docs)]
 
@@ -44,5 +67,7 @@ pub mod write;
 
 #[cfg(test)]
 mod layering_check;
+#[cfg(test)]
+mod signal_check;
 #[cfg(test)]
 mod telemetry_check;

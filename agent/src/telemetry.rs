@@ -541,8 +541,8 @@ pub const UPKEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 /// [`UPKEEP_EVERY`], forever (spawn it beside the recorder). The exporter
 /// keeps each histogram sample until an upkeep or a scrape folds it in,
 /// and `install_recorder` runs no upkeep of its own: an agent scraped
-/// seldom or never kept every poll's and sweep's duration, 36 MB of
-/// samples after a few minutes at 10,000 pods, growing without bound.
+/// seldom or never kept every poll's and sweep's duration, growing
+/// without bound.
 pub async fn upkeep(handle: metrics_exporter_prometheus::PrometheusHandle) {
     let mut every = tokio::time::interval(UPKEEP_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

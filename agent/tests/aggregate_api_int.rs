@@ -96,7 +96,7 @@ fn totals_saturate_at_what_the_api_server_stores() {
         .into_iter()
         .map(|n| sample(n, t0(), API_INT_MAX))
         .collect();
-    let h = agg.sweep(&instance(), &samples, t0(), "agent-0");
+    let h = agg.fold(&instance(), &samples, t0(), "agent-0");
     assert_eq!(h.fd_timeout_count, API_INT_MAX);
     assert_eq!(h.peer_connection_failures, Some(API_INT_MAX));
     assert_eq!(h.inflight_requests, API_INT_MAX);
@@ -110,13 +110,13 @@ fn totals_saturate_at_what_the_api_server_stores() {
     for s in &mut samples {
         *s = sample(&s.pod.name, t1, 1);
     }
-    let h = agg.sweep(&instance(), &samples, t1, "agent-0");
+    let h = agg.fold(&instance(), &samples, t1, "agent-0");
     assert_storable(&h);
     let t2 = t1 + SignedDuration::from_secs(10);
     for s in &mut samples {
         *s = sample(&s.pod.name, t2, API_INT_MAX);
     }
-    let h = agg.sweep(&instance(), &samples, t2, "agent-0");
+    let h = agg.fold(&instance(), &samples, t2, "agent-0");
     assert_eq!(h.fd_timeout_count, API_INT_MAX);
     assert_storable(&h);
 
@@ -126,7 +126,7 @@ fn totals_saturate_at_what_the_api_server_stores() {
     for s in &mut samples {
         *s = sample(&s.pod.name, t3, API_INT_MAX);
     }
-    let h = restored.sweep(&instance(), &samples, t3, "agent-0");
+    let h = restored.fold(&instance(), &samples, t3, "agent-0");
     assert_eq!(h.fd_timeout_count, API_INT_MAX);
     assert_storable(&h);
 }
@@ -147,7 +147,7 @@ fn the_order_pods_arrive_in_does_not_change_the_aggregate() {
 
     let run = |samples: &[PodSample]| {
         let mut agg = InstanceAggregator::new(AggregateConfig::default());
-        let first = agg.sweep(&instance(), samples, t0(), "agent-0");
+        let first = agg.fold(&instance(), samples, t0(), "agent-0");
         // A second sweep in the other order over the same tracked pods.
         let t1 = t0() + SignedDuration::from_secs(10);
         let mut again: Vec<PodSample> = samples
@@ -155,7 +155,7 @@ fn the_order_pods_arrive_in_does_not_change_the_aggregate() {
             .map(|s| sample(&s.pod.name, t1, 1_000))
             .collect();
         again.reverse();
-        let second = agg.sweep(&instance(), &again, t1, "agent-0");
+        let second = agg.fold(&instance(), &again, t1, "agent-0");
         (
             serde_json::to_value(first).expect("json"),
             serde_json::to_value(second).expect("json"),

@@ -101,7 +101,7 @@ fn sweep(pods: &[Pod], at: Timestamp) -> RolloutHealth {
             replication_lag_entries: if p.failed { None } else { p.lag },
         })
         .collect();
-    InstanceAggregator::new(AggregateConfig::default()).sweep(&instance, &samples, at, "test")
+    InstanceAggregator::new(AggregateConfig::default()).fold(&instance, &samples, at, "test")
 }
 
 proptest! {

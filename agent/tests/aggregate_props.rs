@@ -278,9 +278,9 @@ fn run_sequence(
         shuffled.sort_by_key(|(k, _)| *k);
         let shuffled: Vec<PodSample> = shuffled.into_iter().map(|(_, s)| s).collect();
 
-        let out_a = a.sweep(&inst, samples, *now, "agent-a");
-        let out_b = b.sweep(&inst, &shuffled, *now, "agent-a");
-        let out_c = never_restarted.sweep(&inst, samples, *now, "agent-a");
+        let out_a = a.fold(&inst, samples, *now, "agent-a");
+        let out_b = b.fold(&inst, &shuffled, *now, "agent-a");
+        let out_c = never_restarted.fold(&inst, samples, *now, "agent-a");
         prop_assert_eq!(
             &out_a,
             &out_b,
@@ -295,7 +295,7 @@ fn run_sequence(
         }
         // The published state restores to an aggregator that republishes it.
         let round_trip = InstanceAggregator::restore(&out_a, config);
-        let again = round_trip.clone().sweep(&inst, samples, *now, "agent-a");
+        let again = round_trip.clone().fold(&inst, samples, *now, "agent-a");
         prop_assert!(again.fd_timeout_count >= out_a.fd_timeout_count);
         last = Some(out_a);
     }

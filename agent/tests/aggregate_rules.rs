@@ -63,7 +63,7 @@ fn more_live_pods_than_the_bound_are_all_counted_and_failing_ones_published_firs
     let mut samples: Vec<PodSample> = (0..39).map(|i| ok(&format!("p-{i:02}"), now, 1)).collect();
     samples.push(sample("p-39", now, SampleResult::Error("timeout".into())));
     let mut agg = InstanceAggregator::new(AggregateConfig::default());
-    let h = agg.sweep(&instance(40), &samples, now, "a");
+    let h = agg.fold(&instance(40), &samples, now, "a");
     assert_eq!(h.pods.len(), MAX_POD_ENTRIES);
     assert_eq!(h.sampled_pods, 39);
     assert_eq!(h.retired_counters.fd_timeout_count, 0, "nobody is gone");
@@ -83,14 +83,14 @@ fn pods_past_the_tracking_bound_are_retired_gone_ones_first() {
     let n = MAX_TRACKED_PODS;
     let mut agg = InstanceAggregator::new(AggregateConfig::default());
     let first: Vec<PodSample> = (0..n).map(|i| ok(&format!("p-{i:04}"), t0, 2)).collect();
-    agg.sweep(&instance(3), &first, t0, "a");
+    agg.fold(&instance(3), &first, t0, "a");
     // The last pod is gone, and two new pods appear: 2 over the bound.
     let mut second: Vec<PodSample> = (0..n - 1)
         .map(|i| ok(&format!("p-{i:04}"), t1, 2))
         .collect();
     second.push(ok("q-0", t1, 5));
     second.push(ok("q-1", t1, 5));
-    let h = agg.sweep(&instance(3), &second, t1, "a");
+    let h = agg.fold(&instance(3), &second, t1, "a");
     assert_eq!(h.pods.len(), MAX_POD_ENTRIES);
     assert_eq!(
         h.retired_counters.fd_timeout_count, 4,
@@ -100,7 +100,7 @@ fn pods_past_the_tracking_bound_are_retired_gone_ones_first() {
     assert_eq!(h.pods[0].name, "p-0001");
     // The price of the bound: p-0000 was live when it was retired, so its
     // next answer is counted afresh (never less, as always).
-    let h2 = agg.sweep(&instance(3), &second, t1, "a");
+    let h2 = agg.fold(&instance(3), &second, t1, "a");
     assert_eq!(h2.fd_timeout_count, h.fd_timeout_count + 2);
 }
 
@@ -109,10 +109,10 @@ fn restore_folds_duplicate_and_excess_entries_without_losing_counts() {
     let now = t("2026-07-21T10:00:00Z");
     let samples: Vec<PodSample> = (0..3).map(|i| ok(&format!("p-{i}"), now, 4)).collect();
     let mut agg = InstanceAggregator::new(AggregateConfig::default());
-    let mut h = agg.sweep(&instance(3), &samples, now, "a");
+    let mut h = agg.fold(&instance(3), &samples, now, "a");
     let dup = h.pods[1].clone();
     h.pods.push(dup);
-    let restored = InstanceAggregator::restore(&h, AggregateConfig::default()).sweep(
+    let restored = InstanceAggregator::restore(&h, AggregateConfig::default()).fold(
         &instance(3),
         &samples,
         now,
@@ -129,7 +129,7 @@ fn restore_folds_duplicate_and_excess_entries_without_losing_counts() {
 fn a_second_sample_of_the_same_pod_is_ignored() {
     let now = t("2026-07-21T10:00:00Z");
     let mut agg = InstanceAggregator::new(AggregateConfig::default());
-    let h = agg.sweep(
+    let h = agg.fold(
         &instance(2),
         &[ok("p-0", now, 1), ok("p-0", now, 0)],
         now,
@@ -149,7 +149,7 @@ fn absent_initial_discovery_is_not_true() {
         ok("p-0", now, 0),
         sample("p-1", now, SampleResult::Report(Box::new(report(0, None)))),
     ];
-    let h = agg.sweep(&instance(2), &s, now, "a");
+    let h = agg.fold(&instance(2), &s, now, "a");
     assert!(h.ready);
     assert!(!h.initial_discovery_completed);
 }
@@ -158,7 +158,7 @@ fn absent_initial_discovery_is_not_true() {
 fn no_pod_sampled_is_never_healthy_even_when_none_is_expected() {
     let now = t("2026-07-21T10:00:00Z");
     let mut agg = InstanceAggregator::new(AggregateConfig::default());
-    let h = agg.sweep(&instance(0), &[], now, "a");
+    let h = agg.fold(&instance(0), &[], now, "a");
     assert_eq!(h.sampled_pods, 0);
     assert!(!h.ready && !h.serving && !h.generation_consistent && !h.ring_consistent);
     assert_eq!(h.sampled_at, None);
@@ -171,18 +171,18 @@ fn a_pod_gone_before_an_agent_restart_is_retired_by_its_last_sample() {
     let t0 = t("2026-07-21T10:00:00Z");
     let config = AggregateConfig::default();
     let mut agg = InstanceAggregator::new(config);
-    agg.sweep(&instance(1), &[ok("p-0", t0, 1), ok("p-1", t0, 6)], t0, "a");
+    agg.fold(&instance(1), &[ok("p-0", t0, 1), ok("p-1", t0, 6)], t0, "a");
     let t1 = t0 + SignedDuration::from_mins(30);
-    let h = agg.sweep(&instance(1), &[ok("p-0", t1, 1)], t1, "a");
+    let h = agg.fold(&instance(1), &[ok("p-0", t1, 1)], t1, "a");
     let gone = h.pods.iter().find(|p| p.name == "p-1").unwrap();
     assert_eq!(gone.error.as_deref(), Some(GONE_ERROR));
     // Restarted agent: p-1 was last seen no later than its last sample (t0).
     let mut restored = InstanceAggregator::restore(&h, config);
     let t2 = t0 + SignedDuration::from_mins(59);
-    let h2 = restored.sweep(&instance(1), &[ok("p-0", t2, 1)], t2, "a");
+    let h2 = restored.fold(&instance(1), &[ok("p-0", t2, 1)], t2, "a");
     assert!(h2.pods.iter().any(|p| p.name == "p-1"));
     let t3 = t0 + SignedDuration::from_mins(61);
-    let h3 = restored.sweep(&instance(1), &[ok("p-0", t3, 1)], t3, "a");
+    let h3 = restored.fold(&instance(1), &[ok("p-0", t3, 1)], t3, "a");
     assert!(!h3.pods.iter().any(|p| p.name == "p-1"));
     assert_eq!(h3.retired_counters.fd_timeout_count, 6);
     assert_eq!(h3.retired_counters.peer_connection_failures, Some(0));
@@ -194,9 +194,9 @@ fn a_failed_sample_keeps_the_last_valid_detail_and_a_short_error() {
     let t0 = t("2026-07-21T10:00:00Z");
     let t1 = t("2026-07-21T10:00:10Z");
     let mut agg = InstanceAggregator::new(AggregateConfig::default());
-    agg.sweep(&instance(1), &[ok("p-0", t0, 3)], t0, "a");
+    agg.fold(&instance(1), &[ok("p-0", t0, 3)], t0, "a");
     let long = "é".repeat(200);
-    let h = agg.sweep(
+    let h = agg.fold(
         &instance(1),
         &[sample("p-0", t1, SampleResult::Error(long))],
         t1,
@@ -224,11 +224,11 @@ fn steady_counters_of_more_pods_than_the_bound_stay_steady_across_a_restore() {
             .collect()
     };
     let mut agg = InstanceAggregator::new(AggregateConfig::default());
-    agg.sweep(&instance(40), &sweep_of(at(0), 7), at(0), "a");
-    let mut last = agg.sweep(&instance(40), &sweep_of(at(1), 1), at(1), "a");
+    agg.fold(&instance(40), &sweep_of(at(0), 7), at(0), "a");
+    let mut last = agg.fold(&instance(40), &sweep_of(at(1), 1), at(1), "a");
     assert_eq!(last.counter_resets, 1);
     for minute in 2..5 {
-        let h = agg.sweep(&instance(40), &sweep_of(at(minute), 1), at(minute), "a");
+        let h = agg.fold(&instance(40), &sweep_of(at(minute), 1), at(minute), "a");
         assert_eq!(h.pods.len(), MAX_POD_ENTRIES);
         assert_eq!(h.fd_timeout_count, 39 + 8, "minute {minute}: nothing moved");
         last = h;
@@ -238,7 +238,7 @@ fn steady_counters_of_more_pods_than_the_bound_stay_steady_across_a_restore() {
     let restored = serde_json::from_value(serde_json::to_value(&last).unwrap()).unwrap();
     let mut agg = InstanceAggregator::restore(&restored, AggregateConfig::default());
     for minute in 10..13 {
-        let h = agg.sweep(&instance(40), &sweep_of(at(minute), 1), at(minute), "a");
+        let h = agg.fold(&instance(40), &sweep_of(at(minute), 1), at(minute), "a");
         assert_eq!(
             h.fd_timeout_count,
             39 + 8,
@@ -253,11 +253,11 @@ fn steady_counters_of_more_pods_than_the_bound_stay_steady_across_a_restore() {
     // restore is drawn from the carry (what its earlier reset had added), so
     // it shows up low, never twice and never as a drop.
     let mut early = InstanceAggregator::restore(&restored, AggregateConfig::default());
-    let h = early.sweep(&instance(40), &sweep_of(at(10), 2), at(10), "a");
+    let h = early.fold(&instance(40), &sweep_of(at(10), 2), at(10), "a");
     assert_eq!(h.fd_timeout_count, 39 + 8, "the growth of 1 is absorbed");
     // A second restore sees that carry as retired and still counts the same.
-    let h = agg.sweep(&instance(40), &sweep_of(at(13), 1), at(13), "a");
+    let h = agg.fold(&instance(40), &sweep_of(at(13), 1), at(13), "a");
     let mut agg = InstanceAggregator::restore(&h, AggregateConfig::default());
-    let h = agg.sweep(&instance(40), &sweep_of(at(14), 2), at(14), "a");
+    let h = agg.fold(&instance(40), &sweep_of(at(14), 2), at(14), "a");
     assert_eq!(h.fd_timeout_count, 39 + 8 + 1, "p-35 moved by one");
 }

@@ -99,8 +99,8 @@ impl Sim {
             })
             .collect();
         let names: Vec<String> = samples.iter().map(|s| s.pod.name.clone()).collect();
-        let (health, gate) = self.engine.step(&self.info, self.image, &samples, at);
-        let (health, gate) = (health.clone(), gate.clone());
+        let judged = self.engine.step(&self.info, self.image, &samples, at);
+        let (health, gate) = (judged.health, judged.gate);
         view.record_sweep(
             &self.key,
             SweepRecord {

@@ -716,9 +716,9 @@ async fn cost_per_poll() {
         let target = [(Arc::clone(&identity), addr)];
         let sweep = || async {
             match path {
-                "port-forward" => forwarding.sweep_port_forward(&ns, &target).await,
-                "pod IP, kept-alive" => kept.sweep(&target).await,
-                _ => fresh.sweep(&target).await,
+                "port-forward" => forwarding.poll_pods_port_forward(&ns, &target).await,
+                "pod IP, kept-alive" => kept.poll_pods(&target).await,
+                _ => fresh.poll_pods(&target).await,
             }
         };
         let _ = sweep().await;

@@ -141,11 +141,11 @@ async fn run() {
     let mut agg = InstanceAggregator::new(AggregateConfig::default());
 
     let t = Instant::now();
-    let samples = poller.sweep(&sim.targets()).await;
+    let samples = poller.poll_pods(&sim.targets()).await;
     let took = t.elapsed();
     // Hung and slow pods cost one timeout each, concurrently, not retried.
     assert!(took < TIMEOUT * 2, "sweep took {took:?}");
-    let health = agg.sweep(&instance, &samples, Timestamp::now(), "test-agent");
+    let health = agg.fold(&instance, &samples, Timestamp::now(), "test-agent");
 
     let mut wants: Vec<(&str, Expect)> = cases
         .iter()
@@ -188,7 +188,7 @@ async fn run() {
         pod.set(Behaviour::Normal).await.unwrap();
         pod.update(|n| n.pod_uid = None);
     }
-    let samples = poller.sweep(&sim.targets()).await;
+    let samples = poller.poll_pods(&sim.targets()).await;
     for s in &samples {
         assert!(
             matches!(s.result, SampleResult::Report(_)),
@@ -197,7 +197,7 @@ async fn run() {
             s.result
         );
     }
-    let health = agg.sweep(&instance, &samples, Timestamp::now(), "test-agent");
+    let health = agg.fold(&instance, &samples, Timestamp::now(), "test-agent");
     assert_eq!(health.sampled_pods, instance.expected_pods);
     assert!(health.pods.iter().all(|p| p.error.is_none()));
 }

@@ -64,7 +64,7 @@ async fn run() {
     let targets = sim.targets();
     let before = status_bytes("VmRSS");
 
-    let samples = poller.sweep(&targets).await;
+    let samples = poller.poll_pods(&targets).await;
 
     let peak = status_bytes("VmHWM");
     let want = format!("body exceeds {limit} bytes");

@@ -63,8 +63,8 @@ async fn run() {
                 generation: 1,
             };
             let mut agg = InstanceAggregator::new(AggregateConfig::default());
-            let samples = poller.sweep(pods).await;
-            let health = agg.sweep(&info, &samples, Timestamp::now(), "test-agent");
+            let samples = poller.poll_pods(pods).await;
+            let health = agg.fold(&info, &samples, Timestamp::now(), "test-agent");
             (start.elapsed(), samples, health)
         }
     });

@@ -71,14 +71,14 @@ impl Run {
         engine: &mut InstanceEngine,
         image: &str,
     ) -> (RolloutHealth, RolloutGate) {
-        let mut samples = self.poller.sweep(&self.sim.targets()).await;
+        let mut samples = self.poller.poll_pods(&self.sim.targets()).await;
         // The pods run the image the spec names (replaced at once): the
         // agent holds a verdict at not_converged while a pod runs another.
         for s in &mut samples {
             Arc::make_mut(&mut s.pod).image = Some(image.to_owned());
         }
-        let (h, g) = engine.step(&self.info, image, &samples, Timestamp::now());
-        let (h, g) = ((**h).clone(), (**g).clone());
+        let judged = engine.step(&self.info, image, &samples, Timestamp::now());
+        let (h, g) = ((*judged.health).clone(), (*judged.gate).clone());
         if let Some(prev) = self.history.last() {
             assert_not_backwards(prev, &h, self.history.len());
         }

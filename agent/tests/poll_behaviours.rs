@@ -42,7 +42,7 @@ async fn healthy_pod_gives_its_report_over_a_distinct_loopback_address() {
     assert_ne!(addrs[0].ip(), addrs[1].ip(), "distinct 127.x.y.z addresses");
     assert_eq!(addrs[0].port(), addrs[1].port(), "one shared port");
     let poller = Poller::new(config(1000));
-    let samples = poller.sweep(&sim.targets()).await;
+    let samples = poller.poll_pods(&sim.targets()).await;
     assert_eq!(samples.len(), 3);
     for (s, pod) in samples.iter().zip(sim.pods()) {
         assert_eq!(s.pod.name, pod.name());
@@ -93,7 +93,7 @@ async fn hung_pod_is_bounded_by_the_timeout_and_does_not_delay_a_healthy_one() {
     let poller = Poller::new(config(500));
     let start = jiff::Timestamp::now();
     let t = Instant::now();
-    let samples = poller.sweep(&sim.targets()).await;
+    let samples = poller.poll_pods(&sim.targets()).await;
     let took = t.elapsed();
     assert_eq!(samples[0].result, SampleResult::Error("timeout".into()));
     assert!(matches!(samples[1].result, SampleResult::Report(_)));
@@ -273,7 +273,7 @@ async fn restart_over_a_kept_alive_connection_reads_the_new_incarnation() {
 /// The sample of one sweep of one pod.
 async fn sweep_one(poller: &Poller, pod: &SimPodHandle) -> kura_agent::model::PodSample {
     poller
-        .sweep(&[(std::sync::Arc::new(pod.identity()), pod.addr())])
+        .poll_pods(&[(std::sync::Arc::new(pod.identity()), pod.addr())])
         .await
         .remove(0)
 }

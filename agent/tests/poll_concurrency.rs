@@ -29,7 +29,7 @@ async fn two_hundred_pods_at_concurrency_eight_never_exceed_eight_in_flight() {
     let targets = sim.targets();
     let (a, b) = targets.split_at(100);
     let other = poller.clone();
-    let (sa, sb) = tokio::join!(poller.sweep(a), other.sweep(b));
+    let (sa, sb) = tokio::join!(poller.poll_pods(a), other.poll_pods(b));
     for s in sa.iter().chain(&sb) {
         assert!(
             matches!(s.result, SampleResult::Report(_)),

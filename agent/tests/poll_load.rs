@@ -37,7 +37,7 @@ async fn sweep_of_a_thousand_pods() {
     println!("keep-alive: {keep_alive}");
     for round in ["first", "second"] {
         let t = Instant::now();
-        let samples = poller.sweep(&targets).await;
+        let samples = poller.poll_pods(&targets).await;
         let took = t.elapsed();
         let ok = samples
             .iter()

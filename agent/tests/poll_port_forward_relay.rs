@@ -118,7 +118,7 @@ async fn node_local_pods_are_polled_through_the_relay_never_by_pod_ip() {
         target("gone-0", "uid-gone-0", 12, port),
         target("stranger-0", "uid-stranger-0", 13, port),
     ];
-    let samples = poller.sweep_port_forward(NAMESPACE, &targets).await;
+    let samples = poller.poll_pods_port_forward(NAMESPACE, &targets).await;
     let names: Vec<&str> = samples.iter().map(|s| s.pod.name.as_str()).collect();
     assert_eq!(names, ["edge-0", "edge-1", "gone-0", "stranger-0"]);
     let SampleResult::Report(report) = &samples[0].result else {
@@ -168,7 +168,7 @@ async fn node_local_pods_are_polled_through_the_relay_never_by_pod_ip() {
     // holds through the relay (the IP path's error, not a port-forward's).
     let started = Instant::now();
     let samples = poller
-        .sweep_port_forward(
+        .poll_pods_port_forward(
             NAMESPACE,
             &[
                 target("hang-0", "uid-hang-0", 20, port),
@@ -195,7 +195,7 @@ async fn node_local_pods_are_polled_through_the_relay_never_by_pod_ip() {
     sim.stats().reset();
     let started = Instant::now();
     let samples = one
-        .sweep_port_forward(
+        .poll_pods_port_forward(
             NAMESPACE,
             &[
                 target("slow-0", "uid-slow-0", 30, port),

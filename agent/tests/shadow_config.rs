@@ -119,18 +119,25 @@ async fn a_disagreeing_shadow_changes_nothing_that_is_published() {
         // The first sweep on the new spec finds the pods still on the old
         // image (the baseline); they run the new one from then on.
         let pods_on = if i <= 2 { OLD } else { NEW };
-        let samples = poller.sweep(&target(&sim, spec, pods_on).pollable()).await;
+        let samples = poller
+            .poll_pods(&target(&sim, spec, pods_on).pollable())
+            .await;
         let now = Timestamp::now();
         // The same samples for both engines.
-        let (h, g) = plain.step(&info(), spec, &samples, now);
+        let judged = plain.step(&info(), spec, &samples, now);
+        assert!(judged.shadow.is_none());
         let published_plain = DesiredStatus {
-            health: Arc::clone(h),
-            gate: Arc::clone(g),
+            health: judged.health,
+            gate: judged.gate,
         };
-        let (h, g) = shadowed.step(&info(), spec, &samples, now);
+        let judged = shadowed.step(&info(), spec, &samples, now);
+        assert!(
+            judged.shadow.is_some(),
+            "the step hands over the shadow's verdict"
+        );
         let published_shadowed = DesiredStatus {
-            health: Arc::clone(h),
-            gate: Arc::clone(g),
+            health: judged.health,
+            gate: judged.gate,
         };
         assert_eq!(
             written(last.as_ref(), &published_shadowed),

@@ -25,10 +25,10 @@ async fn connections_stay_open_only_with_keep_alive() {
         s.iter()
             .all(|s| matches!(s.result, SampleResult::Report(_)))
     };
-    assert!(ok(poller.sweep(&sim.targets()).await));
+    assert!(ok(poller.poll_pods(&sim.targets()).await));
     let kept = open_fds();
     assert_eq!(sim.stats().connections(), 50, "one connection per pod");
-    assert!(ok(poller.sweep(&sim.targets()).await));
+    assert!(ok(poller.poll_pods(&sim.targets()).await));
     assert_eq!(open_fds(), kept, "the second sweep reuses the connections");
     assert_eq!(sim.stats().connections(), 50, "and opens none");
     assert!(
@@ -41,7 +41,7 @@ async fn connections_stay_open_only_with_keep_alive() {
     let poller = Poller::new(PollConfig::default());
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     let idle = open_fds();
-    assert!(ok(poller.sweep(&sim.targets()).await));
+    assert!(ok(poller.poll_pods(&sim.targets()).await));
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     assert_eq!(open_fds(), idle, "connections closed after each answer");
 }

@@ -178,8 +178,8 @@ async fn fenced_serving_scenario_holds_then_stops_the_gate() {
     let mut gate = None;
     while started.elapsed() < Duration::from_millis(1600) {
         let now = jiff::Timestamp::now();
-        let samples = p.sweep(&sim.targets()).await;
-        let h = agg.sweep(&instance, &samples, now, "test");
+        let samples = p.poll_pods(&sim.targets()).await;
+        let h = agg.fold(&instance, &samples, now, "test");
         assert!(h.ready && h.serving, "ready and serving throughout: {h:?}");
         let g = kura_gate::judge_instance(
             "kura/fenced",
@@ -218,7 +218,7 @@ async fn fenced_serving_scenario_holds_then_stops_the_gate() {
 
     let sc = Scenario::load(&dir().join("pull-sync-lag.json")).unwrap();
     let sim = Simulator::from_scenario(&sc, Some(1.0)).await.unwrap();
-    let samples = p.sweep(&sim.targets()).await;
+    let samples = p.poll_pods(&sim.targets()).await;
     let lags: Vec<Option<u64>> = samples.iter().map(|s| s.replication_lag_entries).collect();
     assert_eq!(lags, [Some(3), Some(5), None]);
 }
@@ -253,7 +253,7 @@ async fn gateway_and_unsettled_links_sample_through_the_poller() {
     );
 
     let p = poller();
-    let samples = p.sweep(&sim.targets()).await;
+    let samples = p.poll_pods(&sim.targets()).await;
     for s in &samples {
         match &s.result {
             SampleResult::Report(r) => assert_eq!(r.outbox_messages, None, "{}", s.pod.name),
@@ -277,7 +277,7 @@ async fn gateway_and_unsettled_links_sample_through_the_poller() {
         n.replication_lag_entries = Some(0);
     });
     let lags: Vec<Option<u64>> = p
-        .sweep(&sim.targets())
+        .poll_pods(&sim.targets())
         .await
         .iter()
         .map(|s| s.replication_lag_entries)

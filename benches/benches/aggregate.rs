@@ -1,4 +1,4 @@
-//! Aggregation cost per pod sample: one `InstanceAggregator::sweep` over a
+//! Aggregation cost per pod sample: one `InstanceAggregator::fold` over a
 //! 3-pod and a 32-pod instance, counters advancing every sweep (so the
 //! clamping path runs), every 16th sweep with one restarted pod and one
 //! failed sample. Throughput is reported in pod samples per second.
@@ -85,7 +85,7 @@ fn aggregate(c: &mut Criterion) {
             b.iter(|| {
                 let (now, samples) = &data[i % data.len()];
                 i += 1;
-                black_box(agg.sweep(&instance, black_box(samples), *now, "kura-agent-0"))
+                black_box(agg.fold(&instance, black_box(samples), *now, "kura-agent-0"))
             });
         });
     }
@@ -152,7 +152,7 @@ fn scaling(c: &mut Criterion) {
         group.bench_with_input(BenchmarkId::new("pods", pods), &samples, |b, samples| {
             b.iter_batched(
                 || InstanceAggregator::new(AggregateConfig::default()),
-                |mut agg| black_box(agg.sweep(&instance, black_box(samples), at, "kura-agent-0")),
+                |mut agg| black_box(agg.fold(&instance, black_box(samples), at, "kura-agent-0")),
                 BatchSize::LargeInput,
             )
         });

@@ -100,8 +100,8 @@ fn story(view: &FleetView, instances: usize, sweeps: usize) -> Timestamp {
                 })
                 .collect();
             let names: Vec<String> = samples.iter().map(|s| s.pod.name.clone()).collect();
-            let (health, gate) = engine.step(info, image, &samples, at);
-            let (health, gate) = (health.clone(), gate.clone());
+            let judged = engine.step(info, image, &samples, at);
+            let (health, gate) = (judged.health, judged.gate);
             view.record_sweep(
                 &InstanceKey::of(info),
                 SweepRecord {

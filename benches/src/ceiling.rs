@@ -76,7 +76,7 @@ impl BareClient {
     }
 
     /// GET every pod once.
-    pub async fn sweep(&self) -> BareOutcome {
+    pub async fn poll_all(&self) -> BareOutcome {
         let started = Instant::now();
         let results =
             futures::future::join_all(self.uris.iter().map(|(r, c)| self.get(r, c))).await;

@@ -13,7 +13,7 @@ use crate::ceiling::BareClient;
 use crate::error::LoadError;
 use crate::profiler::{is_profiler_line, profiled};
 use kura_agent::model::PodIdentity;
-use kura_agent::tools::fleet_load_side::protocol::{self, SideConfig, Sweeper, Swept};
+use kura_agent::tools::fleet_load_side::protocol::{self, FleetSweep, SideConfig, Sweeper};
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -181,8 +181,8 @@ impl Runner {
         }
     }
 
-    /// Run one sweep.
-    pub fn sweep(&mut self) -> Result<Swept, LoadError> {
+    /// Run one sweep of every instance.
+    pub fn sweep_all(&mut self) -> Result<FleetSweep, LoadError> {
         let words = self.ask(Some("sweep"))?;
         let n = |i: usize| -> Result<u64, LoadError> {
             words
@@ -193,7 +193,7 @@ impl Runner {
         if words.first().map(String::as_str) != Some("swept") {
             return Err(protocol(format!("bad sweep answer {words:?}")));
         }
-        Ok(Swept {
+        Ok(FleetSweep {
             wall: Duration::from_nanos(n(1)?),
             cpu: Duration::from_nanos(n(2)?),
             ok: usize::try_from(n(3)?).unwrap_or(usize::MAX),
@@ -261,13 +261,13 @@ impl Drop for Runner {
 }
 
 impl Sweeper for BareClient {
-    async fn sweep(&mut self) -> Swept {
-        let o = BareClient::sweep(self).await;
-        Swept {
+    async fn sweep_all(&mut self) -> FleetSweep {
+        let o = BareClient::poll_all(self).await;
+        FleetSweep {
             wall: o.wall,
             ok: o.ok,
             failed: o.failed,
-            ..Swept::default()
+            ..FleetSweep::default()
         }
     }
 }

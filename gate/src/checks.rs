@@ -1,4 +1,6 @@
-//! The nineteen server checks (contract/gate.md, "Checking one server"),
+//! The server checks (contract/gate.md, "Checking one server"; the
+//! signal each raises, its number, kind and order are declared once in
+//! `kura_schemas::SIGNALS`),
 //! soak eligibility, counter-reset handling and the drain rule of the
 //! backlog checks (13 and 18). Shared by the wave judge and the agent's
 //! per-instance judge.

@@ -10,8 +10,10 @@
 //!   `fdTimeoutCount`, ...) fails its check, a null optional counter is
 //!   never compared.
 //! - [`baseline`]: [`Baseline::capture`] with soak eligibility.
-//! - [`checks`]: the nineteen server checks, evidence, counter-reset
-//!   handling and the drain rule of the backlog checks (13 and 18).
+//! - [`checks`]: the server checks (each signal's number, kind and order
+//!   are declared once, in `kura_schemas::SIGNALS`), evidence,
+//!   counter-reset handling and the drain rule of the backlog checks (13
+//!   and 18).
 //! - [`wave`]: [`Gate::tick`], the wave judge.
 //! - [`instance`]: [`instance::judge_instance`], the agent's per-instance
 //!   `status.rolloutGate`.

@@ -122,6 +122,28 @@ pub enum VerdictKind {
     HardStop,
 }
 
+impl VerdictKind {
+    /// Every verdict of the wave judge, in a fixed order.
+    pub const ALL: [VerdictKind; 3] = [VerdictKind::Pass, VerdictKind::Soak, VerdictKind::HardStop];
+
+    /// The wire spelling: the one place the words `pass`, `soak` and
+    /// `hard_stop` are written (the CLI, the demo and the C ABI's
+    /// vocabulary print these).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VerdictKind::Pass => "pass",
+            VerdictKind::Soak => "soak",
+            VerdictKind::HardStop => "hard_stop",
+        }
+    }
+}
+
+impl std::fmt::Display for VerdictKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// The answer of one tick.
 ///
 /// Evidence: empty for `pass` and for `soak`/`soaking` (nothing failed);
@@ -212,16 +234,6 @@ pub struct GateState {
     pub backlog_runs: BTreeMap<String, ServerBacklogRuns>,
 }
 
-/// The signals a hard stop can carry: the only verdicts that latch.
-const HARD_STOP_SIGNALS: [Signal; 6] = [
-    Signal::DeploymentFailed,
-    Signal::ServerRegressedToFailed,
-    Signal::MemoryPressureCritical,
-    Signal::ServingFenced,
-    Signal::UpdatePaused,
-    Signal::WaveDeadlineExceeded,
-];
-
 impl GateState {
     /// Checks that the gate could have written this state, so that a stored
     /// state (corrupted, edited, or from another version) cannot shortcut
@@ -275,18 +287,13 @@ impl GateState {
             if latched.verdict != VerdictKind::HardStop {
                 return Err(invalid(
                     "latched",
-                    format!(
-                        "only a hard stop latches, not {}",
-                        match latched.verdict {
-                            VerdictKind::Pass => "pass",
-                            VerdictKind::Soak => "soak",
-                            VerdictKind::HardStop => "hard_stop",
-                        }
-                    ),
+                    format!("only a hard stop latches, not {}", latched.verdict),
                 ));
             }
             match latched.signal {
-                Some(signal) if HARD_STOP_SIGNALS.contains(&signal) => {}
+                // The signals a hard stop can carry (the home's hard stops):
+                // the only verdicts that latch.
+                Some(signal) if signal.is_hard_stop() => {}
                 other => {
                     return Err(invalid(
                         "latched.signal",
@@ -449,9 +456,13 @@ impl Gate {
         let now = input.now;
         let mut deployment_failed = Evidences::default();
         let mut regressed = Evidences::default();
-        let mut memory = Evidences::default();
-        let mut fenced = Evidences::default();
-        let mut paused = Evidences::default();
+        // One collection per hard-stop server check, in the order the
+        // checks run (the signal home's order).
+        let mut server_stops: Vec<(Signal, Evidences)> = Signal::server_checks()
+            .into_iter()
+            .filter(|s| s.is_hard_stop())
+            .map(|s| (s, Evidences::default()))
+            .collect();
         let mut unconverged = Evidences::default();
         let mut unhealthy = Evidences::default();
         let mut current_wave_servers = 0usize;
@@ -502,7 +513,8 @@ impl Gate {
                     .as_ref()
                     .and_then(|h| h.update_paused.as_ref())
             {
-                paused.push(|| update_paused_evidence(&server.id, pause));
+                stop_of(&mut server_stops, Signal::UpdatePaused)
+                    .push(|| update_paused_evidence(&server.id, pause));
             }
             let Some(baseline) = eligible else {
                 self.forget_baseline(&server.id);
@@ -522,11 +534,10 @@ impl Gate {
                 now,
                 &config,
             ) {
-                match failure.signal {
-                    Signal::MemoryPressureCritical => memory.push(|| failure),
-                    Signal::ServingFenced => fenced.push(|| failure),
-                    Signal::UpdatePaused => paused.push(|| failure),
-                    _ => unhealthy.push(|| failure),
+                if failure.signal.is_hard_stop() {
+                    stop_of(&mut server_stops, failure.signal).push(|| failure);
+                } else {
+                    unhealthy.push(|| failure);
                 }
             }
         }
@@ -541,7 +552,10 @@ impl Gate {
                 .retain(|id, _| ids.contains(id.as_str()));
         }
 
-        for stop in [deployment_failed, regressed, memory, fenced, paused] {
+        let stops = [deployment_failed, regressed]
+            .into_iter()
+            .chain(server_stops.into_iter().map(|(_, stop)| stop));
+        for stop in stops {
             if let Some(first) = stop.first_server() {
                 self.state.healthy_since = None;
                 return Verdict {
@@ -768,6 +782,22 @@ impl Evidences {
     fn first_server(&self) -> Option<String> {
         self.items.first().map(|e| e.server.clone())
     }
+}
+
+/// The evidence collected for the hard-stop server check `signal`.
+/// `server_stops` holds every hard stop of the signal home, so a hard
+/// stop the checks return always has its place; should it not (a signal
+/// both hard stop and not a server check), a collection is added for it
+/// last.
+fn stop_of(server_stops: &mut Vec<(Signal, Evidences)>, signal: Signal) -> &mut Evidences {
+    let at = match server_stops.iter().position(|(s, _)| *s == signal) {
+        Some(at) => at,
+        None => {
+            server_stops.push((signal, Evidences::default()));
+            server_stops.len() - 1
+        }
+    };
+    &mut server_stops[at].1
 }
 
 /// Convenience for callers building inputs: a soak-eligible server of

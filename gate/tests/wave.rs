@@ -291,3 +291,55 @@ fn backlog_runs_are_kept_restored_and_cleared_by_a_new_capture() {
     };
     assert!(Gate::restore(config, bogus).is_err());
 }
+
+/// The hard stops are the signal home's (`kura_schemas::SIGNALS`): a
+/// state that latched any of them restores, and a latched signal the home
+/// does not call a hard stop is refused. A hard stop added to the home is
+/// one the wave judge latches and restores, with no second list to edit.
+#[test]
+fn every_hard_stop_of_the_signal_home_restores_latched_and_no_other_signal_does() {
+    for signal in Signal::ALL {
+        let state = kura_gate::GateState {
+            attempt: Some(0),
+            wave: Some(0),
+            wave_started_at: Some(at(0)),
+            latched: Some(kura_gate::Verdict {
+                verdict: kura_gate::VerdictKind::HardStop,
+                signal: Some(signal),
+                server_id: Some("a".into()),
+                healthy_since: None,
+                remaining_seconds: None,
+                evidence: Vec::new(),
+            }),
+            ..Default::default()
+        };
+        let restored = Gate::restore(GateConfig::default(), state);
+        assert_eq!(
+            restored.is_ok(),
+            signal.is_hard_stop(),
+            "{signal}: {restored:?}"
+        );
+    }
+}
+
+/// Every hard-stop server check of the home stops the wave as a hard stop
+/// (never a soak), and the first in the home's run order wins.
+#[test]
+fn a_server_hard_stop_stops_the_wave_in_the_homes_order() {
+    let mut health = HealthView::healthy(at(995), 1);
+    health.memory_pressure_state = Some(2);
+    health.update_paused = Some(Box::new(kura_schemas::UpdatePaused {
+        strategy: "OnDelete".into(),
+        ..Default::default()
+    }));
+    let mut s = server("a", 1000, 900, 90);
+    s.health = Some(health);
+    let mut gate = Gate::new(GateConfig::default()).unwrap();
+    let verdict = gate.tick(&tick(1000, vec![s])).unwrap();
+    assert_eq!(verdict.verdict, kura_gate::VerdictKind::HardStop);
+    let first_hard = Signal::server_checks()
+        .into_iter()
+        .find(|s| s.is_hard_stop())
+        .unwrap();
+    assert_eq!(verdict.signal, Some(first_hard));
+}

@@ -27,6 +27,7 @@ pub mod health;
 pub mod instance;
 mod lenient_authority;
 pub mod report;
+pub mod signal;
 pub mod strict_json;
 pub mod timeline;
 pub mod verdict;
@@ -54,6 +55,7 @@ pub use instance::{
 pub use report::{
     NodeReport, NodeState, REPORT_PATH, ReportError, parse_report, parse_report_limited,
 };
+pub use signal::{EvidenceField, SIGNALS, SignalFacts};
 pub use timeline::{
     InstanceTimeline, MAX_TIMELINE_TICKS, TimelineBaseline, TimelineConfig, TimelineDeployment,
     TimelineHealth, TimelineInstance, TimelinePublished, TimelineServer, TimelineServerStatus,

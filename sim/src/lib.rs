@@ -14,8 +14,8 @@
 //! port", as in a cluster; Linux routes all of `127.0.0.0/8` to `lo`), with a
 //! fallback to `127.0.0.1` and one ephemeral port per pod. A pod costs one
 //! listening socket and one small task, plus one task per open connection.
-//! For 10,000 pods in one process together with a keep-alive client, allow
-//! about three file descriptors per pod: [`raise_fd_limit`] raises the soft
+//! For a whole fleet's pods in one process together with a keep-alive
+//! client, allow about three file descriptors per pod: [`raise_fd_limit`] raises the soft
 //! limit to the hard one; beyond that use `ulimit -n`.
 //!
 //! What Kura does to an instance's pods has its simulation too: a
@@ -152,7 +152,7 @@ impl Simulator {
 
     /// Whether pods keep connections open after answering (default true).
     /// Without keep-alive every poll opens and closes a connection, so
-    /// 10,000 pods and their poller fit in 20,000 file descriptors.
+    /// pods and their poller fit in about two file descriptors per pod.
     /// Applies to connections accepted from now on.
     pub fn set_keep_alive(&self, on: bool) {
         self.fleet.keep_alive.store(on, Ordering::Relaxed);

@@ -14,7 +14,8 @@ use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
-/// Most pods whose counter state one instance keeps (about 0.5 KiB each).
+/// Most pods whose counter state one instance keeps (each pod's state is
+/// memory held for as long as the instance is watched).
 /// Past it, the pods gone longest (then the first names) are folded into
 /// the retired totals; one that comes back is counted afresh. Only
 /// [`MAX_POD_ENTRIES`] of them are published in `pods`.
@@ -121,22 +122,22 @@ impl InstanceAggregator {
     /// retention, judged against `now`, and then folds into
     /// `retiredCounters`. `now` becomes `observedAt`; `agent` names the
     /// writer.
-    pub fn sweep(
+    pub fn fold(
         &mut self,
         instance: &InstanceInfo,
         samples: &[PodSample],
         now: Timestamp,
         agent: &str,
     ) -> RolloutHealth {
-        self.sweep_with(instance, &InstanceTraits::default(), samples, now, agent)
+        self.fold_with(instance, &InstanceTraits::default(), samples, now, agent)
     }
 
-    /// [`InstanceAggregator::sweep`] of an instance with its `traits`: a
+    /// [`InstanceAggregator::fold`] of an instance with its `traits`: a
     /// suspended instance's aggregate is [`InstanceAggregator::suspend`]'s
     /// (its `samples` are not folded); an update pause is copied; fenced
     /// serving configured with no pod reporting it gives the all-zero
     /// `servingAuthority`.
-    pub fn sweep_with(
+    pub fn fold_with(
         &mut self,
         instance: &InstanceInfo,
         traits: &InstanceTraits,

@@ -165,7 +165,7 @@ pub fn run(input: &AggregateInput, config: AggregateConfig, agent: &str) -> Vec<
             }
             // As live: a suspended instance's pods are not polled, so its
             // sweep folds no sample.
-            agg.sweep_with(&input.instance, traits, &s.samples, s.at, agent)
+            agg.fold_with(&input.instance, traits, &s.samples, s.at, agent)
         })
         .collect()
 }

@@ -2,12 +2,11 @@
 //!
 //! The agent's allocations are many and small (samples, per-pod entries,
 //! report strings), made on one tokio worker and freed on another, with
-//! long-lived aggregates replaced every sweep among short-lived ones. At
-//! 10,000 pods glibc malloc kept about 9 MiB of free holes at the peak
-//! (one arena; eight per CPU of the node by default, worse), where jemalloc's
-//! size classes keep fewer: the shipped binary peaks at 45.1-45.7 MiB
-//! instead of 49.4-50.1 MiB, at the same share of the ceiling and no more
-//! CPU per sweep (benches/PERFORMANCE.md).
+//! long-lived aggregates replaced every sweep among short-lived ones. glibc
+//! malloc kept many free holes at the peak (one arena; eight per CPU of
+//! the node by default, worse), where jemalloc's size classes keep fewer:
+//! the shipped binary peaks lower at the same share of the ceiling and no
+//! more CPU per sweep (benches/PERFORMANCE.md has the figures).
 //!
 //! One arena, as glibc was capped before: jemalloc's default is four per
 //! CPU of the node (not of the container), each holding its own free
@@ -28,11 +27,10 @@
 /// crate builds it with).
 ///
 /// Freed pages go back to the kernel at once (`dirty_decay_ms:0`,
-/// `muzzy_decay_ms:0`; jemalloc keeps them 10 s by default), purged by
-/// jemalloc's background thread: at 10,000 pods the shipped binary peaked
-/// at 62.9 MiB instead of 64.3-64.4 MiB (300 ms and 1 s decays) for about
-/// 1.5 points more CPU at rest (9.2 % against 7.6 %; benches/PERFORMANCE.md,
-/// "The 10,000-pod budget met").
+/// `muzzy_decay_ms:0`; jemalloc keeps them for a while by default),
+/// purged by jemalloc's background thread: a lower peak for a little more
+/// CPU at rest than with short decays (benches/PERFORMANCE.md, "The
+/// 10,000-pod budget met", has the figures).
 #[cfg(not(feature = "system-allocator"))]
 #[unsafe(export_name = "_rjem_malloc_conf")]
 pub static MALLOC_CONF: &[u8; 67] =

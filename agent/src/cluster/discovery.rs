@@ -86,10 +86,9 @@ pub const REREAD_CONCURRENCY: usize = 16;
 const NOT_LISTED: u64 = u64::MAX;
 
 /// Objects per page of a list (kube's default is 500). A page's body is
-/// held whole while it is parsed, and copied once on the way: 500
-/// realistic Pods (12 KB of JSON each) made about 12 MB at once at
-/// start-up and at each re-list, the agent's peak. 100 a page is 100 list
-/// requests for 10,000 pods instead of 20.
+/// held whole while it is parsed, and copied once on the way: kube's
+/// default pages of realistic Pods made the agent's peak at start-up and
+/// at each re-list. Smaller pages cost more list requests, still few.
 const LIST_PAGE_SIZE: u32 = 100;
 
 /// The future that runs one pod watch: each event applied to the store

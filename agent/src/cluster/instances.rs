@@ -57,14 +57,14 @@ pub struct InstanceEntry {
     /// The shape, or the reason the instance is skipped.
     pub shape: Result<InstanceShape, String>,
     /// The status as last seen, its unreadable fields `None`. Boxed: a
-    /// status is 752 B inline, and the map holding the entries keeps room
+    /// status is large inline, and the map holding the entries keeps room
     /// for about a seventh more entries than it holds, most of them
     /// without a status once their tasks hold it.
     pub status: Option<Box<KuraInstanceStatus>>,
     /// Instance mode: a manager other than the agent that owns a field
     /// under `status.rolloutHealth` (the agent stops writing the
     /// instance: `StatusContested`), with the instance's UID. Boxed, like
-    /// the next: rare, and 8 B per instance when absent.
+    /// the next: rare, and a pointer per instance when absent.
     pub contest: Option<Box<EntryContest>>,
     /// Companion mode: the instance's UID (the owner reference of the
     /// companion the writer creates) and Kura's controller's own `ready`,

@@ -1,6 +1,6 @@
 //! Pod rules: which pods belong to an instance, which container is Kura's,
-//! and what of a pod the agent keeps ([`PodFacts`], about 150 bytes and
-//! its strings): its identity and where to poll it. Pure.
+//! and what of a pod the agent keeps ([`PodFacts`], a few fields and its
+//! strings): its identity and where to poll it. Pure.
 //!
 //! A pod belongs to instance `ns/name` when it is in namespace `ns` and one
 //! of its `metadata.ownerReferences` has `kind: StatefulSet` and `name:

@@ -33,7 +33,7 @@ use super::stored::{Lifecycle, REREADING_NOTE, Reread, Stage};
 use super::wire::{CompanionObject, InstanceObject, PodObject};
 
 /// How many changes the log keeps: a reader further behind re-reads
-/// every target (at 10,000 pods, about 70 KB of keys).
+/// every target (a key per target).
 const CHANGE_LOG: usize = 1024;
 
 /// The result of [`FactStore::targets`].
@@ -51,7 +51,7 @@ type PodKey = (String, String);
 /// Each kept pod's instance, by namespace and pod name. A pod's entry is
 /// its name and the instance's key as the store already holds it
 /// ([`interned`]): a `(String, String)` pod key and an instance key of its
-/// own per pod were about 120 B more a pod (1.2 MB at 10,000 pods).
+/// own per pod would be more memory for every pod of the fleet.
 #[derive(Debug, Default)]
 struct Owners {
     by_namespace: HashMap<Arc<str>, HashMap<Box<str>, InstanceKey>>,
@@ -90,8 +90,8 @@ impl Owners {
     }
 }
 /// The pods of one instance, sorted by name: a few each, so a sorted
-/// `Vec` (a `BTreeMap` leaf holds room for 11 entries: 1.9 KB an
-/// instance of 3 pods, 6 MiB at 10,000 pods).
+/// `Vec` (a `BTreeMap` leaf holds room for many more entries than an
+/// instance has pods, for every instance of the fleet).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct PodsOf(Vec<PodFacts>);
 
@@ -396,8 +396,8 @@ impl FactStore {
     /// replica's task sweeps the instance, restored from that status, and
     /// its engine holds all the status says (Released). Every status the
     /// watch brings for it from now on is read (its warnings are part of
-    /// the target) and let go. At 10,000 pods the kept statuses were about
-    /// 8 MB.
+    /// the target) and let go: a status kept here besides the engine's
+    /// would be a second copy for every instance.
     pub fn release_status(&mut self, key: &InstanceKey) {
         self.lifecycle.release(key);
         for s in &mut self.scopes {

@@ -24,7 +24,7 @@
 //! their heads a byte at a time (they sit in the waiting room and never take
 //! a slot; issue 44), and clients whose request is being answered must never
 //! be reset (issue 32: shedding the least recently active connection reset
-//! 27-32 % of busy clients' requests).
+//! a large share of busy clients' requests).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};

@@ -9,7 +9,8 @@ use crate::view::Standing;
 pub const DEFAULT_LIMIT: usize = 200;
 
 /// The most rows one page shows, whatever `limit` asks for: a refresh of
-/// the fleet page costs about 900 bytes and 25 µs per row shown.
+/// the fleet page costs memory and time in proportion to the rows shown
+/// (benches/PERFORMANCE.md, "The pages at fleet scale").
 pub const MAX_LIMIT: usize = 500;
 
 /// A sortable column of the fleet table.

@@ -1,7 +1,7 @@
 //! Reading a connection's first request head before it is served: the
 //! connection waits in the waiting room (no serving slot, no HTTP buffers)
 //! until its whole head is in, so a client that sends its head slowly
-//! holds no slot (issue 44: 64 clients sending a byte every 300 ms held
+//! holds no slot (issue 44: as many slow clients as there are slots held
 //! every slot and starved kubelet's probes). The head is then replayed to
 //! hyper ([`Prefixed`]), which parses it as if it had read it itself.
 //!

@@ -556,8 +556,8 @@ pub const CHUNK_INSTANCES: usize = 256;
 /// A scrape of the whole fleet rendered a chunk at a time (one family of
 /// at most [`CHUNK_INSTANCES`] instances), each chunk read from the view
 /// under its read lock and sent before the next is rendered: a scrape
-/// holds one chunk (tens of KB) instead of the whole body (6.8 MB at
-/// 3,334 instances) plus a copy of every instance's view. The text is the
+/// holds one chunk instead of the whole body (which grows with the
+/// fleet) plus a copy of every instance's view. The text is the
 /// one [`render`] gives for a view that does not change during the
 /// scrape; one that does (a sweep recorded between two chunks) shows
 /// each series as it was when its chunk was read, as a scrape of

@@ -42,11 +42,12 @@ pub enum Outcome {
 /// One gated signal as the instance page shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckRow {
-    /// The contract's check number(s).
-    pub check: &'static str,
+    /// The contract's check number(s), from the signal home
+    /// (`kura_schemas::SIGNALS`).
+    pub check: String,
     /// The signal it raises.
     pub signal: Signal,
-    /// What it reads, for people.
+    /// What it reads, for people: the signal home's words.
     pub what: &'static str,
     /// The (effective) baseline, for the counter checks.
     pub baseline: String,
@@ -59,17 +60,15 @@ pub struct CheckRow {
 }
 
 fn row(
-    check: &'static str,
     signal: Signal,
-    what: &'static str,
     limit: impl Into<String>,
     current: impl Into<String>,
     fails: bool,
 ) -> CheckRow {
     CheckRow {
-        check,
+        check: signal.check().map(|n| n.to_string()).unwrap_or_default(),
         signal,
-        what,
+        what: signal.words(),
         baseline: "–".to_owned(),
         limit: limit.into(),
         current: current.into(),
@@ -77,30 +76,17 @@ fn row(
     }
 }
 
-fn flag_row(
-    check: &'static str,
-    signal: Signal,
-    what: &'static str,
-    value: bool,
-    want: bool,
-) -> CheckRow {
+fn flag_row(signal: Signal, value: bool, want: bool) -> CheckRow {
     row(
-        check,
         signal,
-        what,
         if want { "true" } else { "false" },
         if value { "true" } else { "false" },
         value != want,
     )
 }
 
-// One row's facts, each a distinct column of the table: a struct of them
-// would only restate the parameter list at the three call sites.
-#[allow(clippy::too_many_arguments)]
 fn counter_row(
-    check: &'static str,
     signal: Signal,
-    what: &'static str,
     captured: Option<u64>,
     effective: Option<u64>,
     top: Option<u64>,
@@ -127,9 +113,9 @@ fn counter_row(
         }
     };
     CheckRow {
-        check,
+        check: signal.check().map(|n| n.to_string()).unwrap_or_default(),
         signal,
-        what,
+        what: signal.words(),
         baseline,
         limit: top.map_or_else(|| "–".to_owned(), |t| format!("≤ {t}")),
         current: current.map_or_else(|| "not reported".to_owned(), |c| c.to_string()),
@@ -184,96 +170,65 @@ pub fn check_rows(
     };
     let cycle = h.backfill_initial_cycle.as_str();
     let fence = h.serving_authority.as_ref();
-    let not_fenced = |check, signal, what, limit| CheckRow {
+    let not_fenced = |signal, limit| CheckRow {
         outcome: Outcome::NotCompared("no pod runs fenced serving"),
-        ..row(check, signal, what, limit, "not fenced", false)
+        ..row(signal, limit, "not fenced", false)
+    };
+    let not_reported = |signal, limit| CheckRow {
+        outcome: Outcome::NotCompared("not reported"),
+        ..row(signal, limit, "not reported", false)
     };
     let mut rows = vec![
         row(
-            "1",
             Signal::MemoryPressureCritical,
-            "memory pressure (hard stop at 2)",
             "≤ 1",
             h.memory_pressure_state.to_string(),
             h.memory_pressure_state >= 2,
         ),
-        // The hard-stop checks come first (1, 16, then 19), as the gate runs them.
         match fence {
             Some(a) => row(
-                "16",
                 Signal::ServingFenced,
-                "fenced-serving grant (hard stop in Fencing)",
                 "not Fencing",
                 FenceEvidence::from(a).describe(),
                 a.is_fencing(),
             ),
-            None => not_fenced(
-                "16",
-                Signal::ServingFenced,
-                "fenced-serving grant (hard stop in Fencing)",
-                "not Fencing",
-            ),
+            None => not_fenced(Signal::ServingFenced, "not Fencing"),
         },
         row(
-            "19",
             Signal::UpdatePaused,
-            "an operator's update pause (hard stop)",
             "none",
             h.update_paused
                 .as_ref()
                 .map_or_else(|| "none".to_owned(), |p| p.describe()),
             h.update_paused.is_some(),
         ),
+        // Checks 2 to 4 in one row: the sample's age (a missing aggregate
+        // has no rows at all).
+        CheckRow {
+            check: SAMPLE_TIME_CHECKS.to_owned(),
+            what: Signal::SampleStale.words(),
+            ..row(
+                fresh_signal,
+                format!("≤ {max_age} s"),
+                fresh_current,
+                fresh_fails,
+            )
+        },
         row(
-            "2–4",
-            fresh_signal,
-            "sample age",
-            format!("≤ {max_age} s"),
-            fresh_current,
-            fresh_fails,
-        ),
-        row(
-            "5",
             Signal::PodsUnsampled,
-            "pods sampled",
             format!("{} (expected)", h.expected_pods),
             h.sampled_pods.to_string(),
             h.sampled_pods < h.expected_pods,
         ),
-        flag_row("6", Signal::NotReady, "ready", h.ready, true),
-        flag_row("7", Signal::NotServing, "serving", h.serving, true),
-        flag_row(
-            "8",
-            Signal::RingSkew,
-            "ring consistent",
-            h.ring_consistent,
-            true,
-        ),
+        flag_row(Signal::NotReady, h.ready, true),
+        flag_row(Signal::NotServing, h.serving, true),
+        flag_row(Signal::RingSkew, h.ring_consistent, true),
         match h.bootstrap_inflight_peers {
-            Some(n) => row(
-                "9",
-                Signal::BootstrapInFlight,
-                "bootstrap in-flight peers",
-                "0",
-                n.to_string(),
-                n > 0,
-            ),
-            None => CheckRow {
-                outcome: Outcome::NotCompared("not reported"),
-                ..row(
-                    "9",
-                    Signal::BootstrapInFlight,
-                    "bootstrap in-flight peers",
-                    "0",
-                    "not reported",
-                    false,
-                )
-            },
+            Some(n) => row(Signal::BootstrapInFlight, "0", n.to_string(), n > 0),
+            None => not_reported(Signal::BootstrapInFlight, "0"),
         },
         row(
-            "10",
             Signal::BackfillPending,
-            "initial backfill cycle",
             "complete or degraded",
             if cycle.is_empty() {
                 "not reported".to_owned()
@@ -282,38 +237,13 @@ pub fn check_rows(
             },
             kura_gate::checks::backfill_pending(cycle),
         ),
-        flag_row(
-            "11",
-            Signal::BackfillDegraded,
-            "backfill degraded",
-            h.backfill_degraded,
-            false,
-        ),
+        flag_row(Signal::BackfillDegraded, h.backfill_degraded, false),
         match h.backfill_budget_exhausted_peers {
-            Some(n) => row(
-                "12",
-                Signal::BackfillBudgetExhausted,
-                "peers out of backfill budget",
-                "0",
-                n.to_string(),
-                n > 0,
-            ),
-            None => CheckRow {
-                outcome: Outcome::NotCompared("not reported"),
-                ..row(
-                    "12",
-                    Signal::BackfillBudgetExhausted,
-                    "peers out of backfill budget",
-                    "0",
-                    "not reported",
-                    false,
-                )
-            },
+            Some(n) => row(Signal::BackfillBudgetExhausted, "0", n.to_string(), n > 0),
+            None => not_reported(Signal::BackfillBudgetExhausted, "0"),
         },
         counter_row(
-            "13",
             Signal::OutboxRegressed,
-            "outbox messages",
             g.baseline.outbox_messages,
             g.effective_baseline.outbox_messages,
             l.outbox_band_top,
@@ -321,9 +251,7 @@ pub fn check_rows(
             compared,
         ),
         counter_row(
-            "14",
             Signal::FdTimeoutsRegressed,
-            "fd timeouts",
             g.baseline.fd_timeout_count,
             g.effective_baseline.fd_timeout_count,
             l.fd_timeout_band_top,
@@ -331,9 +259,7 @@ pub fn check_rows(
             compared,
         ),
         counter_row(
-            "15",
             Signal::PeerConnectionFailuresRegressed,
-            "peer connection failures",
             g.baseline.peer_connection_failures,
             g.effective_baseline.peer_connection_failures,
             l.peer_failure_band_top,
@@ -342,24 +268,15 @@ pub fn check_rows(
         ),
         match fence {
             Some(a) => row(
-                "17",
                 Signal::NoValidWriter,
-                "valid writers (fenced serving)",
                 "≥ 1",
                 a.valid_writers.to_string(),
                 a.valid_writers == 0,
             ),
-            None => not_fenced(
-                "17",
-                Signal::NoValidWriter,
-                "valid writers (fenced serving)",
-                "≥ 1",
-            ),
+            None => not_fenced(Signal::NoValidWriter, "≥ 1"),
         },
         counter_row(
-            "18",
             Signal::ReplicationLagRegressed,
-            "replication lag entries",
             g.baseline.replication_lag_entries,
             g.effective_baseline.replication_lag_entries,
             l.replication_lag_band_top,
@@ -367,6 +284,9 @@ pub fn check_rows(
             compared,
         ),
     ];
+    // In the order the gate runs its checks (the signal home's): the hard
+    // stops first (1, 16, then 19), then the others by number.
+    rows.sort_by_key(|r| r.signal.run_order());
     // A backlog above its band that the gate let through is draining: it
     // has fallen within the drain window (its run is in the verdict).
     for r in &mut rows {
@@ -388,6 +308,10 @@ pub fn check_rows(
     }
     rows
 }
+
+/// The check numbers of the one row that shows the sample's time (checks
+/// 2 to 4: missing, stale, in the future).
+const SAMPLE_TIME_CHECKS: &str = "2–4";
 
 fn secs(value: u64) -> SignedDuration {
     SignedDuration::from_secs(i64::try_from(value).unwrap_or(i64::MAX))
@@ -580,7 +504,7 @@ mod tests {
         );
         assert_eq!(g.verdict, AgentVerdict::Healthy);
         let rows = check_rows(Some(&health()), Some(&g), Some(&gate_limits(&config, &g)));
-        assert_eq!(rows.len(), 17);
+        assert_eq!(rows.len(), Signal::server_checks().len() - 2);
         assert!(rows.iter().all(|r| r.outcome != Outcome::Fail), "{rows:#?}");
         let fd = rows
             .iter()
@@ -605,6 +529,52 @@ mod tests {
                 .any(|r| r.outcome == Outcome::NotCompared("not soak-eligible at baseline"))
         );
         assert!(check_rows(None, Some(&g), None).is_empty());
+    }
+
+    /// The page's check table is the signal home's (`kura_schemas::SIGNALS`):
+    /// every row names a server check of the home, with the home's number
+    /// and words, in the home's run order, and every server check of the
+    /// home has its row (checks 2 to 4 share one). A row for a signal the
+    /// home does not list as a server check, or a check the page forgot,
+    /// fails here.
+    #[test]
+    fn the_check_table_lists_exactly_the_server_checks_of_the_signal_home() {
+        let config = GateConfig::default();
+        let prev = previous(true, 8, Some(3), Some(100));
+        let g = kura_gate::judge_instance(
+            "kura/a",
+            Some(&prev),
+            "img:2",
+            None,
+            Some(&health()),
+            ts(5),
+            &config,
+        );
+        let rows = check_rows(Some(&health()), Some(&g), Some(&gate_limits(&config, &g)));
+        let mut shown = Vec::new();
+        for r in &rows {
+            let number = r
+                .signal
+                .check()
+                .unwrap_or_else(|| panic!("{} is no server check of the signal home", r.signal));
+            if r.check == SAMPLE_TIME_CHECKS {
+                assert_eq!(r.what, Signal::SampleStale.words());
+                shown.extend([
+                    Signal::SampleMissing,
+                    Signal::SampleStale,
+                    Signal::SampleInvalid,
+                ]);
+            } else {
+                assert_eq!(r.check, number.to_string(), "{}", r.signal);
+                assert_eq!(r.what, r.signal.words(), "{}", r.signal);
+                shown.push(r.signal);
+            }
+        }
+        assert_eq!(
+            shown,
+            Signal::server_checks(),
+            "the rows in the home's run order"
+        );
     }
 
     proptest! {

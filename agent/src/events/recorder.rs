@@ -7,10 +7,10 @@
 //! Event series: the first is a CREATE, each repeat a PATCH that raises
 //! `series.count` and moves `series.lastObservedTime` (the note stays the
 //! first one's, as with the Recorder). kube-runtime's Recorder keeps every Event object it
-//! published in the last 6 minutes, note and object reference included
-//! (about 1.8 KB each): an agent that captures 3,334 baselines at start
-//! held 5.9 MB there for 6 minutes. [`SeriesCache`] keeps the key, the
-//! Event's name and its count (about 150 bytes), and at most
+//! published in the last [`SERIES_TTL`], note and object reference
+//! included: an agent that captures every instance's baseline at start
+//! held all of them. [`SeriesCache`] keeps the key, the Event's name and
+//! its count, and at most
 //! [`MAX_SERIES`] of them: past that the series seen longest ago is
 //! forgotten, and its next repeat starts a new Event instead of patching
 //! (one more object in `kubectl events`, never a lost one).
@@ -28,7 +28,8 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 /// A repeat within this long of the series' last Event joins the series
 /// (kube-runtime's Recorder: 6 minutes).
 pub const SERIES_TTL: SignedDuration = SignedDuration::from_mins(6);
-/// At most this many series are remembered (about 150 bytes each).
+/// At most this many series are remembered (a key, a name and a count
+/// each).
 pub const MAX_SERIES: usize = 16_384;
 /// Expired series are swept out at most this often.
 const PRUNE_EVERY: SignedDuration = SignedDuration::from_secs(10);

@@ -37,7 +37,7 @@ pub trait TargetSource: Send + Sync + 'static {
     /// A number that changes whenever [`TargetSource::targets`] may
     /// answer differently (it counts the changes; only its changing
     /// matters), read before the targets: while it stays the same, the
-    /// loop does not re-read them (building every target of 10,000 pods
+    /// loop does not re-read them (building every target of a large fleet
     /// each second costs CPU and a transient copy of them all). `None`:
     /// the source cannot tell (e.g. ownership that moves with time), and
     /// the loop re-reads at every reconcile.

@@ -12,12 +12,13 @@ pub struct PollConfig {
     /// TCP connect alone gets half of it, so a connect timeout (retried) is
     /// told apart from a pod that accepted and never answered (not retried).
     pub timeout: Duration,
-    /// Largest report body accepted, in bytes (default 64 KiB).
+    /// Largest report body accepted, in bytes (default
+    /// [`kura_schemas::report::DEFAULT_BODY_LIMIT`]).
     pub body_limit: usize,
     /// Extra attempts after a connection-level failure (default 1).
     pub retries: usize,
     /// Delay before the first retry; doubles with each further one (default
-    /// 100 ms).
+    /// [`DEFAULT_RETRY_DELAY`]).
     pub retry_delay: Duration,
     /// Keep one idle connection per pod between sweeps (default true).
     /// Saves a TCP handshake per poll; an idle connection costs its socket
@@ -32,6 +33,9 @@ pub struct PollConfig {
     pub port_forward_streams: usize,
 }
 
+/// The delay before a poll's first retry, unless configured.
+pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(100);
+
 impl Default for PollConfig {
     fn default() -> Self {
         PollConfig {
@@ -39,7 +43,7 @@ impl Default for PollConfig {
             timeout: Duration::from_secs(2),
             body_limit: kura_schemas::report::DEFAULT_BODY_LIMIT,
             retries: 1,
-            retry_delay: Duration::from_millis(100),
+            retry_delay: DEFAULT_RETRY_DELAY,
             keep_alive: true,
             port_forward_streams: 8,
         }

@@ -4,7 +4,7 @@
 //! attempt, a hard body limit, no redirects, and a short retry of
 //! connection-level failures. Node-local instances' pods are polled
 //! through the API server's port-forward instead ([`forward`]:
-//! [`Poller::sweep_port_forward`]), never by pod IP; without an API
+//! [`Poller::poll_pods_port_forward`]), never by pod IP; without an API
 //! server, through a [`PortForwardRelay`] standing in for it
 //! ([`Poller::with_port_forward_relay`]).
 //!

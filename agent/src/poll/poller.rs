@@ -65,7 +65,7 @@ impl Poller {
     /// where there is no API server (the `demo`'s simulated kubelet,
     /// tests): a port-forward is a connection to the address the relay
     /// names for the pod's port, never to the pod IP, with everything else
-    /// as through the API server ([`Poller::sweep_port_forward`]: at most
+    /// as through the API server ([`Poller::poll_pods_port_forward`]: at most
     /// [`PollConfig::port_forward_streams`] at once, the same timeouts,
     /// body limit, parsers and `port-forward:` failures).
     pub fn with_port_forward_relay(config: PollConfig, relay: Arc<dyn PortForwardRelay>) -> Poller {
@@ -89,12 +89,12 @@ impl Poller {
     /// samples come back in target order. A slow or hung pod delays only
     /// its own sample, by at most the timeout per attempt.
     ///
-    /// A sweep holds every pod's poll future while most wait for a permit
-    /// (all 10,000 of them when every instance is due at once), so a
-    /// waiting poll is only its place in the semaphore's queue, about a
-    /// hundred bytes: the poll's own state (the retry loop, its timers) is
-    /// allocated once the permit is granted, for those in flight only.
-    pub async fn sweep(&self, targets: &[(Arc<PodIdentity>, SocketAddr)]) -> Vec<PodSample> {
+    /// This holds every pod's poll future while most wait for a permit
+    /// (every pod of the fleet when every instance is due at once), so a
+    /// waiting poll is only its place in the semaphore's queue: the poll's
+    /// own state (the retry loop, its timers) is allocated once the permit
+    /// is granted, for those in flight only.
+    pub async fn poll_pods(&self, targets: &[(Arc<PodIdentity>, SocketAddr)]) -> Vec<PodSample> {
         futures::future::join_all(
             targets
                 .iter()
@@ -106,11 +106,11 @@ impl Poller {
     /// Poll every target of the node-local instance in `namespace` through
     /// a port-forward to its address's port (the pod IP is never
     /// connected to), concurrently within the port-forward bound; samples
-    /// come back in target order, as from [`Poller::sweep`]: the same
+    /// come back in target order, as from [`Poller::poll_pods`]: the same
     /// requests, timeout, body limit and parsers, `/status/cluster` of a
     /// pull-sync pod on the same stream. A failed port-forward is a failed
     /// sample whose error starts with `port-forward:`.
-    pub async fn sweep_port_forward(
+    pub async fn poll_pods_port_forward(
         &self,
         namespace: &str,
         targets: &[(Arc<PodIdentity>, SocketAddr)],
@@ -123,7 +123,7 @@ impl Poller {
         .await
     }
 
-    /// One pod of [`Poller::sweep_port_forward`]: waits for a stream, then
+    /// One pod of [`Poller::poll_pods_port_forward`]: waits for a stream, then
     /// polls (boxed: only the polls holding a stream allocate their state).
     async fn poll_forwarded(
         &self,
@@ -421,9 +421,9 @@ impl Poller {
                 .map_err(|_| PollError::Connect)?,
         };
         let started = Instant::now();
-        // Boxed once it runs: a sweep holds every pod's poll future while
-        // most wait for a permit, so the request's state (hyper's
-        // connection, about 2 KiB) is allocated only for those in flight.
+        // Boxed once it runs: every pod's poll future is held while most
+        // wait for a permit, so the request's state (hyper's connection)
+        // is allocated only for those in flight.
         let request = Box::pin(self.request(target, parse));
         let result = tokio::time::timeout(self.inner.config.timeout, request)
             .await

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use crate::engine::{AnnotationChange, InstanceEngine};
+use crate::engine::{AnnotationChange, InstanceEngine, Judged};
 use crate::model::{Clock, DesiredStatus, InstanceKey, InstanceTarget, PodSample, StatusSink};
 use crate::poll::Poller;
 use crate::telemetry;
@@ -83,10 +83,10 @@ pub async fn sweep(
     } else if target.node_local_network {
         let pollable = target.pollable();
         (ends.poller)
-            .sweep_port_forward(&target.info.namespace, &pollable)
+            .poll_pods_port_forward(&target.info.namespace, &pollable)
             .await
     } else {
-        ends.poller.sweep(&target.pollable()).await
+        ends.poller.poll_pods(&target.pollable()).await
     };
     for s in &mut samples {
         s.received_at = ends.clock.map_real(s.received_at);
@@ -95,33 +95,37 @@ pub async fn sweep(
     if !target.traits.suspended {
         samples.extend(target.unreachable_samples(now));
     }
-    let mut desired = None;
+    let mut judged = None;
     watch.step(&mut || {
-        let (health, gate) = engine.step_with(
+        judged = Some(engine.step_with(
             &target.info,
             &target.traits,
             &target.spec_image,
             &samples,
             now,
-        );
-        desired = Some(DesiredStatus {
-            health: Arc::clone(health),
-            gate: Arc::clone(gate),
-        });
+        ));
     });
     // The step above always runs (a `SweepWatch` only times it).
-    let desired = desired?;
+    let Judged {
+        health,
+        gate,
+        converged,
+        limits,
+        shadow,
+    } = judged?;
     metrics::histogram!(telemetry::SWEEP_DURATION_SECONDS).record(started.elapsed().as_secs_f64());
-    if desired.health.counter_resets > resets_seen {
+    if health.counter_resets > resets_seen {
         metrics::counter!(telemetry::COUNTER_RESETS_TOTAL)
-            .increment(desired.health.counter_resets - resets_seen);
+            .increment(health.counter_resets - resets_seen);
     }
+    let desired = DesiredStatus { health, gate };
     let pod_names: Vec<String> = target
         .pods
         .iter()
         .map(|p| p.identity.name.clone())
         .collect();
     let mut desired = Some(desired);
+    let mut shadow = shadow;
     let finished = watch.finish(&mut || {
         let Some(desired) = desired.take() else {
             return;
@@ -135,12 +139,12 @@ pub async fn sweep(
                 health: Some(Arc::clone(&desired.health)),
                 gate: Some(Arc::clone(&desired.gate)),
                 notes: target.notes(),
-                limits: engine.limits(),
+                limits: Some(limits),
                 at: now,
             },
             // Shown beside the live verdict, never published: the sink
             // gets `desired` alone.
-            engine.shadow(),
+            shadow.take(),
         );
         ends.view.record_tick(
             &key,
@@ -148,7 +152,7 @@ pub async fn sweep(
                 config: engine.gate_config(),
                 health: &desired.health,
                 gate: &desired.gate,
-                converged: engine.converged(),
+                converged,
                 now,
             },
         );

@@ -12,9 +12,8 @@
 //! all while the counter is not reported in the window; the standing is
 //! one byte per bucket. The band tops the counters were held
 //! to are kept as change marks (at most [`MAX_BAND_MARKS`]), not per
-//! bucket. One instance's history is about 0.65 KiB with two of the four
-//! counters reported and moving less than 255 within the hour (a fleet at
-//! rest), 0.9 KiB when they move more ([`History::heap_bytes`]).
+//! bucket. A history is smallest for a fleet at rest (counters moving
+//! less than 255 within the hour); [`History::heap_bytes`] measures it.
 
 use jiff::Timestamp;
 
@@ -62,8 +61,8 @@ enum Series {
     /// replication lag, pull-sync nodes no outbox), so an absent series
     /// costs no more than its tag.
     Absent,
-    /// Values spanning less than 255 in the window: 124 B, where a narrow
-    /// series takes 244 (128 and 256 with the allocator's size classes).
+    /// Values spanning less than 255 in the window: about half what a
+    /// narrow series takes.
     Tiny(Box<Based<u8>>),
     /// Values spanning less than 65,535 in the window.
     Narrow(Box<Based<u16>>),

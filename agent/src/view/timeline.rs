@@ -9,8 +9,7 @@
 //! published verdict and signal, and whether the instance had converged.
 //! Consecutive ticks whose inputs are equal apart from time share one
 //! [`Run`]: each repeat costs its two times as variable-length deltas
-//! (`now` since the previous tick's, and `sampledAt` before `now`), about
-//! 8-12 bytes.
+//! (`now` since the previous tick's, and `sampledAt` before `now`).
 //!
 //! A timeline restarts (its ticks are let go, not counted as dropped) when
 //! what the document states once changes: the configuration in force (the
@@ -41,11 +40,11 @@ use kura_schemas::{
 
 use crate::model::InstanceKey;
 
-/// The fleet's default byte budget for timelines: 8 MiB. At 10,000 pods
-/// (3,334 instances) at rest a timeline costs about 1.1 KiB plus 10-12
-/// bytes per 30 s sweep (benches/PERFORMANCE.md), so about an hour of
-/// every instance fits, and an instance whose inputs change every sweep
-/// (a rollout) costs one run, a few hundred bytes, per sweep.
+/// The fleet's default byte budget for timelines: at the fleet size the
+/// agent is measured at, about an hour of every instance at rest fits
+/// (a repeat costs only its two times; benches/PERFORMANCE.md has the
+/// figures), and an instance whose inputs change every sweep (a
+/// rollout) costs one run per sweep.
 pub const DEFAULT_TIMELINE_BUDGET_BYTES: usize = 8 * 1024 * 1024;
 
 /// At most this many ticks per instance, whatever the budget.
@@ -355,7 +354,7 @@ impl Timeline {
         self.runs_heap += run.heap_bytes();
         if self.runs.len() == self.runs.capacity() {
             // A timeline at rest holds one run: the first push would make
-            // room for four (about 290 B of empty slots an instance);
+            // room for four (empty slots in every instance of the fleet);
             // past one, grow by a quarter.
             self.runs.reserve_exact((self.runs.len() / 4).max(1));
         }

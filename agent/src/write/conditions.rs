@@ -31,8 +31,9 @@ impl ConditionSet {
 
 /// What is kept of a condition the agent wrote (or found at start): what
 /// the next write continues (`lastTransitionTime`) and what tells a flip
-/// (`status`, `reason`), not its message or generation. Full `Condition`s
-/// kept per instance were about 0.5 KiB an instance.
+/// (`status`, `reason`), not its message or generation: full
+/// `Condition`s kept per instance cost memory for every instance of the
+/// fleet.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConditionMark {
     /// `type`.

@@ -101,9 +101,9 @@ pub const MAX_IN_FLIGHT_CEILING: usize = 64;
 /// Writes in flight at once for the queue's `rate` (writes a second):
 /// enough that a write taking [`WRITE_LATENCY_ALLOWANCE`] does not hold
 /// the rate back, at least `floor`, at most [`MAX_IN_FLIGHT_CEILING`].
-/// A fixed 8 capped a 3,334-instance fleet at 51 writes/s while the API
-/// server answered a PATCH in about 150 ms: each status every 60 s
-/// instead of the 30 s heartbeat.
+/// A fixed bound capped a large fleet's writes below what its heartbeat
+/// needs whenever the API server answered slowly: each status was then
+/// refreshed less often than the heartbeat promises.
 pub fn in_flight_for(rate: f64, floor: usize) -> usize {
     let needed = (rate.max(0.0) * WRITE_LATENCY_ALLOWANCE.as_secs_f64()).ceil();
     let needed = if needed.is_finite() && needed < MAX_IN_FLIGHT_CEILING as f64 {

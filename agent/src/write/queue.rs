@@ -80,10 +80,10 @@ impl Default for WriteQueueConfig {
 /// and at 90 s every 180 s window still holds two writes of a live agent.
 pub const HEARTBEAT_CEILING: Duration = Duration::from_secs(90);
 
-/// The heartbeat writes per second a replica set aims for at rest: up to
-/// 1,200 instances the heartbeat stays at its 30 s floor, 3,334 instances
-/// (10,000 pods) get 83 s (40 writes/s, from 111), and from 3,600
-/// instances on the 90 s ceiling holds (50,000 instances: 556/s).
+/// The heartbeat writes per second a replica set aims for at rest: a
+/// small fleet keeps the heartbeat's floor, a larger one a longer
+/// heartbeat that keeps this rate, up to the heartbeat's ceiling, past
+/// which the rate grows with the fleet ([`heartbeat_for`]).
 pub const DEFAULT_HEARTBEAT_WRITES_PER_SECOND: f64 = 40.0;
 
 /// The heartbeat for a replica set holding `instances`: the time that
@@ -115,7 +115,7 @@ pub fn heartbeat_for(instances: usize, config: &WriteQueueConfig) -> Duration {
 /// writes per instance per heartbeat, so the changes written in between
 /// never starve the heartbeat, and an agent starting on a fleet without
 /// statuses writes every first status within half a heartbeat of its
-/// first sweeps (3,334 instances: 15 s at 222/s).
+/// first sweeps.
 const HEARTBEAT_HEADROOM: f64 = 2.0;
 
 /// The writes per second that rewrite `instances` statuses every
@@ -296,8 +296,8 @@ struct Slot {
     /// undeclared).
     pruned: bool,
     in_flight: bool,
-    /// Boxed: a slot is kept per instance, a retry's backoff (144 B) only
-    /// while its writes fail.
+    /// Boxed: a slot is kept per instance, a retry's backoff only while
+    /// its writes fail.
     retry: Option<Box<Retry>>,
     /// Where the slot stands in the queue's index, as last computed.
     place: Place,
@@ -497,8 +497,8 @@ impl WriteQueue {
     /// in the heartbeat's cycle (a hash of the key), at most one heartbeat
     /// later: the first statuses of a fleet are written within its first
     /// sweep, and a heartbeat longer than the sweep would otherwise keep
-    /// them bunched for ever (3,334 instances at 83 s: 111 writes/s for
-    /// 30 s, then none for 53 s); by phase they spread evenly over the
+    /// them bunched for ever (a burst every heartbeat, then silence); by
+    /// phase they spread evenly over the
     /// cycle, at the cost of at most one early write after each material
     /// change.
     fn heartbeat_due(&self, key: &InstanceKey, at: Timestamp) -> Timestamp {
@@ -778,9 +778,9 @@ mod tests {
         );
     }
 
-    /// A slot is kept per instance (3,334 at 10,000 pods, in a `BTreeMap`
-    /// whose nodes hold room for 11): what only a failing write needs is
-    /// boxed. It was 304 B with the retry inline.
+    /// A slot is kept per instance (in a `BTreeMap` whose nodes hold room
+    /// for more entries than they use): what only a failing write needs
+    /// is boxed.
     #[test]
     fn a_slot_holds_no_retry_state_inline() {
         let size = std::mem::size_of::<Slot>();

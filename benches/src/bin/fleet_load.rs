@@ -26,7 +26,7 @@
 use clap::{Parser, Subcommand};
 use kura_agent::poll::PollConfig;
 use kura_agent::runner::Cadence;
-use kura_agent::tools::fleet_load_side::protocol::Swept;
+use kura_agent::tools::fleet_load_side::protocol::FleetSweep;
 use kura_benches::error::LoadError;
 use kura_benches::loop_side::{LoopOutcome, LoopRunConfig, LoopRunner, serve_loop};
 use kura_benches::proc_stats::{cpu_time_of, mib};
@@ -245,8 +245,8 @@ fn main() -> ExitCode {
 /// The sweeps of one side.
 #[derive(Debug, Default)]
 struct Record {
-    cold: Swept,
-    sweeps: Vec<Swept>,
+    cold: FleetSweep,
+    sweeps: Vec<FleetSweep>,
     /// The simulators' CPU time during this side's measured sweeps.
     sim_cpu: Duration,
     peak_rss: u64,
@@ -341,7 +341,7 @@ fn run(args: &LoadArgs) -> Result<bool, LoadError> {
     };
     for m in &mut measured {
         if let Some(r) = m.runner.as_mut() {
-            m.record.cold = r.sweep()?;
+            m.record.cold = r.sweep_all()?;
             m.record.cold_connections = opened(&mut sims)?;
         }
     }
@@ -357,7 +357,7 @@ fn run(args: &LoadArgs) -> Result<bool, LoadError> {
                 continue;
             };
             let before = sim_cpu(&sim_pids);
-            let s = runner.sweep()?;
+            let s = runner.sweep_all()?;
             match (before, sim_cpu(&sim_pids)) {
                 (Some(b), Some(a)) => m.record.sim_cpu += a.saturating_sub(b),
                 _ => sim_cpu_known = false,

@@ -6,7 +6,7 @@ use std::sync::{Mutex, TryLockError};
 
 use jiff::Timestamp;
 use kura_gate::{
-    Baseline, Gate, GateConfig, GateState, HealthView, Verdict, View, WhatIf,
+    Baseline, Gate, GateConfig, GateState, HealthView, Verdict, VerdictKind, View, WhatIf,
     judge_instance as judge, parse_baseline_json, parse_config_json, parse_tick_json,
     parse_tick_value,
 };
@@ -224,7 +224,7 @@ pub fn describe() -> Description {
         abi_version: ABI_VERSION,
         max_input_bytes: MAX_INPUT_BYTES,
         signals: Signal::ALL.iter().map(|s| s.as_str()).collect(),
-        verdicts: vec!["pass", "soak", "hard_stop"],
+        verdicts: VerdictKind::ALL.iter().map(|v| v.as_str()).collect(),
         error_codes: codes.iter().map(|c| (c.as_i32(), c.as_str())).collect(),
         health_fields,
         default_config: GateConfig::default(),

@@ -121,15 +121,14 @@ pub(super) fn parse_published(
     };
     at.only(obj, &["verdict", "signal"], "published.")?;
     let verdict = match obj.get("verdict") {
-        Some(Value::String(s)) => match s.as_str() {
-            "healthy" => AgentVerdict::Healthy,
-            "unhealthy" => AgentVerdict::Unhealthy,
-            "hard_stop" => AgentVerdict::HardStop,
-            "suspended" => AgentVerdict::Suspended,
-            _ => {
+        Some(Value::String(s)) => match AgentVerdict::ALL.iter().find(|v| v.as_str() == s) {
+            Some(verdict) => *verdict,
+            None => {
+                let mut known: Vec<&str> = AgentVerdict::ALL.iter().map(|v| v.as_str()).collect();
+                let last = known.pop().unwrap_or_default();
                 return Err(at.fail(
                     "published.verdict",
-                    format!("unknown value {s:?} (healthy, unhealthy, hard_stop or suspended)"),
+                    format!("unknown value {s:?} ({} or {last})", known.join(", ")),
                 ));
             }
         },
@@ -143,8 +142,8 @@ pub(super) fn parse_published(
     };
     let signal = match obj.get("signal") {
         Some(Value::Null) => None,
-        Some(Value::String(s)) => match Signal::ALL.iter().find(|signal| signal.as_str() == s) {
-            Some(signal) => Some(*signal),
+        Some(Value::String(s)) => match Signal::from_name(s) {
+            Some(signal) => Some(signal),
             None => {
                 return Err(at.fail("published.signal", format!("unknown signal {s:?}")));
             }

@@ -190,7 +190,7 @@ impl CheckRun {
     /// Folds one poll's samples (one per node, answered or not) judged at
     /// `now`. The first poll captures the baseline and is judged too.
     pub fn observe(&mut self, samples: &[PodSample], now: Timestamp) -> PollReport {
-        let health = self.aggregator.sweep(&self.info, samples, now, AGENT);
+        let health = self.aggregator.fold(&self.info, samples, now, AGENT);
         let config = &self.settings.gate;
         if self.started_at.is_none() {
             self.started_at = Some(now);

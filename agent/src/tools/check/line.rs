@@ -8,14 +8,6 @@ use kura_schemas::Signal;
 use super::judge::{BaselineSource, PollReport};
 use crate::tools::count;
 
-fn verdict_word(v: VerdictKind) -> &'static str {
-    match v {
-        VerdictKind::Pass => "pass",
-        VerdictKind::Soak => "soak",
-        VerdictKind::HardStop => "hard_stop",
-    }
-}
-
 /// One poll as one line: elapsed time, poll number, `verdict=… signal=…`,
 /// then why, the nodes behind it, the sampled count and the time left.
 pub fn readable(report: &PollReport) -> String {
@@ -24,7 +16,7 @@ pub fn readable(report: &PollReport) -> String {
         "+{:.1}s poll {} verdict={} signal={signal}:",
         report.elapsed_seconds,
         report.poll,
-        verdict_word(report.verdict)
+        report.verdict.as_str()
     );
     let h = &report.health;
     let sampled = format!("{}/{} nodes sampled", h.sampled_pods, h.expected_pods);

@@ -18,11 +18,11 @@
 //! - The baseline (`outboxMessages`, `fdTimeoutCount`,
 //!   `peerConnectionFailures`) is the first poll, or with `--baseline FILE`
 //!   the one `kura-agent baseline` took before the upgrade (below).
-//! - Every poll runs the fourteen server checks of contract/gate.md. A
-//!   failing check resets the soak clock; critical memory pressure is a hard
-//!   stop at once.
+//! - Every poll runs the gate's server checks (contract/gate.md; the list
+//!   is `kura_schemas::SIGNALS`). A failing check resets the soak clock; a
+//!   hard-stop check (critical memory pressure among them) stops at once.
 //! - **pass** (exit 0) after continuous health for `--soak`; **hard stop**
-//!   (exit 1) at critical memory pressure, or at `--timeout` from the first
+//!   (exit 1) at a hard-stop check, or at `--timeout` from the first
 //!   poll (signal `wave_deadline_exceeded`, evidence: the elapsed time, then
 //!   the last failing check). Usage or input errors exit 2.
 //! - A set that is not healthy at start (a node down, not ready, not

@@ -125,14 +125,6 @@ fn signal_word(signal: Option<Signal>) -> &'static str {
     signal.map_or("none", Signal::as_str)
 }
 
-fn verdict_word(kind: VerdictKind) -> &'static str {
-    match kind {
-        VerdictKind::Pass => "pass",
-        VerdictKind::Soak => "soak",
-        VerdictKind::HardStop => "hard_stop",
-    }
-}
-
 /// Whether the instance's latest aggregate shows every pod on the new image.
 fn converged(health: Option<&RolloutHealth>, replicas: u32) -> bool {
     health.is_some_and(|h| {
@@ -1003,7 +995,7 @@ impl Demo {
             lines.push(format!(
                 "  {:<16} {:<10} {why}",
                 wave_label(w.wave),
-                verdict_word(v.verdict)
+                v.verdict.as_str()
             ));
         }
         let played = outcome.waves.len();
@@ -1023,7 +1015,7 @@ impl Demo {
                 format!(
                     "{} {} ({})",
                     i.id,
-                    i.verdict.map_or("unpublished", agent_verdict_word),
+                    i.verdict.map_or("unpublished", AgentVerdict::as_str),
                     signal_word(i.signal)
                 )
             })
@@ -1049,9 +1041,9 @@ impl Demo {
                         format!(
                             "{} {} ({}) where the live verdict is {} ({})",
                             i.id,
-                            agent_verdict_word(verdict),
+                            verdict.as_str(),
                             signal_word(signal),
-                            i.verdict.map_or("unpublished", agent_verdict_word),
+                            i.verdict.map_or("unpublished", AgentVerdict::as_str),
                             signal_word(i.signal)
                         )
                     })
@@ -1085,7 +1077,7 @@ impl Demo {
             Some(OperatorAction::Suspend { .. }) => Some(format!(
                 "  suspended {}: {} ({}); out of {}'s scope since its suspension",
                 i.id,
-                i.verdict.map_or("unpublished", agent_verdict_word),
+                i.verdict.map_or("unpublished", AgentVerdict::as_str),
                 signal_word(i.signal),
                 i.wave.map_or_else(|| "any wave".to_owned(), wave_label)
             )),
@@ -1103,7 +1095,7 @@ impl Demo {
                      outside the waves, the wave judge never saw it",
                     i.id,
                     since(i.verdicts[from].at),
-                    i.verdict.map_or("unpublished", agent_verdict_word),
+                    i.verdict.map_or("unpublished", AgentVerdict::as_str),
                     signal_word(i.signal)
                 ))
             }
@@ -1149,7 +1141,7 @@ fn tell_agent_verdicts<W: Write>(
                 now,
                 &format!(
                     "  agent: {id} status.rolloutGate {} ({}){why}",
-                    agent_verdict_word(current.0),
+                    current.0.as_str(),
                     signal_word(current.1)
                 ),
             )?;
@@ -1166,13 +1158,4 @@ fn tell_agent_verdicts<W: Write>(
         }
     }
     Ok(())
-}
-
-fn agent_verdict_word(v: AgentVerdict) -> &'static str {
-    match v {
-        AgentVerdict::Healthy => "healthy",
-        AgentVerdict::Unhealthy => "unhealthy",
-        AgentVerdict::HardStop => "hard_stop",
-        AgentVerdict::Suspended => "suspended",
-    }
 }

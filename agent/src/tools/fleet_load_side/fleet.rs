@@ -40,9 +40,9 @@ struct Step {
     samples: usize,
 }
 
-/// What one sweep over the fleet produced.
+/// What one sweep of every instance of the fleet produced.
 #[derive(Debug, Clone, Default)]
-pub struct SweepOutcome {
+pub struct FleetSweepOutcome {
     /// Wall time from the first poll to the last instance's publish.
     pub wall: Duration,
     /// Pods that gave a valid report.
@@ -63,7 +63,7 @@ pub struct AgentFleet {
     /// Boxed, as the run loop's instance task holds its state: an
     /// `async fn` keeps its arguments beside the locals they are moved
     /// into, so an instance passed by value would sit twice in every
-    /// task (about 0.45 KiB more each) where the run loop's holds it once.
+    /// task where the run loop's holds it once.
     instances: Vec<Option<Box<Instance>>>,
 }
 
@@ -149,8 +149,9 @@ impl AgentFleet {
         self.ends.view.timeline_footprint()
     }
 
-    /// One sweep: every instance's task polls, folds, judges and publishes.
-    pub async fn sweep(&mut self) -> SweepOutcome {
+    /// One sweep of every instance: each instance's task polls, folds,
+    /// judges and publishes, all at once.
+    pub async fn sweep_all(&mut self) -> FleetSweepOutcome {
         let started = Instant::now();
         let tasks: Vec<_> = self
             .instances
@@ -158,7 +159,7 @@ impl AgentFleet {
             .filter_map(Option::take)
             .map(|inst| tokio::spawn(step(Arc::clone(&self.ends), inst)))
             .collect();
-        let mut out = SweepOutcome::default();
+        let mut out = FleetSweepOutcome::default();
         for (slot, task) in self.instances.iter_mut().zip(tasks) {
             // A task only fails if it panicked; its instance is then lost
             // and its pods count as failed below.

@@ -52,9 +52,10 @@ pub struct SideConfig {
     pub keep_alive: bool,
 }
 
-/// One sweep as a side measured it.
+/// One sweep of every instance (or, on the simulator side, one poll of
+/// every pod) as a side measured it.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Swept {
+pub struct FleetSweep {
     /// Wall time of the sweep.
     pub wall: Duration,
     /// The side's CPU time (user + system) during the sweep.
@@ -88,10 +89,10 @@ pub fn parse_target(
     Ok((Arc::new(pod), addr))
 }
 
-/// What a side measures: one sweep over every pod.
+/// What a side measures: one sweep of every instance.
 pub trait Sweeper {
-    /// One sweep (`cpu` is filled in by [`serve`]).
-    fn sweep(&mut self) -> impl Future<Output = Swept>;
+    /// One sweep of every instance (`cpu` is filled in by [`serve`]).
+    fn sweep_all(&mut self) -> impl Future<Output = FleetSweep>;
 
     /// What the per-instance histories occupy, for a side that keeps them
     /// (answered to `history`).
@@ -107,12 +108,12 @@ pub trait Sweeper {
 }
 
 impl Sweeper for AgentFleet {
-    async fn sweep(&mut self) -> Swept {
-        let o = AgentFleet::sweep(self).await;
+    async fn sweep_all(&mut self) -> FleetSweep {
+        let o = AgentFleet::sweep_all(self).await;
         if !o.errors.is_empty() {
             eprintln!("fleet-load agent: failed samples {:?}", o.errors);
         }
-        Swept {
+        FleetSweep {
             wall: o.wall,
             cpu: Duration::ZERO,
             ok: o.ok,
@@ -190,7 +191,7 @@ pub fn serve<S: Sweeper>(
         match line.trim() {
             "sweep" => {
                 let cpu0 = cpu_time();
-                let mut swept = rt.block_on(sweeper.sweep());
+                let mut swept = rt.block_on(sweeper.sweep_all());
                 swept.cpu = cpu_time().saturating_sub(cpu0);
                 writeln!(
                     output,
@@ -266,15 +267,15 @@ mod tests {
     struct Counting(usize);
 
     impl Sweeper for Counting {
-        async fn sweep(&mut self) -> Swept {
+        async fn sweep_all(&mut self) -> FleetSweep {
             self.0 += 1;
-            Swept {
+            FleetSweep {
                 wall: Duration::from_nanos(5),
                 ok: self.0,
                 failed: 1,
                 aggregate: Duration::from_nanos(7),
                 samples: 3,
-                ..Swept::default()
+                ..FleetSweep::default()
             }
         }
     }

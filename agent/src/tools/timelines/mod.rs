@@ -66,8 +66,9 @@ pub struct TimelinesArgs {
     /// write its file); also of the instance list.
     #[arg(long, default_value = "30s", value_parser = parse_positive_duration)]
     pub timeout: Duration,
-    /// Largest body read, in bytes (a 10,000-tick timeline is about 8 MiB);
-    /// a body takes about this much memory at most, however it is sent.
+    /// Largest body read, in bytes (room for the longest timeline an
+    /// agent keeps); a body takes about this much memory at most, however
+    /// it is sent.
     #[arg(long, default_value_t = 64 * 1024 * 1024,
           value_parser = clap::value_parser!(u64).range(1..=1024 * 1024 * 1024))]
     pub body_limit: u64,
