@@ -5,6 +5,10 @@
 //!
 //! - [`config`]: [`GateConfig`] with the documented defaults and the exact
 //!   integer bands (a value equal to its band top passes).
+//! - [`config_file`]: the one reader of a gate configuration file (JSON or
+//!   YAML) for the agent's `run`, `check` and tools and for `kura-gate
+//!   replay --gate-config`, and of the configuration text
+//!   ([`config_file::read_document`]).
 //! - [`health_view`]: [`HealthView`], the lenient view of a rollout-health
 //!   aggregate; a missing always-present field (`ready`, `sampledPods`,
 //!   `fdTimeoutCount`, ...) fails its check, a null optional counter is
@@ -66,10 +70,14 @@
 //!   `soaking`). Boolean checks report `observed` 0/1; missing fields have
 //!   `observed` null and a `detail`.
 
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
 pub mod agent_view;
 pub mod baseline;
 pub mod checks;
 pub mod config;
+pub mod config_file;
 pub mod document;
 pub mod error;
 pub mod health_view;

@@ -31,7 +31,7 @@ use crate::wave::TickInput;
 
 pub(crate) use config::config_error;
 use config::parse_config;
-pub use config::{config_error_line, parse_config_over, read_config_file};
+pub use config::{config_error_line, parse_config_over};
 use ctx::{Ctx, show};
 use kura_schemas::strict_json::{self, StrictJsonError};
 use tick::{parse_baseline, parse_tick};
