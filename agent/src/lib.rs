@@ -19,9 +19,24 @@
 //! - composition root: [`cli`] (`run`, the product binary's one subcommand)
 //! - tools (feature `tools`, on by default; the image is built without
 //!   it): `tools` (`check`, `baseline`, `demo`, `aggregate`, `simulate`,
-//!   `fleet_load_side`)
+//!   `timelines`, `fleet_load_side`)
 //!
 //! docs/architecture.md draws the same map with what each module owns.
+//!
+//! # Cargo features
+//!
+//! - `tools` (default): every subcommand but `run` (`check`, `baseline`,
+//!   `demo`, `aggregate`, `simulate`, `timelines` and the fleet-load side),
+//!   the `tools` module, and `kura-sim` for `demo` and `simulate`. The
+//!   container image builds without it (`--no-default-features`: `run`
+//!   alone, the product).
+//! - `fleet-load-side` (in `tools`): only the agent's side of benches'
+//!   `fleet-load` harness (`kura-agent fleet-load-side`,
+//!   `tools::fleet_load_side`), so the product binary plus this harness can
+//!   be measured (`--no-default-features --features fleet-load-side`); it
+//!   adds no dependency.
+//! - `system-allocator`: glibc malloc instead of jemalloc in the binaries,
+//!   for heap profilers that hook malloc (heaptrack).
 
 #![deny(missing_docs)]
 
@@ -37,12 +52,16 @@ pub mod poll;
 pub mod runner;
 pub mod shard;
 pub mod telemetry;
-#[cfg(feature = "fleet-load-side")]
+/// Every subcommand but `run`: the whole module with `tools`, only
+/// `fleet_load_side` with `fleet-load-side` alone.
+#[cfg(any(feature = "tools", feature = "fleet-load-side"))]
 pub mod tools;
 pub mod view;
 pub mod write;
 
 #[cfg(test)]
 mod layering_check;
+#[cfg(test)]
+mod source_files;
 #[cfg(test)]
 mod telemetry_check;
