@@ -10,8 +10,8 @@
 //! gate's one configuration parser
 //! ([`parse_config_over`](crate::parse_config_over)); a refusal is one
 //! line naming the file, the key and the reason ([`ConfigFileError`]).
-//! The bindings read their configuration documents through the same parser
-//! ([`crate::parse_config_json`]).
+//! The bindings' configuration documents are read here too
+//! ([`parse_config_json`], strict JSON, `null` the defaults).
 
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
@@ -171,6 +171,17 @@ fn over_defaults(value: Value) -> Result<ConfigFile, String> {
         })
         .unwrap_or_default();
     Ok(ConfigFile { config, keys })
+}
+
+/// Parses a configuration document on its own, as the bindings hand it
+/// in (the C ABI, the Elixir NIF): the replay document's `config` object
+/// (every key optional, unknown keys refused), strict JSON; `null` is the
+/// default configuration.
+pub fn parse_config_json(text: &str) -> Result<GateConfig, DocumentError> {
+    match crate::document::json_value(text)? {
+        Value::Null => Ok(GateConfig::default()),
+        value => crate::document::parse_config_value(&value),
+    }
 }
 
 fn one_line(text: &str) -> String {

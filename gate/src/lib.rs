@@ -5,10 +5,11 @@
 //!
 //! - [`config`]: [`GateConfig`] with the documented defaults and the exact
 //!   integer bands (a value equal to its band top passes).
-//! - [`config_file`]: the one reader of a gate configuration file (JSON or
-//!   YAML) for the agent's `run`, `check` and tools and for `kura-gate
-//!   replay --gate-config`, and of the configuration text
-//!   ([`config_file::read_document`]).
+//! - [`config_file`]: the one reader of a gate configuration: the files
+//!   (JSON or YAML) of the agent's `run`, `check` and tools and of
+//!   `kura-gate replay --gate-config`, the configuration text
+//!   ([`config_file::read_document`], also the agent's annotation's) and
+//!   the bindings' configuration documents ([`parse_config_json`]).
 //! - [`health_view`]: [`HealthView`], the lenient view of a rollout-health
 //!   aggregate; a missing always-present field (`ready`, `sampledPods`,
 //!   `fdTimeoutCount`, ...) fails its check, a null optional counter is
@@ -89,9 +90,10 @@ pub mod what_if;
 pub use agent_view::{AgentLine, agent_view};
 pub use baseline::Baseline;
 pub use config::GateConfig;
+pub use config_file::parse_config_json;
 pub use document::{
-    DocumentError, ReplayInput, parse_baseline_json, parse_config_json, parse_config_over,
-    parse_replay, parse_replay_judged_with, parse_tick_json, parse_tick_value,
+    DocumentError, ReplayInput, parse_baseline_json, parse_config_over, parse_replay,
+    parse_replay_judged_with, parse_tick_json, parse_tick_value,
 };
 pub use error::GateError;
 pub use health_view::HealthView;
