@@ -244,11 +244,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
     let server = DebugServer::bind(
         args.listen,
-        DebugState {
-            view: view.clone(),
-            metrics: recorder.handle(),
-            clock: clock.clone(),
-        },
+        DebugState::new(view.clone(), recorder.handle(), clock.clone()),
     )
     .await?;
     let url = format!("http://{}/", server.local_addr()?);

@@ -162,18 +162,6 @@ pub fn config_error_text(error: &DocumentError) -> String {
     kura_gate::document::config_error_line(error)
 }
 
-/// `text` cut to at most `max` bytes at a character boundary.
-fn bounded(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].to_owned()
-}
-
 impl InstanceEngine {
     /// A fresh engine for an instance seen for the first time.
     pub fn new(config: Arc<EngineConfig>) -> Self {
@@ -241,12 +229,13 @@ impl InstanceEngine {
                 Some(AnnotationChange::Applied)
             }
             Err(reason) => {
-                let message = bounded(
+                let message = kura_schemas::text::cut_at_char_boundary(
                     &format!(
                         "annotation {GATE_CONFIG_ANNOTATION} refused, the cluster's gate config applies: {reason}"
                     ),
                     MAX_CONFIG_ERROR_BYTES,
-                );
+                )
+                .to_owned();
                 self.own_gate.merged = None;
                 self.own_gate.error = Some(message.clone());
                 Some(AnnotationChange::Refused(message))
@@ -404,57 +393,31 @@ impl InstanceEngine {
         }
         let (converged, detail) = pods_converged(&health, spec_image);
         self.converged = converged;
-        // After a suspension the instance starts over: no previous
-        // verdict, no baseline from before it.
-        let before_suspension = |g: &&RolloutGate| g.verdict != AgentVerdict::Suspended;
-        let last_health = self.last_health.as_deref().filter(|h| !h.suspended);
-        let previous = self.last_gate.as_deref().filter(before_suspension);
-        let fresh_baseline = previous
-            .is_some_and(|g| g.target_image != spec_image && all_on(samples, &g.target_image));
-        let baseline_source = if fresh_baseline {
-            Some(&health)
-        } else {
-            last_health
-        };
-        let mut gate = judge_instance(
-            &name,
-            previous,
+        let sweep = Judging {
+            name: &name,
             spec_image,
-            baseline_source,
-            Some(&health),
+            samples,
+            health: &health,
+            // After a suspension the instance starts over: no baseline
+            // from before it.
+            last_health: self.last_health.as_deref().filter(|h| !h.suspended),
+            converged,
+            detail,
             now,
+        };
+        let gate = sweep.judge(
+            self.last_gate.as_deref(),
             self.gate_config(),
+            self.own_gate.error.as_ref(),
         );
-        let mut live_detail = detail.clone();
-        set_aside_off_target_hard_stop(&mut gate, &health, spec_image, converged, &mut live_detail);
-        hold_until_converged(&mut gate, &name, converged, live_detail);
-        gate.config_error.clone_from(&self.own_gate.error);
         if let (Some(shadow), Some(file)) = (self.shadow.as_deref_mut(), &self.config.shadow) {
-            // The same aggregate, the same baseline rule, the shadow's own
-            // last verdict and configuration.
-            let prior = shadow.last_gate.as_deref().filter(before_suspension);
-            let fresh = prior
-                .is_some_and(|g| g.target_image != spec_image && all_on(samples, &g.target_image));
-            let baseline_source = if fresh { Some(&health) } else { last_health };
-            let mut judged = judge_instance(
-                &name,
-                prior,
-                spec_image,
-                baseline_source,
-                Some(&health),
-                now,
+            // The same aggregate, the same rules, the shadow's own last
+            // verdict and configuration.
+            let judged = sweep.judge(
+                shadow.last_gate.as_deref(),
                 shadow.merged.as_ref().unwrap_or(file),
+                shadow.error.as_ref(),
             );
-            let mut detail = detail;
-            set_aside_off_target_hard_stop(
-                &mut judged,
-                &health,
-                spec_image,
-                converged,
-                &mut detail,
-            );
-            hold_until_converged(&mut judged, &name, converged, detail);
-            judged.config_error.clone_from(&shadow.error);
             shadow.last_gate = Some(Arc::new(judged));
             shadow.judged = true;
         }
@@ -476,6 +439,69 @@ impl InstanceEngine {
     }
 }
 
+/// One sweep of one instance as the live and the shadow configuration
+/// judge it: the same aggregate, the same baseline rule and the same rules
+/// of the agent's own, each from its own last verdict and configuration.
+struct Judging<'a> {
+    name: &'a str,
+    spec_image: &'a str,
+    samples: &'a [PodSample],
+    health: &'a RolloutHealth,
+    /// The aggregate before this sweep's (none across a suspension).
+    last_health: Option<&'a RolloutHealth>,
+    converged: bool,
+    /// Which pods run what, when they have not converged.
+    detail: Option<String>,
+    now: Timestamp,
+}
+
+impl Judging<'_> {
+    /// The verdict after `previous` (the judge's own last verdict) under
+    /// `config`, carrying `config_error`. When `spec_image` differs from
+    /// the image `previous` judged, this sweep's aggregate is the baseline
+    /// if every pod in it still runs the old image, else the aggregate
+    /// before it. A hard stop that only pods of another image report is
+    /// set aside, and the verdict held at `not_converged` until the pods
+    /// run `spec_image`.
+    fn judge(
+        &self,
+        previous: Option<&RolloutGate>,
+        config: &GateConfig,
+        config_error: Option<&String>,
+    ) -> RolloutGate {
+        // No baseline, soak clock or backlog run survives a suspension.
+        let previous = previous.filter(|g| g.verdict != AgentVerdict::Suspended);
+        let fresh_baseline = previous.is_some_and(|g| {
+            g.target_image != self.spec_image && all_on(self.samples, &g.target_image)
+        });
+        let baseline_source = if fresh_baseline {
+            Some(self.health)
+        } else {
+            self.last_health
+        };
+        let mut gate = judge_instance(
+            self.name,
+            previous,
+            self.spec_image,
+            baseline_source,
+            Some(self.health),
+            self.now,
+            config,
+        );
+        let mut detail = self.detail.clone();
+        set_aside_off_target_hard_stop(
+            &mut gate,
+            self.health,
+            self.spec_image,
+            self.converged,
+            &mut detail,
+        );
+        hold_until_converged(&mut gate, self.name, self.converged, detail);
+        gate.config_error = config_error.cloned();
+        gate
+    }
+}
+
 impl ShadowState {
     /// Merges the instance's annotation (`None`: none) over the shadow
     /// `file`; a refusal leaves the file alone to judge and is kept as the
@@ -492,12 +518,13 @@ impl ShadowState {
             }
             Some(Err(reason)) => {
                 self.merged = None;
-                self.error = Some(bounded(
+                self.error = Some(kura_schemas::text::cut_at_char_boundary(
                     &format!(
                         "annotation {GATE_CONFIG_ANNOTATION} refused over the shadow gate config, the shadow file applies: {reason}"
                     ),
                     MAX_CONFIG_ERROR_BYTES,
-                ));
+                )
+                .to_owned());
             }
         }
     }

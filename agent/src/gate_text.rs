@@ -1,39 +1,12 @@
 //! The one strict reader of a gate configuration's text: the
 //! `--gate-config` file of `run` and `check` (JSON or YAML,
 //! [`crate::cli::gate_file`]) and the per-instance annotation (JSON,
-//! [`crate::engine::instance_gate_config`]). Its value then goes through the
+//! [`crate::engine::instance_gate_config`]): kura-gate's own
+//! ([`kura_gate::config_file::read_document`]), so the agent and `kura-gate
+//! replay` read a configuration alike. Its value then goes through the
 //! gate's one configuration parser ([`kura_gate::parse_config_over`]).
 
-use serde_json::Value;
-
-/// How a gate configuration's text is written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConfigFormat {
-    /// JSON (a file named `*.json`, the per-instance annotation).
-    Json,
-    /// YAML (any other file name).
-    Yaml,
-}
-
-/// The one strict reader of a gate configuration's text, for the
-/// `--gate-config` file (JSON or YAML) and the per-instance annotation
-/// (JSON) alike, with `kura-gate replay`'s rules (`kura_schemas::strict_json`):
-/// a key repeated at any depth is refused (serde's readers keep the last
-/// one, so `{"fdTimeoutBand": 0, "fdTimeoutBand": 1000000}` would widen the
-/// band), and so is a number that is not finite (YAML's `.inf`, `.nan`, which
-/// would otherwise read as null, the default). The error is the format's
-/// name and the reason with its position.
-pub fn read_document(text: &str, format: ConfigFormat) -> Result<Value, (&'static str, String)> {
-    match format {
-        ConfigFormat::Json => {
-            kura_schemas::strict_json::document_from_str(text).map_err(|e| ("JSON", e.to_string()))
-        }
-        ConfigFormat::Yaml => {
-            kura_schemas::strict_json::value_from(serde_yaml::Deserializer::from_str(text))
-                .map_err(|e| ("YAML", e.to_string()))
-        }
-    }
-}
+pub use kura_gate::config_file::{ConfigFormat, read_document};
 
 #[cfg(test)]
 mod tests {

@@ -19,7 +19,7 @@
 //! - composition root: [`cli`] (`run`, the product binary's one subcommand)
 //! - tools (feature `tools`, on by default; the image is built without
 //!   it): `tools` (`check`, `baseline`, `demo`, `aggregate`, `simulate`,
-//!   `fleet_load_side`)
+//!   `timelines`, `fleet_load_side`)
 //!
 //! docs/architecture.md draws the same map with what each module owns.
 //!
@@ -39,12 +39,28 @@
 //!   CRDs and JSON Schemas regenerated (`cargo run -p kura-schemas --bin
 //!   crdgen`), its value made in [`aggregate`] or [`engine`], and whether
 //!   its change is worth a write in `write::policy`;
-//! - a new flag of `run`: its argument and its translation into the
-//!   module's configuration in agent/src/cli/run/, and its chart value in
+//! - a new flag of `run`: a field of the `Args` of the module it configures
+//!   (that module's args.rs, e.g. agent/src/write/args.rs), with its
+//!   translation beside it, and its chart value in
 //!   charts/kura-health-agent/ (values.yaml and the Deployment's args);
-//! - a new route: its match arm in agent/src/debug/server.rs (and the
-//!   route table of that module's documentation), its answer in a module
-//!   of agent/src/debug/ reading [`view`], never the loop or an adapter.
+//! - a new route: its handler and its row of the route table in
+//!   agent/src/debug/routes.rs, answering from `debug::DebugState` (the
+//!   view and the ports handed in at start), never the loop or an adapter.
+//!
+//! # Cargo features
+//!
+//! - `tools` (default): every subcommand but `run` (`check`, `baseline`,
+//!   `demo`, `aggregate`, `simulate`, `timelines` and the fleet-load side),
+//!   the `tools` module, and `kura-sim` for `demo` and `simulate`. The
+//!   container image builds without it (`--no-default-features`: `run`
+//!   alone, the product).
+//! - `fleet-load-side` (in `tools`): only the agent's side of benches'
+//!   `fleet-load` harness (`kura-agent fleet-load-side`,
+//!   `tools::fleet_load_side`), so the product binary plus this harness can
+//!   be measured (`--no-default-features --features fleet-load-side`); it
+//!   adds no dependency.
+//! - `system-allocator`: glibc malloc instead of jemalloc in the binaries,
+//!   for heap profilers that hook malloc (heaptrack).
 
 #![deny(missing_docs)]
 
@@ -60,7 +76,9 @@ pub mod poll;
 pub mod runner;
 pub mod shard;
 pub mod telemetry;
-#[cfg(feature = "fleet-load-side")]
+/// Every subcommand but `run`: the whole module with `tools`, only
+/// `fleet_load_side` with `fleet-load-side` alone.
+#[cfg(any(feature = "tools", feature = "fleet-load-side"))]
 pub mod tools;
 pub mod view;
 pub mod write;
@@ -69,5 +87,6 @@ pub mod write;
 mod layering_check;
 #[cfg(test)]
 mod signal_check;
+mod source_files;
 #[cfg(test)]
 mod telemetry_check;

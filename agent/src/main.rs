@@ -4,7 +4,7 @@
 
 use clap::{Parser, Subcommand};
 use kura_agent::cli;
-#[cfg(feature = "fleet-load-side")]
+#[cfg(any(feature = "tools", feature = "fleet-load-side"))]
 use kura_agent::tools;
 use std::process::ExitCode;
 

@@ -6,11 +6,12 @@
 //! enumerated from the types that compute them.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
 
 use crate::poll::PollError;
+use crate::source_files::product_sources;
 use crate::telemetry::{self, METRICS, label};
 use crate::write::{WriteError, WriteOutcome};
+use std::path::Path;
 
 /// One `counter!`/`gauge!`/`histogram!` call in the product code.
 #[derive(Debug)]
@@ -20,47 +21,6 @@ struct Site {
     name: String,
     /// The label, as written: its name and value expression.
     label: Option<(String, String)>,
-}
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("read {dir:?}: {e}"));
-    for entry in entries {
-        let path = entry.expect("dir entry").path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
-/// Every source file of the crate but this one, without its unit tests
-/// and comments: the code that runs.
-pub(crate) fn product_sources() -> Vec<(String, String)> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    rust_files(&root, &mut files);
-    files.sort();
-    files
-        .into_iter()
-        // The checks themselves are tests, not product code.
-        .filter(|p| !p.ends_with("telemetry_check.rs") && !p.ends_with("signal_check.rs"))
-        // A file of unit tests only (declared `#[cfg(test)] mod …_tests;`).
-        .filter(|p| !p.to_string_lossy().ends_with("_tests.rs"))
-        .map(|p| {
-            let text = std::fs::read_to_string(&p).expect("source");
-            let code = text
-                .split("#[cfg(test)]\nmod tests")
-                .next()
-                .unwrap_or_default()
-                .lines()
-                .filter(|l| !l.trim_start().starts_with("//"))
-                .collect::<Vec<_>>()
-                .join("\n");
-            let name = p.strip_prefix(&root).unwrap_or(&p).display().to_string();
-            (name, code)
-        })
-        .collect()
 }
 
 /// The arguments of a macro call starting right after its `(`, split at

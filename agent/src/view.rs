@@ -4,22 +4,23 @@
 //! loop records sweeps; `kura-agent run` hands it the write driver's
 //! results; the presentation (debug server, `/metrics`) only reads it.
 //!
-//! With sharding a replica sweeps only the instances it owns; for every
-//! other instance it watches, the view reads the status stored in the
-//! cluster through a [`StoredStatusSource`] and the owner through the
-//! [`MembersSource`] (both ports of `model`, plugged in by `kura-agent run`), so that every
-//! replica answers for every instance ([`FleetView::answer`]).
+//! The view holds the fleet's data only: with sharding, what a replica
+//! answers for the instances it does not sweep (their stored statuses and
+//! owners) comes from the debug server's own inputs
+//! (`crate::debug::DebugState`), not from here.
 //!
 //! Beside the last sweep, each instance has a bounded history of the last
 //! hour ([`history`]: fixed buckets whatever the sweep interval) and since
 //! when it stands as it does ([`Standing`], [`Since`]), for the fleet and
 //! instance pages.
 
+mod args;
 mod history;
 mod publication;
 mod standing;
 mod timeline;
 
+pub use args::ViewArgs;
 pub use history::{
     BUCKET_SECONDS, BandChange, BandTops, HISTORY_BUCKETS, HistoryPoint, HistoryView,
     MAX_BAND_MARKS, Since,
@@ -35,8 +36,8 @@ pub use timeline::{
 };
 
 use crate::model::{
-    GateLimits, InstanceKey, LastWrite, MembersSource, PodIdentity, PodSample, SampleResult,
-    ShadowJudgement, StoredInstance, StoredStatusSource, WriteRecord,
+    GateLimits, InstanceKey, LastWrite, PodIdentity, PodSample, SampleResult, ShadowJudgement,
+    WriteRecord,
 };
 use history::{History, HistoryInput};
 use jiff::Timestamp;
@@ -281,24 +282,6 @@ pub struct Readiness {
     pub reasons: Vec<String>,
 }
 
-/// Lists the watches still waiting for their initial list.
-pub type SyncProbe = Arc<dyn Fn() -> Vec<String> + Send + Sync>;
-
-/// What one replica knows of one instance: its own last sweep (`live`,
-/// when it sweeps the instance), the status stored in the cluster
-/// (`stored`, when it watches the cluster) and who writes the status.
-#[derive(Debug, Clone, PartialEq)]
-pub struct InstanceAnswer {
-    /// Namespace and name.
-    pub key: InstanceKey,
-    /// This replica's own view, when it sweeps the instance.
-    pub live: Option<InstanceView>,
-    /// The instance as the watch last saw it.
-    pub stored: Option<StoredInstance>,
-    /// The replica that writes its status.
-    pub owned_by: Option<String>,
-}
-
 /// What the per-instance histories occupy, from
 /// [`FleetView::history_footprint`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -314,10 +297,6 @@ pub struct HistoryFootprint {
 struct FleetState {
     instances: BTreeMap<InstanceKey, InstanceView>,
     histories: BTreeMap<InstanceKey, Box<History>>,
-    sync_probe: Option<SyncProbe>,
-    members: Option<Arc<dyn MembersSource>>,
-    stored: Option<Arc<dyn StoredStatusSource>>,
-    identity: Option<String>,
     publication: PublicationState,
 }
 
@@ -340,8 +319,8 @@ impl std::fmt::Debug for FleetView {
 }
 
 impl FleetView {
-    /// An empty view that is ready as soon as no write was pruned (set a
-    /// [`SyncProbe`] to gate readiness on the initial lists).
+    /// An empty view, ready as long as no write was pruned and no status
+    /// is contested.
     pub fn new() -> Self {
         Self::default()
     }
@@ -392,26 +371,6 @@ impl FleetView {
         self.timelines().footprint()
     }
 
-    /// Gates readiness on `probe` returning no pending list.
-    pub fn set_sync_probe(&self, probe: SyncProbe) {
-        self.write().sync_probe = Some(probe);
-    }
-
-    /// Shows the sharding section from `source`.
-    pub fn set_members(&self, source: Arc<dyn MembersSource>) {
-        self.write().members = Some(source);
-    }
-
-    /// The sharding section's source, when sharding is on.
-    pub fn members(&self) -> Option<Arc<dyn MembersSource>> {
-        self.read().members.clone()
-    }
-
-    /// Answers for the instances this replica does not sweep from `source`.
-    pub fn set_stored(&self, source: Arc<dyn StoredStatusSource>) {
-        self.write().stored = Some(source);
-    }
-
     /// Records the publication target chosen at start.
     pub fn set_publication_choice(&self, choice: crate::model::TargetChoice) {
         self.write().publication.choice = Some(choice);
@@ -456,101 +415,6 @@ impl FleetView {
         let state = self.read();
         let h = state.instances.get(key)?.health.as_ref()?;
         Some((h.ready, h.serving))
-    }
-
-    /// This replica's identity (who writes what it sweeps).
-    pub fn set_identity(&self, identity: impl Into<String>) {
-        self.write().identity = Some(identity.into());
-    }
-
-    /// Who writes `key`'s status: with sharding the owner among the live
-    /// members; else this replica (its identity, or the agent named in
-    /// `live`'s aggregate).
-    fn owner(
-        members: Option<&Arc<dyn MembersSource>>,
-        identity: Option<&str>,
-        key: &InstanceKey,
-        live: Option<&InstanceView>,
-        now: Timestamp,
-    ) -> Option<String> {
-        match members {
-            Some(m) => m.owner_of(key, now),
-            None => identity.map(str::to_owned).or_else(|| {
-                live.and_then(|v| v.health.as_ref())
-                    .map(|h| h.agent.clone())
-            }),
-        }
-    }
-
-    /// What this replica knows of `key` at `now`; `None` when it neither
-    /// sweeps nor watches an instance of that name.
-    pub fn answer(&self, key: &InstanceKey, now: Timestamp) -> Option<InstanceAnswer> {
-        let (live, stored_source, members, identity) = {
-            let state = self.read();
-            (
-                state.instances.get(key).cloned(),
-                state.stored.clone(),
-                state.members.clone(),
-                state.identity.clone(),
-            )
-        };
-        let stored = stored_source.and_then(|s| s.stored_instance(key));
-        if live.is_none() && stored.is_none() {
-            return None;
-        }
-        let owned_by = Self::owner(
-            members.as_ref(),
-            identity.as_deref(),
-            key,
-            live.as_ref(),
-            now,
-        );
-        Some(InstanceAnswer {
-            key: key.clone(),
-            live,
-            stored,
-            owned_by,
-        })
-    }
-
-    /// What this replica knows of every instance it sweeps or watches, by
-    /// namespace and name.
-    pub fn answers(&self, now: Timestamp) -> Vec<InstanceAnswer> {
-        let (mut live, stored_source, members, identity) = {
-            let state = self.read();
-            (
-                state.instances.clone(),
-                state.stored.clone(),
-                state.members.clone(),
-                state.identity.clone(),
-            )
-        };
-        let mut stored: BTreeMap<InstanceKey, StoredInstance> = stored_source
-            .map(|s| s.stored_instances())
-            .unwrap_or_default()
-            .into_iter()
-            .map(|s| (s.key.clone(), s))
-            .collect();
-        let keys: std::collections::BTreeSet<InstanceKey> =
-            live.keys().chain(stored.keys()).cloned().collect();
-        keys.into_iter()
-            .map(|key| {
-                let live = live.remove(&key);
-                let owned_by = Self::owner(
-                    members.as_ref(),
-                    identity.as_deref(),
-                    &key,
-                    live.as_ref(),
-                    now,
-                );
-                InstanceAnswer {
-                    stored: stored.remove(&key),
-                    live,
-                    owned_by,
-                    key,
-                }
-            })
-            .collect()
     }
 
     /// Records one sweep of one instance: the samples (merged by pod name
@@ -750,41 +614,36 @@ impl FleetView {
         self.read().instances.get(key).cloned()
     }
 
-    /// Not ready while an initial list is pending, or while the last write
-    /// of any instance was pruned.
+    /// The fleet's own reasons not to be ready: the last write of an
+    /// instance was pruned, or another manager contests its status (the
+    /// debug server adds the pending initial lists,
+    /// `crate::debug::DebugState::readiness`).
     pub fn readiness(&self) -> Readiness {
-        let (probe, pruned) = {
-            let state = self.read();
-            let pruned: Vec<String> = state
-                .instances
-                .iter()
-                .filter_map(|(k, v)| match v.last_write.as_ref().map(|w| &w.result) {
-                    Some(WriteRecord::Pruned { missing }) => Some(format!(
-                        "status write for {k} was pruned (CRD too old): missing {}",
-                        missing.join(", ")
-                    )),
-                    _ => None,
-                })
-                .collect();
-            let contested = state.publication.contested.iter().map(|(k, m)| {
-                format!(
-                    "status.rolloutHealth of {k} is also written by {m:?}: not written (StatusContested; use --publication-target companion)"
-                )
-            });
-            let pruned: Vec<String> = pruned.into_iter().chain(contested).collect();
-            (state.sync_probe.clone(), pruned)
-        };
-        let mut reasons: Vec<String> = probe
-            .map(|p| p())
-            .unwrap_or_default()
-            .into_iter()
-            .map(|l| format!("initial list pending: {l}"))
-            .collect();
-        reasons.extend(pruned);
+        let state = self.read();
+        let pruned = state.instances.iter().filter_map(|(k, v)| {
+            match v.last_write.as_ref().map(|w| &w.result) {
+                Some(WriteRecord::Pruned { missing }) => Some(format!(
+                    "status write for {k} was pruned (CRD too old): missing {}",
+                    missing.join(", ")
+                )),
+                _ => None,
+            }
+        });
+        let contested = state.publication.contested.iter().map(|(k, m)| {
+            format!(
+                "status.rolloutHealth of {k} is also written by {m:?}: not written (StatusContested; use --publication-target companion)"
+            )
+        });
+        let reasons: Vec<String> = pruned.chain(contested).collect();
         Readiness {
             ready: reasons.is_empty(),
             reasons,
         }
+    }
+
+    /// Every instance, by key (a copy).
+    pub fn instances(&self) -> BTreeMap<InstanceKey, InstanceView> {
+        self.read().instances.clone()
     }
 }
 
@@ -998,18 +857,8 @@ mod tests {
     }
 
     #[test]
-    fn readiness_fails_on_pending_lists_and_pruned_writes() {
+    fn readiness_fails_on_pruned_writes() {
         let v = FleetView::new();
-        assert!(v.readiness().ready);
-        let pending = Arc::new(std::sync::Mutex::new(vec!["pods#0".to_owned()]));
-        let p = pending.clone();
-        v.set_sync_probe(Arc::new(move || {
-            p.lock().map(|g| g.clone()).unwrap_or_default()
-        }));
-        let r = v.readiness();
-        assert!(!r.ready);
-        assert_eq!(r.reasons, ["initial list pending: pods#0"]);
-        pending.lock().expect("lock").clear();
         assert!(v.readiness().ready);
 
         let k = InstanceKey::new("ns", "a");

@@ -260,7 +260,7 @@ async fn bad_ports_and_one_node_twice_are_named() {
 
 #[test]
 fn durations_are_written_like_8s_2m_1h() {
-    use kura_agent::cli::parse::parse_duration;
+    use kura_agent::model::parse::parse_duration;
     assert_eq!(parse_duration("8s").unwrap(), Duration::from_secs(8));
     assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
     assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));

@@ -26,15 +26,15 @@ struct Server {
 async fn start(listen: SocketAddr) -> Server {
     let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
     let view = FleetView::new();
-    // The initial lists are in: /readyz answers 200.
-    view.set_sync_probe(Arc::new(Vec::new));
     let server = DebugServer::bind(
         listen,
-        DebugState {
+        // The initial lists are in: /readyz answers 200.
+        DebugState::new(
             view,
-            metrics: recorder.handle(),
-            clock: Arc::new(kura_agent::model::SystemClock),
-        },
+            recorder.handle(),
+            Arc::new(kura_agent::model::SystemClock),
+        )
+        .with_sync_probe(Arc::new(Vec::new)),
     )
     .await
     .expect("bind");
@@ -196,6 +196,7 @@ async fn the_default_listen_address_serves_ipv4_and_ipv6() {
     let default = Run::try_parse_from(["run"])
         .expect("defaults")
         .args
+        .debug
         .debug_listen;
     // The default, on a free port.
     let server = start(SocketAddr::new(default.ip(), 0)).await;

@@ -170,11 +170,7 @@ async fn serve(view: &FleetView, at: Timestamp) -> (SocketAddr, tokio::sync::one
     let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
     let server = DebugServer::bind(
         "127.0.0.1:0".parse().expect("addr"),
-        DebugState {
-            view: view.clone(),
-            metrics: recorder.handle(),
-            clock: Arc::new(Fixed(at)),
-        },
+        DebugState::new(view.clone(), recorder.handle(), Arc::new(Fixed(at))),
     )
     .await
     .expect("bind");

@@ -80,6 +80,12 @@ struct Fixture {
 }
 
 async fn start() -> Fixture {
+    start_with(|state| state).await
+}
+
+/// The fixture's server, its state completed by `complete` (stored
+/// statuses, members).
+async fn start_with(complete: impl FnOnce(DebugState) -> DebugState) -> Fixture {
     let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
     let handle = recorder.handle();
     metrics::with_local_recorder(&recorder, || {
@@ -89,9 +95,6 @@ async fn start() -> Fixture {
     let view = FleetView::new();
     let pending = Arc::new(Mutex::new(vec!["pods#0".to_owned()]));
     let p = pending.clone();
-    view.set_sync_probe(Arc::new(move || {
-        p.lock().map(|g| g.clone()).unwrap_or_default()
-    }));
 
     let key = InstanceKey::new("kura", "acme-eu");
     let pods = ["acme-eu-0".to_owned(), "acme-eu-1".to_owned()];
@@ -138,11 +141,16 @@ async fn start() -> Fixture {
 
     let server = DebugServer::bind(
         "127.0.0.1:0".parse().expect("addr"),
-        DebugState {
-            view: view.clone(),
-            metrics: handle,
-            clock: std::sync::Arc::new(kura_agent::model::SystemClock),
-        },
+        complete(
+            DebugState::new(
+                view.clone(),
+                handle,
+                std::sync::Arc::new(kura_agent::model::SystemClock),
+            )
+            .with_sync_probe(Arc::new(move || {
+                p.lock().map(|g| g.clone()).unwrap_or_default()
+            })),
+        ),
     )
     .await
     .expect("bind");
@@ -449,10 +457,10 @@ async fn instances_another_replica_owns_are_answered_from_the_stored_status() {
     use kura_agent::model::{MembersSnapshot, MembersSource, StoredInstance, StoredStatusSource};
     use kura_schemas::KuraInstanceStatus;
 
-    struct Stored(Vec<StoredInstance>);
+    struct Stored(Mutex<Vec<StoredInstance>>);
     impl StoredStatusSource for Stored {
         fn stored_instances(&self) -> Vec<StoredInstance> {
-            self.0.clone()
+            self.0.lock().map(|s| s.clone()).unwrap_or_default()
         }
     }
     struct Owners;
@@ -481,7 +489,11 @@ async fn instances_another_replica_owns_are_answered_from_the_stored_status() {
         }
     }
 
-    let f = start().await;
+    let stored = Arc::new(Stored(Mutex::new(Vec::new())));
+    let f = {
+        let stored = Arc::clone(&stored);
+        start_with(move |state| state.with_stored(stored).with_members(Arc::new(Owners))).await
+    };
     let mut other_health = health(true);
     other_health.observed_generation = 2;
     other_health.agent = "replica-b".into();
@@ -498,14 +510,13 @@ async fn instances_another_replica_owns_are_answered_from_the_stored_status() {
         ]
     }))
     .expect("status");
-    f.view.set_stored(Arc::new(Stored(vec![StoredInstance {
+    *stored.0.lock().expect("lock") = vec![StoredInstance {
         key: InstanceKey::new("kura", "other"),
         generation: 2,
         spec_image: "img:2".into(),
         status: Some(stored_status.clone()),
         notes: vec![],
-    }])));
-    f.view.set_members(Arc::new(Owners));
+    }];
 
     let r = request(f.addr, "GET", "/api/v1/instances/kura/other/verdict").await;
     assert_eq!(r.status, 200, "{}", r.body);
@@ -560,13 +571,13 @@ async fn instances_another_replica_owns_are_answered_from_the_stored_status() {
     // A newer generation the owner has not judged: not current.
     let mut newer = stored_status;
     newer.phase = Some("Updating".into());
-    f.view.set_stored(Arc::new(Stored(vec![StoredInstance {
+    *stored.0.lock().expect("lock") = vec![StoredInstance {
         key: InstanceKey::new("kura", "other"),
         generation: 3,
         spec_image: "img:3".into(),
         status: Some(newer),
         notes: vec![],
-    }])));
+    }];
     let v: Value = serde_json::from_str(
         &request(f.addr, "GET", "/api/v1/instances/kura/other/verdict")
             .await

@@ -31,14 +31,15 @@ async fn start(padding: usize, limits: Limits) -> Server {
         }
     });
     let view = FleetView::new();
-    view.set_sync_probe(Arc::new(Vec::new));
     let server = DebugServer::bind(
         "127.0.0.1:0".parse().expect("addr"),
-        DebugState {
+        // The initial lists are in: /readyz answers 200.
+        DebugState::new(
             view,
-            metrics: recorder.handle(),
-            clock: Arc::new(kura_agent::model::SystemClock),
-        },
+            recorder.handle(),
+            Arc::new(kura_agent::model::SystemClock),
+        )
+        .with_sync_probe(Arc::new(Vec::new)),
     )
     .await
     .expect("bind")

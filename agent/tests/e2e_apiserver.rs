@@ -951,7 +951,7 @@ async fn the_agent_runs_with_exactly_the_charts_rbac() {
     let events_failed_before = metric_sum("kura_agent_events_total", "result=\"failed\"");
     // All namespaces, as the chart's default does (the ClusterRole allows it).
     let mut args = run_args(&ns, fleet.port, &[]);
-    args.namespaces.clear();
+    args.discovery.namespaces.clear();
     let mut agent = start_agent(args, config.clone());
     wait_status(
         &client,
@@ -1451,7 +1451,7 @@ async fn status_write_economy_and_flip_latency() {
     let rollout_ms = 2_000 / scale;
     let settle_ms = 1_200_000 / scale;
     let run = Duration::from_millis(300_000 / scale);
-    kura_sim::raise_fd_limit(65_536).ok();
+    kura_agent::cli::raise_fd_limit(65_536).ok();
     let client = admin().await;
     ensure_crd(&client).await;
     let ns = create_namespace(&client, "e2e-economy").await;
@@ -1485,7 +1485,10 @@ async fn status_write_economy_and_flip_latency() {
     ];
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let args = run_args(&ns, fleet.port, &flags);
-    assert_eq!(args.sweep_interval, None, "the cadence, not one interval");
+    assert_eq!(
+        args.cadence.sweep_interval, None,
+        "the cadence, not one interval"
+    );
     let written_before = metric_sum(WRITES, "");
     let applied_before = metric_sum(WRITES, "result=\"applied\"");
     let started = Instant::now();
@@ -1583,8 +1586,8 @@ async fn rollout_flip_latency_at_default_settings() {
         "--agent-identity=e2e-agent".to_owned(),
         "--log-format=text".to_owned(),
     ]);
-    assert_eq!(args.sweep_interval, None);
-    let cadence = args.cadence();
+    assert_eq!(args.cadence.sweep_interval, None);
+    let cadence = args.cadence.cadence();
     let mut agent = start_agent(args, admin_config().await);
     wait_status(&client, &ns, "omega", "first aggregate", T, |s| {
         s["rolloutGate"]["verdict"] == "healthy"
@@ -2511,7 +2514,7 @@ async fn a_flapping_instance_costs_a_bounded_number_of_event_calls() {
             interval_flag.as_str(),
         ],
     );
-    let limit = args.event_limit();
+    let limit = args.events.limit();
     assert_eq!(
         limit.burst,
         kura_agent::events::EventLimitConfig::default().burst
@@ -2632,7 +2635,7 @@ async fn a_rollouts_events_each_reach_the_api_server_within_15_s() {
     // The Event bound at its defaults.
     let args = run_args(&ns, fleet.port, &[]);
     assert_eq!(
-        args.event_limit(),
+        args.events.limit(),
         kura_agent::events::EventLimitConfig::default()
     );
     // Waits (long enough to measure a minute's delay) until the Events say

@@ -124,11 +124,7 @@ async fn start() -> (SocketAddr, FleetView, tokio::sync::oneshot::Sender<()>) {
     let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
     let server = DebugServer::bind(
         "127.0.0.1:0".parse().expect("addr"),
-        DebugState {
-            view: view.clone(),
-            metrics: recorder.handle(),
-            clock: Arc::new(Fixed(end)),
-        },
+        DebugState::new(view.clone(), recorder.handle(), Arc::new(Fixed(end))),
     )
     .await
     .expect("bind");

@@ -164,11 +164,7 @@ async fn the_verdict_endpoint_and_metrics_in_every_state_a_recipe_reads() {
     let view = FleetView::new();
     let server = DebugServer::bind(
         "127.0.0.1:0".parse().expect("addr"),
-        DebugState {
-            view: view.clone(),
-            metrics: handle,
-            clock: Arc::new(SystemClock),
-        },
+        DebugState::new(view.clone(), handle, Arc::new(SystemClock)),
     )
     .await
     .expect("bind");

@@ -257,11 +257,11 @@ async fn scrape_has_every_instance_and_drops_a_removed_one() {
     let view = FleetView::new();
     let server = DebugServer::bind(
         "127.0.0.1:0".parse().expect("addr"),
-        DebugState {
-            view: view.clone(),
-            metrics: handle,
-            clock: std::sync::Arc::new(kura_agent::model::SystemClock),
-        },
+        DebugState::new(
+            view.clone(),
+            handle,
+            std::sync::Arc::new(kura_agent::model::SystemClock),
+        ),
     )
     .await
     .expect("bind");

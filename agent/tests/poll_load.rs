@@ -3,9 +3,10 @@
 //! kept-alive connections when the open-file limit allows keep-alive).
 //! `cargo test -p kura-agent --test poll_load -- --ignored --nocapture`
 
+use kura_agent::cli::raise_fd_limit;
 use kura_agent::model::SampleResult;
 use kura_agent::poll::{PollConfig, Poller};
-use kura_sim::{Simulator, raise_fd_limit};
+use kura_sim::Simulator;
 use std::time::Instant;
 
 mod support {

@@ -163,15 +163,11 @@ async fn every_published_verdict_replays_from_the_exported_timeline() {
         names.iter().map(|n| target(n, &sim, OLD)).collect(),
     ));
     let view = FleetView::new();
-    view.set_identity("replica-a");
-    view.set_stored(Arc::new(Stored));
     let server = DebugServer::bind(
         "127.0.0.1:0".parse().expect("addr"),
-        DebugState {
-            view: view.clone(),
-            metrics: handle,
-            clock: Arc::new(SystemClock),
-        },
+        DebugState::new(view.clone(), handle, Arc::new(SystemClock))
+            .with_identity("replica-a")
+            .with_stored(Arc::new(Stored)),
     )
     .await
     .expect("bind");
@@ -294,10 +290,9 @@ async fn every_published_verdict_replays_from_the_exported_timeline() {
     // through, and says so tick by tick and in its summary.
     let candidate_file =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/demo/shadow-loose-fd.json");
-    let candidate = kura_gate::document::read_config_file(
-        &std::fs::read_to_string(&candidate_file).expect("candidate file"),
-    )
-    .expect("a valid candidate");
+    let candidate = kura_gate::config_file::load(&candidate_file)
+        .expect("a valid candidate")
+        .config;
     let text = serde_json::to_string(&hold).expect("serialise");
     let what_if = kura_gate::what_if::what_if(&text, &candidate, kura_gate::what_if::View::Agent)
         .expect("the export replays");

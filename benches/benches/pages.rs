@@ -158,11 +158,7 @@ fn pages(c: &mut Criterion) {
                 "127.0.0.1:0"
                     .parse()
                     .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0))),
-                DebugState {
-                    view: view.clone(),
-                    metrics: recorder.handle(),
-                    clock: Arc::new(Fixed(end)),
-                },
+                DebugState::new(view.clone(), recorder.handle(), Arc::new(Fixed(end))),
             )
             .await
             {

@@ -33,6 +33,7 @@ use crate::proc_stats::{cpu_time, peak_rss};
 use crate::profiler::{is_profiler_line, profiled};
 use crate::sim_process::FD_SLACK;
 use jiff::{SignedDuration, Timestamp};
+use kura_agent::cli::raise_fd_limit;
 use kura_agent::engine::EngineConfig;
 use kura_agent::model::{
     DesiredStatus, InstanceInfo, InstanceKey, InstanceTarget, PodIdentity, PodTarget, StatusSink,
@@ -43,7 +44,6 @@ use kura_agent::runner::{AgentLoop, Cadence, LoopConfig, StaticTargets};
 use kura_agent::tools::fleet_load_side::protocol::parse_target;
 use kura_agent::view::FleetView;
 use kura_schemas::{AgentVerdict, BaselineCounters, KuraInstanceStatus, RolloutGate};
-use kura_sim::raise_fd_limit;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;

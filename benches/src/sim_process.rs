@@ -10,9 +10,10 @@
 //! accepted so far.
 
 use crate::error::LoadError;
+use kura_agent::cli::raise_fd_limit;
 use kura_agent::model::PodIdentity;
 use kura_agent::tools::fleet_load_side::protocol::parse_target;
-use kura_sim::{Addressing, ReportGeneration, SimPodSpec, Simulator, raise_fd_limit};
+use kura_sim::{Addressing, ReportGeneration, SimPodSpec, Simulator};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;

@@ -5,6 +5,11 @@
 //!
 //! - [`config`]: [`GateConfig`] with the documented defaults and the exact
 //!   integer bands (a value equal to its band top passes).
+//! - [`config_file`]: the one reader of a gate configuration: the files
+//!   (JSON or YAML) of the agent's `run`, `check` and tools and of
+//!   `kura-gate replay --gate-config`, the configuration text
+//!   ([`config_file::read_document`], also the agent's annotation's) and
+//!   the bindings' configuration documents ([`parse_config_json`]).
 //! - [`health_view`]: [`HealthView`], the lenient view of a rollout-health
 //!   aggregate; a missing always-present field (`ready`, `sampledPods`,
 //!   `fdTimeoutCount`, ...) fails its check, a null optional counter is
@@ -68,10 +73,14 @@
 //!   `soaking`). Boolean checks report `observed` 0/1; missing fields have
 //!   `observed` null and a `detail`.
 
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
 pub mod agent_view;
 pub mod baseline;
 pub mod checks;
 pub mod config;
+pub mod config_file;
 pub mod document;
 pub mod error;
 pub mod health_view;
@@ -83,9 +92,10 @@ pub mod what_if;
 pub use agent_view::{AgentLine, agent_view};
 pub use baseline::Baseline;
 pub use config::GateConfig;
+pub use config_file::parse_config_json;
 pub use document::{
-    DocumentError, ReplayInput, parse_baseline_json, parse_config_json, parse_config_over,
-    parse_replay, parse_replay_judged_with, parse_tick_json, parse_tick_value,
+    DocumentError, ReplayInput, parse_baseline_json, parse_config_over, parse_replay,
+    parse_replay_judged_with, parse_tick_json, parse_tick_value,
 };
 pub use error::GateError;
 pub use health_view::HealthView;

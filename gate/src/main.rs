@@ -1,5 +1,7 @@
 //! `kura-gate`: offline replay of the rollout gate (contract/gate.md).
 
+#![forbid(unsafe_code)]
+
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -125,8 +127,9 @@ enum Command {
         /// document says the agent published; exit 1 when they disagree.
         #[arg(long)]
         agent_view: bool,
-        /// Judge with this configuration (a JSON object of the `config`
-        /// keys, up to 64 KiB) instead of the document's own.
+        /// Judge with this configuration (an object of the `config` keys,
+        /// up to 64 KiB: JSON, or YAML for a name not ending in `.json`)
+        /// instead of the document's own.
         #[arg(long, value_name = "FILE")]
         gate_config: Option<PathBuf>,
         /// With --gate-config: print only the ticks where the candidate's
@@ -136,9 +139,6 @@ enum Command {
         diff: bool,
     },
 }
-
-/// The largest `--gate-config` file read, in bytes (the agent's limit).
-const MAX_GATE_FILE_BYTES: u64 = 64 * 1024;
 
 /// Exit status when the input is refused.
 const EXIT_REFUSED: u8 = 2;
@@ -217,21 +217,13 @@ fn read_input(file: &str) -> Result<String, String> {
     }
 }
 
-/// A `--gate-config` file: the strict JSON configuration document over the
-/// defaults, refused with one line naming the file, the key and the reason.
+/// A `--gate-config` file, read by the gate's one configuration file
+/// reader ([`kura_gate::config_file`], as the agent's `--gate-config`):
+/// refused with one line naming the file, the key and the reason.
 fn load_gate_config(path: &Path) -> Result<GateConfig, String> {
-    let fail = |reason: String| format!("gate config {}: {reason}", path.display());
-    let file = std::fs::File::open(path).map_err(|e| fail(format!("cannot read: {e}")))?;
-    let mut text = String::new();
-    file.take(MAX_GATE_FILE_BYTES + 1)
-        .read_to_string(&mut text)
-        .map_err(|e| fail(format!("cannot read: {e}")))?;
-    if text.len() as u64 > MAX_GATE_FILE_BYTES {
-        return Err(fail(format!(
-            "cannot read: larger than {MAX_GATE_FILE_BYTES} bytes"
-        )));
-    }
-    kura_gate::document::read_config_file(&text).map_err(fail)
+    kura_gate::config_file::load(path)
+        .map(|file| file.config)
+        .map_err(|e| e.to_string())
 }
 
 fn replay(text: &str, candidate: Option<&GateConfig>, view: View) -> ExitCode {

@@ -105,14 +105,7 @@ impl Serialize for LinkKind {
 
 /// `s` cut to at most [`MAX_TEXT_LEN`] bytes, at a character boundary.
 fn cut(s: &str) -> &str {
-    if s.len() <= MAX_TEXT_LEN {
-        return s;
-    }
-    let mut end = MAX_TEXT_LEN;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
+    crate::text::cut_at_char_boundary(s, MAX_TEXT_LEN)
 }
 
 /// One row of `sync_links`: a link this node pulls from. `kind` and

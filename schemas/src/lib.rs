@@ -14,9 +14,11 @@
 //! - [`generated`]: the CRD YAML and JSON Schemas written by `crdgen`;
 //! - [`api_int`]: the int64 ceiling of what the API server stores;
 //! - [`strict_json`]: JSON read with repeated keys refused, for every
-//!   document read from a file.
+//!   document read from a file;
+//! - [`text`]: text cut to a byte bound at a character boundary.
 
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub mod api_int;
 pub mod cluster;
@@ -29,6 +31,7 @@ mod lenient_authority;
 pub mod report;
 pub mod signal;
 pub mod strict_json;
+pub mod text;
 pub mod timeline;
 pub mod verdict;
 

@@ -15,8 +15,9 @@
 //! fallback to `127.0.0.1` and one ephemeral port per pod. A pod costs one
 //! listening socket and one small task, plus one task per open connection.
 //! For a whole fleet's pods in one process together with a keep-alive
-//! client, allow about three file descriptors per pod: [`raise_fd_limit`] raises the soft
-//! limit to the hard one; beyond that use `ulimit -n`.
+//! client, allow about three file descriptors per pod:
+//! `kura_agent::cli::raise_fd_limit` raises the soft limit to the hard
+//! one; beyond that use `ulimit -n`.
 //!
 //! What Kura does to an instance's pods has its simulation too: a
 //! suspension scales them to zero and wipes their data
@@ -27,6 +28,7 @@
 //! the old image until they are deleted, [`SimPodHandle::restart`].)
 
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod addressing;
 mod behaviour;
@@ -36,7 +38,7 @@ mod node;
 mod pod;
 mod scenario;
 
-pub use addressing::{Addressing, raise_fd_limit};
+pub use addressing::Addressing;
 pub use behaviour::Behaviour;
 pub use kubelet::SimKubelet;
 pub use node::{REGION_LINK_LAG, ReportGeneration, SimNode};

@@ -9,6 +9,7 @@
 //! (`write::policy`).
 
 mod aggregator;
+mod args;
 mod backfill;
 mod counters;
 mod fence;
@@ -16,6 +17,7 @@ pub mod input;
 mod tracked;
 
 pub use aggregator::{InstanceAggregator, MAX_TRACKED_PODS};
+pub use args::AggregateArgs;
 pub use tracked::GONE_ERROR;
 
 use jiff::SignedDuration;

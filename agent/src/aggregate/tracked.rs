@@ -123,7 +123,7 @@ impl TrackedPod {
     /// sample (its `sampledAt` says when); a pod that never answered shows
     /// what discovery knows of it.
     pub(crate) fn fail(&mut self, pod: &PodIdentity, reason: &str, max_len: usize) {
-        let reason = truncate(reason, max_len);
+        let reason = kura_schemas::text::cut_at_char_boundary(reason, max_len);
         let d = &*self.detail;
         // A pod that never answered shows what discovery knows of it.
         let identity_moved = self.fd.is_none()
@@ -160,18 +160,6 @@ fn publish_counters(d: &mut PodHealth, fd: Option<Counter>, peer: Option<Counter
     d.peer_connection_failures_raw = peer.map(|c| c.last_raw);
 }
 
-/// Longest prefix of `s` within `max` bytes, cut at a character boundary.
-pub(crate) fn truncate(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
-}
-
 /// Overwrite without allocating when the value did not change.
 fn set_str(dst: &mut String, src: &str) {
     if dst != src {
@@ -185,17 +173,5 @@ fn set_opt(dst: &mut Option<String>, src: Option<&str>) {
         (Some(d), Some(s)) => set_str(d, s),
         (None, Some(s)) => *dst = Some(s.to_owned()),
         (_, None) => *dst = None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::truncate;
-
-    #[test]
-    fn truncate_cuts_at_char_boundaries() {
-        assert_eq!(truncate("abc", 5), "abc");
-        assert_eq!(truncate("abcdef", 3), "abc");
-        assert_eq!(truncate("aé", 2), "a");
     }
 }

@@ -1,143 +1,78 @@
-//! `--gate-config FILE` of `run` and `check` (`KURA_AGENT_GATE_CONFIG`):
-//! the gate's settings in JSON or YAML, the camelCase keys of
-//! [`GateConfig`] (the `config` object of `kura-gate replay`), every key
-//! optional, unknown keys refused. The document goes through the gate's one
-//! parser and validator ([`kura_gate::parse_config_over`]); a file that
-//! does not pass it stops the command at start-up (exit 2) with one line
-//! naming the file, the key and the reason.
+//! `--gate-config FILE` and `--shadow-gate-config FILE` of `run`
+//! ([`GateArgs`]; `check` takes `--gate-config` too): the gate's settings
+//! in JSON or YAML, the camelCase keys of [`GateConfig`] (the `config`
+//! object of `kura-gate replay`), every key optional, unknown keys refused.
+//! The files are read by kura-gate's one configuration file reader
+//! ([`kura_gate::config_file`], which `kura-gate replay --gate-config` and,
+//! through the same parser, the bindings use too), once, at start-up
+//! ([`GateArgs::load`]); a file that does not pass it stops the command at
+//! start-up (exit 2) with one line naming the file, the key and the reason.
 //!
 //! A file whose name ends in `.json` is read as JSON, any other as YAML (a
 //! JSON document is YAML too). It is read up to [`MAX_GATE_FILE_BYTES`].
 
-use std::io::Read as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
+use clap::Args;
 use kura_gate::GateConfig;
-use serde_json::Value;
 
-use crate::engine::config_error_text;
-use crate::gate_text::{ConfigFormat, read_document};
+pub use kura_gate::config_file::{
+    ConfigFile as GateFile, ConfigFileError as GateFileError,
+    MAX_CONFIG_FILE_BYTES as MAX_GATE_FILE_BYTES, load, parse,
+};
 
-/// The largest gate configuration file read, in bytes.
-pub const MAX_GATE_FILE_BYTES: u64 = 64 * 1024;
+/// The gate configuration files of `run`.
+#[derive(Debug, Clone, Args)]
+pub struct GateArgs {
+    /// The gate's settings for every instance: a JSON (`.json`) or YAML
+    /// file of `GateConfig` keys (camelCase, as in `kura-gate replay`'s
+    /// `config`; every key optional, unknown keys refused). Without it the
+    /// documented defaults apply. An instance's own
+    /// `kura.tuist.dev/gate-config` annotation (a JSON object of the same
+    /// keys) is merged over it for that instance only. `soakSeconds` and
+    /// `waveDeadlineSeconds` are the orchestrator's: the agent publishes
+    /// `healthySince` and never judges a wave.
+    #[arg(long, env = "KURA_AGENT_GATE_CONFIG", value_name = "FILE")]
+    pub gate_config: Option<PathBuf>,
 
-/// A gate configuration read from a file.
+    /// A candidate gate configuration (the same format as
+    /// `--gate-config`, over the defaults) judged beside the live one on
+    /// the same samples: every instance gets a second, shadow verdict
+    /// (its annotation merged over this file, as the live one is over
+    /// `--gate-config`), shown on the pages, in the verdict API under
+    /// `shadow` and as `kura_instance_shadow_gate_*` series; it is never
+    /// written to the status, a condition or an Event. Restarts start the
+    /// shadow from the live verdict's baseline.
+    #[arg(long, env = "KURA_AGENT_SHADOW_GATE_CONFIG", value_name = "FILE")]
+    pub shadow_gate_config: Option<PathBuf>,
+}
+
+/// The gate configurations `run` judges with, read from their files.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GateFile {
-    /// The configuration: the file's keys over the defaults.
-    pub config: GateConfig,
-    /// The keys the file sets (not null), in file order.
-    pub keys: Vec<String>,
+pub struct GateConfigs {
+    /// Every instance's: `--gate-config`'s file over the defaults, or the
+    /// defaults.
+    pub live: GateConfig,
+    /// The shadow's: `--shadow-gate-config`'s file over the defaults;
+    /// `None` without the flag.
+    pub shadow: Option<GateConfig>,
 }
 
-impl GateFile {
-    /// Whether the file sets `key`.
-    pub fn sets(&self, key: &str) -> bool {
-        self.keys.iter().any(|k| k == key)
-    }
-}
-
-/// Why a gate configuration file was refused; its display is the one line
-/// printed before exiting 2.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum GateFileError {
-    /// The file could not be read.
-    #[error("gate config {}: cannot read: {reason}", path.display())]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        reason: String,
-    },
-    /// Not JSON or not YAML at all.
-    #[error("gate config {}: not valid {format}: {reason}", path.display())]
-    Syntax {
-        /// The file.
-        path: PathBuf,
-        /// `JSON` or `YAML`.
-        format: &'static str,
-        /// The parser's reason (with its line and column).
-        reason: String,
-    },
-    /// A key or the document's shape refused by the gate's parser.
-    #[error("gate config {}: {reason}", path.display())]
-    Invalid {
-        /// The file.
-        path: PathBuf,
-        /// `key K: reason`, or why the document as a whole is refused.
-        reason: String,
-    },
-}
-
-/// Reads and checks the gate configuration in `path`.
-pub fn load(path: &Path) -> Result<GateFile, GateFileError> {
-    let read_error = |reason: String| GateFileError::Read {
-        path: path.to_owned(),
-        reason,
-    };
-    let file = std::fs::File::open(path).map_err(|e| read_error(e.to_string()))?;
-    let mut text = String::new();
-    file.take(MAX_GATE_FILE_BYTES + 1)
-        .read_to_string(&mut text)
-        .map_err(|e| read_error(e.to_string()))?;
-    if text.len() as u64 > MAX_GATE_FILE_BYTES {
-        return Err(read_error(format!(
-            "larger than {MAX_GATE_FILE_BYTES} bytes"
-        )));
-    }
-    parse(path, &text)
-}
-
-/// Checks the text of a gate configuration file named `path` (its name
-/// decides JSON or YAML).
-pub fn parse(path: &Path, text: &str) -> Result<GateFile, GateFileError> {
-    let json = path
-        .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("json"));
-    let syntax = |format: &'static str, reason: String| GateFileError::Syntax {
-        path: path.to_owned(),
-        format,
-        reason: one_line(&reason),
-    };
-    let format = if json {
-        ConfigFormat::Json
-    } else {
-        ConfigFormat::Yaml
-    };
-    let value = read_document(text, format).map_err(|(format, reason)| syntax(format, reason))?;
-    let config = kura_gate::parse_config_over(&GateConfig::default(), &value).map_err(|e| {
-        GateFileError::Invalid {
-            path: path.to_owned(),
-            reason: match (&e, &value) {
-                (kura_gate::DocumentError::Field { field, .. }, Value::Null)
-                    if field == "(config)" =>
-                {
-                    "empty: expected an object of gate settings (write {} for the defaults)"
-                        .to_owned()
-                }
-                _ => config_error_text(&e),
-            },
-        }
-    })?;
-    let keys = value
-        .as_object()
-        .map(|o| {
-            o.iter()
-                .filter(|(_, v)| !v.is_null())
-                .map(|(k, _)| k.clone())
-                .collect()
+impl GateArgs {
+    /// Reads both files (each once): call at start-up only.
+    pub fn load(&self) -> Result<GateConfigs, GateFileError> {
+        let read = |path: &Option<PathBuf>| path.as_deref().map(load).transpose();
+        Ok(GateConfigs {
+            live: read(&self.gate_config)?.map_or_else(GateConfig::default, |f| f.config),
+            shadow: read(&self.shadow_gate_config)?.map(|f| f.config),
         })
-        .unwrap_or_default();
-    Ok(GateFile { config, keys })
-}
-
-fn one_line(text: &str) -> String {
-    text.replace(['\n', '\r'], " ")
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     fn yaml(text: &str) -> Result<GateFile, GateFileError> {
         parse(Path::new("/etc/kura/gate.yaml"), text)

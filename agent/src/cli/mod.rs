@@ -2,20 +2,24 @@
 //! product binary, and what every subcommand shares. Only `main.rs` and
 //! the tools (`crate::tools`) import it; it imports everything below.
 //!
-//! - [`run`]: the agent in a cluster (flags in [`run::RunArgs`], the
+//! - [`run`]: the agent in a cluster ([`run::RunArgs`]: the flags of each
+//!   module it composes, each module's own `Args` flattened, and the
 //!   composition);
 //! - [`gate_file`]: `--gate-config FILE` of `run` (and of `check`);
-//! - [`parse`]: the flag value parsers (durations, rates, counts);
 //! - [`terminal`]: foreign text escaped and bounded before it is printed;
 //! - [`allocator`]: the binaries' global allocator;
+//! - [`fd_limit`]: [`raise_fd_limit`], the open-file limit of the tools,
+//!   benches and tests that hold thousands of sockets;
 //! - [`LogFormat`], [`init_logging`], [`multi_thread_runtime`]: the one
 //!   logging and runtime set-up of every subcommand.
 
 pub mod allocator;
+pub mod fd_limit;
 pub mod gate_file;
-pub mod parse;
 pub mod run;
 pub mod terminal;
+
+pub use fd_limit::raise_fd_limit;
 
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Default)]

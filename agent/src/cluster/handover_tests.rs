@@ -25,7 +25,7 @@ use super::wire::InstanceObject;
 use crate::engine::EngineConfig;
 use crate::model::{
     DesiredStatus, InstanceKey, InstanceTarget, PublicationTarget, StatusLifecycle, StatusSink,
-    SystemClock, TargetSource,
+    StoredStatusSource, SystemClock, TargetSource,
 };
 use crate::poll::{PollConfig, Poller};
 use crate::runner::{AgentLoop, Cadence, LoopConfig};
@@ -422,7 +422,6 @@ async fn handed_away() -> (Discovery, Mock, Arc<Handover>, Arc<Seeds>, FleetView
     });
     let sink = Arc::new(Seeds::default());
     let view = FleetView::new();
-    view.set_stored(Arc::new(discovery.clone()));
     (discovery, mock, source, sink, view)
 }
 
@@ -499,9 +498,9 @@ async fn the_former_owner_answers_its_last_verdict_while_rereading() {
     source.hide(&acme);
     let (_, _get_unanswered) = next_get(&mut mock).await;
     until("acme's task to stop", || view.instance(&acme).is_none()).await;
-    let answer = view.answer(&acme, Timestamp::now()).expect("watched");
-    assert!(answer.live.is_none());
-    let stored = answer.stored.expect("stored");
+    // What the debug server answers from for an instance it does not sweep.
+    assert!(view.instance(&acme).is_none());
+    let stored = discovery.stored_instance(&acme).expect("watched");
     let verdict = stored
         .status
         .as_ref()

@@ -5,6 +5,7 @@
 //! [`TargetSource`](crate::model::TargetSource)). Status writes go the
 //! other way, through `write`.
 
+mod args;
 mod discovery;
 #[cfg(test)]
 mod handover_tests;
@@ -16,6 +17,7 @@ mod store;
 mod stored;
 mod wire;
 
+pub use args::{DiscoveryArgs, PublicationArgs};
 pub use discovery::kura_instance_resource;
 pub(crate) use discovery::{Discovery, DiscoveryConfig};
 /// How a watched instance is read (public for the `status_io` bench:

@@ -1,5 +1,5 @@
 //! The JSON answers about instances that every replica gives for every
-//! instance it sweeps or watches (from the view's [`InstanceAnswer`]s):
+//! instance it sweeps or watches (from the [`InstanceAnswer`]s of the server's state):
 //!
 //! - `/debug/instances`: one summary per instance (aggregate, verdict,
 //!   last write, `ownedBy`, `source`);
@@ -23,9 +23,10 @@ use kura_schemas::{
 use serde::Serialize;
 use std::sync::Arc;
 
+use crate::debug::state::InstanceAnswer;
 use crate::model::LastWrite;
 use crate::model::conditions::{ConditionState, rollout_hard_stopped, rollout_healthy};
-use crate::view::{InstanceAnswer, InstanceSummary, InstanceView};
+use crate::view::{InstanceSummary, InstanceView};
 
 /// Where the verdict of an answer comes from, with what it rests on.
 struct Basis<'a> {

@@ -1,7 +1,13 @@
-//! The read-only debug HTTP server: it reads the [`FleetView`] and the
-//! metrics recorder and never changes either.
+//! The read-only debug HTTP server: it reads its [`DebugState`] (the
+//! [`FleetView`], the metrics recorder and the lookups `run` hands it) and
+//! never changes any of it.
 //!
-//! - [`server`]: the hyper server and its routes;
+//! - [`server`]: the hyper server (connections, the method and path
+//!   checks, the streamed scrape); `routes`: one function per route and
+//!   the table from paths to them; [`state`]: [`DebugState`], everything
+//!   the server reads, handed in once by whoever starts it (the view,
+//!   the recorder, the clock, readiness, members, stored statuses,
+//!   identity);
 //! - the HTML pages: [`fleet_page`] (`/`; its query in [`fleet_query`],
 //!   the window of rows it shows in [`fleet_window`]) and [`instance_page`]
 //!   (`/instances/{namespace}/{name}`), built from [`html`] (escaping,
@@ -27,6 +33,7 @@
 //! [`FleetView`]: crate::view::FleetView
 
 pub mod answers;
+mod args;
 mod assets;
 mod chart;
 mod connections;
@@ -38,14 +45,19 @@ mod html;
 mod instance_metrics;
 mod instance_page;
 mod listen;
+mod routes;
 mod scrape_body;
 mod server;
 mod shadow;
 mod signals;
+pub mod state;
 mod timeline_query;
 mod watched;
 
+pub use args::DebugArgs;
+pub use state::{DebugState, InstanceAnswer, SyncProbe};
+
 pub use server::{
-    DebugServer, DebugState, HEADER_READ_TIMEOUT, IDLE_GRACE, Limits, MAX_CONNECTIONS,
-    MAX_HEAD_BYTES, MAX_WAITING, QUEUE_LIMIT, RESPONSE_TIMEOUT, WRITE_STALL_TIMEOUT,
+    DebugServer, HEADER_READ_TIMEOUT, IDLE_GRACE, Limits, MAX_CONNECTIONS, MAX_HEAD_BYTES,
+    MAX_WAITING, QUEUE_LIMIT, RESPONSE_TIMEOUT, WRITE_STALL_TIMEOUT,
 };

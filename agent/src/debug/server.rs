@@ -38,26 +38,16 @@
 //! loses its connection (`watched`): after [`WRITE_STALL_TIMEOUT`] without
 //! taking a byte, or [`RESPONSE_TIMEOUT`] after its request.
 
-use crate::debug::answers;
 use crate::debug::connections::{Connections, InFlight, Ticket};
-use crate::debug::fleet_page::{self, Fleet};
-use crate::debug::fleet_query::FleetQuery;
-use crate::debug::fleet_window;
 use crate::debug::head::{self, HeadRead, Prefixed};
 use crate::debug::html;
-use crate::debug::instance_metrics;
-use crate::debug::instance_page::{self, Instance};
 use crate::debug::listen;
+use crate::debug::routes::{self, Answer, PROMETHEUS_TEXT};
 use crate::debug::scrape_body::ScrapeBody;
-use crate::debug::timeline_query;
+use crate::debug::state::DebugState;
 use crate::debug::watched::{Watched, WriteLimits};
-use crate::model::{Clock, InstanceKey};
-use crate::view::FleetView;
 use bytes::Bytes;
-use http::header::{
-    ALLOW, CACHE_CONTROL, CONNECTION, CONTENT_SECURITY_POLICY, CONTENT_TYPE, REFERRER_POLICY,
-    X_CONTENT_TYPE_OPTIONS,
-};
+use http::header::{ALLOW, CACHE_CONTROL, CONNECTION, CONTENT_TYPE};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
@@ -65,8 +55,6 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use jiff::Timestamp;
-use metrics_exporter_prometheus::PrometheusHandle;
-use serde::Serialize;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -134,61 +122,6 @@ impl Default for Limits {
     }
 }
 
-/// What the server reads.
-#[derive(Clone)]
-pub struct DebugState {
-    /// The fleet view.
-    pub view: FleetView,
-    /// The Prometheus recorder's handle.
-    pub metrics: PrometheusHandle,
-    /// The clock the fleet view's times are in (sample ages are computed
-    /// against it; the demo's clock runs faster than real time).
-    pub clock: Arc<dyn Clock>,
-}
-
-fn text(
-    status: StatusCode,
-    content_type: &'static str,
-    body: impl Into<Bytes>,
-) -> Response<Full<Bytes>> {
-    let mut r = Response::new(Full::new(body.into()));
-    *r.status_mut() = status;
-    r.headers_mut()
-        .insert(CONTENT_TYPE, http::HeaderValue::from_static(content_type));
-    r.headers_mut()
-        .insert(CACHE_CONTROL, http::HeaderValue::from_static("no-store"));
-    r
-}
-
-/// An HTML page with its Content-Security-Policy.
-fn page(status: StatusCode, body: String) -> Response<Full<Bytes>> {
-    let mut r = text(status, "text/html; charset=utf-8", body);
-    let headers = r.headers_mut();
-    if let Ok(csp) = http::HeaderValue::from_str(html::content_security_policy()) {
-        headers.insert(CONTENT_SECURITY_POLICY, csp);
-    }
-    headers.insert(
-        X_CONTENT_TYPE_OPTIONS,
-        http::HeaderValue::from_static("nosniff"),
-    );
-    headers.insert(
-        REFERRER_POLICY,
-        http::HeaderValue::from_static("no-referrer"),
-    );
-    r
-}
-
-fn json<T: Serialize>(status: StatusCode, value: &T) -> Response<Full<Bytes>> {
-    match serde_json::to_vec_pretty(value) {
-        Ok(body) => text(status, "application/json", body),
-        Err(e) => text(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "text/plain; charset=utf-8",
-            format!("cannot encode: {e}\n"),
-        ),
-    }
-}
-
 /// What the server answers with: a whole body, or the streamed scrape.
 pub enum DebugBody {
     /// Built whole.
@@ -242,7 +175,7 @@ pub fn respond(
         let mut r = Response::new(DebugBody::Scrape(body));
         r.headers_mut().insert(
             CONTENT_TYPE,
-            http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            http::HeaderValue::from_static(PROMETHEUS_TEXT),
         );
         r.headers_mut()
             .insert(CACHE_CONTROL, http::HeaderValue::from_static("no-store"));
@@ -251,19 +184,12 @@ pub fn respond(
     respond_whole(method, target, state, now).map(DebugBody::Whole)
 }
 
-/// Every answer but a `GET /metrics`, built whole.
-fn respond_whole(
-    method: &Method,
-    target: &str,
-    state: &DebugState,
-    now: Timestamp,
-) -> Response<Full<Bytes>> {
+/// Every answer but a `GET /metrics`, built whole: the method and the
+/// request target checked, the path's segments percent-decoded, then the
+/// route's answer ([`routes::route`]; a `HEAD` without its body).
+fn respond_whole(method: &Method, target: &str, state: &DebugState, now: Timestamp) -> Answer {
     if method != Method::GET && method != Method::HEAD {
-        let mut r = text(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "text/plain; charset=utf-8",
-            "method not allowed\n",
-        );
+        let mut r = routes::plain(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
         r.headers_mut()
             .insert(ALLOW, http::HeaderValue::from_static("GET, HEAD"));
         return r;
@@ -271,9 +197,8 @@ fn respond_whole(
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
     if !path.starts_with('/') {
         // `*` (OPTIONS' asterisk form) or anything else that is no path.
-        return text(
+        return routes::plain(
             StatusCode::BAD_REQUEST,
-            "text/plain; charset=utf-8",
             "bad request target: expected a path starting with /\n",
         );
     }
@@ -286,192 +211,14 @@ fn respond_whole(
         .map(|s| html::decode_component(s, false))
         .collect();
     let segments: Vec<&str> = decoded.iter().map(String::as_str).collect();
-    let response = match segments.as_slice() {
-        [] | [""] => {
-            let query = FleetQuery::parse(query);
-            let members = state.view.members().map(|m| m.members(now));
-            let owner = html::owner(members.as_ref());
-            let window = fleet_window::gather(&state.view, &query, &owner, now);
-            let readiness = state.view.readiness();
-            let publication = state.view.publication();
-            let fleet = Fleet {
-                window: &window,
-                owner: &owner,
-                readiness: &readiness,
-                members: members.as_ref(),
-                now,
-                publication: &publication,
-            };
-            let body = fleet_page::render(&fleet, &query);
-            page(StatusCode::OK, body)
-        }
-        ["instances", namespace, name] => {
-            let key = InstanceKey::new(*namespace, *name);
-            let readiness = state.view.readiness();
-            match state.view.instance(&key) {
-                Some(view) => {
-                    let history = state.view.history(&key, now);
-                    let members = state.view.members().map(|m| m.members(now));
-                    let refresh = !html::query_pairs(query)
-                        .iter()
-                        .any(|(k, v)| k == "refresh" && v == "off");
-                    let notes = state.view.publication_notes(&key, now);
-                    let body = instance_page::render(&Instance {
-                        view: &view,
-                        history: history.as_ref(),
-                        readiness: &readiness,
-                        members: members.as_ref(),
-                        now,
-                        refresh,
-                        publication_notes: &notes,
-                    });
-                    page(StatusCode::OK, body)
-                }
-                None => page(
-                    StatusCode::NOT_FOUND,
-                    instance_page::not_found(namespace, name, &readiness, now),
-                ),
-            }
-        }
-        ["instances", namespace, name, "metrics"] => {
-            let key = InstanceKey::new(*namespace, *name);
-            match state.view.instance(&key) {
-                Some(view) => text(
-                    StatusCode::OK,
-                    "text/plain; version=0.0.4; charset=utf-8",
-                    instance_metrics::render(std::slice::from_ref(&view), now),
-                ),
-                None => text(
-                    StatusCode::NOT_FOUND,
-                    "text/plain; charset=utf-8",
-                    "no such instance\n",
-                ),
-            }
-        }
-        ["healthz"] => text(StatusCode::OK, "text/plain; charset=utf-8", "ok\n"),
-        ["readyz"] => {
-            let r = state.view.readiness();
-            let status = if r.ready {
-                StatusCode::OK
-            } else {
-                StatusCode::SERVICE_UNAVAILABLE
-            };
-            json(status, &r)
-        }
-        ["metrics"] => {
-            // HEAD (a GET is streamed by `respond`): the headers alone.
-            text(
-                StatusCode::OK,
-                "text/plain; version=0.0.4; charset=utf-8",
-                Bytes::new(),
-            )
-        }
-        ["debug", "instances"] => {
-            let all: Vec<answers::AnswerSummary> = state
-                .view
-                .answers(now)
-                .iter()
-                .map(answers::summary_of)
-                .collect();
-            json(StatusCode::OK, &all)
-        }
-        ["debug", "members"] => match state.view.members() {
-            Some(members) => json(StatusCode::OK, &members.members(now)),
-            None => text(
-                StatusCode::NOT_FOUND,
-                "text/plain; charset=utf-8",
-                "sharding is off\n",
-            ),
-        },
-        ["debug", "instances", namespace, name] => {
-            match state.view.answer(&InstanceKey::new(*namespace, *name), now) {
-                Some(answer) => match answers::detail_json(&answer) {
-                    Ok(body) => text(StatusCode::OK, "application/json", body),
-                    Err(e) => text(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        "text/plain; charset=utf-8",
-                        format!("cannot encode: {e}\n"),
-                    ),
-                },
-                None => text(
-                    StatusCode::NOT_FOUND,
-                    "text/plain; charset=utf-8",
-                    "no such instance\n",
-                ),
-            }
-        }
-        ["api", "v1", "instances", namespace, name, "verdict"] => {
-            match state.view.answer(&InstanceKey::new(*namespace, *name), now) {
-                Some(answer) => json(StatusCode::OK, &answers::verdict_of(&answer)),
-                None => json(
-                    StatusCode::NOT_FOUND,
-                    &serde_json::json!({"error": "no such instance", "namespace": namespace, "name": name}),
-                ),
-            }
-        }
-        ["api", "v1", "instances", namespace, name, "timeline"] => {
-            timeline(state, &InstanceKey::new(*namespace, *name), query, now)
-        }
-        _ => text(
-            StatusCode::NOT_FOUND,
-            "text/plain; charset=utf-8",
-            "not found\n",
-        ),
-    };
+    let response = routes::route(&segments, query, state, now)
+        .unwrap_or_else(|| routes::plain(StatusCode::NOT_FOUND, "not found\n"));
     if method == Method::HEAD {
         let (parts, _) = response.into_parts();
         Response::from_parts(parts, Full::new(Bytes::new()))
     } else {
         response
     }
-}
-
-/// `GET /api/v1/instances/{namespace}/{name}/timeline`: the instance's
-/// timeline (compact JSON: it may hold thousands of ticks), 400 for a
-/// malformed query, 404 (with the owner, when known) for an instance this
-/// replica holds no timeline of.
-fn timeline(
-    state: &DebugState,
-    key: &InstanceKey,
-    query: &str,
-    now: jiff::Timestamp,
-) -> Response<Full<Bytes>> {
-    let query = match timeline_query::parse(query) {
-        Ok(q) => q,
-        Err(reason) => {
-            return json(
-                StatusCode::BAD_REQUEST,
-                &serde_json::json!({"error": reason}),
-            );
-        }
-    };
-    if let Some(doc) = state.view.timeline(key, &query, now) {
-        return match serde_json::to_vec(&doc) {
-            Ok(body) => text(StatusCode::OK, "application/json", body),
-            Err(e) => text(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "text/plain; charset=utf-8",
-                format!("cannot encode: {e}\n"),
-            ),
-        };
-    }
-    let (error, owned_by) = match state.view.answer(key, now) {
-        None => ("no such instance", None),
-        Some(answer) => (
-            "this replica holds no timeline of the instance: only the replica that sweeps it \
-             does (ownedBy)",
-            answer.owned_by,
-        ),
-    };
-    json(
-        StatusCode::NOT_FOUND,
-        &serde_json::json!({
-            "error": error,
-            "namespace": key.namespace,
-            "name": key.name,
-            "ownedBy": owned_by,
-        }),
-    )
 }
 
 /// A bound, not yet serving, debug server.

@@ -26,10 +26,12 @@
 //!
 //! [`Transition`]: crate::model::Transition
 
+mod args;
 pub mod limiter;
 mod publisher;
 pub mod recorder;
 
+pub use args::EventArgs;
 pub use limiter::{EventLimitConfig, EventLimiter, Publish, WARNING_RESERVE};
 pub use publisher::{EventSink, start_events};
 pub use recorder::Reporter;

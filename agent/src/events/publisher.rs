@@ -110,13 +110,8 @@ pub fn event_of(p: &Publish) -> Event {
             p.coalesced
         ));
     }
-    if note.len() > MAX_NOTE {
-        let mut cut = MAX_NOTE;
-        while !note.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        note.truncate(cut);
-    }
+    let cut = kura_schemas::text::cut_at_char_boundary(&note, MAX_NOTE).len();
+    note.truncate(cut);
     Event {
         type_: if p.transition.kind.is_warning() {
             EventType::Warning

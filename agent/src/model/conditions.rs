@@ -135,13 +135,8 @@ fn reason_of(gate: &RolloutGate, otherwise: &str) -> String {
 /// `message` on one line and at most [`MAX_CONDITION_MESSAGE`] bytes.
 fn one_line(message: String) -> String {
     let mut line = message.replace(['\n', '\r'], " ");
-    if line.len() > MAX_CONDITION_MESSAGE {
-        let mut cut = MAX_CONDITION_MESSAGE;
-        while !line.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        line.truncate(cut);
-    }
+    let cut = kura_schemas::text::cut_at_char_boundary(&line, MAX_CONDITION_MESSAGE).len();
+    line.truncate(cut);
     line
 }
 

@@ -7,8 +7,9 @@
 //! ([`LastWrite`]) and which changes deserve an Event ([`Transition`]), the
 //! ports between the core and the adapters ([`TargetSource`],
 //! [`StatusSink`], [`WriteGate`], [`PodScope`], [`StoredStatusSource`],
-//! [`MembersSource`]) with the snapshots they hand over ([`members`]) and
-//! the loop's notion of time ([`Clock`]).
+//! [`MembersSource`]) with the snapshots they hand over ([`members`]), the
+//! loop's notion of time ([`Clock`]) and the flag values' parsers every
+//! module's own `Args` shares ([`parse`]).
 //!
 //! Plain values and small traits; imports nothing of this crate.
 
@@ -17,6 +18,7 @@ pub mod conditions;
 mod key;
 mod limits;
 pub mod members;
+pub mod parse;
 mod ports;
 mod publication;
 mod sample;

@@ -15,12 +15,14 @@
 //! `kura_agent_poll_duration_seconds` (one observation per attempt, from
 //! the moment it holds a concurrency permit).
 
+mod args;
 mod client;
 mod config;
 mod error;
 mod forward;
 mod poller;
 
+pub use args::PollArgs;
 pub use config::PollConfig;
 pub use error::PollError;
 pub use forward::PortForwardRelay;

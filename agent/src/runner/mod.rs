@@ -34,6 +34,7 @@
 //! past the gate's maximum sample age a verdict turns `sample_stale`
 //! (unhealthy), never healthy.
 
+mod args;
 pub mod cadence;
 mod memory;
 pub mod sweep;
@@ -56,6 +57,7 @@ use crate::poll::Poller;
 use crate::telemetry;
 use crate::view::FleetView;
 
+pub use args::CadenceArgs;
 pub use cadence::{Cadence, CadenceError, Phase, Why};
 pub use memory::{MemorySink, StaticTargets};
 pub use sweep::{SweepEnds, SweepWatch, Swept, sweep};
@@ -834,10 +836,7 @@ mod tests {
         .await;
         assert!(swept.is_ok(), "the task's first sweep");
         assert!(
-            view.answer(&key, jiff::Timestamp::now())
-                .and_then(|a| a.live)
-                .and_then(|v| v.gate)
-                .is_some(),
+            view.instance(&key).and_then(|v| v.gate).is_some(),
             "the view answers from the task's own verdict by then"
         );
         agent_loop.reconcile(&mut supervised);

@@ -20,11 +20,13 @@
 //! The pure parts ([`rendezvous`], [`membership`]) take time as an
 //! argument; [`lease`] and [`Shard`] are the IO shell.
 
+mod args;
 mod lease;
 mod membership;
 mod owned;
 mod rendezvous;
 
+pub use args::ShardArgs;
 pub use lease::GROUP_LABEL;
 pub(crate) use lease::{Shard, ShardConfig, ShardError};
 pub(crate) use owned::OwnedTargets;

@@ -4,7 +4,7 @@
 //! with one line on standard error naming the sweep, pod and field.
 
 use crate::aggregate::{AggregateConfig, input};
-use crate::cli::parse::parse_positive_signed;
+use crate::model::parse::parse_positive_signed;
 use clap::Args;
 use jiff::SignedDuration;
 use std::io::{Read, Write};

@@ -1,7 +1,8 @@
 //! `kura-agent simulate SCENARIO`: serve a simulated fleet until Ctrl-C or
 //! SIGTERM, printing each pod's URL.
 
-use kura_sim::{Scenario, Simulator, raise_fd_limit};
+use crate::cli::raise_fd_limit;
+use kura_sim::{Scenario, Simulator};
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -17,6 +17,7 @@
 //!   callback, never straight into the fleet view.
 
 mod apply;
+mod args;
 pub mod conditions;
 mod driver;
 mod policy;
@@ -26,6 +27,7 @@ pub mod transitions;
 pub use apply::{
     FIELD_MANAGER, StatusWriter, WriteError, WriteOutcome, apply_body, check_returned, strip_nulls,
 };
+pub use args::{ConditionArgs, WriteArgs, parse_heartbeat_max};
 pub use driver::{WriteHandle, WriteReport, in_flight_for, run_writes};
 pub use queue::{
     DEFAULT_HEARTBEAT_WRITES_PER_SECOND, HEARTBEAT_CEILING, WriteQueue, WriteQueueConfig,

@@ -103,22 +103,22 @@ struct Args {
     #[arg(long, default_value_t = 32)]
     create_concurrency: usize,
     /// At most this long for every instance to get a status.
-    #[arg(long, default_value = "600s", value_parser = kura_agent::cli::parse::parse_positive_duration)]
+    #[arg(long, default_value = "600s", value_parser = kura_agent::model::parse::parse_positive_duration)]
     status_timeout: Duration,
     /// Wait after every instance has a status, before the rest window.
-    #[arg(long, default_value = "30s", value_parser = kura_agent::cli::parse::parse_positive_duration)]
+    #[arg(long, default_value = "30s", value_parser = kura_agent::model::parse::parse_positive_duration)]
     settle: Duration,
     /// The at-rest window.
-    #[arg(long, default_value = "60s", value_parser = kura_agent::cli::parse::parse_positive_duration)]
+    #[arg(long, default_value = "60s", value_parser = kura_agent::model::parse::parse_positive_duration)]
     rest: Duration,
     /// The rollout window.
-    #[arg(long, default_value = "60s", value_parser = kura_agent::cli::parse::parse_positive_duration)]
+    #[arg(long, default_value = "60s", value_parser = kura_agent::model::parse::parse_positive_duration)]
     rollout: Duration,
     /// Share of the instances rolled to a new image.
     #[arg(long, default_value_t = 0.05)]
     rollout_fraction: f64,
     /// Time between two pods of an instance in the rolling update.
-    #[arg(long, default_value = "5s", value_parser = kura_agent::cli::parse::parse_positive_duration)]
+    #[arg(long, default_value = "5s", value_parser = kura_agent::model::parse::parse_positive_duration)]
     pod_gap: Duration,
     /// Where the agent publishes. `instance`: this project's KuraInstance
     /// CRD; the agent applies kurainstances/status and the harness reads
@@ -139,7 +139,7 @@ struct Args {
     #[arg(long, alias = "controller-standin")]
     controller_stand_in: bool,
     /// The controller stand-in's period per instance.
-    #[arg(long, default_value = "30s", value_parser = kura_agent::cli::parse::parse_positive_duration)]
+    #[arg(long, default_value = "30s", value_parser = kura_agent::model::parse::parse_positive_duration)]
     controller_every: Duration,
     /// Tuist's KuraInstance CRD (companion runs).
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/crds/tuist-kurainstances.yaml"))]

@@ -24,6 +24,7 @@
 //! see the same machine load.
 
 use clap::{Parser, Subcommand};
+use kura_agent::cli::raise_fd_limit;
 use kura_agent::poll::PollConfig;
 use kura_agent::runner::Cadence;
 use kura_agent::tools::fleet_load_side::protocol::FleetSweep;
@@ -32,7 +33,6 @@ use kura_benches::loop_side::{LoopOutcome, LoopRunConfig, LoopRunner, serve_loop
 use kura_benches::proc_stats::{cpu_time_of, mib};
 use kura_benches::runner::{Runner, RunnerConfig, Side};
 use kura_benches::sim_process::{Generations, SimProcesses, processes_needed, serve};
-use kura_sim::raise_fd_limit;
 use std::net::Ipv4Addr;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -103,17 +103,17 @@ struct LoadArgs {
     #[arg(long, default_value_t = 0.05)]
     rollout_fraction: f64,
     /// With `--loop-seconds`: the loop's rollout interval.
-    #[arg(long, value_parser = kura_agent::cli::parse::parse_positive_duration,
+    #[arg(long, value_parser = kura_agent::model::parse::parse_positive_duration,
           default_value = "2s")]
     rollout_interval: Duration,
     /// With `--loop-seconds`: the loop's steady interval.
-    #[arg(long, value_parser = kura_agent::cli::parse::parse_positive_duration,
+    #[arg(long, value_parser = kura_agent::model::parse::parse_positive_duration,
           default_value = "30s")]
     steady_interval: Duration,
     /// With `--loop-seconds`: one interval for every instance (as
     /// `kura-agent run --sweep-interval`; `10s` is the agent before the
     /// rollout-aware cadence).
-    #[arg(long, value_parser = kura_agent::cli::parse::parse_positive_duration)]
+    #[arg(long, value_parser = kura_agent::model::parse::parse_positive_duration)]
     interval: Option<Duration>,
     /// Also measure another `kura-agent` binary's agent path (its hidden
     /// `fleet-load-side` subcommand), e.g. `image=/tmp/kura-agent` taken out

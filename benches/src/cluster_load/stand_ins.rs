@@ -14,7 +14,8 @@
 
 use crate::cluster_load::error::ClusterLoadError;
 use crate::sim_process::Generations;
-use kura_sim::{Addressing, SimPodSpec, Simulator, raise_fd_limit};
+use kura_agent::cli::raise_fd_limit;
+use kura_sim::{Addressing, SimPodSpec, Simulator};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddr};

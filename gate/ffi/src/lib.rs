@@ -13,6 +13,8 @@
 //! - [`registry`]: the live gates behind the C ABI's handles.
 //! - [`status`]: the status code numbers the entry points return.
 
+#![deny(missing_docs)]
+
 pub mod abi;
 pub mod api;
 pub mod error;

@@ -41,21 +41,6 @@ pub fn config_error_line(error: &DocumentError) -> String {
     text.replace(['\n', '\r'], " ")
 }
 
-/// Reads a configuration file's text (`kura-gate replay --gate-config`):
-/// strict JSON (a key repeated at any depth is refused), an object of the
-/// configuration keys over the defaults. The error is one line, as the
-/// agent's `--gate-config` words it.
-pub fn read_config_file(text: &str) -> Result<GateConfig, String> {
-    let value = kura_schemas::strict_json::document_from_str(text)
-        .map_err(|e| format!("not valid JSON: {e}").replace(['\n', '\r'], " "))?;
-    if value.is_null() {
-        return Err(
-            "empty: expected an object of gate settings (write {} for the defaults)".to_owned(),
-        );
-    }
-    parse_config_over(&GateConfig::default(), &value).map_err(|e| config_error_line(&e))
-}
-
 pub(super) fn parse_config(obj: &Map<String, Value>) -> Result<GateConfig, DocumentError> {
     parse_config_fields(GateConfig::default(), obj, "config.")
 }

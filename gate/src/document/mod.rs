@@ -31,7 +31,7 @@ use crate::wave::TickInput;
 
 pub(crate) use config::config_error;
 use config::parse_config;
-pub use config::{config_error_line, parse_config_over, read_config_file};
+pub use config::{config_error_line, parse_config_over};
 use ctx::{Ctx, show};
 use kura_schemas::strict_json::{self, StrictJsonError};
 use tick::{parse_baseline, parse_tick};
@@ -167,16 +167,6 @@ pub fn parse_replay_judged_with(
     })
 }
 
-/// Parses a configuration document on its own: the replay document's
-/// `config` object (every key optional, unknown keys refused). `null` is the
-/// default configuration.
-pub fn parse_config_json(text: &str) -> Result<GateConfig, DocumentError> {
-    match json_value(text)? {
-        Value::Null => Ok(GateConfig::default()),
-        value => parse_config(Ctx::default().object(&value, "(config)")?),
-    }
-}
-
 /// Parses one tick document on its own (an element of the replay
 /// document's `ticks`), with the same strict rules and error locations
 /// (server and field; there is no tick index). `config` decides the soak
@@ -198,10 +188,16 @@ pub fn parse_baseline_json(text: &str, config: &GateConfig) -> Result<Baseline, 
     parse_baseline(&Ctx::default(), &json_value(text)?, "", config)
 }
 
+/// A configuration document's value (an object) over the defaults, its
+/// errors located as the replay document's `config` ones are.
+pub(crate) fn parse_config_value(value: &Value) -> Result<GateConfig, DocumentError> {
+    parse_config(Ctx::default().object(value, "(config)")?)
+}
+
 /// The JSON value of `text`, or where it stops being JSON, or where a key
 /// repeats (`strict_json`: refused at any depth; one leading byte-order
 /// mark is skipped).
-fn json_value(text: &str) -> Result<Value, DocumentError> {
+pub(crate) fn json_value(text: &str) -> Result<Value, DocumentError> {
     strict_json::document_from_str(text).map_err(|e| match e {
         StrictJsonError::DuplicateKey { key, line, column } => {
             DocumentError::DuplicateKey { key, line, column }

@@ -4,6 +4,8 @@
 //!
 //! Usage: `crdgen [--check] [--root DIR]` (root defaults to the workspace).
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -8,6 +8,8 @@ mod publication;
 
 pub use args::{ConfigError, RunArgs};
 
+use crate::cli::gate_file::GateConfigs;
+
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,9 +18,9 @@ use jiff::Timestamp;
 use tokio::task::JoinHandle;
 
 use crate::cluster::{ClusterTargets, Discovery};
-use crate::debug::{DebugServer, DebugState};
+use crate::debug::{DebugServer, DebugState, SyncProbe};
 use crate::events::{EventSink, start_events};
-use crate::model::{PodScope, SystemClock, TargetSource};
+use crate::model::{MembersSource, PodScope, SystemClock, TargetSource};
 use crate::poll::Poller;
 use crate::runner::AgentLoop;
 use crate::shard::{OwnedTargets, Shard, ShardConfig};
@@ -34,20 +36,24 @@ const MIN_WRITES_IN_FLIGHT: usize = 8;
 /// Entry point of `kura-agent run`.
 pub fn run(args: RunArgs) -> ExitCode {
     super::init_logging(args.log_format, "info");
-    // An unusable gate configuration stops the agent before it touches
-    // the cluster: one line naming the file, the key and the reason.
-    if let Err(e) = args.gate_config().and(args.shadow_gate_config()) {
-        eprintln!(
-            "{}",
-            crate::cli::terminal::line(&format!("kura-agent run: {e}"))
-        );
-        return ExitCode::from(2);
-    }
+    // The gate configuration files, read once: an unusable one stops the
+    // agent before it touches the cluster, with one line naming the file,
+    // the key and the reason.
+    let gates = match args.gate.load() {
+        Ok(gates) => gates,
+        Err(e) => {
+            eprintln!(
+                "{}",
+                crate::cli::terminal::line(&format!("kura-agent run: {e}"))
+            );
+            return ExitCode::from(2);
+        }
+    };
     let runtime = match super::multi_thread_runtime("run") {
         Ok(rt) => rt,
         Err(code) => return code,
     };
-    match runtime.block_on(run_async(args, shutdown_signal())) {
+    match runtime.block_on(run_async(args, gates, shutdown_signal())) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "kura-agent run failed");
@@ -105,6 +111,7 @@ pub enum RunError {
 /// service account), until `shutdown` resolves.
 async fn run_async(
     args: RunArgs,
+    gates: GateConfigs,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), RunError> {
     let client = kube::Client::try_default().await?;
@@ -112,39 +119,52 @@ async fn run_async(
         .and_then(|b| b.install_recorder())
         .map_err(|e| RunError::Metrics(e.to_string()))?;
     crate::telemetry::describe();
-    run_with_client(args, client, metrics, shutdown).await
+    run_with_gates(args, gates, client, metrics, shutdown).await
 }
 
 /// The agent with a given client and metrics handle (the end-to-end tests
-/// call this with a client for the test API server).
+/// call this with a client for the test API server); reads the gate
+/// configuration files first.
 pub async fn run_with_client(
     args: RunArgs,
     client: kube::Client,
     metrics: metrics_exporter_prometheus::PrometheusHandle,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), RunError> {
+    let gates = args.gate.load().map_err(ConfigError::from)?;
+    run_with_gates(args, gates, client, metrics, shutdown).await
+}
+
+/// The agent with its gate configurations already read (`gates`), a
+/// client and a metrics handle.
+async fn run_with_gates(
+    args: RunArgs,
+    gates: GateConfigs,
+    client: kube::Client,
+    metrics: metrics_exporter_prometheus::PrometheusHandle,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), RunError> {
     let agent = args.resolve_identity()?;
     let upkeep = tokio::spawn(crate::telemetry::upkeep(metrics.clone()));
-    let gate = args.gate_config()?;
-    let mut loop_config = args.loop_config(agent.clone(), gate);
-    loop_config.engine.shadow = args.shadow_gate_config()?;
+    let loop_config = args.loop_config(agent.clone(), gates.live, gates.shadow);
     loop_config.validate().map_err(ConfigError::from)?;
-    let sharding = Sharding::start(client.clone(), args.shard_config(&agent)?);
-    tracing::info!(%agent, namespaces = ?args.namespaces, sharding = sharding.is_on(),
+    let shard_config = args.shard.config(&agent).map_err(ConfigError::from)?;
+    let sharding = Sharding::start(client.clone(), shard_config);
+    tracing::info!(%agent, namespaces = ?args.discovery.namespaces, sharding = sharding.is_on(),
         rollout_interval = ?loop_config.cadence.rollout_interval,
         steady_interval = ?loop_config.cadence.steady_interval,
         settle = ?loop_config.cadence.settle,
-        gate_config = ?args.gate_config,
+        gate_config = ?args.gate.gate_config,
         gate = %serde_json::to_string(&loop_config.engine.gate).unwrap_or_default(),
-        shadow_gate_config = ?args.shadow_gate_config,
+        shadow_gate_config = ?args.gate.shadow_gate_config,
         "starting kura-agent");
 
-    let mut discovery_config = args.discovery_config();
+    let mut discovery_config = args.discovery.config();
     let choice = crate::cluster::choose_publication_target(
         &client,
         &discovery_config.namespaces,
         discovery_config.instance_selector.as_deref(),
-        args.publication_target,
+        args.publication.publication_target,
     )
     .await;
     let target = choice.target;
@@ -155,26 +175,30 @@ pub async fn run_with_client(
 
     let view = FleetView::new();
     publication::announce(&choice, &view);
-    {
+    view.set_timeline_budget(args.view.timeline_budget_bytes);
+    let sync_probe: SyncProbe = {
         let discovery = discovery.clone();
         let sharding = sharding.clone();
-        view.set_sync_probe(Arc::new(move || {
+        Arc::new(move || {
             let mut pending = discovery.pending_lists();
             pending.extend(sharding.not_ready_reasons(Timestamp::now()));
             pending
-        }));
+        })
+    };
+    let mut debug_state = DebugState::new(view.clone(), metrics, Arc::new(SystemClock))
+        .with_sync_probe(sync_probe)
+        .with_identity(agent.clone())
+        .with_stored(Arc::new(discovery.clone()));
+    if let Some(members) = sharding.members() {
+        debug_state = debug_state.with_members(members);
     }
-    sharding.show_members(&view);
-    view.set_identity(agent.clone());
-    view.set_timeline_budget(args.timeline_budget_bytes);
-    view.set_stored(Arc::new(discovery.clone()));
 
-    let (events, publisher): (Option<EventSink>, Option<JoinHandle<()>>) = if args.events {
+    let (events, publisher): (Option<EventSink>, Option<JoinHandle<()>>) = if args.events.events {
         let reporter = crate::events::Reporter {
             controller: FIELD_MANAGER.to_owned(),
             instance: agent.clone(),
         };
-        let (sink, task) = start_events(client.clone(), reporter, args.event_limit());
+        let (sink, task) = start_events(client.clone(), reporter, args.events.limit());
         (Some(sink), Some(tokio::spawn(task)))
     } else {
         (None, None)
@@ -207,19 +231,12 @@ pub async fn run_with_client(
         ))
     };
 
-    let server = DebugServer::bind(
-        args.debug_listen,
-        DebugState {
-            view: view.clone(),
-            metrics,
-            clock: Arc::new(SystemClock),
-        },
-    )
-    .await
-    .map_err(|source| RunError::Bind {
-        addr: args.debug_listen,
-        source,
-    })?;
+    let server = DebugServer::bind(args.debug.debug_listen, debug_state)
+        .await
+        .map_err(|source| RunError::Bind {
+            addr: args.debug.debug_listen,
+            source,
+        })?;
     let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(server.serve(async {
         let _ = server_stopped.await;
@@ -228,7 +245,7 @@ pub async fn run_with_client(
     let targets = sharding.narrow(Arc::new(ClusterTargets::new(discovery)));
     let agent_loop = AgentLoop::new(
         loop_config,
-        Poller::with_port_forward(args.poll_config(), client.clone()),
+        Poller::with_port_forward(args.poll.config(), client.clone()),
         targets,
         Arc::new(handle.clone()),
         view,
@@ -316,11 +333,11 @@ impl Sharding {
             .unwrap_or_default()
     }
 
-    /// Shows the members section on the debug endpoint.
-    fn show_members(&self, view: &FleetView) {
-        if let Some(shard) = &self.shard {
-            view.set_members(shard.clone());
-        }
+    /// The members the debug endpoint shows (`None`: sharding is off).
+    fn members(&self) -> Option<Arc<dyn MembersSource>> {
+        self.shard
+            .as_ref()
+            .map(|s| Arc::clone(s) as Arc<dyn MembersSource>)
     }
 
     /// `targets` narrowed to the instances this replica owns.

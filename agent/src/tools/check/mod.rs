@@ -81,7 +81,7 @@ use kura_gate::VerdictKind;
 use crate::cli::LogFormat;
 
 use crate::cli::gate_file;
-use crate::cli::parse::{parse_duration, parse_positive_duration};
+use crate::model::parse::{parse_duration, parse_positive_duration};
 use crate::poll::{PollConfig, Poller};
 
 use line::readable;

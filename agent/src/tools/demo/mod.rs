@@ -312,11 +312,7 @@ async fn bind_debug(
     metrics: metrics_exporter_prometheus::PrometheusHandle,
     clock: Arc<ScaledClock>,
 ) -> Result<(DebugServer, Option<String>), DemoError> {
-    let state = DebugState {
-        view: view.clone(),
-        metrics,
-        clock,
-    };
+    let state = DebugState::new(view.clone(), metrics, clock);
     match DebugServer::bind(listen, state.clone()).await {
         Ok(server) => Ok((server, None)),
         Err(first) if listen.port() != 0 => {

@@ -9,10 +9,10 @@
 
 use super::fleet::{AgentFleet, IMAGE};
 use super::proc_stats::{cpu_time, peak_rss};
+use crate::cli::raise_fd_limit;
 use crate::model::PodIdentity;
 use crate::poll::{PollConfig, Poller};
 use crate::view::{HistoryFootprint, TimelineFootprint};
-use kura_sim::raise_fd_limit;
 use std::future::Future;
 use std::io::{BufRead, Write};
 use std::net::SocketAddr;

@@ -42,8 +42,8 @@ use hyper_util::rt::TokioIo;
 use serde::Deserialize;
 use tokio::net::TcpStream;
 
-use crate::cli::parse::parse_positive_duration;
 use crate::cli::terminal;
+use crate::model::parse::parse_positive_duration;
 use crate::tools::check::http_url;
 
 /// Arguments of `kura-agent timelines`.

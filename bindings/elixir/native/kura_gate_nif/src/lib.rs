@@ -6,6 +6,8 @@
 //! atom keys, verdicts and signals as atoms made from the gate's own
 //! (closed) vocabulary, never from input.
 
+#![forbid(unsafe_code)]
+
 use kura_gate::{Baseline, Verdict};
 use kura_gate_ffi::{Document, ErrorCode, FfiError, GateHandle, describe};
 use kura_schemas::Evidence;

@@ -1,7 +1,7 @@
-//! The small parsers of the subcommands' flags: durations written like
-//! `2s`, `500ms`, `10m`, `1h` (never a bare number), positive rates.
+//! The small parsers of the flags, shared by every module's own `Args`
+//! and the tools: durations written like `2s`, `500ms`, `10m`, `1h`
+//! (never a bare number), positive rates.
 
-use crate::write::HEARTBEAT_CEILING;
 use jiff::SignedDuration;
 use std::time::Duration;
 
@@ -49,20 +49,6 @@ pub fn parse_positive_duration(input: &str) -> Result<Duration, ParseError> {
         return Err(ParseError::InvalidDuration {
             input: input.to_owned(),
             reason: "must be greater than zero".to_owned(),
-        });
-    }
-    Ok(d)
-}
-
-/// Parses the longest status heartbeat: positive and at most
-/// [`HEARTBEAT_CEILING`] (90 s), so a live agent's status is rewritten
-/// at least twice in the 180 s after which consumers call it stale.
-pub fn parse_heartbeat_max(input: &str) -> Result<Duration, ParseError> {
-    let d = parse_positive_duration(input)?;
-    if d > HEARTBEAT_CEILING {
-        return Err(ParseError::InvalidDuration {
-            input: input.to_owned(),
-            reason: "at most 90s: consumers call a status older than 180s stale, and a longer heartbeat leaves fewer than two writes in that window".to_owned(),
         });
     }
     Ok(d)
