@@ -23,7 +23,9 @@ use crate::poll::Poller;
 use crate::runner::AgentLoop;
 use crate::shard::{OwnedTargets, Shard, ShardConfig};
 use crate::view::FleetView;
-use crate::write::{FIELD_MANAGER, StatusWriter, WriteHandle, WriteQueue, run_writes};
+use crate::write::{
+    FIELD_MANAGER, MAX_IN_FLIGHT_CEILING, StatusWriter, WriteHandle, WriteQueue, run_writes,
+};
 
 /// How long pending status writes may take after SIGTERM.
 const SHUTDOWN_WRITE_GRACE: Duration = Duration::from_secs(10);
@@ -169,12 +171,18 @@ pub async fn run_with_client(
     view.set_timeline_budget(args.timeline_budget_bytes);
     view.set_stored(Arc::new(discovery.clone()));
 
+    let handle = WriteHandle::new(WriteQueue::new(args.write_queue_config()));
     let (events, publisher): (Option<EventSink>, Option<JoinHandle<()>>) = if args.events {
         let reporter = crate::events::Reporter {
             controller: FIELD_MANAGER.to_owned(),
             instance: agent.clone(),
         };
-        let (sink, task) = start_events(client.clone(), reporter, args.event_limit());
+        // Events wait while the status writes are behind by more than a
+        // full load of writes in flight.
+        let backlog = handle.clone();
+        let (sink, task) = start_events(client.clone(), reporter, args.event_limit(), move || {
+            backlog.pending() > MAX_IN_FLIGHT_CEILING
+        });
         (Some(sink), Some(tokio::spawn(task)))
     } else {
         (None, None)
@@ -186,7 +194,6 @@ pub async fn run_with_client(
         events.clone(),
     ));
 
-    let handle = WriteHandle::new(WriteQueue::new(args.write_queue_config()));
     let writes = {
         let view = view.clone();
         tokio::spawn(run_writes(
