@@ -31,8 +31,8 @@ pub(crate) fn product_sources() -> Vec<(String, String)> {
                 "signal_check.rs",
                 "source_files.rs",
             ]
-                .iter()
-                .any(|check| p.ends_with(check))
+            .iter()
+            .any(|check| p.ends_with(check))
         })
         // A file of unit tests only (declared `#[cfg(test)] mod …_tests;`).
         .filter(|p| !p.to_string_lossy().ends_with("_tests.rs"))

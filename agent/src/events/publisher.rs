@@ -54,26 +54,73 @@ impl EventSink {
 
 /// The publisher for `client`, reporting as `reporter`, bounded by
 /// `limit`: the sink to send transitions to and the future to spawn (it
-/// ends when every sink is dropped).
+/// ends when every sink is dropped). While `status_backlog` says the
+/// status writes are behind, Events wait for them ([`YieldGate`]).
 pub fn start_events(
     client: Client,
     reporter: Reporter,
     limit: EventLimitConfig,
+    status_backlog: impl Fn() -> bool + Send + 'static,
 ) -> (EventSink, impl Future<Output = ()> + Send + 'static) {
     let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
     let recorder = EventRecorder::new(client, reporter);
     (
         EventSink { tx },
-        run(recorder, rx, EventLimiter::new(limit)),
+        run(recorder, rx, EventLimiter::new(limit), status_backlog),
     )
+}
+
+/// Events yield to status writes for at most this long in a row; a
+/// backlog that lasts longer no longer holds them until it clears once.
+pub const MAX_YIELD: Duration = Duration::from_secs(60);
+/// How often a yielding publisher looks at the backlog again.
+const YIELD_POLL: Duration = Duration::from_millis(250);
+
+/// Whether the publisher waits for the status writes. Both compete for
+/// the same API server; the status is the contract and an Event only
+/// tells of it, so while the writes are behind (an agent starting on a
+/// large fleet writes every first status and brings an Event batch with
+/// most of them) the Events wait, queued, not dropped. Never more than
+/// [`MAX_YIELD`] in a row: a backlog that does not clear does not starve
+/// the Events. Pure (time is an argument).
+#[derive(Debug, Default)]
+pub struct YieldGate {
+    since: Option<std::time::Instant>,
+    spent: bool,
+}
+
+impl YieldGate {
+    /// Whether to wait at `now`, the writes being behind (`backlog`) or
+    /// not.
+    pub fn wait(&mut self, backlog: bool, now: std::time::Instant) -> bool {
+        if !backlog {
+            self.since = None;
+            self.spent = false;
+            return false;
+        }
+        if self.spent {
+            return false;
+        }
+        let since = *self.since.get_or_insert(now);
+        if now.duration_since(since) >= MAX_YIELD {
+            self.spent = true;
+            return false;
+        }
+        true
+    }
 }
 
 async fn run(
     mut recorder: EventRecorder,
     mut rx: mpsc::Receiver<InstanceTransitions>,
     mut limiter: EventLimiter,
+    status_backlog: impl Fn() -> bool + Send + 'static,
 ) {
+    let mut gate = YieldGate::default();
     loop {
+        while gate.wait(status_backlog(), std::time::Instant::now()) {
+            tokio::time::sleep(YIELD_POLL).await;
+        }
         let now = Timestamp::now();
         let wait = limiter
             .next_due(now)
@@ -154,5 +201,33 @@ async fn publish(recorder: &mut EventRecorder, p: Publish) {
             metrics::counter!(telemetry::EVENTS_TOTAL, "result" => label::FAILED).increment(1);
             tracing::warn!(instance = %p.key, reason = %event.reason, "event not published: timed out");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    /// Events wait while the writes are behind, never more than
+    /// `MAX_YIELD` in a row, and wait again once a backlog has cleared.
+    #[test]
+    fn events_yield_to_a_status_backlog_for_a_bounded_time() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut gate = YieldGate::default();
+        assert!(!gate.wait(false, at(0)), "no backlog: publish");
+        assert!(gate.wait(true, at(1)));
+        assert!(gate.wait(true, at(30)));
+        assert!(
+            !gate.wait(true, at(61)),
+            "a minute of backlog: publish anyway"
+        );
+        assert!(
+            !gate.wait(true, at(200)),
+            "and keep publishing while it lasts"
+        );
+        assert!(!gate.wait(false, at(201)));
+        assert!(gate.wait(true, at(202)), "a new backlog: wait again");
     }
 }

@@ -28,7 +28,7 @@ pub use apply::{
     FIELD_MANAGER, StatusWriter, WriteError, WriteOutcome, apply_body, check_returned, strip_nulls,
 };
 pub use args::{ConditionArgs, WriteArgs, parse_heartbeat_max};
-pub use driver::{WriteHandle, WriteReport, in_flight_for, run_writes};
+pub use driver::{MAX_IN_FLIGHT_CEILING, WriteHandle, WriteReport, in_flight_for, run_writes};
 pub use queue::{
     DEFAULT_HEARTBEAT_WRITES_PER_SECOND, HEARTBEAT_CEILING, WriteQueue, WriteQueueConfig,
     heartbeat_for,

@@ -25,7 +25,9 @@ use crate::poll::Poller;
 use crate::runner::AgentLoop;
 use crate::shard::{OwnedTargets, Shard, ShardConfig};
 use crate::view::FleetView;
-use crate::write::{FIELD_MANAGER, StatusWriter, WriteHandle, WriteQueue, run_writes};
+use crate::write::{
+    FIELD_MANAGER, MAX_IN_FLIGHT_CEILING, StatusWriter, WriteHandle, WriteQueue, run_writes,
+};
 
 /// How long pending status writes may take after SIGTERM.
 const SHUTDOWN_WRITE_GRACE: Duration = Duration::from_secs(10);
@@ -193,12 +195,18 @@ async fn run_with_gates(
         debug_state = debug_state.with_members(members);
     }
 
+    let handle = WriteHandle::new(WriteQueue::new(args.write_queue_config()));
     let (events, publisher): (Option<EventSink>, Option<JoinHandle<()>>) = if args.events.events {
         let reporter = crate::events::Reporter {
             controller: FIELD_MANAGER.to_owned(),
             instance: agent.clone(),
         };
-        let (sink, task) = start_events(client.clone(), reporter, args.events.limit());
+        // Events wait while the status writes are behind by more than a
+        // full load of writes in flight.
+        let backlog = handle.clone();
+        let (sink, task) = start_events(client.clone(), reporter, args.events.limit(), move || {
+            backlog.pending() > MAX_IN_FLIGHT_CEILING
+        });
         (Some(sink), Some(tokio::spawn(task)))
     } else {
         (None, None)
@@ -210,7 +218,6 @@ async fn run_with_gates(
         events.clone(),
     ));
 
-    let handle = WriteHandle::new(WriteQueue::new(args.write_queue_config()));
     let writes = {
         let view = view.clone();
         tokio::spawn(run_writes(
