@@ -87,6 +87,7 @@ pub mod write;
 mod layering_check;
 #[cfg(test)]
 mod signal_check;
+#[cfg(test)]
 mod source_files;
 #[cfg(test)]
 mod telemetry_check;
