@@ -3525,6 +3525,17 @@ async fn exported_timelines_replay_to_the_published_verdicts() {
         p.restart();
         patch_pod_status(&client, &ns, &pod, &p.addr().ip().to_string(), 1, v2, true).await;
     }
+    // The agent has seen every pod on the new image before the new version
+    // misbehaves: a pod it still believed on the old image would have its
+    // memory pressure set aside as the old image's (the rollback rule),
+    // which the exported timeline cannot tell (it carries no per-pod
+    // image), and the replay would disagree on those ticks.
+    for name in &names {
+        wait_status(&client, &ns, name, "converged on the new image", T, |s| {
+            s["rolloutGate"]["targetImage"] == v2 && s["rolloutGate"]["signal"] != "not_converged"
+        })
+        .await;
+    }
     // The new version: "hold" times out on file descriptors, "stop" runs
     // out of memory, "soak" is fine.
     fleet.pod("hold-0").update(|n| n.fd_timeout_count += 3);
