@@ -8,7 +8,8 @@
 //! ports between the core and the adapters ([`TargetSource`],
 //! [`StatusSink`], [`WriteGate`], [`PodScope`], [`StoredStatusSource`],
 //! [`MembersSource`]) with the snapshots they hand over ([`members`]), the
-//! loop's notion of time ([`Clock`]) and the flag values' parsers every
+//! loop's notion of time ([`Clock`]), where an instance sits when
+//! replicas share the fleet ([`units`]: buckets and watch units) and the flag values' parsers every
 //! module's own `Args` shares ([`parse`]).
 //!
 //! Plain values and small traits; imports nothing of this crate.
@@ -26,13 +27,14 @@ mod status;
 mod target;
 mod traits;
 mod transition;
+pub mod units;
 
 pub use clock::{Clock, ScaledClock, SystemClock};
 pub use key::InstanceKey;
 pub use limits::GateLimits;
 pub use members::{MembersSnapshot, StoredInstance};
 pub use ports::{
-    ContestSource, InstanceUids, MembersSource, PodScope, StatusLifecycle, StatusSink,
+    ContestSource, InstanceUids, KeptUnits, MembersSource, PodScope, StatusLifecycle, StatusSink,
     StoredStatusSource, TargetSource, WriteGate,
 };
 pub use publication::{
@@ -49,3 +51,4 @@ pub use traits::{
     update_paused_of,
 };
 pub use transition::{InstanceTransitions, Transition, TransitionKind};
+pub use units::{SHARD_LABEL, UnitCount};

@@ -10,6 +10,8 @@
 //! [`MembersSource`]: the shard). The core knows only these; adapters
 //! implement them, `kura-agent run` plugs them in.
 
+use std::collections::BTreeSet;
+
 use jiff::Timestamp;
 use tokio::sync::watch;
 
@@ -17,6 +19,7 @@ use super::key::InstanceKey;
 use super::members::{MembersSnapshot, StoredInstance};
 use super::status::DesiredStatus;
 use super::target::InstanceTarget;
+use super::units::UnitCount;
 
 /// Where the loop's targets come from.
 pub trait TargetSource: Send + Sync + 'static {
@@ -146,6 +149,23 @@ pub trait PodScope: Send + Sync + 'static {
     /// differently (its value counts the changes): the pods are then
     /// listed again, and the targets are not read until that list is in.
     fn changes(&self) -> watch::Receiver<u64>;
+    /// The watch units whose instances and pods are kept (owned, or about
+    /// to be owned, under the scope's membership), when the replicas
+    /// share the fleet by unit: the watches then select those units on the
+    /// API server. `None`: every instance is watched and
+    /// [`PodScope::keeps`] filters the pods.
+    fn kept_units(&self) -> Option<KeptUnits> {
+        None
+    }
+}
+
+/// The watch units a replica keeps ([`PodScope::kept_units`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptUnits {
+    /// How the buckets are grouped into units.
+    pub count: UnitCount,
+    /// The kept units (each below `count`).
+    pub units: BTreeSet<u16>,
 }
 
 /// The sharding group as this replica sees it, for the fleet view (who
