@@ -76,6 +76,8 @@ pub const WATCH_ERRORS_TOTAL: &str = "kura_agent_watch_errors_total";
 pub const AGENT_MEMBERS: &str = "kura_agent_members";
 /// Instances this replica owns (sharding on).
 pub const OWNED_INSTANCES: &str = "kura_agent_owned_instances";
+/// Watch units this replica owns (sharding on).
+pub const OWNED_UNITS: &str = "kura_agent_owned_units";
 /// Instances gained or lost by this replica, by `change`
 /// ([`OWNERSHIP_CHANGES`]).
 pub const OWNERSHIP_CHANGES_TOTAL: &str = "kura_agent_ownership_changes_total";
@@ -311,7 +313,7 @@ const fn plain(name: &'static str, kind: Kind, help: &'static str) -> Metric {
 }
 
 /// Every `kura_agent_*` metric, once each.
-pub const METRICS: [Metric; 30] = [
+pub const METRICS: [Metric; 31] = [
     Metric {
         name: POLLS_TOTAL,
         kind: Kind::Counter,
@@ -478,6 +480,11 @@ pub const METRICS: [Metric; 30] = [
         OWNED_INSTANCES,
         Kind::Gauge,
         "KuraInstances this replica owns.",
+    ),
+    plain(
+        OWNED_UNITS,
+        Kind::Gauge,
+        "Watch units (groups of shard buckets) this replica owns.",
     ),
     Metric {
         name: OWNERSHIP_CHANGES_TOTAL,

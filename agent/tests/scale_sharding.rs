@@ -10,8 +10,10 @@
 //!   endpoints report are disjoint, and once settled they cover all thirty;
 //! - the write log (a watch on the instances: every status change with its
 //!   `rolloutHealth.agent`) shows one writer per instance, and for the
-//!   instances of the killed agent exactly one change of writer, to the
-//!   rendezvous owner among the survivors;
+//!   instances of the killed agent exactly one change of writer, to their
+//!   unit's owner among the survivors (no unit cascades between the two
+//!   survivors when agent-2 goes, with the default 64 units and the
+//!   namespace `scale`);
 //! - the split is roughly even;
 //! - killing an agent (its runtime dropped: no Lease release, no write
 //!   flush) moves its instances within one lease duration plus one sweep
@@ -34,7 +36,8 @@ use kube::Client;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kura_agent::cluster::kura_instance_resource;
-use kura_agent::shard::{Member, owner};
+use kura_agent::model::{InstanceKey, UnitCount};
+use kura_agent::shard::{DEFAULT_UNITS, Member, instance_owner};
 use kura_sim::{Addressing, SimPodSpec, Simulator};
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::{Value, json};
@@ -56,6 +59,14 @@ const SWEEP: Duration = Duration::from_secs(2);
 const RECONCILE: Duration = Duration::from_secs(1);
 const IMAGE: &str = "ghcr.io/tuist/kura:0.6.0";
 const NEXT_IMAGE: &str = "ghcr.io/tuist/kura:0.6.1";
+
+/// The owner of instance `key` (`namespace/name`) among `members`, every
+/// one settled: its unit's owner under the default unit count.
+fn unit_owner(key: &str, members: &[Member]) -> Option<Member> {
+    let (ns, name) = key.split_once('/')?;
+    let count = UnitCount::new(DEFAULT_UNITS).ok()?;
+    instance_owner(count, &InstanceKey::new(ns, name), members)
+}
 
 /// What each agent's debug endpoint said it owned at one moment (`None`:
 /// no answer, or the agent is dead).
@@ -513,9 +524,9 @@ async fn three_agents_share_thirty_instances_and_hand_over_on_a_crash() {
     for (i, owned) in owned_at_start.iter().enumerate() {
         for key in owned {
             assert_eq!(
-                owner(key, &members_all).map(|m| m.id.as_str()),
-                Some(ids[i].as_str()),
-                "{key} owned by the rendezvous owner"
+                unit_owner(key, &members_all).map(|m| m.id),
+                Some(ids[i].clone()),
+                "{key} owned by its unit's owner"
             );
         }
         assert!(
@@ -726,7 +737,7 @@ async fn three_agents_share_thirty_instances_and_hand_over_on_a_crash() {
         let key = format!("{ns}/{name}");
         let runs = runs(writes);
         if moved.contains(&key) {
-            let new_owner = owner(&key, &survivors).expect("survivor");
+            let new_owner = unit_owner(&key, &survivors).expect("survivor");
             assert_eq!(
                 runs,
                 vec![ids[victim].as_str(), new_owner.id.as_str()],

@@ -37,6 +37,17 @@ pub struct MembersSnapshot {
     pub ownership_changes_total: u64,
     /// The latest changes, newest first.
     pub recent_changes: Vec<OwnershipChange>,
+    /// How many watch units the instances are grouped into (`None`: not
+    /// sharded by unit).
+    pub units: Option<u16>,
+    /// The units this replica owns now.
+    pub owned_units: Vec<u16>,
+    /// Members that departed less than the settle time ago (a unit
+    /// moving between two other members waits for them).
+    pub departed: Vec<String>,
+    /// Why this replica owns no unit because another member assigns
+    /// differently, if so.
+    pub scheme_conflict: Option<String>,
 }
 
 /// This replica's own Lease.
@@ -69,6 +80,11 @@ pub struct MemberSnapshot {
     pub settled: bool,
     /// Whether it is this replica.
     pub me: bool,
+    /// The units it holds under the live members' assignment.
+    pub units: usize,
+    /// The unit count its Lease publishes (`None`: an agent that assigns
+    /// by instance key).
+    pub published_units: Option<String>,
 }
 
 /// One Lease of the group: what membership reads of it, and whether it is

@@ -6,6 +6,7 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::model::parse::parse_positive_duration;
+use crate::model::units::UnitCount;
 use crate::shard::{ShardConfig, ShardError};
 
 /// Whether and how replicas share the instances.
@@ -13,8 +14,8 @@ use crate::shard::{ShardConfig, ShardError};
 pub struct ShardArgs {
     /// Share the instances among every replica of the same group: each
     /// replica holds a Lease in `--lease-namespace` and polls and writes
-    /// only the instances it owns (rendezvous hashing over the live
-    /// members). Off: this replica writes every instance, so run exactly
+    /// only the instances of the watch units it owns (`--shard-units`,
+    /// bounded-load rendezvous hashing over the live members). Off: this replica writes every instance, so run exactly
     /// one (no Lease permissions needed).
     #[arg(long, env = "KURA_AGENT_SHARDING", default_value_t = false,
           action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
@@ -35,6 +36,14 @@ pub struct ShardArgs {
     /// expire; a departed replica's instances move after at most this long.
     #[arg(long, env = "KURA_AGENT_LEASE_DURATION", default_value = "15s", value_parser = parse_positive_duration)]
     pub lease_duration: Duration,
+
+    /// How many watch units the 256 shard buckets are grouped into (a
+    /// power of two from 1 to 256): replicas own units, assigned with
+    /// bounded load, and an instance belongs to its unit's owner. Every
+    /// replica of a group must use the same count (each publishes it on
+    /// its Lease; while any member's differs, none owns anything).
+    #[arg(long, env = "KURA_AGENT_SHARD_UNITS", default_value = "64")]
+    pub shard_units: UnitCount,
 }
 
 impl ShardArgs {
@@ -51,11 +60,14 @@ impl ShardArgs {
             .filter(|n| !n.trim().is_empty())
             .or_else(|| std::env::var("POD_NAMESPACE").ok())
             .ok_or(ShardError::NoNamespace)?;
-        Ok(Some(ShardConfig::new(
-            namespace,
-            self.agent_group.clone(),
-            identity,
-            self.lease_duration,
-        )?))
+        Ok(Some(
+            ShardConfig::new(
+                namespace,
+                self.agent_group.clone(),
+                identity,
+                self.lease_duration,
+            )?
+            .with_units(self.shard_units),
+        ))
     }
 }

@@ -26,12 +26,14 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 
-use super::membership::{LeaseRecord, Membership, OwnLease, Timing, view_is_fresh};
-use super::rendezvous::owner;
+use super::membership::{
+    Departures, LeaseRecord, Membership, Observed, OwnLease, PlanCache, Timing, view_is_fresh,
+};
 use crate::model::members::{
     LeaseSnapshot, MemberSnapshot, MembersSnapshot, OwnLeaseSnapshot, OwnershipChange,
 };
-use crate::model::{InstanceKey, MembersSource, PodScope, WriteGate};
+use crate::model::units::{BadUnitCount, UnitCount};
+use crate::model::{InstanceKey, KeptUnits, MembersSource, PodScope, WriteGate};
 use crate::telemetry::{self, label};
 
 /// The label that groups the Leases of one agent deployment.
@@ -40,6 +42,11 @@ pub const GROUP_LABEL: &str = "kura.tuist.dev/agent-group";
 pub const LEASE_FIELD_MANAGER: &str = "kura-health-agent-lease";
 /// Ownership changes kept for the debug endpoint.
 pub const RECENT_CHANGES: usize = 64;
+/// The Lease annotation carrying the unit count its holder assigns with:
+/// replicas own units only while every member publishes the same count.
+pub const UNITS_ANNOTATION: &str = "kura.tuist.dev/shard-units";
+/// The default unit count (`--shard-units`).
+pub const DEFAULT_UNITS: u32 = 64;
 
 /// Why sharding could not start.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -50,6 +57,9 @@ pub enum ShardError {
     /// A lease duration the API cannot express or too short to renew.
     #[error("lease duration {0:?} must be whole seconds between 3 s and 1 h")]
     BadDuration(Duration),
+    /// A unit count that is not a power of two from 1 to 256.
+    #[error(transparent)]
+    BadUnits(#[from] BadUnitCount),
 }
 
 /// Sharding settings.
@@ -75,6 +85,9 @@ pub struct ShardConfig {
     /// this (one and a half renewal intervals) stops acting: its view of
     /// the members may be stale. Shorter than `settle`.
     pub staleness: Duration,
+    /// How the instances are grouped into the units the replicas own
+    /// (published on the Lease as [`UNITS_ANNOTATION`]).
+    pub units: UnitCount,
 }
 
 impl ShardConfig {
@@ -103,7 +116,14 @@ impl ShardConfig {
             margin: lease_duration / 5,
             settle: lease_duration * 2 / 3,
             staleness: lease_duration / 2,
+            units: UnitCount::new(DEFAULT_UNITS)?,
         })
+    }
+
+    /// The same settings with `units` units.
+    #[must_use]
+    pub fn with_units(self, units: UnitCount) -> Self {
+        ShardConfig { units, ..self }
     }
 
     /// The name of this replica's Lease.
@@ -140,6 +160,7 @@ pub fn lease_record(lease: &Lease) -> LeaseRecord {
         acquire_time: spec.and_then(|s| s.acquire_time.as_ref()).map(|t| t.0),
         renew_time: spec.and_then(|s| s.renew_time.as_ref()).map(|t| t.0),
         duration_seconds: spec.and_then(|s| s.lease_duration_seconds),
+        units: lease.annotations().get(UNITS_ANNOTATION).cloned(),
     }
 }
 
@@ -157,6 +178,10 @@ struct State {
     /// The membership the pods are kept for, and the targets read under
     /// ([`Shard::refresh_scope`]).
     scope: Option<Membership>,
+    /// Departures seen in the Lease view, and when it was first listed.
+    departures: Departures,
+    /// The scheme conflict last logged.
+    conflict: Option<String>,
 }
 
 /// The shared sharding handle. See the module documentation.
@@ -166,27 +191,43 @@ pub struct Shard {
     store: Store<Lease>,
     synced: AtomicBool,
     state: Mutex<State>,
-    /// Moves whenever the membership the pods are kept for changes.
+    /// Moves whenever the units the pods are kept for change.
     scope_changes: tokio::sync::watch::Sender<u64>,
+    /// The unit plans of the last memberships.
+    plans: PlanCache,
 }
 
 impl PodScope for Shard {
-    /// The pods of an instance this replica owns, or is about to own once
-    /// a joining member settles, under the scope's membership; none before
-    /// the first one.
+    /// The pods of an instance whose unit this replica keeps
+    /// ([`PodScope::kept_units`]); none before the first scope.
     fn keeps(&self, key: &InstanceKey) -> bool {
         let s = self.lock();
-        let Some(m) = s.scope.as_ref() else {
-            return false;
-        };
-        let key = key.to_string();
-        [&m.live, &m.settled]
-            .into_iter()
-            .any(|members| owner(&key, members).is_some_and(|o| o.id == m.me))
+        s.scope
+            .as_ref()
+            .is_some_and(|m| m.plan.kept.contains(&m.count.unit_of_key(key)))
     }
 
+    /// Moves only when the kept units change (not at every membership
+    /// change: a join or leave that leaves this replica's units alone
+    /// re-lists nothing).
     fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
         self.scope_changes.subscribe()
+    }
+
+    /// The units this replica owns or is about to own under the scope's
+    /// membership: its units under the live, the settled or the live and
+    /// recently departed members' assignment (none before the first
+    /// scope).
+    fn kept_units(&self) -> Option<KeptUnits> {
+        let s = self.lock();
+        Some(KeptUnits {
+            count: self.config.units,
+            units: s
+                .scope
+                .as_ref()
+                .map(|m| m.plan.kept.clone())
+                .unwrap_or_default(),
+        })
     }
 }
 
@@ -218,8 +259,11 @@ impl Shard {
                 changes_total: 0,
                 released: false,
                 scope: None,
+                departures: Departures::default(),
+                conflict: None,
             }),
             scope_changes: tokio::sync::watch::Sender::new(0),
+            plans: PlanCache::default(),
             config,
             store: reader,
             synced: AtomicBool::new(false),
@@ -237,11 +281,13 @@ impl Shard {
             .for_each(move |ev| {
                 match ev {
                     Ok(watcher::Event::InitDone) => {
+                        shard.observe(true);
                         if !shard.synced.swap(true, Ordering::AcqRel) {
                             tracing::info!("initial lease list received");
                         }
                     }
-                    Ok(_) => {}
+                    Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
+                    Ok(_) => shard.observe(false),
                     Err(error) => {
                         metrics::counter!(telemetry::WATCH_ERRORS_TOTAL, "resource" => label::LEASES)
                             .increment(1);
@@ -298,6 +344,10 @@ impl Shard {
                 labels: Some(BTreeMap::from([(
                     GROUP_LABEL.to_owned(),
                     self.config.group.clone(),
+                )])),
+                annotations: Some(BTreeMap::from([(
+                    UNITS_ANNOTATION.to_owned(),
+                    self.config.units.to_string(),
                 )])),
                 ..ObjectMeta::default()
             },
@@ -421,20 +471,56 @@ impl Shard {
         v
     }
 
+    fn timing(&self) -> Timing {
+        Timing {
+            settle: self.config.settle,
+            staleness: self.config.staleness,
+        }
+    }
+
+    /// Takes the Lease view as it stands into the departures (a Lease
+    /// gone or acquired anew); `complete`: a complete list just came in.
+    fn observe(&self, complete: bool) {
+        let leases = self.leases();
+        let now = Timestamp::now();
+        let mut s = self.lock();
+        s.departures
+            .observe(&leases, complete, now, self.config.settle);
+    }
+
     /// The membership at `now`.
     pub fn membership(&self, now: Timestamp) -> Membership {
         let leases = self.leases();
-        let own = self.lock().own;
-        Membership::at(
+        let mut s = self.lock();
+        // The store may have moved since the watch's last event was
+        // handled: a departure is never missed.
+        let complete = false;
+        s.departures
+            .observe(&leases, complete, now, self.config.settle);
+        let m = Membership::at(
             &self.config.identity,
-            &leases,
-            &own,
-            Timing {
-                settle: self.config.settle,
-                staleness: self.config.staleness,
+            Observed {
+                leases: &leases,
+                departures: &s.departures,
             },
+            &s.own,
+            self.timing(),
+            self.config.units,
             now,
-        )
+            &self.plans,
+        );
+        if m.conflict != s.conflict {
+            match &m.conflict {
+                Some(why) => {
+                    tracing::warn!(reason = %why, "sharding schemes disagree: owning no unit")
+                }
+                None => {
+                    tracing::info!(units = %self.config.units, "every member assigns the same units again")
+                }
+            }
+            s.conflict.clone_from(&m.conflict);
+        }
+        m
     }
 
     /// Takes the membership at `now` as the one the pods are kept for and
@@ -444,17 +530,25 @@ impl Shard {
     /// never moves before the pods it needs are listed.
     pub fn refresh_scope(&self, now: Timestamp) {
         let fresh = self.membership(now);
-        let changed = {
+        let units_changed = {
             let mut s = self.lock();
-            let same = s.scope.as_ref().is_some_and(|m| {
-                m.me == fresh.me && m.live == fresh.live && m.settled == fresh.settled
-            });
-            if !same {
+            let same = s.scope.as_ref().is_some_and(|m| m.same_group(&fresh));
+            if same {
+                false
+            } else {
+                let changed = s
+                    .scope
+                    .as_ref()
+                    .is_none_or(|m| m.plan.kept != fresh.plan.kept);
+                if changed {
+                    tracing::info!(units = ?fresh.plan.kept, count = %fresh.count,
+                        "the units this replica keeps changed");
+                }
                 s.scope = Some(fresh);
+                changed
             }
-            !same
         };
-        if changed {
+        if units_changed {
             self.scope_changes.send_modify(|n| *n = n.wrapping_add(1));
         }
     }
@@ -484,6 +578,7 @@ impl Shard {
         let members: Vec<String> = membership.live.iter().map(|m| m.id.clone()).collect();
         metrics::gauge!(telemetry::AGENT_MEMBERS).set(members.len() as f64);
         metrics::gauge!(telemetry::OWNED_INSTANCES).set(owned.len() as f64);
+        metrics::gauge!(telemetry::OWNED_UNITS).set(membership.owned_units().len() as f64);
         let mut s = self.lock();
         let gained: Vec<InstanceKey> = owned.difference(&s.owned).cloned().collect();
         let lost: Vec<InstanceKey> = s.owned.difference(&owned).cloned().collect();
@@ -513,8 +608,8 @@ impl Shard {
 
     /// What `/debug/members` shows.
     pub fn view(&self, now: Timestamp) -> MembersSnapshot {
-        let leases = self.leases();
         let membership = self.membership(now);
+        let leases = self.leases();
         let s = self.lock();
         let settled: BTreeSet<&str> = membership.settled.iter().map(|m| m.id.as_str()).collect();
         MembersSnapshot {
@@ -539,6 +634,11 @@ impl Shard {
                     id: m.id.clone(),
                     settled: settled.contains(m.id.as_str()),
                     me: m.id == self.config.identity,
+                    units: membership.plan.live.units_of(&m.id).count(),
+                    published_units: leases
+                        .iter()
+                        .find(|l| l.holder_id() == Some(m.id.as_str()))
+                        .and_then(|l| l.units.clone()),
                 })
                 .collect(),
             leases: leases
@@ -556,6 +656,10 @@ impl Shard {
             owned: s.owned.iter().map(ToString::to_string).collect(),
             ownership_changes_total: s.changes_total,
             recent_changes: s.changes.iter().rev().cloned().collect(),
+            units: Some(self.config.units.get()),
+            owned_units: membership.owned_units().into_iter().collect(),
+            departed: membership.departed.iter().map(|m| m.id.clone()).collect(),
+            scheme_conflict: membership.conflict.clone(),
         }
     }
 }
@@ -567,13 +671,19 @@ impl WriteGate for Shard {
         }
         let m = self.membership(now);
         if !m.own_current {
-            return Err("own lease not current (or the lease view is stale)".to_owned());
+            return Err(
+                "own lease not current (or the lease view is stale or younger than the settle time)"
+                    .to_owned(),
+            );
         }
-        if !m.owns(&key.to_string()) {
+        if let Some(why) = &m.conflict {
+            return Err(format!("sharding schemes disagree: {why}"));
+        }
+        if !m.owns(key) {
             return Err(format!(
-                "not the owner (owner: {})",
-                m.owner_of(&key.to_string())
-                    .map_or("none", |o| o.id.as_str())
+                "not the owner of unit {} (owner: {})",
+                m.count.unit_of_key(key),
+                m.owner_of(key).map_or("none", |o| o.id.as_str())
             ));
         }
         Ok(())
@@ -586,9 +696,7 @@ impl MembersSource for Shard {
     }
 
     fn owner_of(&self, key: &InstanceKey, now: Timestamp) -> Option<String> {
-        self.membership(now)
-            .owner_of(&key.to_string())
-            .map(|m| m.id.clone())
+        self.membership(now).owner_of(key).map(|m| m.id.clone())
     }
 }
 

@@ -1,31 +1,66 @@
-//! Who is in the group, and which instances this replica owns: pure
-//! functions of the group's Leases and the time.
+//! Who is in the group, and which watch units this replica owns: pure
+//! functions of the group's Leases, of the departures this replica saw,
+//! and of the time.
 //!
 //! - A Lease is **current** at `now` when it names a holder, a renew time,
 //!   an acquire time and a positive duration, and `renewTime +
 //!   leaseDurationSeconds > now`.
-//! - The **live members** are the holders of current Leases.
-//! - A member is **settled** once its Lease was acquired at least `settle`
-//!   ago. Keys move *to* a member only once it is settled, but *away* from
-//!   the others as soon as its Lease appears: the old owner stops before the
-//!   new one starts, so a join never makes two writers (it makes a short
-//!   gap instead). A leave moves keys at once: the member that left is gone
-//!   from both sets at the same moment.
-//! - This replica **owns** a key when it is the key's rendezvous owner among
-//!   all live members *and* among the settled ones, its own Lease is
-//!   current by its own knowledge ([`OwnLease::is_current`]), and its view
-//!   of the Leases is fresh: the watch shows its own latest renewals (a
-//!   replica renews every third of the duration, so a watch that stopped
-//!   delivering shows an old own `renewTime`). A stale view could miss a
-//!   member that joined; such a replica stops acting instead, within
-//!   `staleness`, which must be shorter than the settle time.
+//! - The **live members** are the holders of current Leases; a member is
+//!   **settled** once its Lease was acquired at least `settle` ago.
+//! - The **recently departed** members `R` are the members not settled now
+//!   that were, or may have been, settled in a view up to `settle` old:
+//!   the holders of a Lease that expired less than `settle` ago, and those
+//!   this replica saw lose their Lease (deleted) or acquire it anew (a new
+//!   `acquireTime`) less than `settle` ago ([`Departures`]).
+//! - Instances are grouped into watch units ([`UnitCount`]); units are
+//!   assigned to members with bounded loads ([`assign`]); an instance
+//!   belongs to its unit's owner.
+//! - This replica **owns** unit `u` when:
+//!   1. its own Lease is current by its own knowledge
+//!      ([`OwnLease::is_current`]), its view of the Leases is fresh (the
+//!      watch shows its own renewals, at most `staleness` old, shorter than
+//!      `settle`), and its first Lease list is at least `settle` old;
+//!   2. every member of `live ∪ R` publishes this replica's unit count
+//!      (an older agent assigns by instance key: no unit is owned while
+//!      one is around);
+//!   3. `assign(live)[u]` is this replica: units move *away* as soon as a
+//!      joining Lease appears, *to* the newcomer only once it is settled
+//!      (the join rule of key rendezvous, unchanged);
+//!   4. for every subset `F` of `R` (the empty one included),
+//!      `assign(settled ∪ F)[u]` is this replica or a member of `F`.
+//!
+//! Rule 4 is what bounded loads need. With plain rendezvous a departure
+//! moves only the departed member's keys; with bounded loads it can also
+//! move units between two members that stay ("cascades"), so two replicas
+//! whose views differ by one departure could both own a unit. Any other
+//! replica acting now sees a settled set `settled ∪ F` for some `F ⊆ R`
+//! (its view is less than `settle` older or newer than this one; a member
+//! only leaves the settled set by a deletion, an expiry or a re-acquire,
+//! each of which lands in `R` for `settle`), and under that set's
+//! assignment it requires the unit to be its own or one of a member that
+//! cannot act (settled for it, so not in `F`, and not departed for it).
+//! The two requirements exclude each other. The effect: a departed
+//! member's own units move at once (the assignment gives them to a member
+//! of `F`), a unit cascading between two members that stay waits until
+//! the departure is `settle` old, and units that stay with their owner
+//! never gap. Computing rule 4 costs `2^|R|` assignments per membership,
+//! done once per membership ([`PlanCache`]); with more than
+//! [`MAX_DEPARTED`] recent departures nothing is owned until they age.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::rendezvous::{Member, owner};
+use super::assign::{Assignment, assign};
+use super::rendezvous::Member;
+use crate::model::InstanceKey;
+use crate::model::units::UnitCount;
+
+/// Rule 4 is checked over at most this many recent departures (`2^10`
+/// assignments); beyond, this replica owns nothing until some age out.
+pub const MAX_DEPARTED: usize = 10;
 
 /// The parts of a Lease that membership reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +75,9 @@ pub struct LeaseRecord {
     pub renew_time: Option<Timestamp>,
     /// `spec.leaseDurationSeconds`.
     pub duration_seconds: Option<i32>,
+    /// The unit count the holder assigns with (its
+    /// `kura.tuist.dev/shard-units` annotation), `None` when absent.
+    pub units: Option<String>,
 }
 
 fn plus(ts: Timestamp, d: Duration) -> Timestamp {
@@ -52,9 +90,8 @@ fn plus(ts: Timestamp, d: Duration) -> Timestamp {
 impl LeaseRecord {
     /// When the Lease stops being current, if it is well-formed.
     pub fn expires_at(&self) -> Option<Timestamp> {
-        let holder = self.holder.as_deref().filter(|h| !h.trim().is_empty());
+        self.holder_id()?;
         let secs = self.duration_seconds.filter(|s| *s > 0)?;
-        holder?;
         self.acquire_time?;
         let renew = self.renew_time?;
         Some(plus(renew, Duration::from_secs(u64::try_from(secs).ok()?)))
@@ -64,6 +101,14 @@ impl LeaseRecord {
     pub fn is_current(&self, now: Timestamp) -> bool {
         self.expires_at().is_some_and(|e| e > now)
     }
+
+    /// The holder, trimmed, if any.
+    pub fn holder_id(&self) -> Option<&str> {
+        self.holder
+            .as_deref()
+            .map(str::trim)
+            .filter(|h| !h.is_empty())
+    }
 }
 
 /// The holders of the Leases current at `now`, sorted and deduplicated.
@@ -71,7 +116,7 @@ pub fn live_members(leases: &[LeaseRecord], now: Timestamp) -> Vec<Member> {
     leases
         .iter()
         .filter(|l| l.is_current(now))
-        .filter_map(|l| l.holder.as_deref().map(|h| h.trim().to_owned()))
+        .filter_map(|l| l.holder_id().map(str::to_owned))
         .collect::<BTreeSet<_>>()
         .into_iter()
         .map(Member::new)
@@ -86,7 +131,7 @@ pub fn settled_members(leases: &[LeaseRecord], now: Timestamp, settle: Duration)
         .iter()
         .filter(|l| l.is_current(now))
         .filter(|l| l.acquire_time.is_some_and(|a| plus(a, settle) <= now))
-        .filter_map(|l| l.holder.as_deref().map(|h| h.trim().to_owned()))
+        .filter_map(|l| l.holder_id().map(str::to_owned))
         .collect::<BTreeSet<_>>()
         .into_iter()
         .map(Member::new)
@@ -103,15 +148,182 @@ pub fn view_is_fresh(
 ) -> bool {
     leases
         .iter()
-        .filter(|l| l.holder.as_deref().map(str::trim) == Some(me))
+        .filter(|l| l.holder_id() == Some(me))
         .filter_map(|l| l.renew_time)
         .any(|r| plus(r, staleness) > now)
+}
+
+/// A member this replica saw lose its Lease (deleted) or acquire it anew.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Departure {
+    /// The holder.
+    pub holder: String,
+    /// When this replica saw it.
+    pub seen: Timestamp,
+    /// The unit count its Lease carried.
+    pub units: Option<String>,
+}
+
+/// What this replica has seen of the group's Leases over time: when its
+/// first complete list came in, and the departures of the last `settle`
+/// (a deleted Lease leaves no trace in the Leases themselves). Fed with
+/// every state of the Lease view ([`Departures::observe`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Departures {
+    /// Per holder: its earliest `acquireTime` and its unit count, as last
+    /// observed.
+    known: BTreeMap<String, (Option<Timestamp>, Option<String>)>,
+    /// Departures seen less than `settle` ago, oldest first.
+    recent: VecDeque<Departure>,
+    /// When the first complete Lease list was observed.
+    listed_at: Option<Timestamp>,
+}
+
+impl Departures {
+    /// Takes one state of the Lease view at `now`: a holder gone from it,
+    /// or with another `acquireTime`, departed now. `complete`: the state
+    /// is a complete list (the first one starts the clock of
+    /// [`Departures::listed_at`]). Departures older than `settle` are
+    /// forgotten.
+    pub fn observe(
+        &mut self,
+        leases: &[LeaseRecord],
+        complete: bool,
+        now: Timestamp,
+        settle: Duration,
+    ) {
+        let mut current: BTreeMap<String, (Option<Timestamp>, Option<String>)> = BTreeMap::new();
+        for l in leases {
+            let Some(h) = l.holder_id() else { continue };
+            let e = current
+                .entry(h.to_owned())
+                .or_insert((l.acquire_time, l.units.clone()));
+            let earlier = match (e.0, l.acquire_time) {
+                (None, _) => true,
+                (Some(a), Some(b)) => b < a,
+                (Some(_), None) => false,
+            };
+            if earlier {
+                *e = (l.acquire_time, l.units.clone());
+            }
+        }
+        for (holder, (acquired, units)) in &self.known {
+            let gone = match current.get(holder) {
+                None => true,
+                Some((a, _)) => a != acquired,
+            };
+            if gone {
+                self.recent.push_back(Departure {
+                    holder: holder.clone(),
+                    seen: now,
+                    units: units.clone(),
+                });
+            }
+        }
+        self.known = current;
+        while self
+            .recent
+            .front()
+            .is_some_and(|d| plus(d.seen, settle) <= now)
+        {
+            self.recent.pop_front();
+        }
+        if complete && self.listed_at.is_none() {
+            self.listed_at = Some(now);
+        }
+    }
+
+    /// When the first complete Lease list was observed.
+    pub fn listed_at(&self) -> Option<Timestamp> {
+        self.listed_at
+    }
+
+    /// The departures seen less than `settle` before `now`.
+    pub fn recent(&self, now: Timestamp, settle: Duration) -> impl Iterator<Item = &Departure> {
+        self.recent
+            .iter()
+            .filter(move |d| plus(d.seen, settle) > now)
+    }
+}
+
+/// The recently departed members `R` (module documentation): not settled
+/// at `now`, and either holding only Leases that expired less than
+/// `settle` ago, or departed less than `settle` ago by `departures`.
+pub fn recently_departed(
+    leases: &[LeaseRecord],
+    departures: &Departures,
+    settled: &[Member],
+    now: Timestamp,
+    settle: Duration,
+) -> Vec<Member> {
+    let mut out: BTreeSet<String> = departures
+        .recent(now, settle)
+        .map(|d| d.holder.clone())
+        .collect();
+    let live: BTreeSet<&str> = leases
+        .iter()
+        .filter(|l| l.is_current(now))
+        .filter_map(LeaseRecord::holder_id)
+        .collect();
+    for l in leases {
+        let (Some(h), Some(e)) = (l.holder_id(), l.expires_at()) else {
+            continue;
+        };
+        if !live.contains(h) && e <= now && plus(e, settle) > now {
+            out.insert(h.to_owned());
+        }
+    }
+    out.into_iter()
+        .filter(|h| !settled.iter().any(|m| &m.id == h))
+        .map(Member::new)
+        .collect()
+}
+
+/// Why this replica may own no unit: a member of `live ∪ R` whose Lease
+/// does not carry `count` (absent: an agent that assigns by instance key).
+pub fn scheme_conflict(
+    leases: &[LeaseRecord],
+    departures: &Departures,
+    count: UnitCount,
+    now: Timestamp,
+    settle: Duration,
+) -> Option<String> {
+    let want = count.to_string();
+    let describe = |holder: &str, units: Option<&str>| match units {
+        None => format!(
+            "member {holder} publishes no unit count (an agent that assigns by instance key): \
+             owning no unit until it is gone"
+        ),
+        Some(v) => format!(
+            "member {holder} assigns {v} units, this replica {want}: owning no unit until \
+             every member agrees"
+        ),
+    };
+    let mut found: BTreeMap<String, String> = BTreeMap::new();
+    for l in leases {
+        let Some(h) = l.holder_id() else { continue };
+        let relevant = l.is_current(now) || l.expires_at().is_some_and(|e| plus(e, settle) > now);
+        if relevant && l.units.as_deref().map(str::trim) != Some(want.as_str()) {
+            found
+                .entry(h.to_owned())
+                .or_insert_with(|| describe(h, l.units.as_deref()));
+        }
+    }
+    for d in departures.recent(now, settle) {
+        if d.units.as_deref().map(str::trim) != Some(want.as_str()) {
+            found
+                .entry(d.holder.clone())
+                .or_insert_with(|| describe(&d.holder, d.units.as_deref()));
+        }
+    }
+    found.into_values().next()
 }
 
 /// The two waits of membership.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timing {
-    /// A new Lease gains keys only once it is this old.
+    /// A new Lease gains units only once it is this old; a departure holds
+    /// back units moving between two other members this long.
     pub settle: Duration,
     /// The own Lease's `renewTime` as the watch shows it may be at most this
     /// old (must be shorter than `settle`).
@@ -147,57 +359,245 @@ impl OwnLease {
     }
 }
 
-/// The group as seen at one moment: who is live, who is settled, and
-/// whether this replica may act.
+/// The units of one replica under one membership: computed once per
+/// membership ([`PlanCache`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnitPlan {
+    /// The assignment over the live members (who writes, once every live
+    /// member is settled).
+    pub live: Assignment,
+    /// The units owned by rules 3 and 4 (rules 1 and 2 are checked
+    /// apart).
+    pub owned: BTreeSet<u16>,
+    /// The units owned or about to be owned: this replica's under the
+    /// live, the settled or the `live ∪ R` assignment.
+    pub kept: BTreeSet<u16>,
+}
+
+/// Rules 3 and 4 of the module documentation, and the kept units.
+pub fn plan(
+    count: UnitCount,
+    me: &str,
+    live: &[Member],
+    settled: &[Member],
+    departed: &[Member],
+) -> UnitPlan {
+    let by_live = assign(count, live);
+    let by_settled = assign(count, settled);
+    let mut extended = live.to_vec();
+    extended.extend(departed.iter().cloned());
+    let by_extended = assign(count, &extended);
+    let units = 0..count.get();
+    let kept: BTreeSet<u16> = units
+        .clone()
+        .filter(|u| {
+            by_live.is_owner(*u, me) || by_settled.is_owner(*u, me) || by_extended.is_owner(*u, me)
+        })
+        .collect();
+    let mut owned: BTreeSet<u16> = if departed.len() > MAX_DEPARTED {
+        BTreeSet::new()
+    } else {
+        units
+            .filter(|u| by_live.is_owner(*u, me) && by_settled.is_owner(*u, me))
+            .collect()
+    };
+    let subsets: u32 = 1 << departed.len().min(MAX_DEPARTED);
+    for mask in 1..subsets {
+        if owned.is_empty() {
+            break;
+        }
+        let chosen: Vec<&Member> = departed
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| mask & (1 << i) != 0)
+            .map(|(_, m)| m)
+            .collect();
+        let mut set = settled.to_vec();
+        set.extend(chosen.iter().map(|m| (*m).clone()));
+        let a = assign(count, &set);
+        owned.retain(|u| {
+            a.owner(*u)
+                .is_some_and(|o| o.id == me || chosen.contains(&o))
+        });
+    }
+    UnitPlan {
+        live: by_live,
+        owned,
+        kept,
+    }
+}
+
+type PlanKey = (UnitCount, String, Vec<Member>, Vec<Member>, Vec<Member>);
+
+/// The last few [`plan`]s by their inputs: the write gate asks before
+/// every PATCH, and the membership rarely changes.
+#[derive(Debug, Default)]
+pub struct PlanCache {
+    entries: Mutex<VecDeque<(PlanKey, Arc<UnitPlan>)>>,
+}
+
+/// Plans kept by a [`PlanCache`].
+const PLANS_KEPT: usize = 8;
+
+impl PlanCache {
+    /// The plan for these inputs, computed on a miss.
+    pub fn plan(
+        &self,
+        count: UnitCount,
+        me: &str,
+        live: &[Member],
+        settled: &[Member],
+        departed: &[Member],
+    ) -> Arc<UnitPlan> {
+        let key: PlanKey = (
+            count,
+            me.to_owned(),
+            live.to_vec(),
+            settled.to_vec(),
+            departed.to_vec(),
+        );
+        let mut entries = self
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((_, p)) = entries.iter().find(|(k, _)| *k == key) {
+            return Arc::clone(p);
+        }
+        let p = Arc::new(plan(count, me, live, settled, departed));
+        if entries.len() == PLANS_KEPT {
+            entries.pop_front();
+        }
+        entries.push_back((key, Arc::clone(&p)));
+        p
+    }
+}
+
+/// What this replica observed of the group: the Leases as its watch shows
+/// them, and the departures it saw.
+#[derive(Debug, Clone, Copy)]
+pub struct Observed<'a> {
+    /// The group's Leases.
+    pub leases: &'a [LeaseRecord],
+    /// Departures and the time of the first list.
+    pub departures: &'a Departures,
+}
+
+/// The group as seen at one moment: who is live, who is settled, who
+/// departed recently, and whether this replica may act.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Membership {
     /// This replica's identity.
     pub me: String,
+    /// How instances are grouped into units.
+    pub count: UnitCount,
     /// Holders of current Leases.
     pub live: Vec<Member>,
     /// Live members past the settle time.
     pub settled: Vec<Member>,
-    /// Whether this replica's own Lease is current by its own knowledge.
+    /// The recently departed members `R`.
+    pub departed: Vec<Member>,
+    /// Whether this replica's own Lease is current by its own knowledge,
+    /// its view fresh and its first list old enough (rule 1).
     pub own_current: bool,
+    /// Why no unit may be owned because of another member's scheme (rule
+    /// 2), if so.
+    pub conflict: Option<String>,
+    /// This replica's units under this membership.
+    pub plan: Arc<UnitPlan>,
 }
 
 impl Membership {
-    /// The membership at `now`, as `me` sees it from `leases` and what it
-    /// knows of its own Lease.
+    /// The membership at `now`, as `me` sees it from what it observed and
+    /// what it knows of its own Lease, with `count` units.
     pub fn at(
         me: &str,
-        leases: &[LeaseRecord],
+        observed: Observed<'_>,
         own: &OwnLease,
         timing: Timing,
+        count: UnitCount,
         now: Timestamp,
+        plans: &PlanCache,
     ) -> Self {
+        let Observed { leases, departures } = observed;
+        let live = live_members(leases, now);
+        let settled = settled_members(leases, now, timing.settle);
+        let departed = recently_departed(leases, departures, &settled, now, timing.settle);
+        let listed_long_enough = departures
+            .listed_at()
+            .is_some_and(|l| plus(l, timing.settle) <= now);
+        let plan = plans.plan(count, me, &live, &settled, &departed);
         Membership {
             me: me.to_owned(),
-            live: live_members(leases, now),
-            settled: settled_members(leases, now, timing.settle),
-            own_current: own.is_current(now) && view_is_fresh(leases, me, timing.staleness, now),
+            count,
+            own_current: own.is_current(now)
+                && view_is_fresh(leases, me, timing.staleness, now)
+                && listed_long_enough,
+            conflict: scheme_conflict(leases, departures, count, now, timing.settle),
+            live,
+            settled,
+            departed,
+            plan,
         }
     }
 
-    /// Whether this replica owns `key` (see the module documentation).
-    pub fn owns(&self, key: &str) -> bool {
-        self.own_current
-            && owner(key, &self.live).is_some_and(|m| m.id == self.me)
-            && owner(key, &self.settled).is_some_and(|m| m.id == self.me)
+    /// Whether this replica may act now and no scheme conflict holds it
+    /// back (rules 1 and 2).
+    pub fn may_act(&self) -> bool {
+        self.own_current && self.conflict.is_none()
     }
 
-    /// The member `key` goes to once every live member is settled.
-    pub fn owner_of(&self, key: &str) -> Option<&Member> {
-        owner(key, &self.live)
+    /// Whether this replica owns `unit` (see the module documentation).
+    pub fn owns_unit(&self, unit: u16) -> bool {
+        self.may_act() && self.plan.owned.contains(&unit)
+    }
+
+    /// Whether this replica owns instance `key` (its unit's owner).
+    pub fn owns(&self, key: &InstanceKey) -> bool {
+        self.owns_unit(self.count.unit_of_key(key))
+    }
+
+    /// The units this replica owns now.
+    pub fn owned_units(&self) -> BTreeSet<u16> {
+        if self.may_act() {
+            self.plan.owned.clone()
+        } else {
+            BTreeSet::new()
+        }
+    }
+
+    /// Whether the members, the departures and the conflict are the same
+    /// as `other`'s (what the pods are kept for; not this replica's own
+    /// Lease, which moves with time).
+    pub fn same_group(&self, other: &Membership) -> bool {
+        self.me == other.me
+            && self.count == other.count
+            && self.live == other.live
+            && self.settled == other.settled
+            && self.departed == other.departed
+            && self.conflict == other.conflict
+    }
+
+    /// The member `key`'s unit goes to once every live member is settled.
+    pub fn owner_of(&self, key: &InstanceKey) -> Option<&Member> {
+        self.plan.live.owner(self.count.unit_of_key(key))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn t(s: i64) -> Timestamp {
-        Timestamp::from_second(1_800_000_000 + s).expect("ts")
+        tm(s * 1000)
+    }
+
+    fn tm(ms: i64) -> Timestamp {
+        Timestamp::from_millisecond(1_800_000_000_000 + ms).expect("ts")
+    }
+
+    fn units(n: u32) -> UnitCount {
+        UnitCount::new(n).expect("count")
     }
 
     fn lease(holder: &str, acquired: i64, renewed: i64, secs: i32) -> LeaseRecord {
@@ -207,6 +607,7 @@ mod tests {
             acquire_time: Some(t(acquired)),
             renew_time: Some(t(renewed)),
             duration_seconds: Some(secs),
+            units: Some("16".to_owned()),
         }
     }
 
@@ -263,9 +664,11 @@ mod tests {
         assert!(!never.is_current(t(0)));
     }
 
-    fn timing(settle: Duration) -> Timing {
+    const SETTLE: Duration = Duration::from_secs(10);
+
+    fn timing() -> Timing {
         Timing {
-            settle,
+            settle: SETTLE,
             staleness: Duration::from_secs(8),
         }
     }
@@ -278,97 +681,232 @@ mod tests {
         }
     }
 
-    fn keys() -> Vec<String> {
-        (0..60).map(|i| format!("ns/i-{i}")).collect()
+    /// One replica's observer: its departures, fed with successive views.
+    struct Observer {
+        me: String,
+        departures: Departures,
+        plans: PlanCache,
+    }
+
+    impl Observer {
+        /// A replica whose first list came in long ago (at `-1000`), showing
+        /// `leases`.
+        fn new(me: &str, leases: &[LeaseRecord]) -> Self {
+            let mut departures = Departures::default();
+            departures.observe(leases, true, t(-1000), SETTLE);
+            Observer {
+                me: me.to_owned(),
+                departures,
+                plans: PlanCache::default(),
+            }
+        }
+
+        fn at(&mut self, leases: &[LeaseRecord], now: Timestamp, renewed: i64) -> Membership {
+            self.departures.observe(leases, true, now, SETTLE);
+            Membership::at(
+                &self.me,
+                Observed {
+                    leases,
+                    departures: &self.departures,
+                },
+                &own(renewed),
+                timing(),
+                units(16),
+                now,
+                &self.plans,
+            )
+        }
+    }
+
+    fn owners_of(views: &[&Membership], unit: u16) -> Vec<String> {
+        views
+            .iter()
+            .filter(|m| m.owns_unit(unit))
+            .map(|m| m.me.clone())
+            .collect()
     }
 
     #[test]
-    fn at_every_moment_of_a_join_no_key_has_two_owners() {
-        let settle = Duration::from_secs(5);
+    fn at_every_moment_of_a_join_no_unit_has_two_owners() {
         // a and b settled long ago; c joins at 100.
-        let before = [lease("a", 0, 99, 15), lease("b", 0, 99, 15)];
-        let after = [
-            lease("a", 0, 99, 15),
-            lease("b", 0, 99, 15),
-            lease("c", 100, 100, 15),
-        ];
-        let view = |me: &str, leases: &[LeaseRecord], now| {
-            Membership::at(me, leases, &own(99), timing(settle), t(now))
+        let before = |now| [lease("a", 0, now, 15), lease("b", 0, now, 15)];
+        let after = |now| {
+            [
+                lease("a", 0, now, 15),
+                lease("b", 0, now, 15),
+                lease("c", 100, now, 15),
+            ]
         };
+        let mut obs: Vec<Observer> = ["a", "b", "c"]
+            .iter()
+            .map(|m| Observer::new(m, &before(99)))
+            .collect();
+        let old: Vec<Membership> = obs[..2]
+            .iter_mut()
+            .map(|o| o.at(&before(99), t(99), 99))
+            .collect();
+        let full = assign(
+            units(16),
+            &[Member::new("a"), Member::new("b"), Member::new("c")],
+        );
         let mut moved_to_c = 0;
-        for k in keys() {
-            let owners_before: Vec<_> = ["a", "b"]
-                .iter()
-                .filter(|m| view(m, &before, 100).owns(&k))
+        for now in [100, 101, 109, 110] {
+            let views: Vec<Membership> = obs
+                .iter_mut()
+                .map(|o| o.at(&after(now), t(now), now))
                 .collect();
-            assert_eq!(owners_before.len(), 1, "{k}");
-            // Seen by a and b, c's Lease is not settled yet: c's future keys
-            // have no owner (a gap, never two).
-            for now in [100, 101, 104] {
-                let n = ["a", "b", "c"]
-                    .iter()
-                    .filter(|m| view(m, &after, now).owns(&k))
-                    .count();
-                assert!(n <= 1, "{k} at {now}");
-            }
-            // Once c is settled, every key has exactly one owner again.
-            let owners: Vec<_> = ["a", "b", "c"]
-                .iter()
-                .filter(|m| view(m, &after, 105).owns(&k))
-                .collect();
-            assert_eq!(owners.len(), 1, "{k}");
-            if *owners[0] == "c" {
-                moved_to_c += 1;
-                assert!(!view("c", &after, 104).owns(&k));
-            } else {
-                assert_eq!(owners, owners_before, "only c's keys move");
+            let refs: Vec<&Membership> = views.iter().collect();
+            for u in 0..16 {
+                let owners = owners_of(&refs, u);
+                assert!(owners.len() <= 1, "unit {u} at {now}: {owners:?}");
+                if now < 110 {
+                    // c is not settled: its future units have no owner (a
+                    // gap, never two), and so do units cascading between
+                    // a and b.
+                    let before_owner = owners_of(&[&old[0], &old[1]], u);
+                    let moving = full.is_owner(u, "c")
+                        || full.owner(u).map(|m| m.id.as_str())
+                            != before_owner.first().map(String::as_str);
+                    if moving {
+                        assert!(owners.is_empty(), "unit {u} at {now}");
+                    } else {
+                        assert_eq!(owners, before_owner, "unit {u} stays");
+                    }
+                } else {
+                    assert_eq!(owners.len(), 1, "unit {u}: one owner once c settled");
+                    assert!(full.is_owner(u, &owners[0]));
+                    moved_to_c += usize::from(owners[0] == "c");
+                }
             }
         }
         assert!(moved_to_c > 0);
     }
 
+    /// A crashed member's own units move as soon as its Lease expires;
+    /// units cascading between the survivors wait until the expiry is
+    /// `settle` old.
     #[test]
-    fn a_leave_moves_keys_when_the_lease_expires() {
-        let settle = Duration::from_secs(5);
+    fn a_crash_moves_the_dead_members_units_at_expiry() {
+        let ids = ["a", "b", "c", "dead"];
         // "dead" stopped renewing at 90: its Lease is current until 105.
-        let leases = [
-            lease("a", 0, 100, 15),
-            lease("b", 0, 100, 15),
-            lease("dead", 0, 90, 15),
-        ];
-        let all = [Member::new("a"), Member::new("b"), Member::new("dead")];
-        let mut moved = 0;
-        for k in keys() {
-            let at = |now| {
-                ["a", "b"]
-                    .iter()
-                    .filter(|m| {
-                        Membership::at(m, &leases, &own(100), timing(settle), t(now)).owns(&k)
-                    })
-                    .map(|m| m.to_string())
-                    .collect::<Vec<_>>()
-            };
-            let dead_key = owner(&k, &all).is_some_and(|m| m.id == "dead");
-            let before = at(104);
-            let after = at(105);
-            assert_eq!(after.len(), 1, "{k}: one owner once the Lease expired");
-            if dead_key {
-                assert!(before.is_empty(), "{k}: nobody takes it before expiry");
-                moved += 1;
-            } else {
-                assert_eq!(before, after, "{k}: only the dead member's keys move");
+        let leases = |now| {
+            [
+                lease("a", 0, now, 15),
+                lease("b", 0, now, 15),
+                lease("c", 0, now, 15),
+                lease("dead", 0, 90, 15),
+            ]
+        };
+        let all: Vec<Member> = ids.iter().map(|i| Member::new(*i)).collect();
+        let with = assign(units(16), &all);
+        let without = assign(units(16), &all[..3]);
+        let mut obs: Vec<Observer> = ids[..3]
+            .iter()
+            .map(|m| Observer::new(m, &leases(90)))
+            .collect();
+        let (mut moved, mut cascaded) = (0, 0);
+        for now in [104, 105, 114, 115] {
+            let views: Vec<Membership> = obs
+                .iter_mut()
+                .map(|o| o.at(&leases(now), t(now), now))
+                .collect();
+            let refs: Vec<&Membership> = views.iter().collect();
+            for u in 0..16 {
+                let owners = owners_of(&refs, u);
+                let was = with.owner(u).map(|m| m.id.clone()).unwrap_or_default();
+                let will = without.owner(u).map(|m| m.id.clone()).unwrap_or_default();
+                if now == 104 {
+                    let expected: Vec<String> = if was == "dead" {
+                        vec![]
+                    } else {
+                        vec![was.clone()]
+                    };
+                    assert_eq!(owners, expected, "unit {u} before expiry");
+                } else if was == "dead" {
+                    assert_eq!(
+                        owners,
+                        vec![will.clone()],
+                        "unit {u}: moves at expiry ({now})"
+                    );
+                    moved += usize::from(now == 105);
+                } else if was != will {
+                    let expected: Vec<String> = if now < 115 {
+                        vec![]
+                    } else {
+                        vec![will.clone()]
+                    };
+                    assert_eq!(owners, expected, "unit {u}: a cascade waits ({now})");
+                    cascaded += usize::from(now == 105);
+                } else {
+                    assert_eq!(owners, vec![was.clone()], "unit {u} stays ({now})");
+                }
             }
         }
         assert!(moved > 0);
+        eprintln!("crash: {moved} units moved at expiry, {cascaded} cascaded after settle");
+    }
+
+    /// A graceful leave (the Lease deleted) seen 3 s apart by two
+    /// survivors: the departed member's units move at once, no unit ever
+    /// has two owners, cascades wait.
+    #[test]
+    fn a_graceful_leave_seen_at_different_times_never_makes_two_owners() {
+        let ids = ["a", "b", "c", "gone"];
+        let before = |now| {
+            [
+                lease("a", 0, now, 15),
+                lease("b", 0, now, 15),
+                lease("c", 0, now, 15),
+                lease("gone", 0, 100, 15),
+            ]
+        };
+        let all: Vec<Member> = ids.iter().map(|i| Member::new(*i)).collect();
+        let with = assign(units(16), &all);
+        let mut obs: Vec<Observer> = ids[..3]
+            .iter()
+            .map(|m| Observer::new(m, &before(99)))
+            .collect();
+        let mut moved_at_once = 0;
+        // a sees the deletion at 100, b at 103, c at 105.
+        for now in [100, 101, 103, 105, 109, 110, 113, 115] {
+            let views: Vec<Membership> = obs
+                .iter_mut()
+                .zip([100, 103, 105])
+                .map(|(o, seen)| {
+                    let view = before(now);
+                    let view = if now >= seen { &view[..3] } else { &view[..] };
+                    o.at(view, t(now), now)
+                })
+                .collect();
+            let refs: Vec<&Membership> = views.iter().collect();
+            for u in 0..16 {
+                let owners = owners_of(&refs, u);
+                assert!(owners.len() <= 1, "unit {u} at {now}: {owners:?}");
+                if now == 100 && with.is_owner(u, "gone") && owners == ["a"] {
+                    moved_at_once += 1;
+                }
+            }
+            if now == 115 {
+                for u in 0..16 {
+                    assert_eq!(owners_of(&refs, u).len(), 1, "unit {u} owned again");
+                }
+            }
+        }
+        assert!(
+            moved_at_once > 0,
+            "a takes its share of gone's units at once"
+        );
     }
 
     #[test]
     fn a_replica_whose_own_lease_lapsed_owns_nothing() {
         let leases = [lease("a", 0, 100, 15)];
-        let m = Membership::at("a", &leases, &own(100), timing(Duration::ZERO), t(105));
-        assert!(m.owns("ns/x"));
-        let m = Membership::at("a", &leases, &own(80), timing(Duration::ZERO), t(105));
-        assert!(!m.owns("ns/x"), "own renewal too old: fenced");
+        let mut o = Observer::new("a", &leases);
+        assert_eq!(o.at(&leases, t(105), 100).owned_units().len(), 16);
+        assert!(
+            o.at(&leases, t(105), 80).owned_units().is_empty(),
+            "own renewal too old: fenced"
+        );
     }
 
     #[test]
@@ -376,13 +914,338 @@ mod tests {
         // Renewals succeed (own(112)), but the watch stopped at 100: the
         // view may be missing a member that joined since.
         let leases = [lease("a", 0, 100, 15)];
-        let m = Membership::at("a", &leases, &own(112), timing(Duration::ZERO), t(107));
-        assert!(m.owns("ns/x"), "within the staleness bound");
-        let m = Membership::at("a", &leases, &own(112), timing(Duration::ZERO), t(108));
+        let mut o = Observer::new("a", &leases);
         assert!(
-            !m.owns("ns/x"),
+            o.at(&leases, t(107), 112).owns_unit(0),
+            "within the staleness bound"
+        );
+        assert!(
+            !o.at(&leases, t(108), 112).owns_unit(0),
             "own renewTime in the view is 8 s old: stale"
         );
         assert!(!view_is_fresh(&[], "a", Duration::from_secs(8), t(0)));
+    }
+
+    #[test]
+    fn nothing_is_owned_until_the_first_list_is_settle_old() {
+        let leases = [lease("a", 0, 100, 15)];
+        let mut o = Observer {
+            me: "a".to_owned(),
+            departures: Departures::default(),
+            plans: PlanCache::default(),
+        };
+        o.departures.observe(&leases, true, t(95), SETTLE);
+        assert!(!o.at(&leases, t(104), 100).owns_unit(0));
+        assert!(o.at(&leases, t(105), 100).owns_unit(0));
+    }
+
+    #[test]
+    fn a_member_with_another_scheme_makes_a_gap() {
+        let mut old = lease("old", 0, 100, 15);
+        old.units = None;
+        let leases = [lease("a", 0, 100, 15), old.clone()];
+        let mut o = Observer::new("a", &leases);
+        let m = o.at(&leases, t(101), 100);
+        assert!(m.owned_units().is_empty());
+        assert!(
+            m.conflict
+                .as_deref()
+                .is_some_and(|c| c.contains("member old publishes no unit count")),
+            "{:?}",
+            m.conflict
+        );
+        // Another count.
+        let mut other = old.clone();
+        other.units = Some("64".into());
+        let leases2 = [lease("a", 0, 100, 15), other];
+        let m = o.at(&leases2, t(101), 100);
+        assert!(
+            m.conflict
+                .as_deref()
+                .is_some_and(|c| c.contains("assigns 64 units, this replica 16")),
+            "{:?}",
+            m.conflict
+        );
+        // Deleted: still a conflict for `settle` (its writes may be in
+        // flight under another scheme), then none.
+        let alone = [lease("a", 0, 100, 15)];
+        assert!(o.at(&alone, t(102), 100).conflict.is_some());
+        let m = o.at(&[lease("a", 0, 110, 15)], t(112), 110);
+        assert_eq!(m.conflict, None);
+        assert_eq!(m.owned_units().len(), 16);
+    }
+
+    #[test]
+    fn a_reacquired_lease_counts_as_a_departure() {
+        let before = [lease("a", 0, 100, 15), lease("b", 0, 100, 15)];
+        let mut o = Observer::new("a", &before);
+        let after = [lease("a", 0, 100, 15), lease("b", 101, 101, 15)];
+        let m = o.at(&after, t(101), 100);
+        assert_eq!(m.departed, vec![Member::new("b")]);
+        assert_eq!(m.settled, vec![Member::new("a")]);
+        // No unit of b under {a, b} is a's yet (b is live): the join rule.
+        assert!(m.owned_units().len() < 16);
+    }
+
+    /// Why rule 4 checks every subset of the departed: with one check over
+    /// `live ∪ R` only ("a unit may move at once when its owner under
+    /// `live ∪ R` departed"), two departures seen in different orders make
+    /// two owners. x has seen z1 and z2 go, y only z1; unit u goes to z1
+    /// under {x, y, z1, z2}, to y under {x, y, z2}, to x under {x, y}.
+    #[test]
+    fn one_extended_set_is_not_enough_with_two_departures() {
+        let c = units(16);
+        let mut found = 0;
+        for seed in 0..400u64 {
+            let id = |i: u64| {
+                format!(
+                    "agent-{:x}",
+                    crate::model::units::fmix64(seed * 8 + i) >> 40
+                )
+            };
+            let (x, y, z1, z2) = (id(0), id(1), id(2), id(3));
+            let m = |ids: &[&String]| {
+                ids.iter()
+                    .map(|i| Member::new(i.as_str()))
+                    .collect::<Vec<_>>()
+            };
+            let all = assign(c, &m(&[&x, &y, &z1, &z2]));
+            let y_view = assign(c, &m(&[&x, &y, &z2]));
+            let x_view = assign(c, &m(&[&x, &y]));
+            for u in 0..16 {
+                let naive_x = x_view.is_owner(u, &x)
+                    && all
+                        .owner(u)
+                        .is_some_and(|o| [&x, &z1, &z2].contains(&&o.id));
+                let naive_y = y_view.is_owner(u, &y)
+                    && all.owner(u).is_some_and(|o| [&y, &z1].contains(&&o.id));
+                if naive_x && naive_y {
+                    found += 1;
+                    // Rule 4 refuses it to x ({x, y, z2} gives it to y).
+                    let p = plan(c, &x, &m(&[&x, &y]), &m(&[&x, &y]), &m(&[&z1, &z2]));
+                    assert!(!p.owned.contains(&u));
+                    let p = plan(c, &y, &m(&[&x, &y, &z2]), &m(&[&x, &y, &z2]), &m(&[&z1]));
+                    assert!(p.owned.contains(&u), "y keeps it");
+                }
+            }
+        }
+        assert!(found > 0, "the one-set rule would have made two owners");
+        eprintln!("two owners under the one-set rule: {found} units in 400 groups");
+    }
+
+    /// Replicas over time, for the property below: every replica renews
+    /// every 5 s (lease 15 s, margin 3 s, settle 10 s), from its start
+    /// until it crashes or leaves (the Lease deleted); an outage skips
+    /// renewals, and a replica whose Lease lapsed by its own reckoning
+    /// acquires it anew. Each replica's view of the Leases is the API
+    /// server's state `lag` ago (up to settle − 0.1 s), evaluated with
+    /// the present time.
+    #[derive(Debug, Clone)]
+    struct Rep {
+        id: String,
+        start: i64,
+        lag: i64,
+        /// Crash (`false`) or graceful leave (`true`) at this time.
+        stop: Option<(i64, bool)>,
+        outage: Option<(i64, i64)>,
+    }
+
+    const L: i64 = 15_000;
+    const RENEW: i64 = 5_000;
+    const MARGIN: i64 = 3_000;
+
+    impl Rep {
+        /// (acquire, last accepted renewal) as of real time `at`, `None`
+        /// before the first renewal.
+        fn renewals(&self, at: i64) -> Option<(i64, i64)> {
+            let mut state: Option<(i64, i64)> = None;
+            let mut x = self.start;
+            while x <= at {
+                if self.stop.is_some_and(|(s, _)| x >= s) {
+                    break;
+                }
+                let down = self.outage.is_some_and(|(f, to)| x >= f && x < to);
+                if !down {
+                    state = Some(match state {
+                        Some((a, last)) if last + L - MARGIN > x => (a, x),
+                        _ => (x, x),
+                    });
+                }
+                x += RENEW;
+            }
+            state
+        }
+
+        fn record(&self, at: i64) -> Option<LeaseRecord> {
+            if at < self.start || self.stop.is_some_and(|(s, graceful)| graceful && at >= s) {
+                return None;
+            }
+            let (a, r) = self.renewals(at)?;
+            Some(LeaseRecord {
+                name: format!("g-{}", self.id),
+                holder: Some(self.id.clone()),
+                acquire_time: Some(tm(a)),
+                renew_time: Some(tm(r)),
+                duration_seconds: Some(15),
+                units: Some("16".to_owned()),
+            })
+        }
+
+        fn running(&self, at: i64) -> bool {
+            at >= self.start && !self.stop.is_some_and(|(s, _)| at >= s)
+        }
+    }
+
+    fn state(reps: &[Rep], at: i64) -> Vec<LeaseRecord> {
+        reps.iter().filter_map(|r| r.record(at)).collect()
+    }
+
+    #[derive(Debug, Clone)]
+    enum Event {
+        Join,
+        Leave(usize),
+        Crash(usize),
+        Lapse(usize, i64),
+    }
+
+    fn event() -> impl Strategy<Value = (i64, Event)> {
+        (
+            2_000i64..80_000,
+            prop_oneof![
+                Just(Event::Join),
+                (0usize..8).prop_map(Event::Leave),
+                (0usize..8).prop_map(Event::Crash),
+                ((0usize..8), (15_000i64..30_000)).prop_map(|(i, d)| Event::Lapse(i, d)),
+            ],
+        )
+    }
+
+    fn scenario(initial: usize, events: &[(i64, Event)], lags: &[i64]) -> Vec<Rep> {
+        let mut reps: Vec<Rep> = (0..initial)
+            .map(|i| Rep {
+                id: format!("r{i}"),
+                start: -60_000 + i as i64 * 700,
+                lag: 0,
+                stop: None,
+                outage: None,
+            })
+            .collect();
+        let mut events = events.to_vec();
+        events.sort_by_key(|(at, _)| *at);
+        for (at, e) in events {
+            let alive: Vec<usize> = (0..reps.len())
+                .filter(|i| reps[*i].stop.is_none() && reps[*i].outage.is_none())
+                .collect();
+            match e {
+                Event::Join => reps.push(Rep {
+                    id: format!("r{}", reps.len()),
+                    start: at,
+                    lag: 0,
+                    stop: None,
+                    outage: None,
+                }),
+                Event::Leave(i) | Event::Crash(i) if alive.len() > 1 => {
+                    let i = alive[i % alive.len()];
+                    reps[i].stop = Some((at, matches!(e, Event::Leave(_))));
+                }
+                Event::Lapse(i, d) if alive.len() > 1 => {
+                    let i = alive[i % alive.len()];
+                    reps[i].outage = Some((at, at + d));
+                }
+                _ => {}
+            }
+        }
+        for (i, r) in reps.iter_mut().enumerate() {
+            r.lag = lags[i % lags.len()];
+        }
+        reps
+    }
+
+    fn simulate(reps: &[Rep], count: UnitCount) -> Result<(), TestCaseError> {
+        let timing = Timing {
+            settle: SETTLE,
+            staleness: SETTLE - Duration::from_millis(100),
+        };
+        let mut observers: Vec<(Departures, PlanCache)> = reps
+            .iter()
+            .map(|_| (Departures::default(), PlanCache::default()))
+            .collect();
+        let end = 80_000 + 70_000;
+        let mut now = -60_000;
+        let mut at_rest: BTreeSet<u16> = BTreeSet::new();
+        while now <= end {
+            let mut owners: BTreeMap<u16, Vec<&str>> = BTreeMap::new();
+            for (rep, (departures, plans)) in reps.iter().zip(observers.iter_mut()) {
+                let seen = now - rep.lag;
+                if !rep.running(now) || seen < rep.start {
+                    continue;
+                }
+                let mut leases = state(reps, seen);
+                for l in &mut leases {
+                    l.units = Some(count.to_string());
+                }
+                departures.observe(&leases, true, tm(now), SETTLE);
+                let own = OwnLease {
+                    last_renewed: rep.renewals(now).map(|(_, r)| tm(r)),
+                    duration: Duration::from_millis(L as u64),
+                    margin: Duration::from_millis(MARGIN as u64),
+                };
+                let m = Membership::at(
+                    &rep.id,
+                    Observed {
+                        leases: &leases,
+                        departures,
+                    },
+                    &own,
+                    timing,
+                    count,
+                    tm(now),
+                    plans,
+                );
+                for u in m.owned_units() {
+                    owners.entry(u).or_default().push(&rep.id);
+                }
+            }
+            for (u, o) in &owners {
+                prop_assert!(o.len() <= 1, "unit {} has owners {:?} at {} ms", u, o, now);
+            }
+            if now > end - RENEW {
+                // At rest (every event 40 s old): every unit owned (a view
+                // lagging by more than staleness minus a renewal interval
+                // is stale a moment in each interval: over one interval).
+                at_rest.extend(owners.keys().copied());
+            }
+            now += 250;
+        }
+        // A replica whose view lags by more than staleness − a renewal
+        // interval never sees its own renewal fresh: fenced for good, so
+        // its units stay unowned (the others see it live).
+        if reps.iter().all(|r| r.lag <= 9_900 - RENEW - 300) {
+            prop_assert_eq!(
+                at_rest.len(),
+                usize::from(count.get()),
+                "at rest: {:?}",
+                at_rest
+            );
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+
+        /// No unit ever has two owners across joins, settles, graceful
+        /// leaves, crashes and own-Lease lapses, with the replicas' views
+        /// lagging by up to settle − 0.1 s; every unit is owned at rest.
+        #[test]
+        fn no_unit_ever_has_two_owners(
+            initial in 2usize..5,
+            events in prop::collection::vec(event(), 1..6),
+            lags in prop::collection::vec(prop_oneof![Just(0i64), 0i64..9_900, Just(9_900i64)], 1..6),
+            count in prop::sample::select(vec![4u32, 16, 64]),
+        ) {
+            let reps = scenario(initial, &events, &lags);
+            simulate(&reps, units(count))?;
+        }
     }
 }

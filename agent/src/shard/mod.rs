@@ -6,8 +6,11 @@
 //!   [`GROUP_LABEL`]`=<group>`, renewed every third of its duration
 //!   ([`lease`]). The live members are the holders of the group's current
 //!   Leases ([`membership`]).
-//! - **Ownership**: each instance `namespace/name` belongs to one live
-//!   member by rendezvous hashing ([`rendezvous`]). A replica polls and
+//! - **Ownership**: each instance `namespace/name` has a fixed bucket and
+//!   watch unit (`model::units`); the units are assigned to the live
+//!   members by rendezvous hashing with bounded loads ([`assign`]), and an
+//!   instance belongs to its unit's owner ([`membership`]: the join rule,
+//!   the departure rule, the scheme agreement). A replica polls and
 //!   writes only what it owns: [`OwnedTargets`] filters the run loop's
 //!   targets (the loop stops the tasks of instances it lost and drops their
 //!   pending writes), and [`Shard`] is the status writer's
@@ -17,17 +20,19 @@
 //!   status (`InstanceEngine::restore`), so counters, baseline and soak
 //!   clock carry on.
 //!
-//! The pure parts ([`rendezvous`], [`membership`]) take time as an
+//! The pure parts ([`rendezvous`], [`assign`], [`membership`]) take time as an
 //! argument; [`lease`] and [`Shard`] are the IO shell.
 
 mod args;
+mod assign;
 mod lease;
 mod membership;
 mod owned;
 mod rendezvous;
 
 pub use args::ShardArgs;
-pub use lease::GROUP_LABEL;
+pub use assign::{Assignment, assign, instance_owner};
+pub use lease::{DEFAULT_UNITS, GROUP_LABEL, UNITS_ANNOTATION};
 pub(crate) use lease::{Shard, ShardConfig, ShardError};
 pub(crate) use owned::OwnedTargets;
 pub use rendezvous::{Member, owner};

@@ -64,7 +64,7 @@ impl TargetSource for OwnedTargets {
             .inner
             .targets()
             .into_iter()
-            .filter(|t| membership.owns(&t.key().to_string()))
+            .filter(|t| membership.owns(&t.key()))
             .collect();
         let keys: BTreeSet<InstanceKey> = owned.iter().map(InstanceTarget::key).collect();
         self.lock().keys.clone_from(&keys);
@@ -109,7 +109,7 @@ impl TargetSource for OwnedTargets {
             .inner
             .targets_of(keys)
             .into_iter()
-            .filter(|t| membership.owns(&t.key().to_string()))
+            .filter(|t| membership.owns(&t.key()))
             .collect();
         let all = {
             let mut state = self.lock();

@@ -145,6 +145,7 @@ spec:
         {{- if .Values.sharding.enabled }}
         - --agent-group={{ include "kha.agentGroup" . }}
         - --lease-duration={{ .Values.sharding.leaseDuration }}
+        - --shard-units={{ .Values.sharding.units }}
         {{- end }}
         {{- range .Values.extraArgs }}
         - {{ . }}
