@@ -305,6 +305,29 @@ mod tests {
             prop_assert!(a.loads().iter().all(|(_, l)| *l <= cap));
         }
 
+        /// Measured worst over 40 groups per N (docs/sharding.md): 2.4×
+        /// the ideal on a join and 2.6× on a leave at N = 30, 256 units;
+        /// asserted with some room.
+        #[test]
+        fn a_join_or_leave_moves_a_bounded_number_of_units(
+            seed in any::<u64>(),
+            n in 2usize..=30,
+        ) {
+            let c = count(256);
+            let ids = names(seed, n + 1);
+            let before = assign(c, &members(&ids[..n]));
+            let joined = assign(c, &members(&ids));
+            let ideal_join = 256.0 / (n as f64 + 1.0);
+            let j = moved(&before, &joined) as f64 / ideal_join;
+            prop_assert!(j <= 3.5, "a join at N {} moved {:.2}x the ideal", n, j);
+            let left = assign(c, &members(&ids[1..n]));
+            let l = moved(&before, &left) as f64 / (256.0 / n as f64);
+            prop_assert!(l <= 3.5, "a leave at N {} moved {:.2}x the ideal", n, l);
+            // The newcomer gets its share, no more than the cap.
+            let got = joined.units_of(&ids[n]).count();
+            prop_assert!(got <= cap(c, n + 1));
+        }
+
         #[test]
         fn balanced_at_256_units_up_to_30_members(
             seed in any::<u64>(),

@@ -723,6 +723,9 @@ mod tests {
         assert_eq!(c.settle, Duration::from_secs(10));
         assert_eq!(c.staleness, Duration::from_millis(7500));
         assert!(c.staleness < c.settle && c.margin < c.renew_every);
+        assert_eq!(c.units.get(), 64);
+        let c = c.with_units(UnitCount::new(256).expect("count"));
+        assert_eq!(c.units.get(), 256);
         assert_eq!(
             ShardConfig::new("ns", "g", "me", Duration::from_millis(1500)),
             Err(ShardError::BadDuration(Duration::from_millis(1500)))
@@ -736,7 +739,8 @@ mod tests {
     #[test]
     fn lease_objects_become_records() {
         let lease: Lease = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "g-a", "namespace": "ns"},
+            "metadata": {"name": "g-a", "namespace": "ns",
+                         "annotations": {"kura.tuist.dev/shard-units": "64"}},
             "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15,
                      "acquireTime": "2026-07-21T10:00:00.000000Z",
                      "renewTime": "2026-07-21T10:00:05.123456Z"}
@@ -745,6 +749,7 @@ mod tests {
         let r = lease_record(&lease);
         assert_eq!(r.holder.as_deref(), Some("a"));
         assert_eq!(r.duration_seconds, Some(15));
+        assert_eq!(r.units.as_deref(), Some("64"));
         let now: Timestamp = "2026-07-21T10:00:20.123455Z".parse().expect("ts");
         assert!(r.is_current(now));
         let later: Timestamp = "2026-07-21T10:00:20.123456Z".parse().expect("ts");

@@ -1092,7 +1092,7 @@ mod tests {
         }
 
         fn running(&self, at: i64) -> bool {
-            at >= self.start && !self.stop.is_some_and(|(s, _)| at >= s)
+            at >= self.start && self.stop.is_none_or(|(s, _)| at < s)
         }
     }
 
