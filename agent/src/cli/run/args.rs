@@ -228,6 +228,22 @@ mod tests {
         assert_eq!(c.namespace, "kura-system");
         assert_eq!(c.identity, "agent-0");
         assert_eq!(c.renew_every, Duration::from_secs(3));
+        assert_eq!(c.units.get(), 64, "--shard-units defaults to 64");
+        let w = Wrapper::try_parse_from([
+            "x",
+            "--sharding",
+            "--lease-namespace=ns",
+            "--shard-units=256",
+        ])
+        .expect("parse");
+        let c = w.args.shard.config("a").expect("ok").expect("on");
+        assert_eq!(c.units.get(), 256);
+        for bad in ["--shard-units=100", "--shard-units=0", "--shard-units=512"] {
+            assert!(
+                Wrapper::try_parse_from(["x", "--sharding", bad]).is_err(),
+                "{bad}"
+            );
+        }
         let off = Wrapper::try_parse_from(["x", "--sharding=false"]).expect("parse");
         assert!(!off.args.shard.sharding);
         let bad = Wrapper::try_parse_from([
