@@ -171,6 +171,13 @@ async fn run_with_gates(
     .await;
     let target = choice.target;
     discovery_config.publication = target;
+    if sharding.is_on() {
+        // The replicas' unit count (`--shard-units` once the shard's
+        // flags carry it).
+        if let Ok(count) = crate::model::UnitCount::new(64) {
+            discovery_config.units = args.discovery.unit_watches(count);
+        }
+    }
     let (discovery, driver) =
         Discovery::start(client.clone(), &discovery_config, sharding.pod_scope());
     let driver = tokio::spawn(driver);
