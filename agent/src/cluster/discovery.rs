@@ -97,6 +97,47 @@ pub struct Discovery {
     /// The GETs of statuses read again in flight at once: after a Lease
     /// lapse every instance of the replica is read again.
     rereads: Arc<Semaphore>,
+    /// Instances not watched, read by one GET for the debug server
+    /// ([`StoredStatusSource::fetch`]).
+    fetched: Arc<Mutex<Fetched>>,
+}
+
+/// The stored views of instances this replica does not watch (sharding by
+/// unit), read by one GET each and kept [`FETCHED_FOR`]; at most
+/// [`FETCHED_KEPT`] (the oldest go first).
+#[derive(Default)]
+struct Fetched {
+    by_key: std::collections::HashMap<InstanceKey, (std::time::Instant, Option<StoredInstance>)>,
+}
+
+/// How long an instance read by one GET is answered from.
+pub const FETCHED_FOR: std::time::Duration = std::time::Duration::from_secs(5);
+/// At most this many instances read by one GET are kept.
+pub const FETCHED_KEPT: usize = 256;
+/// The longest a GET of an instance not watched may take.
+const FETCH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+impl Fetched {
+    /// `key`'s view if read less than [`FETCHED_FOR`] ago (`Some(None)`:
+    /// read, and not found or not usable).
+    fn fresh(&self, key: &InstanceKey) -> Option<Option<StoredInstance>> {
+        let (at, view) = self.by_key.get(key)?;
+        (at.elapsed() < FETCHED_FOR).then(|| view.clone())
+    }
+
+    fn keep(&mut self, key: InstanceKey, view: Option<StoredInstance>) {
+        self.by_key.retain(|_, (at, _)| at.elapsed() < FETCHED_FOR);
+        if self.by_key.len() >= FETCHED_KEPT
+            && let Some(oldest) = self
+                .by_key
+                .iter()
+                .min_by_key(|(_, (at, _))| *at)
+                .map(|(k, _)| k.clone())
+        {
+            self.by_key.remove(&oldest);
+        }
+        self.by_key.insert(key, (std::time::Instant::now(), view));
+    }
 }
 
 /// At most this many statuses are read again (GET) at once.
@@ -446,6 +487,7 @@ impl Discovery {
                 units: unit_watches,
                 publication: config.publication,
                 rereads: Arc::new(Semaphore::new(REREAD_CONCURRENCY)),
+                fetched: Arc::default(),
             },
             driver,
         )
@@ -466,6 +508,7 @@ impl Discovery {
             units: None,
             publication,
             rereads: Arc::new(Semaphore::new(REREAD_CONCURRENCY)),
+            fetched: Arc::default(),
         }
     }
 
@@ -729,10 +772,72 @@ impl StoredStatusSource for Discovery {
     }
 
     fn stored_instance(&self, key: &InstanceKey) -> Option<StoredInstance> {
-        locked(&self.store)
-            .stored_one(key)
-            .as_ref()
-            .map(StoredInstance::of)
+        if let Some(t) = locked(&self.store).stored_one(key) {
+            return Some(StoredInstance::of(&t));
+        }
+        self.fetched
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .fresh(key)
+            .flatten()
+    }
+
+    /// With unit watches, an instance of a unit this replica does not
+    /// watch is read by one GET (and its companion's in companion mode),
+    /// at most [`REREAD_CONCURRENCY`] at once with the re-reads, within
+    /// [`FETCH_TIMEOUT`]; its view is kept [`FETCHED_FOR`].
+    fn fetch<'a>(&'a self, key: &'a InstanceKey) -> crate::model::BoxFuture<'a> {
+        Box::pin(async move {
+            if self.units.is_none() || locked(&self.store).stored_one(key).is_some() {
+                return;
+            }
+            let fresh = |f: &Arc<Mutex<Fetched>>| {
+                f.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .fresh(key)
+                    .is_some()
+            };
+            if fresh(&self.fetched) {
+                return;
+            }
+            let Ok(_permit) = self.rereads.acquire().await else {
+                return;
+            };
+            if fresh(&self.fetched) {
+                return;
+            }
+            let read = async {
+                let instance: Api<InstanceObject> =
+                    Api::namespaced(self.client.clone(), &key.namespace);
+                let Some(obj) = instance.get_opt(&key.name).await? else {
+                    return Ok::<_, kube::Error>(None);
+                };
+                let companion = match self.publication {
+                    PublicationTarget::Instance => None,
+                    PublicationTarget::Companion => {
+                        Api::<CompanionObject>::namespaced(self.client.clone(), &key.namespace)
+                            .get_opt(&key.name)
+                            .await?
+                    }
+                };
+                Ok(
+                    super::store::stored_of(&obj, companion.as_ref(), self.publication)
+                        .as_ref()
+                        .map(StoredInstance::of),
+                )
+            };
+            match tokio::time::timeout(FETCH_TIMEOUT, read).await {
+                Ok(Ok(view)) => self
+                    .fetched
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .keep(key.clone(), view),
+                Ok(Err(e)) => tracing::debug!(instance = %key, error = %e,
+                    "reading an instance this replica does not watch failed"),
+                Err(_) => tracing::debug!(instance = %key,
+                    "reading an instance this replica does not watch timed out"),
+            }
+        })
     }
 }
 
@@ -914,8 +1019,9 @@ mod tests {
             break send;
         };
         assert!(!discovery.pods_current(), "unit 1's pods are not in");
-        let acme0 = serde_json::to_value(pod("kura", "acme-0", "acme", Some("10.0.0.1"), json!({})))
-            .expect("encode");
+        let acme0 =
+            serde_json::to_value(pod("kura", "acme-0", "acme", Some("10.0.0.1"), json!({})))
+                .expect("encode");
         pod_send.send_response(list_response(json!({
             "apiVersion": "v1", "kind": "PodList",
             "metadata": {"resourceVersion": "11"}, "items": [acme0]
@@ -944,6 +1050,51 @@ mod tests {
             assert!(is_watch(&req), "no list after a loss: {:?}", req.uri());
             held.push(send);
         }
+
+        // Asked about an instance it no longer watches, the replica reads
+        // it once (the owner's published status) and answers from that
+        // for a few seconds.
+        let acme_key = InstanceKey::new("kura", "acme");
+        assert!(discovery.stored_instance(&acme_key).is_none());
+        let published = serde_json::to_value(instance(
+            "kura",
+            "acme",
+            1,
+            json!({"rolloutGate": {"targetImage": "ghcr.io/tuist/kura:0.6.0",
+                "verdict": "healthy", "evaluatedAt": "2026-07-21T10:00:05Z"}}),
+        ))
+        .expect("encode");
+        let answer = async {
+            loop {
+                let (req, send) = handle.next_request().await.expect("request");
+                if is_watch(&req) {
+                    held.push(send);
+                    continue;
+                }
+                assert_eq!(
+                    req.uri().path(),
+                    "/apis/kura.tuist.dev/v1alpha1/namespaces/kura/kurainstances/acme"
+                );
+                send.send_response(list_response(published.clone()));
+                break;
+            }
+        };
+        let ((), ()) = tokio::join!(discovery.fetch(&acme_key), answer);
+        let stored = discovery.stored_instance(&acme_key).expect("fetched");
+        assert_eq!(
+            stored
+                .status
+                .and_then(|s| s.rollout_gate)
+                .map(|g| g.evaluated_at.to_string()),
+            Some("2026-07-21T10:00:05Z".to_owned())
+        );
+        // Fresh: a second ask makes no request.
+        tokio::time::timeout(
+            std::time::Duration::from_secs(1),
+            discovery.fetch(&acme_key),
+        )
+        .await
+        .expect("answered from what was read");
         driver.abort();
     }
 

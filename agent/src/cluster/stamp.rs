@@ -26,7 +26,7 @@ use kube::{Client, Resource};
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use crate::model::units::{bucket_of, bucket_label};
+use crate::model::units::{bucket_label, bucket_of};
 use crate::model::{InstanceKey, PodScope, SHARD_LABEL};
 use crate::telemetry::{self, label};
 
@@ -211,18 +211,12 @@ impl Stamper {
             .page_size(super::discovery::LIST_PAGE_SIZE)
             .labels(&labels);
         match kind {
-            Kind::Instance => self.watch_of::<kura_schemas::KuraInstance>(
-                kind,
-                namespace,
-                config,
-                state,
-            ),
-            Kind::Companion => self.watch_of::<kura_schemas::KuraInstanceHealth>(
-                kind,
-                namespace,
-                config,
-                state,
-            ),
+            Kind::Instance => {
+                self.watch_of::<kura_schemas::KuraInstance>(kind, namespace, config, state)
+            }
+            Kind::Companion => {
+                self.watch_of::<kura_schemas::KuraInstanceHealth>(kind, namespace, config, state)
+            }
         }
     }
 

@@ -935,6 +935,22 @@ impl FactStore {
     }
 }
 
+/// The stored view of an instance read by one GET (not watched): its
+/// status the instance's own in `instance` mode, `companion`'s in
+/// `companion` mode. `None` when the instance is not usable.
+pub fn stored_of(
+    instance: &InstanceObject,
+    companion: Option<&CompanionObject>,
+    publication: PublicationTarget,
+) -> Option<InstanceTarget> {
+    let entry = entry_reading(instance, publication, true);
+    let status: Option<KuraInstanceStatus> = match publication {
+        PublicationTarget::Instance => entry.status.as_deref().cloned(),
+        PublicationTarget::Companion => companion.and_then(|c| companion_status(c).0),
+    };
+    target(None, &entry, status.as_ref(), 0)
+}
+
 /// Whether `old` and `new` are one instance with another `spec.image`.
 fn image_moved(old: &InstanceEntry, new: &InstanceEntry) -> bool {
     matches!((&old.shape, &new.shape), (Ok(a), Ok(b)) if a.spec_image != b.spec_image)
@@ -1126,7 +1142,10 @@ mod tests {
         let mut store = FactStore::with_scopes(map, TargetConfig::default())
             .with_target(PublicationTarget::Companion);
         store.apply_instance(1, &Event::Init);
-        store.apply_instance(1, &Event::InitApply(instance("kura", "acme", 2, json!(null))));
+        store.apply_instance(
+            1,
+            &Event::InitApply(instance("kura", "acme", 2, json!(null))),
+        );
         let applied = store.apply_instance(1, &Event::InitDone);
         assert!(applied.added, "a list that brings instances adds them");
         store.apply_pod(1, &Event::Init, &all);
@@ -1143,10 +1162,8 @@ mod tests {
             "known from its own unit's list, whatever the others"
         );
         assert_eq!(store.instance_names(1), vec![Arc::<str>::from("acme")]);
-        let again = store.apply_instance(
-            1,
-            &Event::Apply(instance("kura", "acme", 3, json!(null))),
-        );
+        let again =
+            store.apply_instance(1, &Event::Apply(instance("kura", "acme", 3, json!(null))));
         assert!(!again.added, "an instance seen before is not added");
         assert_eq!(store.targets().instances.len(), 1);
 

@@ -367,8 +367,7 @@ where
 /// Counts and logs an object whose shard label selected it into a unit
 /// its name does not hash to: it is not kept (see docs/sharding.md).
 fn mismatch(key: &InstanceKey, unit: u16, resource: &'static str) {
-    metrics::counter!(telemetry::SHARD_LABEL_MISMATCHES_TOTAL, "resource" => resource)
-        .increment(1);
+    metrics::counter!(telemetry::SHARD_LABEL_MISMATCHES_TOTAL, "resource" => resource).increment(1);
     tracing::warn!(instance = %key, unit, resource,
         "shard label does not match the instance's bucket: ignored");
 }

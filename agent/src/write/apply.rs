@@ -25,9 +25,9 @@
 
 use super::queue::JobResult;
 use crate::model::units::{bucket_label, bucket_of};
-use crate::model::{SHARD_LABEL, 
-    ContestSource, DesiredStatus, InstanceKey, InstanceUids, PublicationTarget, WriteGate,
-    WriteRecord,
+use crate::model::{
+    ContestSource, DesiredStatus, InstanceKey, InstanceUids, PublicationTarget, SHARD_LABEL,
+    WriteGate, WriteRecord,
 };
 use crate::telemetry::{self, label};
 use jiff::Timestamp;

@@ -145,6 +145,8 @@ spec:
         {{- if .Values.sharding.enabled }}
         - --agent-group={{ include "kha.agentGroup" . }}
         - --lease-duration={{ .Values.sharding.leaseDuration }}
+        - --shard-pod-selection={{ .Values.sharding.podSelection }}
+        - --stamp-shard-labels={{ .Values.sharding.stampLabels }}
         {{- end }}
         {{- range .Values.extraArgs }}
         - {{ . }}
