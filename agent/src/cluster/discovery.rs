@@ -73,6 +73,12 @@ pub(super) fn join_selectors(a: Option<&str>, b: Option<&str>) -> String {
         .join(",")
 }
 
+/// The fleet's instances from `held` instances in `watched` of `count`
+/// units, rounded.
+fn fleet_estimate(held: usize, watched: usize, count: usize) -> usize {
+    (held * count + watched / 2) / watched.max(1)
+}
+
 /// The running watches' caches. Cheap to clone.
 #[derive(Clone)]
 pub struct Discovery {
@@ -587,10 +593,26 @@ impl Discovery {
         locked(&self.store).changed_since(revision)
     }
 
-    /// The instances the watch holds (usable or not): the whole fleet's,
-    /// whoever owns them.
+    /// The instances the watches hold (usable or not).
     pub fn instance_count(&self) -> usize {
         locked(&self.store).instance_count()
+    }
+
+    /// The instances of the whole fleet: every instance watched, whoever
+    /// owns it; with unit watches, estimated from the units watched (the
+    /// bucket hash spreads instances evenly over the units: the instances
+    /// held times all units over the units watched), `None` while no unit
+    /// is watched.
+    pub fn fleet_instances(&self) -> Option<usize> {
+        let held = self.instance_count();
+        let Some(units) = &self.units else {
+            return Some(held);
+        };
+        let (watched, count) = units.share();
+        if watched == 0 {
+            return None;
+        }
+        Some(fleet_estimate(held, watched, count))
     }
 
     /// The current targets.
@@ -1096,6 +1118,14 @@ mod tests {
         .await
         .expect("answered from what was read");
         driver.abort();
+    }
+
+    #[test]
+    fn the_fleet_is_estimated_from_the_units_watched() {
+        assert_eq!(fleet_estimate(52, 1, 64), 3328);
+        assert_eq!(fleet_estimate(1100, 21, 64), 3352);
+        assert_eq!(fleet_estimate(3334, 64, 64), 3334);
+        assert_eq!(fleet_estimate(0, 5, 64), 0);
     }
 
     #[tokio::test]

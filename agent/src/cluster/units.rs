@@ -275,6 +275,14 @@ impl UnitWatches {
             .collect()
     }
 
+    /// How many units are watched now, and of how many.
+    pub(super) fn share(&self) -> (usize, usize) {
+        (
+            self.lock().units.len(),
+            usize::from(self.shared.config.count.get()),
+        )
+    }
+
     /// The units watched now.
     #[cfg(test)]
     pub(super) fn watched(&self) -> Vec<u16> {
