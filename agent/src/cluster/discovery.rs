@@ -305,6 +305,8 @@ pub(super) struct WatchState {
     /// Which namespace scope, in configuration order (`#0` for all
     /// namespaces).
     scope: usize,
+    /// The watch unit, for a unit's watch.
+    unit: Option<u16>,
     synced: AtomicBool,
     last_error: Mutex<Option<String>>,
 }
@@ -316,11 +318,28 @@ impl WatchState {
             scope,
             synced: AtomicBool::new(false),
             last_error: Mutex::new(None),
+            unit: None,
+        }
+    }
+
+    /// The state of one of `unit`'s watches.
+    pub(super) fn for_unit(resource: &'static str, scope: usize, unit: u16) -> Self {
+        WatchState {
+            unit: Some(unit),
+            ..WatchState::new(resource, scope)
         }
     }
 
     pub(super) fn is_synced(&self) -> bool {
         self.synced.load(Ordering::Acquire)
+    }
+
+    /// Whether the watch's last event was an error (it is retrying).
+    pub(super) fn failing(&self) -> bool {
+        self.last_error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_some()
     }
 
     /// Records one event of the watch: `result` is the event or its error,
@@ -329,7 +348,16 @@ impl WatchState {
         match result {
             Ok(()) if init_done => {
                 if !self.synced.swap(true, Ordering::AcqRel) {
-                    tracing::info!(resource = self.resource, "initial list received");
+                    match self.unit {
+                        None => tracing::info!(resource = self.resource, "initial list received"),
+                        Some(unit) => {
+                            tracing::debug!(
+                                resource = self.resource,
+                                unit,
+                                "initial list received"
+                            );
+                        }
+                    }
                 }
             }
             Ok(()) => {}
@@ -352,9 +380,10 @@ impl WatchState {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
+        let unit = self.unit.map(|u| format!(" unit {u}")).unwrap_or_default();
         match error {
-            Some(e) => format!("{}#{} (last error: {e})", self.resource, self.scope),
-            None => format!("{}#{}", self.resource, self.scope),
+            Some(e) => format!("{}#{}{unit} (last error: {e})", self.resource, self.scope),
+            None => format!("{}#{}{unit}", self.resource, self.scope),
         }
     }
 }

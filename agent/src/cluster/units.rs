@@ -121,6 +121,9 @@ impl Drop for RunningUnit {
 struct Running {
     /// The value of the scope's signal the running set was made for.
     epoch: Option<u64>,
+    /// Every kept unit's lists were in once: from then on a unit still
+    /// listing is no readiness matter unless its list fails.
+    listed_once: bool,
     units: BTreeMap<u16, RunningUnit>,
 }
 
@@ -246,12 +249,14 @@ impl UnitWatches {
     /// Whether the running units follow the kept set as of `epoch` and
     /// every one of them has its initial lists in.
     pub(super) fn current(&self, epoch: u64) -> bool {
-        let running = self.lock();
-        running.epoch == Some(epoch)
+        let mut running = self.lock();
+        let current = running.epoch == Some(epoch)
             && running
                 .units
                 .values()
-                .all(|u| u.watches.iter().all(|w| w.is_synced()))
+                .all(|u| u.watches.iter().all(|w| w.is_synced()));
+        running.listed_once |= current;
+        current
     }
 
     /// Whether the kept units were taken once.
@@ -260,18 +265,18 @@ impl UnitWatches {
     }
 
     /// The unit watches whose initial list is not in, e.g.
-    /// `pods#0/u12`, with their last error.
+    /// `pods#0 unit 12`, with their last error; once every kept unit was
+    /// listed, only those whose list fails (a unit gained later lists in
+    /// a moment, and the replica stays ready meanwhile).
     pub(super) fn pending(&self) -> Vec<String> {
         let running = self.lock();
+        let once = running.listed_once;
         running
             .units
-            .iter()
-            .flat_map(|(u, r)| {
-                r.watches
-                    .iter()
-                    .filter(|w| !w.is_synced())
-                    .map(move |w| format!("{} (unit {u})", w.describe()))
-            })
+            .values()
+            .flat_map(|r| r.watches.iter())
+            .filter(|w| !w.is_synced() && (!once || w.failing()))
+            .map(|w| w.describe())
             .collect()
     }
 
@@ -300,7 +305,7 @@ fn start_unit(shared: &Arc<Shared>, unit: u16) -> RunningUnit {
         let (names_tx, names_rx) = watch::channel(0u64);
         let names_tx = Arc::new(names_tx);
 
-        let instances = Arc::new(WatchState::new(INSTANCES, ns_index));
+        let instances = Arc::new(WatchState::for_unit(INSTANCES, ns_index, unit));
         watches.push(Arc::clone(&instances));
         drivers.push(instance_watch(
             shared,
@@ -313,7 +318,7 @@ fn start_unit(shared: &Arc<Shared>, unit: u16) -> RunningUnit {
         ));
 
         if shared.publication == PublicationTarget::Companion {
-            let state = Arc::new(WatchState::new(COMPANIONS, ns_index));
+            let state = Arc::new(WatchState::for_unit(COMPANIONS, ns_index, unit));
             watches.push(Arc::clone(&state));
             drivers.push(companion_watch(
                 shared,
@@ -325,7 +330,7 @@ fn start_unit(shared: &Arc<Shared>, unit: u16) -> RunningUnit {
             ));
         }
 
-        let pods = Arc::new(WatchState::new(PODS, ns_index));
+        let pods = Arc::new(WatchState::for_unit(PODS, ns_index, unit));
         watches.push(Arc::clone(&pods));
         drivers.push(Box::pin(pod_loop(
             Arc::clone(shared),
