@@ -29,7 +29,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::{Semaphore, watch};
 
 use crate::model::{InstanceKey, PodScope, PublicationTarget, UnitCount};
-use crate::telemetry;
+use crate::telemetry::{self, label};
 
 use super::discovery::{
     COMPANIONS, INSTANCES, LIST_PAGE_SIZE, PODS, WatchState, driven, join_selectors, locked,
@@ -380,7 +380,15 @@ where
 /// Counts and logs an object whose shard label selected it into a unit
 /// its name does not hash to: it is not kept (see docs/sharding.md).
 fn mismatch(key: &InstanceKey, unit: u16, resource: &'static str) {
-    metrics::counter!(telemetry::SHARD_LABEL_MISMATCHES_TOTAL, "resource" => resource).increment(1);
+    if resource == COMPANIONS {
+        metrics::counter!(telemetry::SHARD_LABEL_MISMATCHES_TOTAL,
+            "resource" => label::KURAINSTANCEHEALTHS)
+        .increment(1);
+    } else {
+        metrics::counter!(telemetry::SHARD_LABEL_MISMATCHES_TOTAL,
+            "resource" => label::KURAINSTANCES)
+        .increment(1);
+    }
     tracing::warn!(instance = %key, unit, resource,
         "shard label does not match the instance's bucket: ignored");
 }
