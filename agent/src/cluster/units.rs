@@ -393,6 +393,25 @@ fn mismatch(key: &InstanceKey, unit: u16, resource: &'static str) {
         "shard label does not match the instance's bucket: ignored");
 }
 
+/// Whether `ev` brings an object whose bucket is not in `unit` (its
+/// label says otherwise): counted and logged, and not kept.
+fn foreign<K>(
+    ev: &watcher::Event<K>,
+    key_of: impl Fn(&K) -> Option<InstanceKey>,
+    count: UnitCount,
+    unit: u16,
+    resource: &'static str,
+) -> bool {
+    if let watcher::Event::InitApply(obj) | watcher::Event::Apply(obj) = ev
+        && let Some(key) = key_of(obj)
+        && count.unit_of_key(&key) != unit
+    {
+        mismatch(&key, unit, resource);
+        return true;
+    }
+    false
+}
+
 /// `unit`'s instance watch: events applied to `scope` until stopped; a
 /// new instance (and the initial list) wakes the unit's pod watch.
 fn instance_watch(
@@ -419,11 +438,7 @@ fn instance_watch(
         watcher::watcher(api, config).default_backoff(),
         state,
         move |ev| {
-            if let watcher::Event::InitApply(obj) | watcher::Event::Apply(obj) = ev
-                && let Some(key) = key_of(obj)
-                && count.unit_of_key(&key) != unit
-            {
-                mismatch(&key, unit, INSTANCES);
+            if foreign(ev, key_of, count, unit, INSTANCES) {
                 return;
             }
             let applied = {
@@ -462,11 +477,7 @@ fn companion_watch(
         watcher::watcher(api, config).default_backoff(),
         state,
         move |ev| {
-            if let watcher::Event::InitApply(obj) | watcher::Event::Apply(obj) = ev
-                && let Some(key) = companion_key_of(obj)
-                && count.unit_of_key(&key) != unit
-            {
-                mismatch(&key, unit, COMPANIONS);
+            if foreign(ev, companion_key_of, count, unit, COMPANIONS) {
                 return;
             }
             let mut store = locked(&store);
