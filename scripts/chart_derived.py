@@ -24,7 +24,9 @@ RBAC the chart must render, and compares:
   kurainstancehealths and patch on kurainstancehealths/status (companion),
   both (auto); with auto, and only then, a ClusterRole (+ binding to the
   agent's ServiceAccount) granting exactly `get` on the CRD
-  kurainstances.kura.tuist.dev by name, with or without namespaces.
+  kurainstances.kura.tuist.dev by name, with or without namespaces; `patch`
+  on kurainstances exactly when the agent stamps shard labels (sharding by
+  unit with --stamp-shard-labels).
 
 Exit 1 with every difference listed.
 """
@@ -61,6 +63,10 @@ CRD_READ_RULES = [("apiextensions.k8s.io", "customresourcedefinitions", "get",
 # Node-local instances' pods, polled through their port-forward: granted
 # exactly when the agent is given --port-forward-streams (nodeLocal.enabled).
 PORT_FORWARD_RULES = [("", "pods/portforward", v) for v in ("create", "get")]
+# Sharding by unit with stamping: the shard label on KuraInstances that lack
+# it, granted exactly when --sharding=true, --shard-pod-selection is not all
+# and --stamp-shard-labels is not false (both default on).
+STAMP_RULES = [("kura.tuist.dev", "kurainstances", "patch")]
 
 
 def split_requirements(selector):
@@ -140,8 +146,12 @@ def main():
     env = {e["name"]: e.get("value") for e in container.get("env") or []}
     target = (flag("publication-target") or [env.get("KURA_AGENT_PUBLICATION_TARGET") or "auto"])[0]
     check(target in TARGET_RULES, f"publication target {target!r} is none of {sorted(TARGET_RULES)}")
+    stamps = ((flag("sharding") or ["false"])[0] == "true"
+              and (flag("shard-pod-selection") or ["instance-label"])[0] != "all"
+              and (flag("stamp-shard-labels") or ["true"])[0] != "false")
     want_rules = sorted(WATCH_RULES + TARGET_RULES.get(target, [])
-                        + (PORT_FORWARD_RULES if flag("port-forward-streams") else []))
+                        + (PORT_FORWARD_RULES if flag("port-forward-streams") else [])
+                        + (STAMP_RULES if stamps else []))
     release_ns = workload["metadata"].get("namespace")
     sa = workload["spec"]["template"]["spec"].get("serviceAccountName")
 

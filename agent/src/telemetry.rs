@@ -81,6 +81,16 @@ pub const OWNED_UNITS: &str = "kura_agent_owned_units";
 /// Instances gained or lost by this replica, by `change`
 /// ([`OWNERSHIP_CHANGES`]).
 pub const OWNERSHIP_CHANGES_TOTAL: &str = "kura_agent_ownership_changes_total";
+/// Gauge: the watch units this replica watches (sharding by unit).
+pub const WATCHED_UNITS: &str = "kura_agent_watched_units";
+/// Gauge: instances and companions without the shard label seen by this
+/// replica (in no unit until labelled; sharding by unit).
+pub const UNLABELLED_OBJECTS: &str = "kura_agent_unlabelled_objects";
+/// Counter: shard label stamps by `result` ([`STAMP_RESULTS`]).
+pub const SHARD_LABEL_STAMPS_TOTAL: &str = "kura_agent_shard_label_stamps_total";
+/// Counter: objects whose shard label does not match their bucket,
+/// ignored, by `resource` ([`MISMATCH_RESOURCES`]).
+pub const SHARD_LABEL_MISMATCHES_TOTAL: &str = "kura_agent_shard_label_mismatches_total";
 /// Renewals of this replica's Lease by `result` ([`RENEWAL_RESULTS`]).
 pub const LEASE_RENEWALS_TOTAL: &str = "kura_agent_lease_renewals_total";
 /// Counter: `kura.tuist.dev/gate-config` annotations refused (once per
@@ -255,6 +265,10 @@ pub const RENEWAL_RESULTS: [&str; 2] = [OK, ERROR];
 /// `suppressed`: a transition over the per-instance rate bound (coalesced,
 /// the latest published later); `dropped`: the publisher's queue was full.
 pub const EVENT_RESULTS: [&str; 4] = [PUBLISHED, FAILED, SUPPRESSED, DROPPED];
+/// The `result` values of [`SHARD_LABEL_STAMPS_TOTAL`].
+pub const STAMP_RESULTS: [&str; 3] = [OK, ERROR, DROPPED];
+/// The `resource` values of [`SHARD_LABEL_MISMATCHES_TOTAL`].
+pub const MISMATCH_RESOURCES: [&str; 2] = [KURAINSTANCES, KURAINSTANCEHEALTHS];
 
 /// The `signal` label of a healthy instance in [`INSTANCES_BY_SIGNAL`].
 pub const NO_SIGNAL: &str = "none";
@@ -313,7 +327,7 @@ const fn plain(name: &'static str, kind: Kind, help: &'static str) -> Metric {
 }
 
 /// Every `kura_agent_*` metric, once each.
-pub const METRICS: [Metric; 31] = [
+pub const METRICS: [Metric; 35] = [
     Metric {
         name: POLLS_TOTAL,
         kind: Kind::Counter,
@@ -486,6 +500,34 @@ pub const METRICS: [Metric; 31] = [
         Kind::Gauge,
         "Watch units (groups of shard buckets) this replica owns.",
     ),
+    plain(
+        WATCHED_UNITS,
+        Kind::Gauge,
+        "Watch units this replica watches (sharding by unit).",
+    ),
+    plain(
+        UNLABELLED_OBJECTS,
+        Kind::Gauge,
+        "KuraInstances and companions without the kura.tuist.dev/shard label (in no watch unit until labelled).",
+    ),
+    Metric {
+        name: SHARD_LABEL_STAMPS_TOTAL,
+        kind: Kind::Counter,
+        help: "Shard labels stamped on instances and companions that lacked it, by result.",
+        label: Some(Label {
+            name: "result",
+            values: || STAMP_RESULTS.to_vec(),
+        }),
+    },
+    Metric {
+        name: SHARD_LABEL_MISMATCHES_TOTAL,
+        kind: Kind::Counter,
+        help: "Objects whose kura.tuist.dev/shard label does not match their bucket (ignored), by resource.",
+        label: Some(Label {
+            name: "resource",
+            values: || MISMATCH_RESOURCES.to_vec(),
+        }),
+    },
     Metric {
         name: OWNERSHIP_CHANGES_TOTAL,
         kind: Kind::Counter,

@@ -19,7 +19,7 @@
 //! an agent on its own tokio runtime, so that "killing" the agent drops
 //! every task it spawned, as a process kill would.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read as _;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -2830,14 +2830,23 @@ async fn every_replica_answers_for_every_instance() {
             assert_eq!(v["targetImage"], "ghcr.io/tuist/kura:1.0.0");
             assert_eq!(v["rolloutHealthy"]["status"], "True", "{v}");
         }
+        // A replica holds only its own units (issue 42): it lists the
+        // instances it writes, and answers for the others from one GET.
         let (status, body) = http_get(*addr, "/debug/instances").await.expect("list");
         assert_eq!(status, 200);
         let list: Value = serde_json::from_str(&body).expect("json");
-        assert_eq!(
-            list.as_array().map(Vec::len),
-            Some(names.len()),
-            "{id} lists every instance"
-        );
+        let listed: BTreeSet<String> = list
+            .as_array()
+            .expect("a list")
+            .iter()
+            .filter_map(|i| i["name"].as_str().map(str::to_owned))
+            .collect();
+        let own: BTreeSet<String> = writers
+            .iter()
+            .filter(|(_, w)| w.as_str() == Some(*id))
+            .map(|(n, _)| n.clone())
+            .collect();
+        assert_eq!(listed, own, "{id} lists the instances it writes");
         let detail_path = format!("/debug/instances/{ns}/{}", names[0]);
         let (status, body) = http_get(*addr, &detail_path).await.expect("detail");
         assert_eq!(status, 200, "{id}: {body}");

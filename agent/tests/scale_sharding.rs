@@ -265,7 +265,7 @@ async fn fixtures(client: &Client, ns: &str, n: usize, first_ip: Ipv4Addr) -> Si
             .expect("create instance");
         let pod: Pod = serde_json::from_value(json!({
             "metadata": {"name": format!("{name}-0"), "namespace": ns,
-                "labels": {"app.kubernetes.io/name": "kura"},
+                "labels": {"app.kubernetes.io/name": "kura", "app.kubernetes.io/instance": name},
                 "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": name,
                     "uid": format!("sts-{name}"), "controller": true}]},
             "spec": {"containers": [{"name": "kura", "image": IMAGE}]}

@@ -5,8 +5,8 @@
 
 use clap::Args;
 
-use crate::cluster::{DiscoveryConfig, PollPort, TargetConfig};
-use crate::model::{PublicationTarget, TargetRequest};
+use crate::cluster::{DiscoveryConfig, PodSelection, PollPort, TargetConfig, UnitWatchConfig};
+use crate::model::{PublicationTarget, TargetRequest, UnitCount};
 
 /// What is watched, and which port of a pod is polled.
 #[derive(Debug, Clone, Args)]
@@ -42,6 +42,43 @@ pub struct DiscoveryArgs {
     /// Kura container).
     #[arg(long, env = "KURA_AGENT_PORT_NAME")]
     pub port_name: Option<String>,
+
+    /// With sharding, what each replica watches: `instance-label` (only
+    /// its own watch units: the instances by their `kura.tuist.dev/shard`
+    /// label, their pods by the instance names in
+    /// `app.kubernetes.io/instance`, which Kura's controller puts on every
+    /// pod), `shard-label` (the pods by their own `kura.tuist.dev/shard`
+    /// label too) or `all` (every instance and pod, keeping its own: no
+    /// labels needed, each replica then sees the whole fleet).
+    #[arg(long, env = "KURA_AGENT_SHARD_POD_SELECTION", default_value = "instance-label",
+          value_parser = parse_shard_pod_selection)]
+    pub shard_pod_selection: ShardPodSelection,
+
+    /// With unit watches: label the instances (and companions) that lack
+    /// `kura.tuist.dev/shard` with their bucket (a server-side apply of
+    /// that one label, under its own field manager; needs `patch` on
+    /// `kurainstances`). Off: an unlabelled instance is in no unit, so
+    /// unmonitored, and counted in `kura_agent_unlabelled_objects`.
+    #[arg(long, env = "KURA_AGENT_STAMP_SHARD_LABELS", default_value_t = true,
+          action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub stamp_shard_labels: bool,
+}
+
+/// `--shard-pod-selection`: by unit (and how pods are selected), or all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShardPodSelection {
+    /// Unit watches, pods selected so.
+    Units(PodSelection),
+    /// Every instance and pod watched, the own kept.
+    All,
+}
+
+/// `instance-label`, `shard-label` or `all`.
+fn parse_shard_pod_selection(s: &str) -> Result<ShardPodSelection, String> {
+    match s.trim() {
+        "all" => Ok(ShardPodSelection::All),
+        other => other.parse().map(ShardPodSelection::Units),
+    }
 }
 
 impl DiscoveryArgs {
@@ -62,6 +99,20 @@ impl DiscoveryArgs {
             pod_selector: self.pod_selector.clone().filter(|s| !s.trim().is_empty()),
             targets: self.target_config(),
             publication: PublicationTarget::Instance,
+            units: None,
+        }
+    }
+
+    /// How units are watched when the replicas share the fleet in
+    /// `count` units (`None` with `--shard-pod-selection=all`).
+    pub fn unit_watches(&self, count: UnitCount) -> Option<UnitWatchConfig> {
+        match self.shard_pod_selection {
+            ShardPodSelection::All => None,
+            ShardPodSelection::Units(pods) => Some(UnitWatchConfig {
+                count,
+                pods,
+                stamp: self.stamp_shard_labels,
+            }),
         }
     }
 

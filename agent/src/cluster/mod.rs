@@ -13,8 +13,10 @@ mod instances;
 mod pods;
 mod publication;
 mod source;
+mod stamp;
 mod store;
 mod stored;
+mod units;
 mod wire;
 
 pub use args::{DiscoveryArgs, PublicationArgs};
@@ -26,4 +28,5 @@ pub use instances::entry_reading;
 pub(crate) use pods::{PollPort, TargetConfig};
 pub use publication::{KURA_INSTANCE_CRD, choose as choose_publication_target};
 pub(crate) use source::ClusterTargets;
+pub use units::{PodSelection, UnitWatchConfig};
 pub use wire::InstanceObject;

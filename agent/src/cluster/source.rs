@@ -42,7 +42,7 @@ impl TargetSource for ClusterTargets {
         self.discovery.targets_of(keys)
     }
     fn fleet_instances(&self) -> Option<usize> {
-        Some(self.discovery.instance_count())
+        self.discovery.fleet_instances()
     }
     fn lifecycle(&self) -> Option<&dyn StatusLifecycle> {
         Some(&self.discovery)

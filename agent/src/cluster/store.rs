@@ -22,7 +22,9 @@ use std::sync::Arc;
 
 use kube::runtime::watcher;
 
-use crate::model::{Contest, ControllerHealth, InstanceKey, InstanceTarget, PublicationTarget};
+use crate::model::{
+    Contest, ControllerHealth, InstanceKey, InstanceTarget, PublicationTarget, UnitCount,
+};
 use kura_schemas::KuraInstanceStatus;
 
 use super::instances::{
@@ -176,6 +178,54 @@ pub struct Applied {
     /// An instance seen before now has another `spec.image` (an
     /// instance seen for the first time is no change).
     pub image_changed: bool,
+    /// An instance the scope did not hold before came in.
+    pub added: bool,
+}
+
+/// Which store scope holds an instance: one per watched namespace (one
+/// for all namespaces when none is configured), and with unit watches one
+/// per namespace and watch unit (`namespace index × units + unit`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScopeMap {
+    /// The watched namespaces; empty: all, one namespace scope.
+    pub namespaces: Vec<String>,
+    /// The watch units, when each unit is watched apart.
+    pub units: Option<UnitCount>,
+}
+
+impl ScopeMap {
+    /// How many scopes the map has.
+    pub fn len(&self) -> usize {
+        self.namespaces.len().max(1) * self.units_per_namespace()
+    }
+
+    fn units_per_namespace(&self) -> usize {
+        self.units.map_or(1, |u| usize::from(u.get()))
+    }
+
+    /// The namespace scope of `namespace` (its index among the watched
+    /// namespaces; 0 when all are watched).
+    pub fn namespace_index(&self, namespace: &str) -> Option<usize> {
+        if self.namespaces.is_empty() {
+            return Some(0);
+        }
+        self.namespaces.iter().position(|n| n == namespace)
+    }
+
+    /// The scope of namespace scope `namespace_index` and `unit` (the
+    /// namespace scope itself without unit watches).
+    pub fn scope(&self, namespace_index: usize, unit: u16) -> usize {
+        match self.units {
+            Some(_) => namespace_index * self.units_per_namespace() + usize::from(unit),
+            None => namespace_index,
+        }
+    }
+
+    /// The scope that holds `key`, if its namespace is watched.
+    pub fn scope_of(&self, key: &InstanceKey) -> Option<usize> {
+        let ns = self.namespace_index(&key.namespace)?;
+        Some(self.scope(ns, self.units.map_or(0, |u| u.unit_of_key(key))))
+    }
 }
 
 /// The caches of every watch scope and the change log. See the module
@@ -198,6 +248,8 @@ pub struct FactStore {
     target: PublicationTarget,
     /// Hashes instance keys for `companion_present`.
     presence_hasher: std::collections::hash_map::RandomState,
+    /// Which scope holds a key, when known ([`FactStore::with_scopes`]).
+    map: Option<ScopeMap>,
 }
 
 impl FactStore {
@@ -213,7 +265,54 @@ impl FactStore {
             contested_keys: HashSet::new(),
             target: PublicationTarget::Instance,
             presence_hasher: std::collections::hash_map::RandomState::new(),
+            map: None,
         }
+    }
+
+    /// An empty store of `map`'s scopes, reading pods with `config`, the
+    /// agent publishing on the instances.
+    pub fn with_scopes(map: ScopeMap, config: TargetConfig) -> Self {
+        let mut store = FactStore::new(map.len(), config);
+        store.map = Some(map);
+        store
+    }
+
+    /// Forgets everything scope `scope` holds (its unit is no longer
+    /// watched): its instances leave the targets (logged as changed, their
+    /// stored-status stages forgotten, as on a delete), its pods and
+    /// companions go, and a re-list in progress is dropped. Events of its
+    /// stopped watches must not be applied after this.
+    pub fn drop_scope(&mut self, scope: usize) {
+        let Some(s) = self.scopes.get_mut(scope) else {
+            return;
+        };
+        let old = std::mem::take(s);
+        let mut changed: Vec<InstanceKey> = old.instances.keys().cloned().collect();
+        changed.extend(
+            old.pods
+                .keys()
+                .filter(|k| !old.instances.contains_key(*k))
+                .cloned(),
+        );
+        for key in old.instances.keys() {
+            self.lifecycle.gone(key);
+            self.contested_keys.remove(key);
+        }
+        for key in changed {
+            self.mark(key);
+        }
+    }
+
+    /// The names of scope `scope`'s instances, sorted, each once: what a
+    /// unit's pod watch selects by `app.kubernetes.io/instance`.
+    pub fn instance_names(&self, scope: usize) -> Vec<Arc<str>> {
+        let Some(s) = self.scopes.get(scope) else {
+            return Vec::new();
+        };
+        let mut names: Vec<Arc<str>> = s.instances.keys().map(|k| Arc::clone(&k.name)).collect();
+        names.sort();
+        names.dedup();
+        names
     }
 
     /// The store for publication `target`: in `companion` mode the
@@ -367,9 +466,15 @@ impl FactStore {
             return false;
         }
         let hash = presence(&self.presence_hasher, key);
-        self.scopes
-            .iter()
-            .all(|s| s.companions_listed && !s.companion_present.contains(&hash))
+        let absent_in = |s: &Scope| s.companions_listed && !s.companion_present.contains(&hash);
+        match self.map.as_ref() {
+            // Only the key's own scope can hold its companion.
+            Some(map) => map
+                .scope_of(key)
+                .and_then(|i| self.scopes.get(i))
+                .is_some_and(absent_in),
+            None => self.scopes.iter().all(absent_in),
+        }
     }
 
     /// The manager contesting `key` (instance mode), if any.
@@ -601,11 +706,13 @@ impl FactStore {
                             }
                         }
                     }
+                    let before = changed.len();
                     changed.extend(
                         new.keys()
                             .filter(|k| !s.instances.contains_key(*k))
                             .cloned(),
                     );
+                    applied.added |= changed.len() > before;
                     s.instances = new;
                     relisted = true;
                 }
@@ -628,6 +735,7 @@ impl FactStore {
                         None => {
                             s.instances.insert(key.clone(), entry);
                             changed.push(key.clone());
+                            applied.added = true;
                         }
                     }
                     // Read whole, status and all (not released): a
@@ -827,6 +935,22 @@ impl FactStore {
     }
 }
 
+/// The stored view of an instance read by one GET (not watched): its
+/// status the instance's own in `instance` mode, `companion`'s in
+/// `companion` mode. `None` when the instance is not usable.
+pub fn stored_of(
+    instance: &InstanceObject,
+    companion: Option<&CompanionObject>,
+    publication: PublicationTarget,
+) -> Option<InstanceTarget> {
+    let entry = entry_reading(instance, publication, true);
+    let status: Option<KuraInstanceStatus> = match publication {
+        PublicationTarget::Instance => entry.status.as_deref().cloned(),
+        PublicationTarget::Companion => companion.and_then(|c| companion_status(c).0),
+    };
+    target(None, &entry, status.as_ref(), 0)
+}
+
 /// Whether `old` and `new` are one instance with another `spec.image`.
 fn image_moved(old: &InstanceEntry, new: &InstanceEntry) -> bool {
     matches!((&old.shape, &new.shape), (Ok(a), Ok(b)) if a.spec_image != b.spec_image)
@@ -991,6 +1115,69 @@ mod tests {
         }
         assert_eq!(store.counts(), (1, 0));
         assert!(store.scopes[0].owners.by_namespace.is_empty());
+    }
+
+    #[test]
+    fn unit_scopes_hold_their_units_and_a_dropped_unit_leaves_whole() {
+        let units = UnitCount::new(4).expect("count");
+        let map = ScopeMap {
+            namespaces: vec!["kura".into(), "other".into()],
+            units: Some(units),
+        };
+        assert_eq!(map.len(), 8);
+        // kura/acme is bucket 111 (unit 1 of 4); other/x is not watched.
+        let acme = key("acme");
+        assert_eq!(map.scope_of(&acme), Some(1));
+        assert_eq!(
+            map.scope_of(&InstanceKey::new("other", "acme")),
+            Some(4 + units.unit_of_key(&InstanceKey::new("other", "acme")) as usize)
+        );
+        assert_eq!(map.scope_of(&InstanceKey::new("nope", "acme")), None);
+        let plain = ScopeMap {
+            namespaces: vec![],
+            units: None,
+        };
+        assert_eq!((plain.len(), plain.scope_of(&acme)), (1, Some(0)));
+
+        let mut store = FactStore::with_scopes(map, TargetConfig::default())
+            .with_target(PublicationTarget::Companion);
+        store.apply_instance(1, &Event::Init);
+        store.apply_instance(
+            1,
+            &Event::InitApply(instance("kura", "acme", 2, json!(null))),
+        );
+        let applied = store.apply_instance(1, &Event::InitDone);
+        assert!(applied.added, "a list that brings instances adds them");
+        store.apply_pod(1, &Event::Init, &all);
+        store.apply_pod(
+            1,
+            &Event::InitApply(pod("kura", "acme-0", "acme", Some("10.0.0.1"), json!({}))),
+            &all,
+        );
+        store.apply_pod(1, &Event::InitDone, &all);
+        store.apply_companion(1, &Event::Init);
+        store.apply_companion(1, &Event::InitDone);
+        assert!(
+            store.companion_absent(&acme),
+            "known from its own unit's list, whatever the others"
+        );
+        assert_eq!(store.instance_names(1), vec![Arc::<str>::from("acme")]);
+        let again =
+            store.apply_instance(1, &Event::Apply(instance("kura", "acme", 3, json!(null))));
+        assert!(!again.added, "an instance seen before is not added");
+        assert_eq!(store.targets().instances.len(), 1);
+
+        let revision = store.revision();
+        store.drop_scope(1);
+        assert!(store.targets().instances.is_empty());
+        assert_eq!(store.counts(), (0, 0));
+        assert!(store.instance_names(1).is_empty());
+        assert_eq!(store.changed_since(revision), Some(vec![acme.clone()]));
+        assert!(!store.companion_absent(&acme), "unknown again");
+        // Dropping a scope out of range, or twice, does nothing.
+        store.drop_scope(1);
+        store.drop_scope(99);
+        assert_eq!(store.revision(), revision + 1);
     }
 
     #[test]

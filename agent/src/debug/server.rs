@@ -46,6 +46,7 @@ use crate::debug::routes::{self, Answer, PROMETHEUS_TEXT};
 use crate::debug::scrape_body::ScrapeBody;
 use crate::debug::state::DebugState;
 use crate::debug::watched::{Watched, WriteLimits};
+use crate::model::InstanceKey;
 use bytes::Bytes;
 use http::header::{ALLOW, CACHE_CONTROL, CONNECTION, CONTENT_TYPE};
 use http::{Method, Request, Response, StatusCode};
@@ -202,14 +203,7 @@ fn respond_whole(method: &Method, target: &str, state: &DebugState, now: Timesta
             "bad request target: expected a path starting with /\n",
         );
     }
-    // Every route sees its segments percent-decoded, once (a `%2F` inside a
-    // segment stays inside it).
-    let decoded: Vec<String> = path
-        .trim_end_matches('/')
-        .split('/')
-        .skip(1)
-        .map(|s| html::decode_component(s, false))
-        .collect();
+    let decoded = segments_of(path);
     let segments: Vec<&str> = decoded.iter().map(String::as_str).collect();
     let response = routes::route(&segments, query, state, now)
         .unwrap_or_else(|| routes::plain(StatusCode::NOT_FOUND, "not found\n"));
@@ -218,6 +212,51 @@ fn respond_whole(method: &Method, target: &str, state: &DebugState, now: Timesta
         Response::from_parts(parts, Full::new(Bytes::new()))
     } else {
         response
+    }
+}
+
+/// `path`'s segments, each percent-decoded once (a `%2F` inside a
+/// segment stays inside it): what every route sees.
+fn segments_of(path: &str) -> Vec<String> {
+    path.trim_end_matches('/')
+        .split('/')
+        .skip(1)
+        .map(|s| html::decode_component(s, false))
+        .collect()
+}
+
+/// The instance a request's route answers about, if any: the instance
+/// page and series, its debug detail, its verdict and timeline.
+fn instance_of_route(target: &str) -> Option<InstanceKey> {
+    let (path, _) = target.split_once('?').unwrap_or((target, ""));
+    let decoded = segments_of(path);
+    let segments: Vec<&str> = decoded.iter().map(String::as_str).collect();
+    match segments.as_slice() {
+        ["instances", ns, name] | ["instances", ns, name, "metrics"] => {
+            Some(InstanceKey::new(*ns, *name))
+        }
+        ["debug", "instances", ns, name] => Some(InstanceKey::new(*ns, *name)),
+        ["api", "v1", "instances", ns, name, "verdict" | "timeline"] => {
+            Some(InstanceKey::new(*ns, *name))
+        }
+        _ => None,
+    }
+}
+
+/// Before answering about an instance this replica neither sweeps nor
+/// watches (sharding by unit: another replica's), reads its stored status
+/// once ([`crate::model::StoredStatusSource::fetch`]): the answer is then
+/// the owner's published status, as when every replica watched every
+/// instance.
+async fn fetch_unwatched(method: &Method, target: &str, state: &DebugState) {
+    if method != Method::GET && method != Method::HEAD {
+        return;
+    }
+    let (Some(key), Some(stored)) = (instance_of_route(target), state.stored.as_ref()) else {
+        return;
+    };
+    if state.view.instance(&key).is_none() && stored.stored_instance(&key).is_none() {
+        stored.fetch(&key).await;
     }
 }
 
@@ -344,17 +383,22 @@ async fn connection(
             let target = req
                 .uri()
                 .path_and_query()
-                .map_or_else(|| req.uri().path(), |pq| pq.as_str());
-            let response = respond(req.method(), target, &state, state.clock.now());
-            let (mut parts, body) = response.into_parts();
-            if table.queue_waits() {
-                // Hand the slot over after this answer, without an error.
-                parts
-                    .headers
-                    .insert(CONNECTION, http::HeaderValue::from_static("close"));
+                .map_or_else(|| req.uri().path(), |pq| pq.as_str())
+                .to_owned();
+            let method = req.method().clone();
+            let (state, table) = (state.clone(), table.clone());
+            async move {
+                fetch_unwatched(&method, &target, &state).await;
+                let response = respond(&method, &target, &state, state.clock.now());
+                let (mut parts, body) = response.into_parts();
+                if table.queue_waits() {
+                    // Hand the slot over after this answer, without an error.
+                    parts
+                        .headers
+                        .insert(CONNECTION, http::HeaderValue::from_static("close"));
+                }
+                Ok::<_, Infallible>(Response::from_parts(parts, Tracked { body, in_flight }))
             }
-            let response = Response::from_parts(parts, Tracked { body, in_flight });
-            async move { Ok::<_, Infallible>(response) }
         })
     };
     let io = Watched::new(

@@ -34,8 +34,8 @@ pub use key::InstanceKey;
 pub use limits::GateLimits;
 pub use members::{MembersSnapshot, StoredInstance};
 pub use ports::{
-    ContestSource, InstanceUids, KeptUnits, MembersSource, PodScope, StatusLifecycle, StatusSink,
-    StoredStatusSource, TargetSource, WriteGate,
+    BoxFuture, ContestSource, InstanceUids, KeptUnits, MembersSource, PodScope, StatusLifecycle,
+    StatusSink, StoredStatusSource, TargetSource, WriteGate,
 };
 pub use publication::{
     Contest, ControllerHealth, CrdFinding, FIELD_MANAGER, PublicationTarget, TargetChoice,

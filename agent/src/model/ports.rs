@@ -184,8 +184,19 @@ pub trait MembersSource: Send + Sync {
 pub trait StoredStatusSource: Send + Sync {
     /// Every watched instance, by namespace and name.
     fn stored_instances(&self) -> Vec<StoredInstance>;
-    /// One instance, if watched.
+    /// One instance, if watched (or fetched, see
+    /// [`StoredStatusSource::fetch`]).
     fn stored_instance(&self, key: &InstanceKey) -> Option<StoredInstance> {
         self.stored_instances().into_iter().find(|s| &s.key == key)
     }
+    /// Reads `key`'s stored status from the API server when this replica
+    /// does not watch the instance (sharding by unit: another replica's),
+    /// so that [`StoredStatusSource::stored_instance`] answers it for a
+    /// few seconds. Default: nothing to read (every instance is watched).
+    fn fetch<'a>(&'a self, _key: &'a InstanceKey) -> BoxFuture<'a> {
+        Box::pin(std::future::ready(()))
+    }
 }
+
+/// A boxed future of a port's asynchronous method.
+pub type BoxFuture<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>;

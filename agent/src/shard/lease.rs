@@ -175,6 +175,9 @@ struct State {
     changes: VecDeque<OwnershipChange>,
     changes_total: u64,
     released: bool,
+    /// This replica's own Lease has been held a renewal interval: from
+    /// then on (for good) it keeps units ([`Shard::refresh_scope`]).
+    gathered: bool,
     /// The membership the pods are kept for, and the targets read under
     /// ([`Shard::refresh_scope`]).
     scope: Option<Membership>,
@@ -202,9 +205,10 @@ impl PodScope for Shard {
     /// ([`PodScope::kept_units`]); none before the first scope.
     fn keeps(&self, key: &InstanceKey) -> bool {
         let s = self.lock();
-        s.scope
-            .as_ref()
-            .is_some_and(|m| m.plan.kept.contains(&m.count.unit_of_key(key)))
+        s.gathered
+            && s.scope
+                .as_ref()
+                .is_some_and(|m| m.plan.kept.contains(&m.count.unit_of_key(key)))
     }
 
     /// Moves only when the kept units change (not at every membership
@@ -225,6 +229,7 @@ impl PodScope for Shard {
             units: s
                 .scope
                 .as_ref()
+                .filter(|_| s.gathered)
                 .map(|m| m.plan.kept.clone())
                 .unwrap_or_default(),
         })
@@ -258,6 +263,7 @@ impl Shard {
                 changes: VecDeque::new(),
                 changes_total: 0,
                 released: false,
+                gathered: false,
                 scope: None,
                 departures: Departures::default(),
                 conflict: None,
@@ -528,13 +534,28 @@ impl Shard {
     /// signal moves (the pods are listed again before the targets are
     /// read). Called by the run loop's readiness check, so ownership
     /// never moves before the pods it needs are listed.
+    ///
+    /// At start-up no unit is kept until this replica's own Lease has been
+    /// held one renewal interval: the replicas started with it are seen by
+    /// then, so each unit is listed once, by its final owner, not first by
+    /// every replica that briefly saw itself alone. Owning starts later
+    /// still (after `settle`), so this delays no write.
     pub fn refresh_scope(&self, now: Timestamp) {
         let fresh = self.membership(now);
         let units_changed = {
             let mut s = self.lock();
+            let gathered = s.gathered
+                || s.acquired_at.is_some_and(|at| {
+                    now.duration_since(at)
+                        .unsigned_abs()
+                        .ge(&self.config.renew_every)
+                        && now >= at
+                });
+            let gathered_now = gathered && !s.gathered;
+            s.gathered = gathered;
             let same = s.scope.as_ref().is_some_and(|m| m.same_group(&fresh));
             if same {
-                false
+                gathered_now
             } else {
                 let changed = s
                     .scope
@@ -545,7 +566,7 @@ impl Shard {
                         "the units this replica keeps changed");
                 }
                 s.scope = Some(fresh);
-                changed
+                changed || gathered_now
             }
         };
         if units_changed {

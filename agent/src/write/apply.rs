@@ -24,9 +24,10 @@
 //! failing to deserialize.
 
 use super::queue::JobResult;
+use crate::model::units::{bucket_label, bucket_of};
 use crate::model::{
-    ContestSource, DesiredStatus, InstanceKey, InstanceUids, PublicationTarget, WriteGate,
-    WriteRecord,
+    ContestSource, DesiredStatus, InstanceKey, InstanceUids, PublicationTarget, SHARD_LABEL,
+    WriteGate, WriteRecord,
 };
 use crate::telemetry::{self, label};
 use jiff::Timestamp;
@@ -287,9 +288,10 @@ fn body_bytes(body: &Value) -> u64 {
 }
 
 /// The body that creates `key`'s companion (server-side apply of the
-/// object itself): its name and namespace, the agent's label, an owner
-/// reference to the instance `instance_uid` (so the garbage collector
-/// deletes it with the instance), an empty spec.
+/// object itself): its name and namespace, the agent's label and its
+/// shard label (its instance's bucket: sharded replicas watch companions
+/// by unit), an owner reference to the instance `instance_uid` (so the
+/// garbage collector deletes it with the instance), an empty spec.
 pub fn companion_body(key: &InstanceKey, instance_uid: &str) -> Value {
     json!({
         "apiVersion": COMPANION_API_VERSION,
@@ -297,7 +299,10 @@ pub fn companion_body(key: &InstanceKey, instance_uid: &str) -> Value {
         "metadata": {
             "name": key.name,
             "namespace": key.namespace,
-            "labels": {"app.kubernetes.io/managed-by": FIELD_MANAGER},
+            "labels": {
+                "app.kubernetes.io/managed-by": FIELD_MANAGER,
+                SHARD_LABEL: bucket_label(bucket_of(key)),
+            },
             "ownerReferences": [{
                 "apiVersion": "kura.tuist.dev/v1alpha1",
                 "kind": "KuraInstance",

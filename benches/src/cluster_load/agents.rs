@@ -305,6 +305,7 @@ fn replica_figures(
         },
         api_requests_per_s: None,
         api_by_kind: BTreeMap::new(),
+        apiserver: BTreeMap::new(),
     }
 }
 

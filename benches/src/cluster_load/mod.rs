@@ -52,6 +52,7 @@
 //! by `kura-fleet-controller` with their controller status.
 
 pub mod agents;
+pub mod apiserver;
 pub mod controller;
 pub mod error;
 pub mod measure;
@@ -296,6 +297,11 @@ pub struct PhaseFigures {
     pub api_requests_per_s: Option<f64>,
     /// Those requests by `verb resource[/subresource]`, per second.
     pub api_by_kind: BTreeMap<String, f64>,
+    /// The API server's own counters per second over the window, every
+    /// user's (watch events sent and their bytes, LIST and WATCH requests,
+    /// by resource: [`apiserver`]); empty for a replica's own figures or
+    /// when the server's metrics could not be read.
+    pub apiserver: BTreeMap<String, f64>,
 }
 
 /// Everything one run measured.
@@ -670,6 +676,7 @@ pub async fn run(config: &ClusterLoadConfig) -> Result<ClusterLoadReport, Cluste
     // The start-up window opens before the agent starts: its first lists
     // and watches count.
     let start_mark = Mark::before_start(config.replicas.max(1));
+    let server_start = apiserver::read(&admin).await;
     let mut agents = Agents::start(config)?;
     for p in agents.processes() {
         eprintln!(
@@ -707,6 +714,7 @@ pub async fn run(config: &ClusterLoadConfig) -> Result<ClusterLoadReport, Cluste
     }
     drop(seen);
     let status_mark = agents.mark()?;
+    let server_status = apiserver::read(&admin).await;
     report.agent_publication_targets = targets_of(&status_mark);
     if let Some(other) = report
         .agent_publication_targets
@@ -729,9 +737,11 @@ pub async fn run(config: &ClusterLoadConfig) -> Result<ClusterLoadReport, Cluste
     // ---- at rest --------------------------------------------------------
     tokio::time::sleep(config.settle).await;
     let rest_from = agents.mark()?;
+    let server_rest_from = apiserver::read(&admin).await;
     eprintln!("cluster-load: at rest for {:?}", config.rest);
     tokio::time::sleep(config.rest).await;
     let rest_to = agents.mark()?;
+    let server_rest_to = apiserver::read(&admin).await;
     let rest = agents.figures(&rest_from, &rest_to);
 
     // ---- rollout --------------------------------------------------------
@@ -754,6 +764,7 @@ pub async fn run(config: &ClusterLoadConfig) -> Result<ClusterLoadReport, Cluste
     );
     let stand_ins = Arc::new(Mutex::new(stand_ins));
     let roll_from = agents.mark()?;
+    let server_roll_from = apiserver::read(&admin).await;
     let roll = tokio::spawn(
         Roll {
             instances: instances.clone(),
@@ -784,6 +795,7 @@ pub async fn run(config: &ClusterLoadConfig) -> Result<ClusterLoadReport, Cluste
         tokio::time::sleep(LIST_EVERY.min(left)).await;
     }
     let roll_to = agents.mark()?;
+    let server_roll_to = apiserver::read(&admin).await;
     let rollout = agents.figures(&roll_from, &roll_to);
     match roll_result {
         Some(Ok(r)) => r?,
@@ -814,6 +826,15 @@ pub async fn run(config: &ClusterLoadConfig) -> Result<ClusterLoadReport, Cluste
     report.rollout = combine(&rollout);
     for phase in [&mut report.startup, &mut report.rest, &mut report.rollout] {
         per_instance(phase, n);
+    }
+    for (phase, from, to) in [
+        (&mut report.startup, &server_start, &server_status),
+        (&mut report.rest, &server_rest_from, &server_rest_to),
+        (&mut report.rollout, &server_roll_from, &server_roll_to),
+    ] {
+        if let (Some(from), Some(to)) = (from, to) {
+            phase.apiserver = apiserver::rates(from, to, phase.seconds);
+        }
     }
     report.peak_rss_mib = peaks.iter().copied().fold(0.0, f64::max);
     report.total_peak_rss_mib = peaks.iter().sum();
@@ -1274,6 +1295,23 @@ pub fn table(r: &ClusterLoadReport) -> String {
                 .map(|(k, v)| format!("{k} {v:.2}"))
                 .collect();
             out.push_str(&format!("API requests/s {name}: {}\n", kinds.join(", ")));
+        }
+    }
+    for (name, p) in [
+        ("start-up", &r.startup),
+        ("at rest", &r.rest),
+        ("rollout", &r.rollout),
+    ] {
+        if !p.apiserver.is_empty() {
+            let counters: Vec<String> = p
+                .apiserver
+                .iter()
+                .map(|(k, v)| format!("{k} {v:.2}"))
+                .collect();
+            out.push_str(&format!(
+                "API server/s {name} (every user): {}\n",
+                counters.join(", ")
+            ));
         }
     }
     if r.replicas.len() > 1 {

@@ -86,6 +86,7 @@ pub fn combine(replicas: &[PhaseFigures]) -> PhaseFigures {
         owned_instances: owned,
         api_requests_per_s: None,
         api_by_kind: BTreeMap::new(),
+        apiserver: BTreeMap::new(),
     }
 }
 

@@ -136,6 +136,17 @@ write where publication.target publishes, nothing else:
              server-side apply, patch their status), never kurainstances;
   auto:      both (decided at start), plus the CRD read (kha.crdReadRules).
 */}}
+{{/*
+"true" when the agent stamps the shard label on instances: sharding by unit
+(sharding.enabled, sharding.podSelection other than all) with
+sharding.stampLabels.
+*/}}
+{{- define "kha.stampsLabels" -}}
+{{- if and .Values.sharding.enabled .Values.sharding.stampLabels (ne .Values.sharding.podSelection "all") -}}
+true
+{{- end -}}
+{{- end -}}
+
 {{- define "kha.watchRules" -}}
 {{- $target := .Values.publication.target -}}
 - apiGroups: [""]
@@ -143,7 +154,13 @@ write where publication.target publishes, nothing else:
   verbs: ["get", "list", "watch"]
 - apiGroups: ["kura.tuist.dev"]
   resources: ["kurainstances"]
+  {{- if include "kha.stampsLabels" . }}
+  # patch: the shard label on instances that lack it (sharding by unit),
+  # server-side applied under the agent's own field manager.
+  verbs: ["get", "list", "watch", "patch"]
+  {{- else }}
   verbs: ["get", "list", "watch"]
+  {{- end }}
 {{- if ne $target "companion" }}
 - apiGroups: ["kura.tuist.dev"]
   resources: ["kurainstances/status"]

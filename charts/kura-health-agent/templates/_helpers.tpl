@@ -146,6 +146,8 @@ spec:
         - --agent-group={{ include "kha.agentGroup" . }}
         - --lease-duration={{ .Values.sharding.leaseDuration }}
         - --shard-units={{ .Values.sharding.units }}
+        - --shard-pod-selection={{ .Values.sharding.podSelection }}
+        - --stamp-shard-labels={{ .Values.sharding.stampLabels }}
         {{- end }}
         {{- range .Values.extraArgs }}
         - {{ . }}

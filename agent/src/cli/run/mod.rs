@@ -151,6 +151,7 @@ async fn run_with_gates(
     let loop_config = args.loop_config(agent.clone(), gates.live, gates.shadow);
     loop_config.validate().map_err(ConfigError::from)?;
     let shard_config = args.shard.config(&agent).map_err(ConfigError::from)?;
+    let units = shard_config.as_ref().map(|c| c.units);
     let sharding = Sharding::start(client.clone(), shard_config);
     tracing::info!(%agent, namespaces = ?args.discovery.namespaces, sharding = sharding.is_on(),
         rollout_interval = ?loop_config.cadence.rollout_interval,
@@ -171,6 +172,9 @@ async fn run_with_gates(
     .await;
     let target = choice.target;
     discovery_config.publication = target;
+    if let Some(count) = units {
+        discovery_config.units = args.discovery.unit_watches(count);
+    }
     let (discovery, driver) =
         Discovery::start(client.clone(), &discovery_config, sharding.pod_scope());
     let driver = tokio::spawn(driver);
