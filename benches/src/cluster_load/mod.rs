@@ -963,7 +963,9 @@ async fn grant_agent(client: &Client, user: &str) -> Result<(), ClusterLoadError
                 "metadata": {"name": name},
                 "rules": [
                     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
-                    {"apiGroups": ["kura.tuist.dev"], "resources": ["kurainstances"], "verbs": ["get", "list", "watch"]},
+                    // `patch`: sharding replicas stamp the shard label on
+                    // the instances (as the chart grants with sharding).
+                    {"apiGroups": ["kura.tuist.dev"], "resources": ["kurainstances"], "verbs": ["get", "list", "watch", "patch"]},
                     {"apiGroups": ["kura.tuist.dev"], "resources": ["kurainstances/status"], "verbs": ["patch"]},
                     {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
                     // `auto` reads the KuraInstance CRD; without it the
