@@ -860,8 +860,9 @@ async fn the_agent_runs_with_exactly_the_charts_rbac() {
         }]),
         "the chart's CRD-read ClusterRole"
     );
-    // Least privilege, exactly: read pods and instances, write where the
-    // target publishes (auto: the instance's status or the companions).
+    // Least privilege, exactly: read pods and instances, stamp the shard
+    // label, write where the target publishes (auto: the instance's status
+    // or the companions).
     let mut rules: Vec<(String, String, String)> = Vec::new();
     for rule in role["rules"].as_array().expect("rules") {
         for g in rule["apiGroups"].as_array().expect("apiGroups") {
@@ -884,6 +885,9 @@ async fn the_agent_runs_with_exactly_the_charts_rbac() {
         ("kura.tuist.dev", "kurainstances", "get"),
         ("kura.tuist.dev", "kurainstances", "list"),
         ("kura.tuist.dev", "kurainstances", "watch"),
+        // Sharding (the chart's default) by unit: the shard label stamped
+        // on instances that lack it.
+        ("kura.tuist.dev", "kurainstances", "patch"),
         ("kura.tuist.dev", "kurainstances/status", "patch"),
         ("health.kura.tuist.dev", "kurainstancehealths", "get"),
         ("health.kura.tuist.dev", "kurainstancehealths", "list"),
