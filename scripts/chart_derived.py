@@ -147,7 +147,7 @@ def main():
     target = (flag("publication-target") or [env.get("KURA_AGENT_PUBLICATION_TARGET") or "auto"])[0]
     check(target in TARGET_RULES, f"publication target {target!r} is none of {sorted(TARGET_RULES)}")
     stamps = ((flag("sharding") or ["false"])[0] == "true"
-              and (flag("shard-pod-selection") or ["instance-label"])[0] != "all"
+              and (flag("shard-pod-selection") or ["all"])[0] != "all"
               and (flag("stamp-shard-labels") or ["true"])[0] != "false")
     want_rules = sorted(WATCH_RULES + TARGET_RULES.get(target, [])
                         + (PORT_FORWARD_RULES if flag("port-forward-streams") else [])

@@ -83,11 +83,11 @@ for verb in get list watch create update patch delete; do
     echo "ok   - rbac: $verb leases in the release namespace"
   else echo "FAIL - rbac: $verb leases in the release namespace"; fail=1; fi
 done
-# patch on kurainstances is granted: sharding replicas stamp the shard label
-# (server-side apply of that label alone).
+# The default sharded chart watches every instance (sharding.podSelection
+# all): no patch on kurainstances (unit watches' stamping adds it).
 for what in "create leases.coordination.k8s.io -n kura-scale-other" "get secrets -n kura-scale-chart" \
-            "update kurainstances.kura.tuist.dev -n kura-scale-other" \
-            "delete kurainstances.kura.tuist.dev -n kura-scale-other" "update configmaps -n kura-scale-chart"; do
+            "patch kurainstances.kura.tuist.dev -n kura-scale-other" \
+            "update kurainstances.kura.tuist.dev -n kura-scale-other" "update configmaps -n kura-scale-chart"; do
   # shellcheck disable=SC2086
   if [ "$(can $what)" = no ]; then echo "ok   - rbac: may not $what"
   else echo "FAIL - rbac: may $what"; fail=1; fi

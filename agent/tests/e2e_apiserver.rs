@@ -860,9 +860,8 @@ async fn the_agent_runs_with_exactly_the_charts_rbac() {
         }]),
         "the chart's CRD-read ClusterRole"
     );
-    // Least privilege, exactly: read pods and instances, stamp the shard
-    // label, write where the target publishes (auto: the instance's status
-    // or the companions).
+    // Least privilege, exactly: read pods and instances, write where the
+    // target publishes (auto: the instance's status or the companions).
     let mut rules: Vec<(String, String, String)> = Vec::new();
     for rule in role["rules"].as_array().expect("rules") {
         for g in rule["apiGroups"].as_array().expect("apiGroups") {
@@ -885,9 +884,6 @@ async fn the_agent_runs_with_exactly_the_charts_rbac() {
         ("kura.tuist.dev", "kurainstances", "get"),
         ("kura.tuist.dev", "kurainstances", "list"),
         ("kura.tuist.dev", "kurainstances", "watch"),
-        // Sharding (the chart's default) by unit: the shard label stamped
-        // on instances that lack it.
-        ("kura.tuist.dev", "kurainstances", "patch"),
         ("kura.tuist.dev", "kurainstances/status", "patch"),
         ("health.kura.tuist.dev", "kurainstancehealths", "get"),
         ("health.kura.tuist.dev", "kurainstancehealths", "list"),
@@ -2798,6 +2794,8 @@ async fn every_replica_answers_for_every_instance() {
                 listen.as_str(),
                 identity.as_str(),
                 "--sharding",
+                // Each replica watches only its own units (issue 42).
+                "--shard-pod-selection=instance-label",
                 lease_ns.as_str(),
                 "--lease-duration=3s",
             ],
@@ -4106,6 +4104,8 @@ async fn sharded_replicas_write_each_companion_once_and_hand_over() {
             &[
                 identity.as_str(),
                 "--sharding",
+                // Each replica watches only its own units (issue 42).
+                "--shard-pod-selection=instance-label",
                 lease_ns.as_str(),
                 "--lease-duration=3s",
             ],

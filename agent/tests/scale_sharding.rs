@@ -173,6 +173,8 @@ impl Replica {
             "--heartbeat=30s".to_owned(),
             format!("--debug-listen={debug}"),
             "--sharding".to_owned(),
+            // Each replica watches only its own units (issue 42).
+            "--shard-pod-selection=instance-label".to_owned(),
             format!("--lease-namespace={ns}"),
             format!("--agent-group=scale-{ns}"),
             format!("--lease-duration={}s", LEASE.as_secs()),

@@ -43,14 +43,15 @@ pub struct DiscoveryArgs {
     #[arg(long, env = "KURA_AGENT_PORT_NAME")]
     pub port_name: Option<String>,
 
-    /// With sharding, what each replica watches: `instance-label` (only
-    /// its own watch units: the instances by their `kura.tuist.dev/shard`
-    /// label, their pods by the instance names in
-    /// `app.kubernetes.io/instance`, which Kura's controller puts on every
-    /// pod), `shard-label` (the pods by their own `kura.tuist.dev/shard`
-    /// label too) or `all` (every instance and pod, keeping its own: no
-    /// labels needed, each replica then sees the whole fleet).
-    #[arg(long, env = "KURA_AGENT_SHARD_POD_SELECTION", default_value = "instance-label",
+    /// With sharding, what each replica watches: `all` (every instance
+    /// and pod, keeping its own: no labels needed, each replica then sees
+    /// the whole fleet), `instance-label` (only its own watch units: the
+    /// instances by their `kura.tuist.dev/shard` label, their pods by the
+    /// instance names in `app.kubernetes.io/instance`, which Kura's
+    /// controller puts on every pod) or `shard-label` (the pods by their
+    /// own `kura.tuist.dev/shard` label too). The unit watches need the
+    /// label on the instances: see `--stamp-shard-labels`.
+    #[arg(long, env = "KURA_AGENT_SHARD_POD_SELECTION", default_value = "all",
           value_parser = parse_shard_pod_selection)]
     pub shard_pod_selection: ShardPodSelection,
 

@@ -102,8 +102,20 @@ impl Stamper {
             let retries = async move {
                 let mut tick = tokio::time::interval(RESTAMP_AFTER);
                 tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                let mut kept = retry.scope.changes();
                 loop {
-                    tick.tick().await;
+                    // Again every so often (a failed stamp), and at once
+                    // when the kept units change: an unlabelled object
+                    // seen before this replica kept its unit (at start-up
+                    // every one) is stamped now, not a retry later.
+                    tokio::select! {
+                        _ = tick.tick() => {}
+                        changed = kept.changed() => {
+                            if changed.is_err() {
+                                std::future::pending::<()>().await;
+                            }
+                        }
+                    }
                     retry.want_all();
                 }
             };
@@ -162,7 +174,7 @@ impl Stamper {
     }
 
     /// Asks again for every unlabelled object's stamp (the periodic
-    /// retry; units gained since are then stamped too).
+    /// retry, and whenever the kept units change).
     fn want_all(&self) {
         let seen: Vec<(Kind, InstanceKey)> = self.lock().seen.keys().cloned().collect();
         for (kind, key) in seen {

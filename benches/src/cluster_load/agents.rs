@@ -1,6 +1,8 @@
 //! The agent processes of a run: one `kura-agent run` with its default
 //! settings, or `--replicas N` of them sharding the instances (each with
-//! `KURA_AGENT_SHARDING=true`, its own identity `cluster-load-agent-<i>`,
+//! `KURA_AGENT_SHARDING=true` and unit watches
+//! (`KURA_AGENT_SHARD_POD_SELECTION=instance-label`), its own identity
+//! `cluster-load-agent-<i>`,
 //! its Lease in the test namespace and its own debug port), and what the
 //! harness reads of each at a moment: CPU time and `/metrics`, plus the
 //! `VmRSS` sampled on a thread per process.
@@ -366,6 +368,8 @@ fn spawn(
         .env("KURA_AGENT_DEBUG_LISTEN", debug.to_string());
     if let Some(id) = &identity {
         cmd.env("KURA_AGENT_SHARDING", "true")
+            // Each replica watches only its own units (issue 42).
+            .env("KURA_AGENT_SHARD_POD_SELECTION", "instance-label")
             .env("KURA_AGENT_IDENTITY", id)
             .env("KURA_AGENT_LEASE_NAMESPACE", &config.namespace);
     }
