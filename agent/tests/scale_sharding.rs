@@ -691,7 +691,11 @@ async fn three_agents_share_thirty_instances_and_hand_over_on_a_crash() {
         assert!(Instant::now() < deadline, "graceful handover incomplete");
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    let graceful_bound = SWEEP + RECONCILE + Duration::from_secs(1);
+    // One sweep, one reconcile tick, a second for the writes, and a
+    // second for the lists of the units gained: with unit watches the new
+    // owner lists them (instances, then pods, at most 8 units at once)
+    // before it starts their tasks (3.3-3.8 s measured, 2.0-2.8 s before).
+    let graceful_bound = SWEEP + RECONCILE + Duration::from_secs(2);
     assert!(
         graceful <= graceful_bound,
         "graceful handover took {graceful:?} after the Lease was released (bound {graceful_bound:?})"
