@@ -62,6 +62,18 @@ pub struct DiscoveryConfig {
     pub units: Option<UnitWatchConfig>,
 }
 
+/// An API handle in `namespace` (all namespaces for `None`).
+pub(super) fn api_in<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope>,
+    K::DynamicType: Default,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
 /// `a,b` of the selectors given (an empty one left out).
 pub(super) fn join_selectors(a: Option<&str>, b: Option<&str>) -> String {
     [a, b]
@@ -228,14 +240,8 @@ fn namespace_watches(
 ) -> (Vec<DiscoveryDriver>, NamespaceWatches) {
     let mut drivers: Vec<DiscoveryDriver> = Vec::new();
     let mut watches = Vec::new();
-    let instance_api: Api<InstanceObject> = match scope {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
-    let pod_api: Api<PodObject> = match scope {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
+    let instance_api: Api<InstanceObject> = api_in(client, scope);
+    let pod_api: Api<PodObject> = api_in(client, scope);
     let mut instance_cfg = watcher::Config::default().page_size(LIST_PAGE_SIZE);
     if let Some(sel) = &config.instance_selector {
         instance_cfg = instance_cfg.labels(sel);
@@ -263,10 +269,7 @@ fn namespace_watches(
     ));
 
     if config.publication == PublicationTarget::Companion {
-        let companion_api: Api<CompanionObject> = match scope {
-            Some(ns) => Api::namespaced(client.clone(), ns),
-            None => Api::all(client.clone()),
-        };
+        let companion_api: Api<CompanionObject> = api_in(client, scope);
         let state = Arc::new(WatchState::new(COMPANIONS, i));
         watches.push(Arc::clone(&state));
         let facts = Arc::clone(store);
@@ -959,7 +962,7 @@ mod tests {
                 let b = v.as_bytes();
                 let mut i = 0;
                 while i < b.len() {
-                    if b[i] == b'%' && i + 2 < b.len() + 1 {
+                    if b[i] == b'%' && i + 2 < b.len() {
                         let hex = std::str::from_utf8(&b[i + 1..i + 3]).expect("hex");
                         out.push(u8::from_str_radix(hex, 16).expect("hex"));
                         i += 3;

@@ -14,7 +14,7 @@
 //! lands), an unlabelled instance is unmonitored, and counted in
 //! `kura_agent_unlabelled_objects`.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -30,7 +30,7 @@ use crate::model::units::{bucket_label, bucket_of};
 use crate::model::{InstanceKey, PodScope, SHARD_LABEL};
 use crate::telemetry::{self, label};
 
-use super::discovery::{DiscoveryDriver, WatchState, driven, join_selectors};
+use super::discovery::{DiscoveryDriver, WatchState, api_in, driven, join_selectors};
 
 /// The field manager of the shard label the agent stamps.
 pub const STAMP_FIELD_MANAGER: &str = "kura-health-agent-shard-label";
@@ -66,7 +66,7 @@ impl Kind {
 /// The unlabelled objects every watch sees, and the stamps in flight.
 #[derive(Default)]
 struct Unlabelled {
-    seen: BTreeMap<(Kind, InstanceKey), ()>,
+    seen: BTreeSet<(Kind, InstanceKey)>,
     in_flight: HashSet<(Kind, InstanceKey)>,
 }
 
@@ -140,7 +140,7 @@ impl Stamper {
         let count = {
             let mut s = self.lock();
             if present {
-                s.seen.insert((kind, key.clone()), ());
+                s.seen.insert((kind, key.clone()));
             } else {
                 s.seen.remove(&(kind, key.clone()));
             }
@@ -154,7 +154,7 @@ impl Stamper {
 
     /// A list of unlabelled objects begins again: forget the kind's.
     fn relist(&self, kind: Kind) {
-        self.lock().seen.retain(|(k, _), ()| *k != kind);
+        self.lock().seen.retain(|(k, _)| *k != kind);
     }
 
     /// Queues `key`'s stamp if stamping, its unit kept here, and not
@@ -176,7 +176,7 @@ impl Stamper {
     /// Asks again for every unlabelled object's stamp (the periodic
     /// retry, and whenever the kept units change).
     fn want_all(&self) {
-        let seen: Vec<(Kind, InstanceKey)> = self.lock().seen.keys().cloned().collect();
+        let seen: Vec<(Kind, InstanceKey)> = self.lock().seen.iter().cloned().collect();
         for (kind, key) in seen {
             self.want(kind, key);
         }
@@ -248,10 +248,7 @@ impl Stamper {
             + Sync
             + 'static,
     {
-        let api: Api<PartialObjectMeta<K>> = match namespace {
-            Some(ns) => Api::namespaced(self.client.clone(), ns),
-            None => Api::all(self.client.clone()),
-        };
+        let api: Api<PartialObjectMeta<K>> = api_in(&self.client, namespace);
         let me = Arc::clone(self);
         driven(
             watcher::watcher(api, config).default_backoff(),

@@ -32,7 +32,7 @@ use crate::model::{InstanceKey, PodScope, PublicationTarget, UnitCount};
 use crate::telemetry::{self, label};
 
 use super::discovery::{
-    COMPANIONS, INSTANCES, LIST_PAGE_SIZE, PODS, WatchState, driven, join_selectors, locked,
+    COMPANIONS, INSTANCES, LIST_PAGE_SIZE, PODS, WatchState, api_in, driven, join_selectors, locked,
 };
 use super::instances::{companion_key_of, key_of};
 use super::store::{FactStore, ScopeMap};
@@ -362,18 +362,6 @@ fn start_unit(shared: &Arc<Shared>, unit: u16) -> RunningUnit {
         watches,
         stopped,
         task: task.abort_handle(),
-    }
-}
-
-/// An API handle in `namespace` (all namespaces for `None`).
-fn api_in<K>(client: &Client, namespace: Option<&str>) -> Api<K>
-where
-    K: kube::Resource<Scope = kube::core::NamespaceResourceScope>,
-    K::DynamicType: Default,
-{
-    match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
     }
 }
 
