@@ -1285,35 +1285,27 @@ pub fn table(r: &ClusterLoadReport) -> String {
             ));
         }
     }
-    for (name, p) in [
-        ("start-up", &r.startup),
-        ("at rest", &r.rest),
-        ("rollout", &r.rollout),
+    // The agent's own requests (audit log), then every user's as the API
+    // server counts them, each phase on one line.
+    for (what, whose, of) in [
+        (
+            "API requests/s",
+            "",
+            (|p| &p.api_by_kind) as fn(&PhaseFigures) -> &BTreeMap<String, f64>,
+        ),
+        ("API server/s", " (every user)", |p| &p.apiserver),
     ] {
-        if !p.api_by_kind.is_empty() {
-            let kinds: Vec<String> = p
-                .api_by_kind
-                .iter()
-                .map(|(k, v)| format!("{k} {v:.2}"))
-                .collect();
-            out.push_str(&format!("API requests/s {name}: {}\n", kinds.join(", ")));
-        }
-    }
-    for (name, p) in [
-        ("start-up", &r.startup),
-        ("at rest", &r.rest),
-        ("rollout", &r.rollout),
-    ] {
-        if !p.apiserver.is_empty() {
-            let counters: Vec<String> = p
-                .apiserver
-                .iter()
-                .map(|(k, v)| format!("{k} {v:.2}"))
-                .collect();
-            out.push_str(&format!(
-                "API server/s {name} (every user): {}\n",
-                counters.join(", ")
-            ));
+        for (name, p) in [
+            ("start-up", &r.startup),
+            ("at rest", &r.rest),
+            ("rollout", &r.rollout),
+        ] {
+            let rates = of(p);
+            if rates.is_empty() {
+                continue;
+            }
+            let items: Vec<String> = rates.iter().map(|(k, v)| format!("{k} {v:.2}")).collect();
+            out.push_str(&format!("{what} {name}{whose}: {}\n", items.join(", ")));
         }
     }
     if r.replicas.len() > 1 {
