@@ -9,13 +9,14 @@
 //! first one's, as with the Recorder). kube-runtime's Recorder keeps every Event object it
 //! published in the last [`SERIES_TTL`], note and object reference
 //! included: an agent that captures every instance's baseline at start
-//! held all of them. [`SeriesCache`] keeps the key, the Event's name and
-//! its count, and at most
-//! [`MAX_SERIES`] of them: past that the series seen longest ago is
+//! held all of them. [`SeriesCache`] keeps a digest of the key, the
+//! Event's creation time (its name follows from it) and its count, and at
+//! most [`MAX_SERIES`] of them: past that the series seen longest ago is
 //! forgotten, and its next repeat starts a new Event instead of patching
 //! (one more object in `kubectl events`, never a lost one).
 
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
@@ -79,42 +80,44 @@ pub struct Reporter {
 }
 
 /// What makes a repeat part of a series (the reporter is fixed per
-/// recorder). The regarded object is keyed by namespace, name and UID
-/// (its kind is always a `KuraInstance` here, but it is kept too).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct SeriesKey {
-    kind: Box<str>,
-    namespace: Box<str>,
-    name: Box<str>,
-    uid: Box<str>,
-    type_: EventType,
-    reason: Box<str>,
-    action: Box<str>,
-    image: Option<Box<str>>,
-}
+/// recorder): the regarded object's kind, namespace, name and UID, and the
+/// Event's type, reason, action and image. Kept as a 128-bit digest of
+/// those, not the strings: an agent starting on a large fleet publishes an
+/// Event or two per instance and remembers each series for
+/// [`SERIES_TTL`], so the strings were most of the cache. Two different
+/// keys share a digest with a probability of about 2^-128 per pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SeriesKey([u64; 2]);
 
 impl SeriesKey {
     /// The key of `event` about `regarding`.
     pub fn of(event: &Event, regarding: &ObjectReference) -> Self {
-        let s = |v: &Option<String>| v.as_deref().unwrap_or_default().into();
-        SeriesKey {
-            kind: s(&regarding.kind),
-            namespace: s(&regarding.namespace),
-            name: s(&regarding.name),
-            uid: s(&regarding.uid),
-            type_: event.type_,
-            reason: event.reason.as_str().into(),
-            action: event.action.as_str().into(),
-            image: event.image.as_deref().map(Box::from),
-        }
+        let digest = |salt: u64| {
+            let mut h = std::hash::DefaultHasher::new();
+            salt.hash(&mut h);
+            // Each part hashed with its length (str's Hash writes a
+            // terminator), so no two splits of one text collide.
+            regarding.kind.as_deref().hash(&mut h);
+            regarding.namespace.as_deref().hash(&mut h);
+            regarding.name.as_deref().hash(&mut h);
+            regarding.uid.as_deref().hash(&mut h);
+            event.type_.hash(&mut h);
+            event.reason.hash(&mut h);
+            event.action.hash(&mut h);
+            event.image.as_deref().hash(&mut h);
+            h.finish()
+        };
+        SeriesKey([digest(0x6b75_7261), digest(0x7365_7269_6573)])
     }
 }
 
-/// A remembered series: the Event's name, its count, its last time.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A remembered series: when its Event was created (which names it), its
+/// count, its last time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Series {
-    /// The Event object's name (its namespace is the key's).
-    pub name: Box<str>,
+    /// The creation time in nanoseconds, the suffix of the Event's name
+    /// ([`event_name`]).
+    pub created: i128,
     /// How many times it was observed (1: created, no series yet).
     pub count: i32,
     /// When it was last observed.
@@ -167,7 +170,7 @@ impl SeriesCache {
                 .entries
                 .iter()
                 .min_by_key(|(_, s)| s.last)
-                .map(|(k, _)| k.clone());
+                .map(|(k, _)| *k);
             if let Some(oldest) = oldest {
                 self.entries.remove(&oldest);
             }
@@ -190,8 +193,18 @@ impl SeriesCache {
     }
 }
 
-/// The Event object for a first occurrence at `now`: named
-/// `<object>.<nanoseconds in hex>` as kube-runtime names them.
+/// An Event's name: `<object>.<nanoseconds in hex>` of its creation, as
+/// kube-runtime names them.
+pub fn event_name(regarding: &ObjectReference, reporter: &Reporter, created: i128) -> String {
+    format!(
+        "{}.{:x}",
+        regarding.name.as_deref().unwrap_or(&reporter.controller),
+        created
+    )
+}
+
+/// The Event object for a first occurrence at `now`, named by
+/// [`event_name`].
 pub fn new_event(
     event: &Event,
     regarding: &ObjectReference,
@@ -206,11 +219,7 @@ pub fn new_event(
         note: event.note.clone(),
         metadata: ObjectMeta {
             namespace: regarding.namespace.clone(),
-            name: Some(format!(
-                "{}.{:x}",
-                regarding.name.as_deref().unwrap_or(&reporter.controller),
-                now.as_nanosecond()
-            )),
+            name: Some(event_name(regarding, reporter, now.as_nanosecond())),
             ..ObjectMeta::default()
         },
         reporting_controller: Some(reporter.controller.clone()),
@@ -259,29 +268,28 @@ impl EventRecorder {
         let namespace = regarding.namespace.as_deref().unwrap_or("default");
         let api: Api<K8sEvent> = Api::namespaced(self.client.clone(), namespace);
         let key = SeriesKey::of(event, regarding);
-        let (name, count) = match self.series.get(&key, now) {
+        let (created, count) = match self.series.get(&key, now).copied() {
             Some(series) => {
                 let count = series.count.saturating_add(1);
                 let patch = series_patch(count, now);
-                let name = series.name.clone();
+                let name = event_name(regarding, &self.reporter, series.created);
                 call(
                     timeout,
                     api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)),
                 )
                 .await?;
-                (name, count)
+                (series.created, count)
             }
             None => {
                 let object = new_event(event, regarding, &self.reporter, now);
-                let name: Box<str> = object.metadata.name.as_deref().unwrap_or_default().into();
                 call(timeout, api.create(&PostParams::default(), &object)).await?;
-                (name, 1)
+                (now.as_nanosecond(), 1)
             }
         };
         self.series.record(
             key,
             Series {
-                name,
+                created,
                 count,
                 last: now,
             },
@@ -346,9 +354,9 @@ mod tests {
         }
     }
 
-    fn series(name: &str, count: i32, last: Timestamp) -> Series {
+    fn series(created: i128, count: i32, last: Timestamp) -> Series {
         Series {
-            name: name.into(),
+            created,
             count,
             last,
         }
@@ -359,7 +367,7 @@ mod tests {
         let mut cache = SeriesCache::new(8);
         let t0 = ts("2026-12-04T10:00:00Z");
         let key = SeriesKey::of(&event("RolloutUnhealthy", "FdTimeouts"), &regarding("a"));
-        cache.record(key.clone(), series("a.1", 1, t0));
+        cache.record(key, series(1, 1, t0));
         let before = t0
             .saturating_add(SignedDuration::from_secs(359))
             .expect("t");
@@ -429,12 +437,12 @@ mod tests {
         let t0 = ts("2026-12-04T10:00:00Z");
         let at = |s: i64| t0.saturating_add(SignedDuration::from_secs(s)).expect("t");
         let k = |n: &str| SeriesKey::of(&event("BaselineCaptured", "Capture"), &regarding(n));
-        cache.record(k("old"), series("old.1", 1, at(0)));
-        cache.record(k("mid"), series("mid.1", 1, at(1)));
+        cache.record(k("old"), series(1, 1, at(0)));
+        cache.record(k("mid"), series(1, 1, at(1)));
         // Re-recording a known key does not evict.
-        cache.record(k("old"), series("old.1", 2, at(2)));
+        cache.record(k("old"), series(1, 2, at(2)));
         assert_eq!(cache.len(), 2);
-        cache.record(k("new"), series("new.1", 1, at(3)));
+        cache.record(k("new"), series(1, 1, at(3)));
         assert_eq!(cache.len(), 2);
         assert!(
             cache.get(&k("mid"), at(4)).is_none(),
@@ -442,6 +450,26 @@ mod tests {
         );
         assert_eq!(cache.get(&k("old"), at(4)).map(|s| s.count), Some(2));
         assert!(cache.get(&k("new"), at(4)).is_some());
+    }
+
+    /// A series is remembered as a digest, a time, a count: no strings
+    /// (the series of a large fleet's start-up were about half a KB each
+    /// with the key's and the name's texts).
+    #[test]
+    fn a_remembered_series_holds_no_text() {
+        let entry = std::mem::size_of::<SeriesKey>() + std::mem::size_of::<Series>();
+        assert!(entry <= 64, "{entry} B");
+        // Its repeat is patched under the name its Event was created with.
+        let reporter = Reporter {
+            controller: "kura-agent".into(),
+            instance: "agent-0".into(),
+        };
+        let now = ts("2026-12-04T10:00:00.5Z");
+        let created = new_event(&event("R", "A"), &regarding("a"), &reporter, now);
+        assert_eq!(
+            created.metadata.name.as_deref(),
+            Some(event_name(&regarding("a"), &reporter, now.as_nanosecond()).as_str())
+        );
     }
 
     #[test]
