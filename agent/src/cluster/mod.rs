@@ -26,7 +26,7 @@ pub(crate) use discovery::{Discovery, DiscoveryConfig};
 /// each echo of a status write costs one [`entry_reading`]).
 pub use instances::entry_reading;
 pub(crate) use pods::{PollPort, TargetConfig};
-pub use publication::{KURA_INSTANCE_CRD, choose as choose_publication_target};
+pub use publication::{KURA_INSTANCE_CRD, Scan, choose as choose_publication_target};
 pub(crate) use source::ClusterTargets;
 pub use units::{PodSelection, UnitWatchConfig};
 pub use wire::InstanceObject;

@@ -3,6 +3,13 @@
 //! and, when it does, the instances' `managedFields` (does another manager
 //! write `status.rolloutHealth`?). The decision itself is
 //! [`choose_target`], pure.
+//!
+//! The instances are read as metadata only (their `managedFields` are
+//! there, their spec and status are not). A replica that watches only its
+//! own units reads one page ([`Scan::FirstPage`]): a replica joining a set
+//! lists only the units it gains, not the fleet, and Kura's controller
+//! publishes on every instance it reconciles, so a page of them shows it;
+//! a later one is the contest watch's to see (`StatusContested`).
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
@@ -12,14 +19,23 @@ use crate::model::{
     CrdFinding, TargetChoice, TargetRequest, choose_target, crd_declares_rollout_gate,
 };
 
-use super::instances::key_of;
-use super::wire::InstanceObject;
+use super::wire::{InstanceObject, other_rollout_health_manager_in};
 
 /// The `KuraInstance` CRD's name.
 pub const KURA_INSTANCE_CRD: &str = "kurainstances.kura.tuist.dev";
 
 /// Instances per page while looking for another manager.
 const PAGE: u32 = 500;
+
+/// How much of the fleet `auto` reads for another manager.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scan {
+    /// Every instance (an agent that lists every instance anyway).
+    Everything,
+    /// The first page of each namespace scope ([`PAGE`] instances): a
+    /// replica watching only its own units.
+    FirstPage,
+}
 
 /// Chooses the publication target: `request` when it names one; else
 /// from the installed CRD and, when that is this project's, one list of
@@ -31,6 +47,7 @@ pub async fn choose(
     namespaces: &[String],
     selector: Option<&str>,
     request: TargetRequest,
+    scan: Scan,
 ) -> TargetChoice {
     if matches!(request, TargetRequest::Fixed(_)) {
         return choose_target(request, &CrdFinding::DeclaresRolloutGate, None);
@@ -50,7 +67,7 @@ pub async fn choose(
     if finding != CrdFinding::DeclaresRolloutGate {
         return choose_target(request, &finding, None);
     }
-    let contested = match other_manager(client, namespaces, selector).await {
+    let contested = match other_manager(client, namespaces, selector, scan).await {
         Ok(found) => found,
         Err(e) => {
             tracing::warn!(error = %e, "listing the instances for another manager of status.rolloutHealth failed; the contest watch will see one later");
@@ -67,6 +84,7 @@ async fn other_manager(
     client: &Client,
     namespaces: &[String],
     selector: Option<&str>,
+    scan: Scan,
 ) -> Result<Option<(String, String)>, kube::Error> {
     let apis: Vec<Api<InstanceObject>> = if namespaces.is_empty() {
         vec![Api::all(client.clone())]
@@ -82,17 +100,22 @@ async fn other_manager(
             params = params.labels(sel);
         }
         loop {
-            let page = api.list(&params).await?;
+            let page = api.list_metadata(&params).await?;
             for obj in &page.items {
-                if let (Some(manager), Some(key)) =
-                    (obj.other_rollout_health_manager(), key_of(obj))
-                {
-                    return Ok(Some((key.to_string(), manager.to_owned())));
+                if let Some(manager) = other_rollout_health_manager_in(&obj.metadata) {
+                    let key = format!(
+                        "{}/{}",
+                        obj.metadata.namespace.as_deref().unwrap_or_default(),
+                        obj.metadata.name.as_deref().unwrap_or_default()
+                    );
+                    return Ok(Some((key, manager.to_owned())));
                 }
             }
             match page.metadata.continue_.filter(|c| !c.is_empty()) {
-                Some(token) => params = params.continue_token(&token),
-                None => break,
+                Some(token) if scan == Scan::Everything => {
+                    params = params.continue_token(&token);
+                }
+                _ => break,
             }
         }
     }

@@ -94,6 +94,21 @@ fn other_manager(entries: Option<Vec<ManagedRead>>) -> Option<Vec<ManagedFieldsE
     }])
 }
 
+/// The first manager other than the agent that owns a field under
+/// `status.rolloutHealth` in full `managedFields` (a metadata-only list's:
+/// the same rule as [`other_manager`], over the typed entries).
+pub fn other_rollout_health_manager_in(meta: &ObjectMeta) -> Option<&str> {
+    meta.managed_fields.as_ref()?.iter().find_map(|e| {
+        let owns = e
+            .fields_v1
+            .as_ref()
+            .and_then(|f| f.0.get("f:status"))
+            .and_then(|s| s.get("f:rolloutHealth"))
+            .is_some();
+        e.manager.as_deref().filter(|m| owns && *m != FIELD_MANAGER)
+    })
+}
+
 /// Reads a Pod's `metadata` keeping only what discovery uses (its
 /// `managedFields` skipped).
 fn slim_meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
@@ -406,5 +421,18 @@ mod tests {
         let kept = contested.metadata.managed_fields.expect("one entry");
         assert_eq!(kept.len(), 1, "only the manager, nothing of its fields");
         assert!(kept[0].fields_v1.is_none());
+
+        // A metadata-only list's full entries: the same answers.
+        let full = |entries: serde_json::Value| -> ObjectMeta {
+            serde_json::from_value(json!({"name": "a", "managedFields": entries})).expect("meta")
+        };
+        assert_eq!(
+            other_rollout_health_manager_in(&full(json!([ours, phase]))),
+            None
+        );
+        assert_eq!(
+            other_rollout_health_manager_in(&full(json!([ours, phase, theirs]))),
+            Some("manager")
+        );
     }
 }

@@ -96,6 +96,9 @@ pub enum RunError {
     /// No Kubernetes client could be built (kubeconfig or in-cluster).
     #[error("kubernetes client: {0}")]
     Kube(#[from] kube::Error),
+    /// Neither a kubeconfig nor an in-cluster service account was found.
+    #[error("kubernetes client configuration: {0}")]
+    KubeConfig(#[from] kube::config::InferConfigError),
     /// The metrics recorder could not be installed.
     #[error("metrics: {0}")]
     Metrics(String),
@@ -116,12 +119,28 @@ async fn run_async(
     gates: GateConfigs,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), RunError> {
-    let client = kube::Client::try_default().await?;
+    let mut config = kube::Config::infer().await?;
+    config.headers.push((
+        http::header::USER_AGENT,
+        user_agent(&args.resolve_identity()?),
+    ));
+    let client = kube::Client::try_from(config)?;
     let metrics = crate::telemetry::prometheus_builder()
         .and_then(|b| b.install_recorder())
         .map_err(|e| RunError::Metrics(e.to_string()))?;
     crate::telemetry::describe();
     run_with_gates(args, gates, client, metrics, shutdown).await
+}
+
+/// The `User-Agent` of the agent's requests to the API server, naming its
+/// identity: the API server's audit log and its request metrics tell the
+/// replicas of a sharded set apart by it (`kura-agent/<version>
+/// (<identity>)`; without the identity when it is not a valid header
+/// value).
+pub fn user_agent(identity: &str) -> http::HeaderValue {
+    let product = concat!("kura-agent/", env!("CARGO_PKG_VERSION"));
+    http::HeaderValue::from_str(&format!("{product} ({identity})"))
+        .unwrap_or_else(|_| http::HeaderValue::from_static(product))
 }
 
 /// The agent with a given client and metrics handle (the end-to-end tests
@@ -163,18 +182,25 @@ async fn run_with_gates(
         "starting kura-agent");
 
     let mut discovery_config = args.discovery.config();
+    if let Some(count) = units {
+        discovery_config.units = args.discovery.unit_watches(count);
+    }
+    // A replica watching only its units reads one page for another
+    // manager: joining, it lists only the units it gains.
+    let scan = match discovery_config.units {
+        Some(_) => crate::cluster::Scan::FirstPage,
+        None => crate::cluster::Scan::Everything,
+    };
     let choice = crate::cluster::choose_publication_target(
         &client,
         &discovery_config.namespaces,
         discovery_config.instance_selector.as_deref(),
         args.publication.publication_target,
+        scan,
     )
     .await;
     let target = choice.target;
     discovery_config.publication = target;
-    if let Some(count) = units {
-        discovery_config.units = args.discovery.unit_watches(count);
-    }
     let (discovery, driver) =
         Discovery::start(client.clone(), &discovery_config, sharding.pod_scope());
     let driver = tokio::spawn(driver);
@@ -375,5 +401,23 @@ impl Sharding {
         if let Some(shard) = &self.shard {
             shard.release(client).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::user_agent;
+
+    #[test]
+    fn the_user_agent_names_the_identity_when_it_can() {
+        let version = env!("CARGO_PKG_VERSION");
+        assert_eq!(
+            user_agent("kura-agent-7f9c-x2"),
+            format!("kura-agent/{version} (kura-agent-7f9c-x2)").as_str()
+        );
+        assert_eq!(
+            user_agent("bad\nname"),
+            format!("kura-agent/{version}").as_str()
+        );
     }
 }
