@@ -39,7 +39,11 @@
 # CPU share, RSS median/max, peak RSS, polls/s, status writes/s and owned
 # instances per phase. With N > 1 the top-level CPU and rates are summed
 # over the replicas, its RSS figures are the largest replica's, and
-# --max-peak-rss-mib applies to every replica.
+# --max-peak-rss-mib applies to every replica. --membership-change (with
+# N > 1) then starts replica N and stops replica 0, reporting each change's
+# LIST requests by replica (audit log, by User-Agent) and the API server's
+# LIST bytes, and fails on a list without a selector, alternating status
+# writers, or anyone but the joiner listing on a join.
 #
 # Builds `cluster-load` and `kura-agent` (release) first; --agent-bin
 # measures another binary instead of this build's (and skips its build).

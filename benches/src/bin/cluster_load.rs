@@ -63,6 +63,13 @@ struct Args {
     /// sum.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=16))]
     replicas: u8,
+    /// With --replicas N > 1: after the rollout, replica N joins, then
+    /// replica 0 leaves; each change's LIST requests by replica (audit
+    /// log) and the API server's LIST bytes are reported, and the run
+    /// fails when a change lists pods or instances without a selector
+    /// (beyond a one-page probe) or makes two status writers alternate.
+    #[arg(long)]
+    membership_change: bool,
     /// Namespace of the instances and pods.
     #[arg(long, default_value = "kura-load")]
     namespace: String,
@@ -207,6 +214,7 @@ fn measure(a: Args) -> Result<ExitCode, kura_benches::cluster_load::error::Clust
         instances: a.instances,
         pods_per_instance: a.pods_per_instance,
         replicas: usize::from(a.replicas),
+        membership_change: a.membership_change,
         namespace: a.namespace,
         kubeconfig: a.kubeconfig,
         agent_context: a.agent_context,

@@ -168,6 +168,60 @@ impl Agents {
         })
     }
 
+    /// Start one more sharding replica (identity [`replica_identity`] of
+    /// the next index) and wait until its debug server answers; answers
+    /// its identity.
+    pub fn add(&mut self, config: &ClusterLoadConfig) -> Result<String, ClusterLoadError> {
+        let kubeconfig = agent_kubeconfig(config)?;
+        let i = self.processes.len();
+        let identity = replica_identity(i);
+        let log = config.work_dir.join(format!("agent-{i}.log"));
+        let mut p = spawn(config, &kubeconfig, Some(identity.clone()), log)?;
+        let deadline = Instant::now() + READY_WITHIN;
+        while AgentMetrics::scrape(p.debug).is_err() {
+            p.alive()?;
+            if Instant::now() > deadline {
+                return Err(ClusterLoadError::Timeout(format!(
+                    "the debug server of {identity} to answer"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        self.processes.push(p);
+        Ok(identity)
+    }
+
+    /// Stop replica `index` (SIGTERM, then SIGKILL after 10 s); the others
+    /// go on.
+    pub fn stop_one(&mut self, index: usize) {
+        if let Some(p) = self.processes.get_mut(index) {
+            p.stop();
+        }
+    }
+
+    /// Replica `index`'s identity (`agent` without one).
+    pub fn identity(&self, index: usize) -> String {
+        self.processes
+            .get(index)
+            .and_then(|p| p.identity.clone())
+            .unwrap_or_else(|| "agent".into())
+    }
+
+    /// Every running replica's identity and `/metrics` now (a replica
+    /// whose metrics cannot be read is left out).
+    pub fn living(&mut self) -> Vec<(String, AgentMetrics)> {
+        self.processes
+            .iter_mut()
+            .filter_map(|p| {
+                if !matches!(p.child.try_wait(), Ok(None)) {
+                    return None;
+                }
+                let m = AgentMetrics::scrape(p.debug).ok()?;
+                Some((p.identity.clone().unwrap_or_else(|| "agent".into()), m))
+            })
+            .collect()
+    }
+
     /// The processes, in replica order.
     pub fn processes(&self) -> &[AgentProcess] {
         &self.processes

@@ -14,8 +14,8 @@ use kube::Client;
 pub struct Counters(pub BTreeMap<String, f64>);
 
 /// What is kept of the API server's metrics: the watch events sent and
-/// their bytes (by `resource`, or `kind` on older servers), and requests
-/// by verb for LIST and WATCH (by `resource`).
+/// their bytes (by `resource`, or `kind` on older servers), requests by
+/// verb for LIST and WATCH and the bytes of LIST answers (by `resource`).
 pub fn parse(text: &str) -> Counters {
     let mut out: BTreeMap<String, f64> = BTreeMap::new();
     for line in text.lines() {
@@ -42,6 +42,9 @@ pub fn parse(text: &str) -> Counters {
         let counter = match name {
             "apiserver_watch_events_total" => "watch_events",
             "apiserver_watch_events_sizes_sum" => "watch_event_bytes",
+            "apiserver_response_sizes_sum" if label("verb").as_deref() == Some("LIST") => {
+                "list_bytes"
+            }
             "apiserver_request_total" => match label("verb").as_deref() {
                 Some("LIST") => "lists",
                 Some("WATCH") => "watches",
@@ -93,6 +96,8 @@ apiserver_request_total{code="200",component="apiserver",dry_run="",group="",res
 apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="namespace",subresource="",verb="LIST",version="v1"} 3
 apiserver_request_total{code="200",component="apiserver",group="",resource="pods",verb="GET",version="v1"} 99
 apiserver_request_total{code="0",component="apiserver",group="",resource="pods",verb="WATCH",version="v1"} 2
+apiserver_response_sizes_sum{component="apiserver",group="",resource="pods",scope="namespace",subresource="",verb="LIST",version="v1"} 4.5e+06
+apiserver_response_sizes_sum{component="apiserver",group="",resource="pods",scope="namespace",subresource="",verb="GET",version="v1"} 9e+03
 other_metric{resource="pods"} 1
 "#;
         let c = parse(text);
@@ -106,7 +111,12 @@ other_metric{resource="pods"} 1
         assert_eq!(c.0.get("watch_event_bytes pods"), Some(&1.2e6));
         assert_eq!(c.0.get("lists pods"), Some(&10.0));
         assert_eq!(c.0.get("watches pods"), Some(&2.0));
-        assert_eq!(c.0.len(), 6, "{c:?}");
+        assert_eq!(
+            c.0.get("list_bytes pods"),
+            Some(&4.5e6),
+            "LIST answers only"
+        );
+        assert_eq!(c.0.len(), 7, "{c:?}");
         let later = parse(&text.replace("} 120", "} 180"));
         let r = rates(&c, &later, 2.0);
         assert_eq!(r.get("watch_events pods"), Some(&30.0));

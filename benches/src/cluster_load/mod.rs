@@ -56,6 +56,7 @@ pub mod apiserver;
 pub mod controller;
 pub mod error;
 pub mod measure;
+pub mod membership;
 pub mod objects;
 pub mod replicas;
 pub mod stand_ins;
@@ -163,6 +164,9 @@ pub struct ClusterLoadConfig {
     /// Agent replicas: 1 = one agent with its default settings (sharding
     /// off); more = that many sharding the instances.
     pub replicas: usize,
+    /// With `replicas` > 1: after the rollout, a replica joins and then
+    /// one leaves ([`membership`]).
+    pub membership_change: bool,
     /// Namespace of the instances and pods (created).
     pub namespace: String,
     /// The admin kubeconfig (the harness's own client; the agent's too
@@ -360,6 +364,8 @@ pub struct ClusterLoadReport {
     /// Each replica's figures, in replica order (one entry with one
     /// replica).
     pub replicas: Vec<ReplicaFigures>,
+    /// The join and the leave (`--membership-change`; absent without).
+    pub membership: Option<membership::MembershipReport>,
 }
 
 /// The controller stand-in's part of the report.
@@ -810,6 +816,19 @@ pub async fn run(config: &ClusterLoadConfig) -> Result<ClusterLoadReport, Cluste
         }
     }
     let peaks = agents.peaks_mib();
+    if config.membership_change && config.replicas > 1 {
+        let m = membership::run(config, &mut agents, &admin).await?;
+        eprint!("{}", membership::table(&m));
+        let wrong = membership::violations(&m);
+        report.membership = Some(m);
+        if !wrong.is_empty() {
+            agents.stop();
+            return Err(ClusterLoadError::Protocol(format!(
+                "membership change: {}",
+                wrong.join("; ")
+            )));
+        }
+    }
     agents.stop();
     if let Some((c, every)) = &controller {
         c.stop();
@@ -1300,11 +1319,20 @@ pub fn table(r: &ClusterLoadReport) -> String {
             ("at rest", &r.rest),
             ("rollout", &r.rollout),
         ] {
-            let rates = of(p);
-            if rates.is_empty() {
+            // The server's counters of the resources the agent reads or
+            // writes (the JSON keeps every resource's).
+            let items: Vec<String> = of(p)
+                .iter()
+                .filter(|(k, _)| {
+                    whose.is_empty()
+                        || k.rsplit_once(' ')
+                            .is_some_and(|(_, r)| AGENT_RESOURCES.contains(&r))
+                })
+                .map(|(k, v)| format!("{k} {v:.2}"))
+                .collect();
+            if items.is_empty() {
                 continue;
             }
-            let items: Vec<String> = rates.iter().map(|(k, v)| format!("{k} {v:.2}")).collect();
             out.push_str(&format!("{what} {name}{whose}: {}\n", items.join(", ")));
         }
     }
@@ -1324,8 +1352,20 @@ pub fn table(r: &ClusterLoadReport) -> String {
             r.peak_rss_mib, r.log_warnings, r.log_errors
         ));
     }
+    if let Some(m) = &r.membership {
+        out.push_str(&membership::table(m));
+    }
     out
 }
+
+/// The resources whose API-server counters the table prints.
+const AGENT_RESOURCES: [&str; 5] = [
+    "pods",
+    "kurainstances",
+    "kurainstancehealths",
+    "leases",
+    "events",
+];
 
 /// The report as one JSON line, for machines.
 pub fn json_line(r: &ClusterLoadReport) -> String {
