@@ -42,8 +42,8 @@
 # --max-peak-rss-mib applies to every replica. --membership-change (with
 # N > 1) then starts replica N and stops replica 0, reporting each change's
 # LIST requests by replica (audit log, by User-Agent) and the API server's
-# LIST bytes, and fails on a list without a selector, alternating status
-# writers, or anyone but the joiner listing on a join.
+# LIST bytes, and fails on a list of pods or instances without a selector
+# (beyond the one-page publication probe) or alternating status writers.
 #
 # Builds `cluster-load` and `kura-agent` (release) first; --agent-bin
 # measures another binary instead of this build's (and skips its build).
