@@ -165,6 +165,37 @@ pub struct RequestCounts {
     pub by_kind: BTreeMap<String, u64>,
 }
 
+/// Calls `each` with every event of `user` in the audit log `log` (JSON
+/// lines, audit.k8s.io/v1 events; a line that is not JSON is skipped), in
+/// the log's order. The one reader of the log for every count below and
+/// for the membership changes.
+pub fn each_audit_event(
+    log: &Path,
+    user: &str,
+    mut each: impl FnMut(&Value),
+) -> Result<(), ClusterLoadError> {
+    let err = |source| ClusterLoadError::Audit {
+        path: log.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(log).map_err(err)?;
+    for line in BufReader::new(file).lines() {
+        let line = line.map_err(err)?;
+        let Ok(event) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        if event.pointer("/user/username").and_then(Value::as_str) == Some(user) {
+            each(&event);
+        }
+    }
+    Ok(())
+}
+
+/// When the API server reached an audit event's stage.
+pub fn stage_time(event: &Value) -> Option<Timestamp> {
+    event["stageTimestamp"].as_str()?.parse().ok()
+}
+
 /// The requests `user` made in each of `windows` (`[from, to)`), from
 /// `log` (JSON lines, audit.k8s.io/v1 events).
 pub fn audit_requests(
@@ -172,20 +203,8 @@ pub fn audit_requests(
     user: &str,
     windows: &[(Timestamp, Timestamp)],
 ) -> Result<Vec<RequestCounts>, ClusterLoadError> {
-    let err = |source| ClusterLoadError::Audit {
-        path: log.to_path_buf(),
-        source,
-    };
-    let file = std::fs::File::open(log).map_err(err)?;
     let mut out = vec![RequestCounts::default(); windows.len()];
-    for line in BufReader::new(file).lines() {
-        let line = line.map_err(err)?;
-        let Ok(event) = serde_json::from_str::<Value>(&line) else {
-            continue;
-        };
-        if event.pointer("/user/username").and_then(Value::as_str) != Some(user) {
-            continue;
-        }
+    each_audit_event(log, user, |event| {
         let verb = event["verb"].as_str().unwrap_or("?");
         let stage = event["stage"].as_str().unwrap_or("");
         let counts = match (verb, stage) {
@@ -195,13 +214,10 @@ pub fn audit_requests(
             _ => false,
         };
         if !counts {
-            continue;
+            return;
         }
-        let Some(at) = event["stageTimestamp"]
-            .as_str()
-            .and_then(|t| t.parse::<Timestamp>().ok())
-        else {
-            continue;
+        let Some(at) = stage_time(event) else {
+            return;
         };
         let resource = event.pointer("/objectRef/resource").and_then(Value::as_str);
         let sub = event
@@ -218,7 +234,7 @@ pub fn audit_requests(
                 *c.by_kind.entry(kind.clone()).or_default() += 1;
             }
         }
-    }
+    })?;
     Ok(out)
 }
 
@@ -233,19 +249,9 @@ pub fn audit_last_first_status(
     resource: &str,
     since: Timestamp,
 ) -> Result<Option<(Timestamp, usize)>, ClusterLoadError> {
-    let err = |source| ClusterLoadError::Audit {
-        path: log.to_path_buf(),
-        source,
-    };
-    let file = std::fs::File::open(log).map_err(err)?;
     let mut first: HashMap<String, Timestamp> = HashMap::new();
-    for line in BufReader::new(file).lines() {
-        let line = line.map_err(err)?;
-        let Ok(event) = serde_json::from_str::<Value>(&line) else {
-            continue;
-        };
-        if event.pointer("/user/username").and_then(Value::as_str) != Some(user)
-            || event["stage"] != "ResponseComplete"
+    each_audit_event(log, user, |event| {
+        if event["stage"] != "ResponseComplete"
             || event["verb"] != "patch"
             || event.pointer("/objectRef/resource").and_then(Value::as_str) != Some(resource)
             || event
@@ -257,24 +263,22 @@ pub fn audit_last_first_status(
                 .and_then(Value::as_u64)
                 .is_some_and(|c| (200..300).contains(&c))
         {
-            continue;
+            return;
         }
         let (Some(name), Some(at)) = (
             event.pointer("/objectRef/name").and_then(Value::as_str),
-            event["stageTimestamp"]
-                .as_str()
-                .and_then(|t| t.parse::<Timestamp>().ok()),
+            stage_time(event),
         ) else {
-            continue;
+            return;
         };
         if at < since {
-            continue;
+            return;
         }
         let e = first.entry(name.to_owned()).or_insert(at);
         if at < *e {
             *e = at;
         }
-    }
+    })?;
     Ok(first.values().max().map(|last| (*last, first.len())))
 }
 

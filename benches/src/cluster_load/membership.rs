@@ -21,7 +21,6 @@
 //!   `alternating_writers` (and fails the run on).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -32,6 +31,7 @@ use serde_json::Value;
 use crate::cluster_load::agents::Agents;
 use crate::cluster_load::apiserver::{self, Counters};
 use crate::cluster_load::error::ClusterLoadError;
+use crate::cluster_load::measure::{each_audit_event, stage_time};
 use crate::cluster_load::{ClusterLoadConfig, Publication};
 
 /// The owned units must hold this long, unchanged, for a change to count
@@ -309,32 +309,18 @@ fn audit_windows(
     resource: &str,
     windows: &[(Timestamp, Timestamp)],
 ) -> Result<Vec<Found>, ClusterLoadError> {
-    let err = |source| ClusterLoadError::Audit {
-        path: log.to_path_buf(),
-        source,
-    };
-    let file = std::fs::File::open(log).map_err(err)?;
     let mut out: Vec<Found> = windows.iter().map(|_| Found::default()).collect();
     let mut selectors: Vec<BTreeMap<(String, String), BTreeSet<String>>> =
         windows.iter().map(|_| BTreeMap::new()).collect();
-    for line in BufReader::new(file).lines() {
-        let line = line.map_err(err)?;
-        let Ok(event) = serde_json::from_str::<Value>(&line) else {
-            continue;
-        };
-        if event.pointer("/user/username").and_then(Value::as_str) != Some(user)
-            || event["stage"] != "ResponseComplete"
-        {
-            continue;
+    each_audit_event(log, user, |event| {
+        if event["stage"] != "ResponseComplete" {
+            return;
         }
-        let Some(at) = event["stageTimestamp"]
-            .as_str()
-            .and_then(|t| t.parse::<Timestamp>().ok())
-        else {
-            continue;
+        let Some(at) = stage_time(event) else {
+            return;
         };
         let Some(w) = windows.iter().position(|w| at >= w.0 && at < w.1) else {
-            continue;
+            return;
         };
         let who = event["userAgent"]
             .as_str()
@@ -394,7 +380,7 @@ fn audit_windows(
             }
             _ => {}
         }
-    }
+    })?;
     Ok(out)
 }
 
