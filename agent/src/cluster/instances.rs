@@ -6,6 +6,7 @@
 //! the instance nor breaks the watch for every other instance. Pure.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kura_schemas::{
     KuraInstanceSpec, KuraInstanceStatus, RolloutGate, RolloutHealth, UpdatePaused,
 };
@@ -93,9 +94,14 @@ pub struct EntryContest {
 
 /// The key of a watched instance, when it has a name and a namespace.
 pub fn key_of(obj: &InstanceObject) -> Option<InstanceKey> {
+    key_of_meta(&obj.metadata)
+}
+
+/// The key of an object's metadata (`None` without a namespace or a name).
+pub fn key_of_meta(meta: &ObjectMeta) -> Option<InstanceKey> {
     Some(InstanceKey::new(
-        obj.metadata.namespace.clone()?,
-        obj.metadata.name.clone()?,
+        meta.namespace.clone()?,
+        meta.name.clone()?,
     ))
 }
 

@@ -19,6 +19,8 @@ use crate::model::{
     CrdFinding, TargetChoice, TargetRequest, choose_target, crd_declares_rollout_gate,
 };
 
+use super::discovery::api_in;
+use super::instances::key_of_meta;
 use super::wire::{InstanceObject, other_rollout_health_manager_in};
 
 /// The `KuraInstance` CRD's name.
@@ -86,14 +88,14 @@ async fn other_manager(
     selector: Option<&str>,
     scan: Scan,
 ) -> Result<Option<(String, String)>, kube::Error> {
-    let apis: Vec<Api<InstanceObject>> = if namespaces.is_empty() {
-        vec![Api::all(client.clone())]
+    let scopes: Vec<Option<&str>> = if namespaces.is_empty() {
+        vec![None]
     } else {
-        namespaces
-            .iter()
-            .map(|ns| Api::namespaced(client.clone(), ns))
-            .collect()
+        namespaces.iter().map(|ns| Some(ns.as_str())).collect()
     };
+    let apis = scopes
+        .into_iter()
+        .map(|scope| api_in::<InstanceObject>(client, scope));
     for api in apis {
         let mut params = ListParams::default().limit(PAGE);
         if let Some(sel) = selector {
@@ -102,13 +104,11 @@ async fn other_manager(
         loop {
             let page = api.list_metadata(&params).await?;
             for obj in &page.items {
-                if let Some(manager) = other_rollout_health_manager_in(&obj.metadata) {
-                    let key = format!(
-                        "{}/{}",
-                        obj.metadata.namespace.as_deref().unwrap_or_default(),
-                        obj.metadata.name.as_deref().unwrap_or_default()
-                    );
-                    return Ok(Some((key, manager.to_owned())));
+                if let (Some(manager), Some(key)) = (
+                    other_rollout_health_manager_in(&obj.metadata),
+                    key_of_meta(&obj.metadata),
+                ) {
+                    return Ok(Some((key.to_string(), manager.to_owned())));
                 }
             }
             match page.metadata.continue_.filter(|c| !c.is_empty()) {

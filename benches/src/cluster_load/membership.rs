@@ -258,33 +258,13 @@ pub fn identity_of(user_agent: &str) -> Option<&str> {
     id.strip_suffix(')')
 }
 
-/// The label selector of a request URI, percent-decoded (`None`: none).
+/// The label selector of a request URI, decoded (`None`: none, or empty).
 pub fn label_selector(uri: &str) -> Option<String> {
     let query = uri.split_once('?')?.1;
-    let raw = query
-        .split('&')
-        .find_map(|kv| kv.strip_prefix("labelSelector="))?;
-    let bytes = raw.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
-                match u8::from_str_radix(hex, 16) {
-                    Ok(b) => {
-                        out.push(b);
-                        i += 2;
-                    }
-                    Err(_) => out.push(b'%'),
-                }
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8(out).ok().filter(|s| !s.is_empty())
+    form_urlencoded::parse(query.as_bytes())
+        .find(|(key, _)| key == "labelSelector")
+        .map(|(_, value)| value.into_owned())
+        .filter(|s| !s.is_empty())
 }
 
 /// Who wrote one instance's status in a window.
