@@ -464,8 +464,12 @@ impl Discovery {
         let mut pod_lists = Vec::new();
         let mut unit_watches = None;
         if let (Some(unit_config), Some(scope)) = (units, pod_scope.as_ref()) {
-            let (stamper, stamping) =
-                Stamper::start(client.clone(), Arc::clone(scope), unit_config.stamp);
+            let (stamper, stamping) = Stamper::start(
+                client.clone(),
+                Arc::clone(scope),
+                unit_config.count,
+                unit_config.stamp,
+            );
             drivers.push(stamping);
             for (i, namespace) in scopes.iter().enumerate() {
                 let mut kinds = vec![(Kind::Instance, INSTANCES)];
@@ -491,6 +495,7 @@ impl Discovery {
                 config.publication,
                 Arc::clone(&store),
                 Arc::clone(&image_changes),
+                Some(Arc::clone(&stamper)),
             ));
             drivers.push(Box::pin(Arc::clone(&manager).follow(Arc::clone(scope))));
             unit_watches = Some(manager);

@@ -13,21 +13,27 @@
 //! while the object is still unlabelled. Without stamping (or before it
 //! lands), an unlabelled instance is unmonitored, and counted in
 //! `kura_agent_unlabelled_objects`.
+//!
+//! Unit by unit: the stamps wait in the order of their units, so on a
+//! first install (every instance unlabelled) one unit is finished before
+//! the next begins, and a unit's pod watch, which selects the pods by
+//! the unit's instance names, waits until its unit has no instance left
+//! to stamp ([`Stamper::pending_in`]) and lists the unit's pods once,
+//! instead of once more for every instance stamped into it.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
 use serde_json::json;
-use tokio::sync::mpsc;
+use tokio::sync::Notify;
 
 use crate::model::units::{bucket_label, bucket_of};
-use crate::model::{InstanceKey, PodScope, SHARD_LABEL};
+use crate::model::{InstanceKey, PodScope, SHARD_LABEL, UnitCount};
 use crate::telemetry::{self, label};
 
 use super::discovery::{DiscoveryDriver, WatchState, api_in, driven, join_selectors};
@@ -35,8 +41,12 @@ use super::discovery::{DiscoveryDriver, WatchState, api_in, driven, join_selecto
 /// The field manager of the shard label the agent stamps.
 pub const STAMP_FIELD_MANAGER: &str = "kura-health-agent-shard-label";
 
-/// At most this many label patches at once.
-pub const STAMPS_IN_FLIGHT: usize = 4;
+/// At most this many label patches at once. A stamp is a small
+/// metadata-only apply; on a first install a replica stamps every
+/// instance of its units before their pods are listed, so this is sized
+/// like the status writes' lower bound (4 made a 3,334-instance first
+/// install wait 171 s for its stamps, at 19.5 a second).
+pub const STAMPS_IN_FLIGHT: usize = 16;
 
 /// A failed stamp is tried again after this long, if still wanted.
 pub const RESTAMP_AFTER: Duration = Duration::from_secs(30);
@@ -63,38 +73,60 @@ impl Kind {
     }
 }
 
-/// The unlabelled objects every watch sees, and the stamps in flight.
+/// The unlabelled objects every watch sees, and the stamps wanted.
 #[derive(Default)]
 struct Unlabelled {
     seen: BTreeSet<(Kind, InstanceKey)>,
+    /// How many of `seen`'s instances each unit has.
+    instances_by_unit: BTreeMap<u16, usize>,
+    /// Stamps wanted and not begun, in the order of their units.
+    queued: BTreeSet<(u16, Kind, InstanceKey)>,
+    /// Stamps queued or begun and not finished.
     in_flight: HashSet<(Kind, InstanceKey)>,
+}
+
+impl Unlabelled {
+    fn count_instance(&mut self, unit: u16, present: bool) {
+        let n = self.instances_by_unit.entry(unit).or_default();
+        if present {
+            *n += 1;
+        } else {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.instances_by_unit.remove(&unit);
+            }
+        }
+    }
 }
 
 /// Stamps the shard label (see the module documentation).
 pub(super) struct Stamper {
     client: Client,
     scope: Arc<dyn PodScope>,
+    count: UnitCount,
     stamp: bool,
     state: Mutex<Unlabelled>,
-    queue: mpsc::Sender<(Kind, InstanceKey)>,
+    /// Wakes a worker when a stamp is queued.
+    wake: Notify,
 }
 
 impl Stamper {
-    /// A stamper for `scope`'s units, and the future that runs its
-    /// patches and retries (drop it to stop). Without `stamp`, the
-    /// unlabelled objects are only counted.
+    /// A stamper for `scope`'s units (`count` of them), and the future
+    /// that runs its patches and retries (drop it to stop). Without
+    /// `stamp`, the unlabelled objects are only counted.
     pub(super) fn start(
         client: Client,
         scope: Arc<dyn PodScope>,
+        count: UnitCount,
         stamp: bool,
     ) -> (Arc<Stamper>, DiscoveryDriver) {
-        let (tx, rx) = mpsc::channel(QUEUE);
         let stamper = Arc::new(Stamper {
             client,
             scope,
+            count,
             stamp,
             state: Mutex::new(Unlabelled::default()),
-            queue: tx,
+            wake: Notify::new(),
         });
         let worker = Arc::clone(&stamper);
         let driver: DiscoveryDriver = Box::pin(async move {
@@ -119,11 +151,18 @@ impl Stamper {
                     retry.want_all();
                 }
             };
-            let patches = tokio_stream_of(rx).for_each_concurrent(STAMPS_IN_FLIGHT, move |item| {
+            let workers = (0..STAMPS_IN_FLIGHT).map(|_| {
                 let worker = Arc::clone(&worker);
-                async move { worker.stamp_one(item).await }
+                async move {
+                    loop {
+                        match worker.next() {
+                            Some(item) => worker.stamp_one(item).await,
+                            None => worker.wake.notified().await,
+                        }
+                    }
+                }
             });
-            futures::future::join(retries, patches).await;
+            futures::future::join(retries, futures::future::join_all(workers)).await;
         });
         (stamper, driver)
     }
@@ -137,12 +176,17 @@ impl Stamper {
     /// Records an unlabelled object seen (`present`) or gone, and asks
     /// for its stamp when this replica keeps its unit.
     fn saw(&self, kind: Kind, key: InstanceKey, present: bool) {
+        let unit = self.count.unit_of_key(&key);
         let count = {
             let mut s = self.lock();
-            if present {
-                s.seen.insert((kind, key.clone()));
+            let entry = (kind, key.clone());
+            let changed = if present {
+                s.seen.insert(entry)
             } else {
-                s.seen.remove(&(kind, key.clone()));
+                s.seen.remove(&entry)
+            };
+            if changed && kind == Kind::Instance {
+                s.count_instance(unit, present);
             }
             s.seen.len()
         };
@@ -154,23 +198,54 @@ impl Stamper {
 
     /// A list of unlabelled objects begins again: forget the kind's.
     fn relist(&self, kind: Kind) {
-        self.lock().seen.retain(|(k, _)| *k != kind);
+        let mut s = self.lock();
+        s.seen.retain(|(k, _)| *k != kind);
+        if kind == Kind::Instance {
+            s.instances_by_unit.clear();
+        }
+    }
+
+    /// Whether `unit` has an instance this replica is to stamp: stamping
+    /// is on, the unit is kept here and an instance of it is seen
+    /// unlabelled. Its pods are listed once that is over.
+    pub(super) fn pending_in(&self, unit: u16) -> bool {
+        self.stamp
+            && self
+                .scope
+                .kept_units()
+                .is_some_and(|k| k.units.contains(&unit))
+            && self.lock().instances_by_unit.contains_key(&unit)
     }
 
     /// Queues `key`'s stamp if stamping, its unit kept here, and not
-    /// already in flight.
+    /// already queued or in flight.
     fn want(&self, kind: Kind, key: InstanceKey) {
         if !self.stamp || !self.scope.keeps(&key) {
             return;
         }
-        if !self.lock().in_flight.insert((kind, key.clone())) {
-            return;
+        let unit = self.count.unit_of_key(&key);
+        {
+            let mut s = self.lock();
+            if s.queued.len() >= QUEUE {
+                drop(s);
+                metrics::counter!(telemetry::SHARD_LABEL_STAMPS_TOTAL, "result" => label::DROPPED)
+                    .increment(1);
+                return;
+            }
+            if !s.in_flight.insert((kind, key.clone())) {
+                return;
+            }
+            s.queued.insert((unit, kind, key));
         }
-        if self.queue.try_send((kind, key.clone())).is_err() {
-            self.lock().in_flight.remove(&(kind, key));
-            metrics::counter!(telemetry::SHARD_LABEL_STAMPS_TOTAL, "result" => label::DROPPED)
-                .increment(1);
-        }
+        self.wake.notify_one();
+    }
+
+    /// The next stamp to make: the first queued, in unit order.
+    fn next(&self) -> Option<(Kind, InstanceKey)> {
+        self.lock()
+            .queued
+            .pop_first()
+            .map(|(_, kind, key)| (kind, key))
     }
 
     /// Asks again for every unlabelled object's stamp (the periodic
@@ -318,16 +393,118 @@ where
     .map(|_| ())
 }
 
-/// The receiver as a stream.
-fn tokio_stream_of<T: Send + 'static>(
-    mut rx: mpsc::Receiver<T>,
-) -> impl futures::Stream<Item = T> + Send {
-    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::KeptUnits;
+    use tokio::sync::watch;
+
+    /// A pod scope keeping the units it is given.
+    struct Keeps {
+        count: UnitCount,
+        units: BTreeSet<u16>,
+        changes: watch::Sender<u64>,
+    }
+
+    impl PodScope for Keeps {
+        fn keeps(&self, key: &InstanceKey) -> bool {
+            self.units.contains(&self.count.unit_of_key(key))
+        }
+        fn changes(&self) -> watch::Receiver<u64> {
+            self.changes.subscribe()
+        }
+        fn kept_units(&self) -> Option<KeptUnits> {
+            Some(KeptUnits {
+                count: self.count,
+                units: self.units.clone(),
+            })
+        }
+    }
+
+    fn stamper(units: &[u16], stamp: bool) -> (Arc<Stamper>, UnitCount) {
+        use http::{Request, Response};
+        use kube::client::Body;
+        let (service, _handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let count = UnitCount::new(8).expect("count");
+        let scope = Arc::new(Keeps {
+            count,
+            units: units.iter().copied().collect(),
+            changes: watch::Sender::new(0),
+        });
+        let (stamper, _driver) =
+            Stamper::start(Client::new(service, "default"), scope, count, stamp);
+        (stamper, count)
+    }
+
+    /// Instance keys `kura/i-N` whose unit is `unit` of `count`, `n` of them.
+    fn keys_in(count: UnitCount, unit: u16, n: usize) -> Vec<InstanceKey> {
+        (0..)
+            .map(|i| InstanceKey::new("kura", format!("i-{i}")))
+            .filter(|k| count.unit_of_key(k) == unit)
+            .take(n)
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn stamps_go_unit_by_unit_and_a_unit_is_pending_until_its_last_is_stamped() {
+        let (stamper, count) = stamper(&[2, 5], true);
+        let five = keys_in(count, 5, 3);
+        let two = keys_in(count, 2, 3);
+        let other = keys_in(count, 4, 2);
+        // Seen interleaved, as a list of a namespace brings them.
+        for i in 0..3 {
+            stamper.saw(Kind::Instance, five[i].clone(), true);
+            stamper.saw(Kind::Instance, two[i].clone(), true);
+        }
+        for k in &other {
+            stamper.saw(Kind::Instance, k.clone(), true);
+        }
+        assert!(stamper.pending_in(2) && stamper.pending_in(5));
+        assert!(!stamper.pending_in(4), "unit 4 is kept elsewhere");
+        assert!(!stamper.pending_in(3), "nothing to stamp in unit 3");
+        // Unit 2's three, then unit 5's; unit 4's never (not kept here).
+        let order: Vec<u16> = std::iter::from_fn(|| stamper.next())
+            .map(|(kind, key)| {
+                assert_eq!(kind, Kind::Instance);
+                count.unit_of_key(&key)
+            })
+            .collect();
+        assert_eq!(order, vec![2, 2, 2, 5, 5, 5]);
+        // Queued or in flight, an object is not queued twice.
+        stamper.want(Kind::Instance, two[0].clone());
+        assert!(stamper.next().is_none());
+        // A unit stays pending until its last instance leaves the
+        // unlabelled watch (its stamp landed).
+        for k in &two[..2] {
+            stamper.saw(Kind::Instance, k.clone(), false);
+        }
+        assert!(stamper.pending_in(2));
+        stamper.saw(Kind::Instance, two[2].clone(), false);
+        assert!(!stamper.pending_in(2));
+        assert!(stamper.pending_in(5));
+        // A companion unlabelled does not hold the unit's pods back.
+        let (stamper, _) = stamper_with_companion(count);
+        assert!(!stamper.pending_in(2));
+        // A relist forgets what it had seen.
+        let (stamper, _) = super::tests::stamper(&[2], true);
+        stamper.saw(Kind::Instance, two[0].clone(), true);
+        stamper.relist(Kind::Instance);
+        assert!(!stamper.pending_in(2));
+    }
+
+    fn stamper_with_companion(count: UnitCount) -> (Arc<Stamper>, UnitCount) {
+        let (stamper, _) = stamper(&[2], true);
+        stamper.saw(Kind::Companion, keys_in(count, 2, 1)[0].clone(), true);
+        (stamper, count)
+    }
+
+    #[tokio::test]
+    async fn without_stamping_nothing_is_queued_or_waited_for() {
+        let (stamper, count) = stamper(&[2], false);
+        stamper.saw(Kind::Instance, keys_in(count, 2, 1)[0].clone(), true);
+        assert!(stamper.next().is_none());
+        assert!(!stamper.pending_in(2));
+    }
 
     #[test]
     fn the_patch_sets_the_one_label() {

@@ -14,9 +14,12 @@
 //! Pods by instance name (`instance-label`, Kura's controller's
 //! `app.kubernetes.io/instance` on every pod of a StatefulSet named like
 //! its instance): a unit's pod watch starts once its instance watch has
-//! listed, and starts again (listing that one unit's pods, swapped in
-//! whole) when an instance not yet selected comes in, coalesced over
-//! [`POD_RESTART_COALESCE`].
+//! listed and the unit has no instance left for this replica to stamp
+//! (at most [`STAMP_WAIT`]), and starts again (listing that one unit's
+//! pods, swapped in whole) when an instance not yet selected comes in,
+//! coalesced over [`POD_RESTART_COALESCE`] and, again, after its unit's
+//! stamps. On a first install, where every instance comes in by its
+//! stamp, a unit's pods are so listed once, not once per instance.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,6 +38,7 @@ use super::discovery::{
     COMPANIONS, INSTANCES, LIST_PAGE_SIZE, PODS, WatchState, api_in, driven, join_selectors, locked,
 };
 use super::instances::{companion_key_of, key_of};
+use super::stamp::Stamper;
 use super::store::{FactStore, ScopeMap};
 use super::wire::{CompanionObject, InstanceObject, PodObject};
 
@@ -83,6 +87,14 @@ pub const INSTANCE_NAME_LABEL: &str = "app.kubernetes.io/instance";
 /// A unit's pod watch starts again at most this often when instances come
 /// in (bulk onboarding lists the unit once, not once per instance).
 pub const POD_RESTART_COALESCE: Duration = Duration::from_secs(2);
+
+/// A unit's pod watch waits at most this long for its unit's stamps
+/// (a stamp that fails is tried again only 30 s later: the pods of what
+/// is already labelled are listed meanwhile).
+pub const STAMP_WAIT: Duration = Duration::from_secs(20);
+
+/// How often a pod watch waiting for its unit's stamps looks again.
+const STAMP_POLL: Duration = Duration::from_millis(100);
 
 /// At most this many units list at once (the rest wait their turn).
 pub const UNIT_LISTS_IN_FLIGHT: usize = 8;
@@ -140,6 +152,8 @@ struct Shared {
     store: Arc<Mutex<FactStore>>,
     image_changes: Arc<watch::Sender<u64>>,
     lists: Arc<Semaphore>,
+    /// The stamper of the shard label, when this replica stamps.
+    stamper: Option<Arc<Stamper>>,
 }
 
 /// The unit watches of one replica (see the module documentation).
@@ -150,7 +164,8 @@ pub(super) struct UnitWatches {
 
 impl UnitWatches {
     /// Unit watches over `store` (its scopes laid out by `map`), started
-    /// by [`UnitWatches::follow`].
+    /// by [`UnitWatches::follow`]; pod watches by instance name wait for
+    /// `stamper`'s stamps of their unit.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
         client: Client,
@@ -161,6 +176,7 @@ impl UnitWatches {
         publication: PublicationTarget,
         store: Arc<Mutex<FactStore>>,
         image_changes: Arc<watch::Sender<u64>>,
+        stamper: Option<Arc<Stamper>>,
     ) -> Self {
         let namespaces = if map.namespaces.is_empty() {
             vec![None]
@@ -179,6 +195,7 @@ impl UnitWatches {
                 store,
                 image_changes,
                 lists: Arc::new(Semaphore::new(UNIT_LISTS_IN_FLIGHT)),
+                stamper,
             }),
             running: Mutex::new(Running::default()),
         }
@@ -503,6 +520,7 @@ async fn pod_loop(
         let selected: Option<Vec<Arc<str>>> = match shared.config.pods {
             PodSelection::ShardLabel => None,
             PodSelection::InstanceLabel => {
+                stamps_done(&shared, unit).await;
                 names.borrow_and_update();
                 let selectable: Vec<Arc<str>> = locked(&shared.store)
                     .instance_names(scope)
@@ -566,7 +584,9 @@ async fn pod_loop(
                     break;
                 }
             }
-            // Coalesce a burst of new instances into one list.
+            // Coalesce a burst of new instances into one list (the
+            // stamps of the unit's other instances are waited for when
+            // the loop starts again).
             tokio::time::sleep(POD_RESTART_COALESCE).await;
         };
         tokio::select! {
@@ -575,6 +595,27 @@ async fn pod_loop(
                 tracing::debug!(unit, scope, "instances came in: listing the unit's pods again");
             }
         }
+    }
+}
+
+/// Returns once `unit` has no instance left for this replica to stamp,
+/// or after [`STAMP_WAIT`].
+async fn stamps_done(shared: &Shared, unit: u16) {
+    let Some(stamper) = &shared.stamper else {
+        return;
+    };
+    let since = tokio::time::Instant::now();
+    let mut waited = false;
+    while stamper.pending_in(unit) && since.elapsed() < STAMP_WAIT {
+        waited = true;
+        tokio::time::sleep(STAMP_POLL).await;
+    }
+    if waited {
+        tracing::debug!(
+            unit,
+            waited_ms = since.elapsed().as_millis() as u64,
+            "waited for the unit's shard-label stamps before listing its pods"
+        );
     }
 }
 
