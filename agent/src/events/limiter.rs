@@ -426,7 +426,7 @@ mod tests {
 
     fn unhealthy(signal: &str) -> InstanceTransitions {
         let mut b = batch(TransitionKind::RolloutUnhealthy, signal);
-        b.transitions[0].action = signal.into();
+        b.transitions[0].action = signal.to_owned().into();
         b
     }
 

@@ -40,11 +40,13 @@ pub struct EventSink {
 
 impl EventSink {
     /// Queues one write's transitions; never waits (a full queue drops
-    /// them and counts them).
-    pub fn send(&self, batch: InstanceTransitions) {
+    /// them and counts them). What is queued holds no spare room: at
+    /// start-up every instance's batch may wait for the status writes.
+    pub fn send(&self, mut batch: InstanceTransitions) {
         if batch.transitions.is_empty() {
             return;
         }
+        batch.transitions.shrink_to_fit();
         let n = batch.transitions.len() as u64;
         if self.tx.try_send(batch).is_err() {
             metrics::counter!(telemetry::EVENTS_TOTAL, "result" => label::DROPPED).increment(n);
@@ -167,8 +169,8 @@ pub fn event_of(p: &Publish) -> Event {
         },
         reason: p.transition.kind.reason().to_owned(),
         note: Some(note),
-        action: p.transition.action.clone(),
-        image: p.transition.image.clone(),
+        action: p.transition.action.clone().into_owned(),
+        image: p.transition.image.as_deref().map(str::to_owned),
     }
 }
 

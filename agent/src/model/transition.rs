@@ -6,6 +6,9 @@
 //! from what it wrote; the events adapter publishes them. Never a
 //! per-sweep repeat.
 
+use std::borrow::Cow;
+use std::sync::Arc;
+
 use super::key::InstanceKey;
 
 /// What changed.
@@ -61,16 +64,18 @@ pub struct Transition {
     /// The Event's `action` (CamelCase): the signal for a failing check
     /// (repeats of the same signal aggregate into one Event series, a new
     /// signal is a new Event), else what the agent did (`Judge`,
-    /// `CaptureBaseline`, `WriteStatus`).
-    pub action: String,
+    /// `CaptureBaseline`, `WriteStatus`; static text, not held on the
+    /// heap).
+    pub action: Cow<'static, str>,
     /// The Event's note: one line with the evidence.
     pub note: String,
     /// The image the verdict or baseline is about (`rolloutGate.targetImage`),
     /// when there is one: Events about another image never fold into the
     /// same series, so `kubectl describe` during a rollout shows the
     /// rollout's own `RolloutHealthy` with its note, not a count added to
-    /// the previous image's (repeats about one image still fold).
-    pub image: Option<String>,
+    /// the previous image's (repeats about one image still fold). One
+    /// write's transitions share it.
+    pub image: Option<Arc<str>>,
 }
 
 /// The transitions of one instance from one status write, with what the

@@ -57,7 +57,7 @@ pub fn transitions(change: &WriteChange<'_>) -> Vec<Transition> {
             }
             return vec![Transition {
                 kind: TransitionKind::StatusPruned,
-                action: "WriteStatus".to_owned(),
+                action: "WriteStatus".into(),
                 note: format!(
                     "the KuraInstance CRD in this cluster does not declare {}: apply the CRD shipped with this agent",
                     missing.join(", ")
@@ -70,13 +70,14 @@ pub fn transitions(change: &WriteChange<'_>) -> Vec<Transition> {
     }
     let mut out = Vec::new();
     let gate = &change.sent.gate;
-    let image = || Some(gate.target_image.clone());
+    let target: std::sync::Arc<str> = gate.target_image.as_str().into();
+    let image = || Some(std::sync::Arc::clone(&target));
     if let Some(at) = gate.baseline_captured_at
         && change.before.and_then(|b| b.gate.baseline_captured_at) != Some(at)
     {
         out.push(Transition {
             kind: TransitionKind::BaselineCaptured,
-            action: "CaptureBaseline".to_owned(),
+            action: "CaptureBaseline".into(),
             note: baseline_note(gate),
             image: image(),
         });
@@ -91,7 +92,7 @@ pub fn transitions(change: &WriteChange<'_>) -> Vec<Transition> {
         hard_stop_reason = Some(stopped.reason.as_str());
         out.push(Transition {
             kind: TransitionKind::RolloutHardStopped,
-            action: stopped.reason.clone(),
+            action: stopped.reason.clone().into(),
             note: stopped.message.clone(),
             image: image(),
         });
@@ -101,7 +102,7 @@ pub fn transitions(change: &WriteChange<'_>) -> Vec<Transition> {
         match healthy.status.as_str() {
             "True" if before.is_none_or(|c| &*c.status != "True") => out.push(Transition {
                 kind: TransitionKind::RolloutHealthy,
-                action: "Judge".to_owned(),
+                action: "Judge".into(),
                 note: healthy.message.clone(),
                 image: image(),
             }),
@@ -111,7 +112,7 @@ pub fn transitions(change: &WriteChange<'_>) -> Vec<Transition> {
             {
                 out.push(Transition {
                     kind: TransitionKind::RolloutUnhealthy,
-                    action: healthy.reason.clone(),
+                    action: healthy.reason.clone().into(),
                     note: healthy.message.clone(),
                     image: image(),
                 });

@@ -71,7 +71,7 @@ pub(super) async fn watch(
                             uid: uid.as_deref().map(str::to_owned),
                             transitions: vec![Transition {
                                 kind: TransitionKind::StatusContested,
-                                action: "WriteStatus".to_owned(),
+                                action: "WriteStatus".into(),
                                 note: format!(
                                     "{manager:?} also writes status.rolloutHealth: the agent stopped writing this instance; run it with --publication-target companion"
                                 ),
