@@ -582,6 +582,7 @@ impl Shard {
         match self.lock().scope.clone() {
             Some(scope) => Membership {
                 own_current: fresh.own_current,
+                fence: fresh.fence,
                 ..scope
             },
             None => fresh,
@@ -609,8 +610,9 @@ impl Shard {
             }
             metrics::counter!(telemetry::OWNERSHIP_CHANGES_TOTAL, "change" => change)
                 .increment(keys.len() as u64);
+            let fence = membership.fence.map(|f| f.to_string());
             tracing::info!(change, count = keys.len(), instances = ?keys.iter().map(ToString::to_string).collect::<Vec<_>>(),
-                members = ?members, "ownership changed");
+                members = ?members, fence = ?fence, "ownership changed");
             for k in keys {
                 s.changes_total += 1;
                 if s.changes.len() == RECENT_CHANGES {
@@ -691,11 +693,8 @@ impl WriteGate for Shard {
             return Err("own lease not acquired".to_owned());
         }
         let m = self.membership(now);
-        if !m.own_current {
-            return Err(
-                "own lease not current (or the lease view is stale or younger than the settle time)"
-                    .to_owned(),
-            );
+        if let Some(fence) = m.fence {
+            return Err(fence.to_string());
         }
         if let Some(why) = &m.conflict {
             return Err(format!("sharding schemes disagree: {why}"));

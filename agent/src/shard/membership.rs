@@ -138,6 +138,53 @@ pub fn settled_members(leases: &[LeaseRecord], now: Timestamp, settle: Duration)
         .collect()
 }
 
+/// Why a replica may not act (rule 1), for its log and its refusals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fence {
+    /// Its own Lease was not renewed within its duration minus the margin.
+    OwnLeaseLapsing,
+    /// The Lease watch shows no renewal of its own within the staleness
+    /// bound: the view of the members may be behind. How old the newest
+    /// own renewal it shows was, if any.
+    StaleView {
+        /// Milliseconds since the newest own `renewTime` in the view.
+        own_renewal_seen_ms: Option<u64>,
+    },
+    /// The first complete Lease list is younger than the settle time.
+    YoungList,
+}
+
+impl std::fmt::Display for Fence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Fence::OwnLeaseLapsing => {
+                f.write_str("own lease not renewed within its duration minus the margin")
+            }
+            Fence::StaleView {
+                own_renewal_seen_ms: Some(ms),
+            } => write!(
+                f,
+                "lease view is stale: the newest own renewal it shows is {ms} ms old"
+            ),
+            Fence::StaleView {
+                own_renewal_seen_ms: None,
+            } => f.write_str("lease view is stale: it shows no renewal of its own"),
+            Fence::YoungList => f.write_str("the lease list is younger than the settle time"),
+        }
+    }
+}
+
+/// How long before `now` the newest renewal of `me`'s Lease in `leases`
+/// was, if it shows one.
+fn own_renewal_age(leases: &[LeaseRecord], me: &str, now: Timestamp) -> Option<Duration> {
+    leases
+        .iter()
+        .filter(|l| l.holder_id() == Some(me))
+        .filter_map(|l| l.renew_time)
+        .max()
+        .map(|r| Duration::try_from(now.duration_since(r)).unwrap_or(Duration::ZERO))
+}
+
 /// Whether `leases` shows a renewal of `me`'s Lease younger than
 /// `staleness` at `now`.
 pub fn view_is_fresh(
@@ -499,6 +546,8 @@ pub struct Membership {
     /// Whether this replica's own Lease is current by its own knowledge,
     /// its view fresh and its first list old enough (rule 1).
     pub own_current: bool,
+    /// Which of those failed, when one did (the first in that order).
+    pub fence: Option<Fence>,
     /// Why no unit may be owned because of another member's scheme (rule
     /// 2), if so.
     pub conflict: Option<String>,
@@ -526,12 +575,23 @@ impl Membership {
             .listed_at()
             .is_some_and(|l| plus(l, timing.settle) <= now);
         let plan = plans.plan(count, me, &live, &settled, &departed);
+        let fence = if !own.is_current(now) {
+            Some(Fence::OwnLeaseLapsing)
+        } else if !view_is_fresh(leases, me, timing.staleness, now) {
+            Some(Fence::StaleView {
+                own_renewal_seen_ms: own_renewal_age(leases, me, now)
+                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            })
+        } else if !listed_long_enough {
+            Some(Fence::YoungList)
+        } else {
+            None
+        };
         Membership {
             me: me.to_owned(),
             count,
-            own_current: own.is_current(now)
-                && view_is_fresh(leases, me, timing.staleness, now)
-                && listed_long_enough,
+            own_current: fence.is_none(),
+            fence,
             conflict: scheme_conflict(leases, departures, count, now, timing.settle),
             live,
             settled,
@@ -903,10 +963,13 @@ mod tests {
         let leases = [lease("a", 0, 100, 15)];
         let mut o = Observer::new("a", &leases);
         assert_eq!(o.at(&leases, t(105), 100).owned_units().len(), 16);
+        let lapsed = o.at(&leases, t(105), 80);
         assert!(
-            o.at(&leases, t(105), 80).owned_units().is_empty(),
+            lapsed.owned_units().is_empty(),
             "own renewal too old: fenced"
         );
+        assert_eq!(lapsed.fence, Some(Fence::OwnLeaseLapsing));
+        assert_eq!(o.at(&leases, t(105), 100).fence, None);
     }
 
     #[test]
@@ -919,9 +982,20 @@ mod tests {
             o.at(&leases, t(107), 112).owns_unit(0),
             "within the staleness bound"
         );
+        let stale = o.at(&leases, t(108), 112);
         assert!(
-            !o.at(&leases, t(108), 112).owns_unit(0),
+            !stale.owns_unit(0),
             "own renewTime in the view is 8 s old: stale"
+        );
+        assert_eq!(
+            stale.fence,
+            Some(Fence::StaleView {
+                own_renewal_seen_ms: Some(8_000)
+            })
+        );
+        assert_eq!(
+            stale.fence.map(|f| f.to_string()).as_deref(),
+            Some("lease view is stale: the newest own renewal it shows is 8000 ms old")
         );
         assert!(!view_is_fresh(&[], "a", Duration::from_secs(8), t(0)));
     }
@@ -935,7 +1009,9 @@ mod tests {
             plans: PlanCache::default(),
         };
         o.departures.observe(&leases, true, t(95), SETTLE);
-        assert!(!o.at(&leases, t(104), 100).owns_unit(0));
+        let young = o.at(&leases, t(104), 100);
+        assert!(!young.owns_unit(0));
+        assert_eq!(young.fence, Some(Fence::YoungList));
         assert!(o.at(&leases, t(105), 100).owns_unit(0));
     }
 
