@@ -49,6 +49,10 @@ pub struct Lists {
     pub requests: u64,
     /// Distinct label selectors among them.
     pub selectors: usize,
+    /// Requests with a selector that continue a list (its next page: a
+    /// unit of more than a page's objects is two requests or more, not
+    /// two lists).
+    pub selected_further_pages: u64,
     /// Requests without a label selector: first pages (the publication
     /// probe of a replica that watches its own units reads one page of
     /// instances, metadata only).
@@ -322,6 +326,9 @@ fn audit_windows(
                 let uri = event["requestURI"].as_str().unwrap_or("");
                 match label_selector(uri) {
                     Some(s) => {
+                        if uri.contains("continue=") {
+                            entry.selected_further_pages += 1;
+                        }
                         let set = selectors[w].entry((who, object)).or_default();
                         set.insert(s);
                         entry.selectors = set.len();
@@ -375,8 +382,8 @@ pub fn table(r: &MembershipReport) -> String {
         for (who, by) in &c.lists {
             for (resource, l) in by {
                 out.push_str(&format!(
-                    "  {who} listed {resource}: {} requests, {} selectors, {} first pages and {} further pages without a selector\n",
-                    l.requests, l.selectors, l.unselected_first_pages, l.unselected_pages
+                    "  {who} listed {resource}: {} requests, {} selectors ({} of the requests further pages), {} first pages and {} further pages without a selector\n",
+                    l.requests, l.selectors, l.selected_further_pages, l.unselected_first_pages, l.unselected_pages
                 ));
             }
         }
