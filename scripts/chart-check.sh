@@ -660,6 +660,61 @@ expect_can no "$companion_sa" get customresourcedefinitions.apiextensions.k8s.io
 kubectl get clusterrole,clusterrolebinding -l app.kubernetes.io/instance=kura-companion -o name \
   | grep . && fail "the companion release (namespaces set, no auto) stored cluster-wide RBAC"
 
+part "shard-label policy: the agent's ServiceAccount may add kura.tuist.dev/shard to a KuraInstance, nothing else"
+# Unit watches with stamping: `patch` on kurainstances (RBAC cannot narrow
+# it to one label) and the ValidatingAdmissionPolicy that does.
+"$helm" template kura-units "$chart" --namespace kura-units "${api[@]}" \
+  --set sharding.podSelection=instance-label --set 'watch.namespaces={kura-u}' > "$dir/units.yaml"
+grep -q '^kind: ValidatingAdmissionPolicy$' "$dir/units.yaml" || fail "no ValidatingAdmissionPolicy with stamping"
+grep -q '^kind: ValidatingAdmissionPolicy' "$dir/default.yaml" && fail "a ValidatingAdmissionPolicy without stamping (podSelection all)"
+"$helm" template kura-units "$chart" --namespace kura-units "${api[@]}" --set sharding.podSelection=instance-label \
+  --set sharding.stampPolicy=false | grep -q '^kind: ValidatingAdmissionPolicy' && fail "stampPolicy=false still renders the policy"
+for ns in kura-units kura-u; do kubectl create namespace "$ns"; done
+kubectl apply --server-side --field-manager=chart-check -f "$dir/units.yaml"
+units_sa=system:serviceaccount:kura-units:kura-units-kura-health-agent
+cat > "$dir/unit-instance.yaml" <<'EOF'
+apiVersion: kura.tuist.dev/v1alpha1
+kind: KuraInstance
+metadata: {name: stamped, namespace: kura-u, labels: {tier: managed}}
+spec: {image: "ghcr.io/tuist/kura:1.0.0", replicas: 3, accountHandle: acme, region: eu}
+EOF
+kubectl apply --server-side --field-manager=chart-check -f "$dir/unit-instance.yaml"
+as_agent() { kubectl --as="$units_sa" -n kura-u "$@"; }
+refused() { # WHAT COMMAND...: the API server must refuse it, naming the policy
+  local what=$1 out; shift
+  if out=$("$@" 2>&1); then fail "policy: $what was allowed: $out"; fi
+  case $out in *kura-units-kura-health-agent-shard-label-only*) ;; *) fail "policy: $what refused for another reason: $out" ;; esac
+  echo "chart-check: policy: $what -> refused"
+}
+# The policy is enforced once the API server has loaded it (a moment).
+for _ in $(seq 1 50); do
+  as_agent patch kurainstance stamped --type=merge -p '{"spec":{"replicas":4}}' --dry-run=server >/dev/null 2>&1 || break
+  sleep 0.2
+done
+refused "a change of the spec" as_agent patch kurainstance stamped --type=merge -p '{"spec":{"replicas":4}}'
+refused "a change of another label" as_agent label kurainstance stamped tier=free --overwrite
+refused "a new label other than the shard's" as_agent label kurainstance stamped extra=1
+refused "an annotation" as_agent annotate kurainstance stamped note=x
+refused "a shard label that is no bucket" as_agent label kurainstance stamped kura.tuist.dev/shard=zz
+# What the agent does: a server-side apply of the one label, own manager.
+echo '{"apiVersion":"kura.tuist.dev/v1alpha1","kind":"KuraInstance","metadata":{"name":"stamped","namespace":"kura-u","labels":{"kura.tuist.dev/shard":"6f"}}}' \
+  | as_agent apply --server-side --field-manager=kura-health-agent-shard-label -f - >/dev/null \
+  || fail "policy: the agent's stamp was refused"
+echo "chart-check: policy: the agent's stamp (server-side apply of kura.tuist.dev/shard) -> allowed"
+refused "a change of a shard label already set" as_agent label kurainstance stamped kura.tuist.dev/shard=70 --overwrite
+refused "removing the shard label" as_agent label kurainstance stamped kura.tuist.dev/shard-
+labels=$(kubectl get kurainstance stamped -n kura-u -o jsonpath='{.metadata.labels}')
+[ "$labels" = '{"kura.tuist.dev/shard":"6f","tier":"managed"}' ] || fail "policy: the instance's labels changed: $labels"
+# Its status writes are the status subresource, which the policy leaves alone.
+echo '{"apiVersion":"kura.tuist.dev/v1alpha1","kind":"KuraInstance","metadata":{"name":"stamped","namespace":"kura-u"},"status":{"rolloutGate":{"evaluatedAt":"2026-12-07T00:00:00Z","targetImage":"ghcr.io/tuist/kura:1.0.0","verdict":"unhealthy"}}}' \
+  | as_agent apply --server-side --subresource=status --field-manager=kura-health-agent -f - >/dev/null \
+  || fail "policy: a status write was refused"
+echo "chart-check: policy: a status write -> allowed"
+# Anyone else is not matched.
+kubectl -n kura-u patch kurainstance stamped --type=merge -p '{"spec":{"replicas":4}}' >/dev/null \
+  || fail "policy: an administrator's spec change was refused"
+echo "chart-check: policy: an administrator's spec change -> allowed"
+
 part "the CRD holds counts up to 2^63-1, as kura-schemas assumes"
 # The status of a real KuraInstance: fdTimeoutCount at the ceiling is
 # stored; one above it (and 2^64-1) is refused by the API server, which is
