@@ -494,6 +494,11 @@ impl Shard {
             .observe(&leases, complete, now, self.config.settle);
     }
 
+    /// How long a newly acquired Lease waits before it gains units.
+    pub fn settle(&self) -> Duration {
+        self.config.settle
+    }
+
     /// The membership at `now`.
     pub fn membership(&self, now: Timestamp) -> Membership {
         let leases = self.leases();

@@ -80,7 +80,7 @@ pub struct LeaseRecord {
     pub units: Option<String>,
 }
 
-fn plus(ts: Timestamp, d: Duration) -> Timestamp {
+pub(super) fn plus(ts: Timestamp, d: Duration) -> Timestamp {
     SignedDuration::try_from(d)
         .ok()
         .and_then(|d| ts.checked_add(d).ok())
@@ -139,7 +139,9 @@ pub fn settled_members(leases: &[LeaseRecord], now: Timestamp, settle: Duration)
 }
 
 /// Why a replica may not act (rule 1), for its log and its refusals.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Two fences are equal when their kind is: the age a stale view shows
+/// is for the log, and a membership does not change while it grows.
+#[derive(Debug, Clone, Copy, Eq)]
 pub enum Fence {
     /// Its own Lease was not renewed within its duration minus the margin.
     OwnLeaseLapsing,
@@ -152,6 +154,12 @@ pub enum Fence {
     },
     /// The first complete Lease list is younger than the settle time.
     YoungList,
+}
+
+impl PartialEq for Fence {
+    fn eq(&self, other: &Self) -> bool {
+        std::mem::discriminant(self) == std::mem::discriminant(other)
+    }
 }
 
 impl std::fmt::Display for Fence {
@@ -998,6 +1006,53 @@ mod tests {
             Some("lease view is stale: the newest own renewal it shows is 8000 ms old")
         );
         assert!(!view_is_fresh(&[], "a", Duration::from_secs(8), t(0)));
+    }
+
+    /// A stale view alone keeps the tasks of what was owned (writes
+    /// refused), for at most the settle time and only while the units
+    /// and members stand; a lapsing own Lease or a new member does not.
+    #[test]
+    fn a_stale_view_holds_the_owned_tasks_for_at_most_the_settle_time() {
+        use crate::shard::owned::Hold;
+        // The view stopped at 100 (both Leases renewed then, for 60 s, so
+        // b stays live in it); a's own renewals go on succeeding.
+        let leases = [lease("a", 0, 100, 60), lease("b", 0, 100, 60)];
+        let mut o = Observer::new("a", &leases);
+        let mut hold = Hold::default();
+        let acting = o.at(&leases, t(105), 105);
+        assert!(acting.may_act());
+        assert!(!hold.through(&acting, t(105), SETTLE), "nothing to hold");
+        let stale = o.at(&leases, t(109), 109);
+        assert!(matches!(stale.fence, Some(Fence::StaleView { .. })));
+        assert!(hold.through(&stale, t(109), SETTLE));
+        assert!(hold.through(&o.at(&leases, t(118), 118), t(118), SETTLE));
+        assert!(
+            !hold.through(&o.at(&leases, t(119), 119), t(119), SETTLE),
+            "the settle time into the fence: the tasks stop"
+        );
+        // Fresh again: acting, a new fence may hold again.
+        let fresh = [lease("a", 0, 120, 60), lease("b", 0, 120, 60)];
+        assert!(!hold.through(&o.at(&fresh, t(121), 121), t(121), SETTLE));
+        assert!(hold.through(&o.at(&fresh, t(129), 129), t(129), SETTLE));
+
+        // A member the stale view shows that was not there: no hold.
+        let mut hold = Hold::default();
+        let mut o = Observer::new("a", &leases);
+        assert!(!hold.through(&o.at(&leases, t(105), 105), t(105), SETTLE));
+        let joined = [
+            lease("a", 0, 100, 60),
+            lease("b", 0, 100, 60),
+            lease("c", 90, 100, 60),
+        ];
+        assert!(!hold.through(&o.at(&joined, t(109), 109), t(109), SETTLE));
+
+        // The own Lease lapsing: no hold (others may take its units).
+        let mut hold = Hold::default();
+        let mut o = Observer::new("a", &leases);
+        assert!(!hold.through(&o.at(&leases, t(105), 105), t(105), SETTLE));
+        let lapsing = o.at(&leases, t(109), 90);
+        assert_eq!(lapsing.fence, Some(Fence::OwnLeaseLapsing));
+        assert!(!hold.through(&lapsing, t(109), SETTLE));
     }
 
     #[test]

@@ -2,14 +2,25 @@
 //! replica owns. The loop stops the task of an instance that leaves the
 //! list and drops its pending writes (`StatusSink::forget`), and starts a
 //! task (restored from the published status) for one that joins it.
+//!
+//! A fence by a stale Lease view alone ([`Hold`]) keeps the tasks: the
+//! replica's own Lease is current, so nobody else may take its units, and
+//! its writes are refused until the view is fresh again. Stopping them
+//! would re-read every status of the replica when the view came back
+//! (one GET each: 3,334 at once once when a loaded API server delayed
+//! every replica's view by a few seconds). Held only while the members and
+//! this replica's units are what they were when it last acted, and for at
+//! most the settle time; otherwise the tasks stop as for any other fence.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use jiff::Timestamp;
 
 use super::lease::Shard;
-use super::membership::Membership;
+use super::membership::{Fence, Membership, UnitPlan, plus};
+use super::rendezvous::Member;
 use crate::model::{InstanceKey, InstanceTarget, TargetSource};
 
 /// A [`TargetSource`] keeping only the instances owned by this replica.
@@ -30,8 +41,45 @@ pub struct OwnedTargets {
 #[derive(Default)]
 struct Owned {
     membership: Option<Membership>,
+    /// Whether the instances owned are held through a fence (the last
+    /// [`Hold::through`]).
+    holding: bool,
+    hold: Hold,
     epoch: u64,
     keys: BTreeSet<InstanceKey>,
+}
+
+/// Whether a fence keeps the tasks of the instances owned before it (see
+/// the module documentation). Pure: time is an argument.
+#[derive(Debug, Default)]
+pub struct Hold {
+    /// The units and members when this replica last could act.
+    acting: Option<(Arc<UnitPlan>, Vec<Member>)>,
+    /// When the fence under way began.
+    fenced_since: Option<Timestamp>,
+}
+
+impl Hold {
+    /// Under `m` at `now`, with `settle`: whether the instances owned
+    /// before a fence stay owned (their writes refused meanwhile). Only
+    /// for a stale view (the own Lease current, no scheme conflict), the
+    /// units and live members unchanged since the replica last acted, and
+    /// less than `settle` into the fence.
+    pub fn through(&mut self, m: &Membership, now: Timestamp, settle: Duration) -> bool {
+        if m.may_act() {
+            self.acting = Some((Arc::clone(&m.plan), m.live.clone()));
+            self.fenced_since = None;
+            return false;
+        }
+        let since = *self.fenced_since.get_or_insert(now);
+        matches!(m.fence, Some(Fence::StaleView { .. }))
+            && m.conflict.is_none()
+            && plus(since, settle) > now
+            && self
+                .acting
+                .as_ref()
+                .is_some_and(|(plan, live)| **plan == *m.plan && *live == m.live)
+    }
 }
 
 /// Bits of the revision taken by the inner source's revision; the
@@ -54,17 +102,30 @@ impl OwnedTargets {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+
+    /// The instances owned before a fence that `m` holds through it, if
+    /// it does ([`Hold`]).
+    fn held(&self, m: &Membership, now: Timestamp) -> Option<BTreeSet<InstanceKey>> {
+        let mut state = self.lock();
+        let holding = state.hold.through(m, now, self.shard.settle());
+        state.holding = holding;
+        holding.then(|| state.keys.clone())
+    }
 }
 
 impl TargetSource for OwnedTargets {
     fn targets(&self) -> Vec<InstanceTarget> {
         let now = Timestamp::now();
         let membership = self.shard.scoped_membership(now);
+        let held = self.held(&membership, now);
         let owned: Vec<InstanceTarget> = self
             .inner
             .targets()
             .into_iter()
-            .filter(|t| membership.owns(&t.key()))
+            .filter(|t| {
+                let key = t.key();
+                membership.owns(&key) || held.as_ref().is_some_and(|h| h.contains(&key))
+            })
             .collect();
         let keys: BTreeSet<InstanceKey> = owned.iter().map(InstanceTarget::key).collect();
         self.lock().keys.clone_from(&keys);
@@ -86,10 +147,15 @@ impl TargetSource for OwnedTargets {
 
     fn revision(&self) -> Option<u64> {
         let inner = self.inner.revision()?;
-        let membership = self.shard.scoped_membership(Timestamp::now());
+        let now = Timestamp::now();
+        let membership = self.shard.scoped_membership(now);
         let mut state = self.lock();
-        if state.membership.as_ref() != Some(&membership) {
+        let holding = state.hold.through(&membership, now, self.shard.settle());
+        // A hold that ends (the settle time passed) is a new epoch too:
+        // the held instances' tasks stop then.
+        if state.membership.as_ref() != Some(&membership) || state.holding != holding {
             state.membership = Some(membership);
+            state.holding = holding;
             state.epoch += 1;
         }
         Some((state.epoch << INNER_BITS) | (inner & INNER_MASK))
@@ -105,11 +171,15 @@ impl TargetSource for OwnedTargets {
     fn targets_of(&self, keys: &[InstanceKey]) -> Vec<InstanceTarget> {
         let now = Timestamp::now();
         let membership = self.shard.scoped_membership(now);
+        let held = self.held(&membership, now);
         let owned: Vec<InstanceTarget> = self
             .inner
             .targets_of(keys)
             .into_iter()
-            .filter(|t| membership.owns(&t.key()))
+            .filter(|t| {
+                let key = t.key();
+                membership.owns(&key) || held.as_ref().is_some_and(|h| h.contains(&key))
+            })
             .collect();
         let all = {
             let mut state = self.lock();
