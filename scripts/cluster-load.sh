@@ -44,6 +44,10 @@
 # LIST requests by replica (audit log, by User-Agent) and the API server's
 # LIST bytes, and fails on a list of pods or instances without a selector
 # (beyond the one-page publication probe) or alternating status writers.
+# --shard-labelled creates the instances with their kura.tuist.dev/shard
+# label (as a provisioner may); without it replicas with unit watches
+# (KURA_AGENT_SHARD_POD_SELECTION=instance-label) stamp it, as on a first
+# install over an existing fleet.
 #
 # Builds `cluster-load` and `kura-agent` (release) first; --agent-bin
 # measures another binary instead of this build's (and skips its build).

@@ -70,6 +70,11 @@ struct Args {
     /// (beyond a one-page probe) or makes two status writers alternate.
     #[arg(long)]
     membership_change: bool,
+    /// Create the instances with their `kura.tuist.dev/shard` label (the
+    /// Tuist provisioner may apply it); without it, sharding replicas
+    /// with unit watches stamp it, as on a first install.
+    #[arg(long)]
+    shard_labelled: bool,
     /// Namespace of the instances and pods.
     #[arg(long, default_value = "kura-load")]
     namespace: String,
@@ -215,6 +220,7 @@ fn measure(a: Args) -> Result<ExitCode, kura_benches::cluster_load::error::Clust
         pods_per_instance: a.pods_per_instance,
         replicas: usize::from(a.replicas),
         membership_change: a.membership_change,
+        shard_labelled: a.shard_labelled,
         namespace: a.namespace,
         kubeconfig: a.kubeconfig,
         agent_context: a.agent_context,

@@ -167,6 +167,9 @@ pub struct ClusterLoadConfig {
     /// With `replicas` > 1: after the rollout, a replica joins and then
     /// one leaves ([`membership`]).
     pub membership_change: bool,
+    /// Create the instances with their `kura.tuist.dev/shard` label (as a
+    /// provisioner may), not for the agents to stamp.
+    pub shard_labelled: bool,
     /// Namespace of the instances and pods (created).
     pub namespace: String,
     /// The admin kubeconfig (the harness's own client; the agent's too
@@ -547,7 +550,14 @@ pub async fn run(config: &ClusterLoadConfig) -> Result<ClusterLoadReport, Cluste
                 api.patch(
                     &name,
                     &pp,
-                    &Patch::Apply(instance(ns, i, ppi, OLD_IMAGE, false)),
+                    &Patch::Apply(instance(
+                        ns,
+                        i,
+                        ppi,
+                        OLD_IMAGE,
+                        false,
+                        config.shard_labelled,
+                    )),
                 )
                 .await
                 .map_err(ClusterLoadError::api(format!("apply instance {name}")))?;
@@ -779,6 +789,7 @@ pub async fn run(config: &ClusterLoadConfig) -> Result<ClusterLoadReport, Cluste
             stand_ins: Arc::clone(&stand_ins),
             namespace: ns.to_owned(),
             pods_per_instance: ppi,
+            shard_labelled: config.shard_labelled,
             gap: config.pod_gap,
         }
         .run(rolled),
@@ -1123,6 +1134,7 @@ struct Roll {
     stand_ins: Arc<Mutex<StandIns>>,
     namespace: String,
     pods_per_instance: usize,
+    shard_labelled: bool,
     gap: Duration,
 }
 
@@ -1150,7 +1162,7 @@ impl Roll {
             .patch(
                 &instance_name(i),
                 &PatchParams::apply(FLEET_MANAGER).force(),
-                &Patch::Apply(instance(ns, i, ppi, NEW_IMAGE, true)),
+                &Patch::Apply(instance(ns, i, ppi, NEW_IMAGE, true, self.shard_labelled)),
             )
             .await
             .map_err(ClusterLoadError::api("set a new spec.image"))?;

@@ -153,8 +153,17 @@ fn sts_uid(i: usize) -> String {
     format!("5ee1f2a0-0000-4000-8000-{i:012x}")
 }
 
-/// The `KuraInstance` as the fleet controller applies it.
-pub fn instance(namespace: &str, i: usize, replicas: usize, image: &str, rolled: bool) -> Value {
+/// The `KuraInstance` as the fleet controller applies it; with
+/// `shard_labelled`, carrying its bucket's `kura.tuist.dev/shard` label as
+/// the Tuist provisioner may apply it (else a sharding agent stamps it).
+pub fn instance(
+    namespace: &str,
+    i: usize,
+    replicas: usize,
+    image: &str,
+    rolled: bool,
+    shard_labelled: bool,
+) -> Value {
     let mut labels = json!({
         "app.kubernetes.io/name": "kura",
         "app.kubernetes.io/managed-by": "kura-fleet-controller",
@@ -163,6 +172,11 @@ pub fn instance(namespace: &str, i: usize, replicas: usize, image: &str, rolled:
     });
     if rolled {
         labels[ROLLED_LABEL] = json!("true");
+    }
+    if shard_labelled {
+        use kura_agent::model::units::{bucket_label, bucket_of};
+        let key = kura_agent::model::InstanceKey::new(namespace, instance_name(i));
+        labels[kura_agent::model::SHARD_LABEL] = json!(bucket_label(bucket_of(&key)));
     }
     json!({
         "apiVersion": "kura.tuist.dev/v1alpha1",
@@ -270,12 +284,20 @@ mod tests {
 
     #[test]
     fn an_instance_is_valid_for_its_crd_shape() {
-        let v = instance("ns", 3, 3, NEW_IMAGE, true);
+        let v = instance("ns", 3, 3, NEW_IMAGE, true, false);
         assert_eq!(v["metadata"]["name"], "kura-00003");
+        assert_eq!(v["metadata"]["labels"].get("kura.tuist.dev/shard"), None);
+        // Labelled as a provisioner would: the bucket of `ns/kura-00003`.
+        let key = kura_agent::model::InstanceKey::new("ns", "kura-00003");
+        let bucket = kura_agent::model::units::bucket_of(&key);
+        assert_eq!(
+            instance("ns", 3, 3, NEW_IMAGE, true, true)["metadata"]["labels"]["kura.tuist.dev/shard"],
+            format!("{bucket:02x}")
+        );
         assert_eq!(v["spec"]["image"], NEW_IMAGE);
         assert_eq!(v["metadata"]["labels"][ROLLED_LABEL], "true");
         assert_eq!(
-            instance("ns", 3, 3, OLD_IMAGE, false)["metadata"]["labels"].get(ROLLED_LABEL),
+            instance("ns", 3, 3, OLD_IMAGE, false, false)["metadata"]["labels"].get(ROLLED_LABEL),
             None
         );
     }
