@@ -82,6 +82,11 @@ impl Hold {
     }
 }
 
+/// Whether `key` is owned under `m`, or held through a fence (`held`).
+fn owned_or_held(m: &Membership, held: Option<&BTreeSet<InstanceKey>>, key: &InstanceKey) -> bool {
+    m.owns(key) || held.is_some_and(|h| h.contains(key))
+}
+
 /// Bits of the revision taken by the inner source's revision; the
 /// membership's epoch takes the rest.
 const INNER_BITS: u32 = 40;
@@ -122,10 +127,7 @@ impl TargetSource for OwnedTargets {
             .inner
             .targets()
             .into_iter()
-            .filter(|t| {
-                let key = t.key();
-                membership.owns(&key) || held.as_ref().is_some_and(|h| h.contains(&key))
-            })
+            .filter(|t| owned_or_held(&membership, held.as_ref(), &t.key()))
             .collect();
         let keys: BTreeSet<InstanceKey> = owned.iter().map(InstanceTarget::key).collect();
         self.lock().keys.clone_from(&keys);
@@ -176,10 +178,7 @@ impl TargetSource for OwnedTargets {
             .inner
             .targets_of(keys)
             .into_iter()
-            .filter(|t| {
-                let key = t.key();
-                membership.owns(&key) || held.as_ref().is_some_and(|h| h.contains(&key))
-            })
+            .filter(|t| owned_or_held(&membership, held.as_ref(), &t.key()))
             .collect();
         let all = {
             let mut state = self.lock();

@@ -70,8 +70,14 @@ pub fn transitions(change: &WriteChange<'_>) -> Vec<Transition> {
     }
     let mut out = Vec::new();
     let gate = &change.sent.gate;
-    let target: std::sync::Arc<str> = gate.target_image.as_str().into();
-    let image = || Some(std::sync::Arc::clone(&target));
+    // Shared by the write's transitions, made only when there is one (most
+    // writes have none).
+    let mut target: Option<std::sync::Arc<str>> = None;
+    let mut image = || {
+        Some(std::sync::Arc::clone(
+            target.get_or_insert_with(|| gate.target_image.as_str().into()),
+        ))
+    };
     if let Some(at) = gate.baseline_captured_at
         && change.before.and_then(|b| b.gate.baseline_captured_at) != Some(at)
     {
