@@ -122,6 +122,18 @@ refused "a DaemonSet without sharding" "mode daemonset needs sharding.enabled=tr
   "${api[@]}" --set mode=daemonset --set sharding.enabled=false
 "$helm" template x "$chart" "${api[@]}" --set replicaCount=3 | grep -q -- '--sharding=true' \
   || fail "replicaCount=3 with sharding must render sharded replicas"
+# sharding.podSelection auto: unit watches (with stamping, its RBAC and
+# policy) when more than one agent runs; one replica watches all.
+pod_selection() { "$helm" template x "$chart" "${api[@]}" "$@" | sed -n 's/^ *- --shard-pod-selection=//p'; }
+[ "$(pod_selection)" = all ] || fail "one replica (podSelection auto) must watch all, not $(pod_selection)"
+for many in "replicaCount=3" "mode=daemonset"; do
+  [ "$(pod_selection --set "$many")" = instance-label ] \
+    || fail "$many (podSelection auto) must watch its units by instance name, not $(pod_selection --set "$many")"
+  "$helm" template x "$chart" "${api[@]}" --set "$many" | grep -q '^kind: ValidatingAdmissionPolicy$' \
+    || fail "$many (podSelection auto, stamping) renders no shard-label policy"
+done
+[ "$(pod_selection --set replicaCount=3 --set sharding.podSelection=all)" = all ] \
+  || fail "an explicit podSelection all is not kept with replicaCount=3"
 # No broad egress: the API server's address is required, never a /0 (an
 # empty NetworkPolicy peer list would mean "everyone").
 refused "the NetworkPolicy without API server CIDRs (default values)" \
@@ -374,6 +386,10 @@ derived "${api[@]}" --set-string 'watch.podSelector=app=kura\,a=1\,a=2\,example.
 derived "${api[@]}" --set-string 'watch.podSelector=!legacy\,present\,t notin (x\, y)'
 derived "${api[@]}" --set 'watch.namespaces={kura-a}'
 derived "${api[@]}" --set mode=daemonset --set 'watch.namespaces={kura-a,kura-b,kura-c}'
+# Unit watches (podSelection auto with 3 replicas): patch on kurainstances
+# for the stamps, and none without stamping.
+derived "${api[@]}" --set replicaCount=3
+derived "${api[@]}" --set replicaCount=3 --set sharding.stampLabels=false --set 'watch.namespaces={kura-a}'
 derived -f "$dir/variant-values.yaml"
 # The publication target's writes and nothing else; the CRD read (auto
 # only) is cluster-wide even with namespaces.
@@ -666,7 +682,7 @@ part "shard-label policy: the agent's ServiceAccount may add kura.tuist.dev/shar
 "$helm" template kura-units "$chart" --namespace kura-units "${api[@]}" \
   --set sharding.podSelection=instance-label --set 'watch.namespaces={kura-u}' > "$dir/units.yaml"
 grep -q '^kind: ValidatingAdmissionPolicy$' "$dir/units.yaml" || fail "no ValidatingAdmissionPolicy with stamping"
-grep -q '^kind: ValidatingAdmissionPolicy' "$dir/default.yaml" && fail "a ValidatingAdmissionPolicy without stamping (podSelection all)"
+grep -q '^kind: ValidatingAdmissionPolicy' "$dir/default.yaml" && fail "a ValidatingAdmissionPolicy without stamping (one replica: podSelection auto is all)"
 "$helm" template kura-units "$chart" --namespace kura-units "${api[@]}" --set sharding.podSelection=instance-label \
   --set sharding.stampPolicy=false | grep -q '^kind: ValidatingAdmissionPolicy' && fail "stampPolicy=false still renders the policy"
 for ns in kura-units kura-u; do kubectl create namespace "$ns"; done

@@ -83,10 +83,13 @@ for verb in get list watch create update patch delete; do
     echo "ok   - rbac: $verb leases in the release namespace"
   else echo "FAIL - rbac: $verb leases in the release namespace"; fail=1; fi
 done
-# The default sharded chart watches every instance (sharding.podSelection
-# all): no patch on kurainstances (unit watches' stamping adds it).
+# Three replicas watch their own units (sharding.podSelection auto) and
+# stamp the shard label: patch on kurainstances (narrowed to that label by
+# the chart's ValidatingAdmissionPolicy), never update.
+if [ "$(can patch kurainstances.kura.tuist.dev -n kura-scale-other)" = yes ]; then
+  echo "ok   - rbac: patch kurainstances (the shard-label stamps of unit watches)"
+else echo "FAIL - rbac: no patch on kurainstances for the stamps"; fail=1; fi
 for what in "create leases.coordination.k8s.io -n kura-scale-other" "get secrets -n kura-scale-chart" \
-            "patch kurainstances.kura.tuist.dev -n kura-scale-other" \
             "update kurainstances.kura.tuist.dev -n kura-scale-other" "update configmaps -n kura-scale-chart"; do
   # shellcheck disable=SC2086
   if [ "$(can $what)" = no ]; then echo "ok   - rbac: may not $what"

@@ -137,12 +137,31 @@ write where publication.target publishes, nothing else:
   auto:      both (decided at start), plus the CRD read (kha.crdReadRules).
 */}}
 {{/*
+What each replica watches (--shard-pod-selection): sharding.podSelection,
+where auto is instance-label (its own watch units) when the release runs
+more than one agent (replicaCount above 1, or mode daemonset) and all for
+a single replica (two watches instead of one per unit, no label needed).
+*/}}
+{{- define "kha.podSelection" -}}
+{{- $s := .Values.sharding.podSelection -}}
+{{- if eq $s "auto" -}}
+{{- if or (eq .Values.mode "daemonset") (gt (int .Values.replicaCount) 1) -}}
+instance-label
+{{- else -}}
+all
+{{- end -}}
+{{- else -}}
+{{ $s }}
+{{- end -}}
+{{- end -}}
+
+{{/*
 "true" when the agent stamps the shard label on instances: sharding by unit
-(sharding.enabled, sharding.podSelection other than all) with
+(sharding.enabled, kha.podSelection other than all) with
 sharding.stampLabels.
 */}}
 {{- define "kha.stampsLabels" -}}
-{{- if and .Values.sharding.enabled .Values.sharding.stampLabels (ne .Values.sharding.podSelection "all") -}}
+{{- if and .Values.sharding.enabled .Values.sharding.stampLabels (ne (include "kha.podSelection" .) "all") -}}
 true
 {{- end -}}
 {{- end -}}

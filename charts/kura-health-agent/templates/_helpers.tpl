@@ -146,7 +146,7 @@ spec:
         - --agent-group={{ include "kha.agentGroup" . }}
         - --lease-duration={{ .Values.sharding.leaseDuration }}
         - --shard-units={{ .Values.sharding.units }}
-        - --shard-pod-selection={{ .Values.sharding.podSelection }}
+        - --shard-pod-selection={{ include "kha.podSelection" . }}
         - --stamp-shard-labels={{ .Values.sharding.stampLabels }}
         {{- end }}
         {{- range .Values.extraArgs }}
