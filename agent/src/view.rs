@@ -466,7 +466,7 @@ impl FleetView {
         view.swept_at = Some(sweep.at);
         let published = sweep.health.as_deref().map_or(&[][..], |h| &h.pods[..]);
         for sample in sweep.samples {
-            let keep_report = !published.iter().any(|p| p.name == sample.pod.name);
+            let keep_report = !published.iter().any(|p| *p.name == *sample.pod.name);
             let pod = PodView::from_sample(sample, keep_report);
             match view.pods.iter_mut().find(|p| p.pod.name == pod.pod.name) {
                 Some(slot) => *slot = pod,

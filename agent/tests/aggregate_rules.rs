@@ -69,7 +69,7 @@ fn more_live_pods_than_the_bound_are_all_counted_and_failing_ones_published_firs
     assert_eq!(h.retired_counters.fd_timeout_count, 0, "nobody is gone");
     assert_eq!(h.fd_timeout_count, 39);
     // The failing pod first, then by name; listed in name order.
-    let names: Vec<&str> = h.pods.iter().map(|p| p.name.as_str()).collect();
+    let names: Vec<&str> = h.pods.iter().map(|p| &*p.name).collect();
     assert_eq!(names[0], "p-00");
     assert_eq!(names[30], "p-30");
     assert_eq!(names[31], "p-39");
@@ -97,7 +97,7 @@ fn pods_past_the_tracking_bound_are_retired_gone_ones_first() {
         "the gone pod, then p-0000"
     );
     assert_eq!(h.fd_timeout_count, n as u64 * 2 + 2 * 5);
-    assert_eq!(h.pods[0].name, "p-0001");
+    assert_eq!(&*h.pods[0].name, "p-0001");
     // The price of the bound: p-0000 was live when it was retired, so its
     // next answer is counted afresh (never less, as always).
     let h2 = agg.fold(&instance(3), &second, t1, "a");
@@ -174,16 +174,16 @@ fn a_pod_gone_before_an_agent_restart_is_retired_by_its_last_sample() {
     agg.fold(&instance(1), &[ok("p-0", t0, 1), ok("p-1", t0, 6)], t0, "a");
     let t1 = t0 + SignedDuration::from_mins(30);
     let h = agg.fold(&instance(1), &[ok("p-0", t1, 1)], t1, "a");
-    let gone = h.pods.iter().find(|p| p.name == "p-1").unwrap();
+    let gone = h.pods.iter().find(|p| &*p.name == "p-1").unwrap();
     assert_eq!(gone.error.as_deref(), Some(GONE_ERROR));
     // Restarted agent: p-1 was last seen no later than its last sample (t0).
     let mut restored = InstanceAggregator::restore(&h, config);
     let t2 = t0 + SignedDuration::from_mins(59);
     let h2 = restored.fold(&instance(1), &[ok("p-0", t2, 1)], t2, "a");
-    assert!(h2.pods.iter().any(|p| p.name == "p-1"));
+    assert!(h2.pods.iter().any(|p| &*p.name == "p-1"));
     let t3 = t0 + SignedDuration::from_mins(61);
     let h3 = restored.fold(&instance(1), &[ok("p-0", t3, 1)], t3, "a");
-    assert!(!h3.pods.iter().any(|p| p.name == "p-1"));
+    assert!(!h3.pods.iter().any(|p| &*p.name == "p-1"));
     assert_eq!(h3.retired_counters.fd_timeout_count, 6);
     assert_eq!(h3.retired_counters.peer_connection_failures, Some(0));
     assert_eq!(h3.fd_timeout_count, 7);

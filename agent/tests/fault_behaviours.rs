@@ -164,7 +164,7 @@ async fn run() {
         assert_eq!(sample.pod.name, *name);
         check(name, &sample.result, want);
         // The published aggregate carries the same outcome per pod.
-        let entry = health.pods.iter().find(|p| p.name == *name).unwrap();
+        let entry = health.pods.iter().find(|p| &*p.name == *name).unwrap();
         match &sample.result {
             SampleResult::Report(_) => {
                 assert_eq!(entry.error, None, "{name}");

@@ -83,7 +83,7 @@ async fn run() {
         health
             .pods
             .iter()
-            .find(|p| p.name == "i0-p1")
+            .find(|p| &*p.name == "i0-p1")
             .unwrap()
             .error
             .as_deref(),

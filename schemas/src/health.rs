@@ -168,39 +168,44 @@ impl UpdatePaused {
 
 /// One tracked pod in [`RolloutHealth::pods`]. It carries exactly the
 /// per-pod counter state the agent needs to continue after a restart.
+// Its text fields are shared (`Arc<str>`, the same JSON as a string): an
+// entry is copied whenever a sweep changes it while an earlier aggregate
+// still holds it, and a copy then shares every text that did not change
+// instead of allocating each again. (Not a doc comment: the CRD's
+// description comes from the doc comment.)
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(transform = crate::api_int::declare_stored_formats)]
 pub struct PodHealth {
     /// Pod name (the key of the counter state).
-    pub name: String,
+    pub name: Arc<str>,
     /// Pod UID.
     #[serde(default)]
-    pub uid: String,
+    pub uid: Arc<str>,
     /// The Kura container's restart count.
     #[serde(default)]
     pub restart_count: u32,
     /// The pod's image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub image: Option<String>,
+    pub image: Option<Arc<str>>,
     /// The pod IP polled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ip: Option<String>,
+    pub ip: Option<Arc<str>>,
     /// The report's `serving_authority.identity.incarnation`, when reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub incarnation: Option<String>,
+    pub incarnation: Option<Arc<str>>,
     /// When the last valid sample was received.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sampled_at: Option<Timestamp>,
     /// A short reason when the last sample failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
+    pub error: Option<Arc<str>>,
     /// The pod's own `ready`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready: Option<bool>,
     /// The pod's own `state`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub state: Option<String>,
+    pub state: Option<Arc<str>>,
     /// The pod's own `generation`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation: Option<u64>,
@@ -209,7 +214,7 @@ pub struct PodHealth {
     pub ring_members: Option<u64>,
     /// The pod's own `ring_fingerprint`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ring_fingerprint: Option<String>,
+    pub ring_fingerprint: Option<Arc<str>>,
     /// The pod's own `memory_pressure_state`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_pressure_state: Option<u8>,

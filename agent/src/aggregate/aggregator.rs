@@ -207,7 +207,7 @@ impl InstanceAggregator {
         for sample in samples {
             let pod = match self
                 .pods
-                .binary_search_by(|p| p.detail.name.as_str().cmp(&sample.pod.name))
+                .binary_search_by(|p| (*p.detail.name).cmp(sample.pod.name.as_str()))
             {
                 Ok(i) if self.pods[i].listed => continue,
                 Ok(i) => &mut self.pods[i],

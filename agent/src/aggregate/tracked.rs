@@ -36,7 +36,7 @@ impl TrackedPod {
     pub(crate) fn new(pod: &PodIdentity, now: Timestamp) -> Self {
         TrackedPod {
             detail: Arc::new(PodHealth {
-                name: pod.name.clone(),
+                name: Arc::from(pod.name.as_str()),
                 ..PodHealth::default()
             }),
             fd: None,
@@ -81,7 +81,7 @@ impl TrackedPod {
     ) -> bool {
         let prev = &*self.detail;
         let identity_changed = self.fd.is_some()
-            && (prev.uid != pod.uid
+            && (*prev.uid != *pod.uid
                 || pod.restart_count > prev.restart_count
                 || matches!((prev.incarnation.as_deref(), report.incarnation()),
                             (Some(a), Some(b)) if a != b));
@@ -127,7 +127,7 @@ impl TrackedPod {
         let d = &*self.detail;
         // A pod that never answered shows what discovery knows of it.
         let identity_moved = self.fd.is_none()
-            && (d.uid != pod.uid
+            && (*d.uid != *pod.uid
                 || d.restart_count != pod.restart_count
                 || d.image.as_deref() != pod.image.as_deref()
                 || d.ip.as_deref() != pod.ip.as_deref());
@@ -160,18 +160,18 @@ fn publish_counters(d: &mut PodHealth, fd: Option<Counter>, peer: Option<Counter
     d.peer_connection_failures_raw = peer.map(|c| c.last_raw);
 }
 
-/// Overwrite without allocating when the value did not change.
-fn set_str(dst: &mut String, src: &str) {
-    if dst != src {
-        dst.clear();
-        dst.push_str(src);
+/// Replace the shared text only when the value changed: an unchanged one
+/// stays shared with every copy of the entry.
+fn set_str(dst: &mut Arc<str>, src: &str) {
+    if **dst != *src {
+        *dst = Arc::from(src);
     }
 }
 
-fn set_opt(dst: &mut Option<String>, src: Option<&str>) {
+fn set_opt(dst: &mut Option<Arc<str>>, src: Option<&str>) {
     match (dst.as_mut(), src) {
         (Some(d), Some(s)) => set_str(d, s),
-        (None, Some(s)) => *dst = Some(s.to_owned()),
+        (None, Some(s)) => *dst = Some(Arc::from(s)),
         (_, None) => *dst = None,
     }
 }

@@ -291,7 +291,7 @@ fn pods_table(v: &InstanceView, now: Timestamp) -> String {
         .map(|h| h.pods.as_slice())
         .unwrap_or(&[]);
     for p in &v.pods {
-        let ph = health_pods.iter().find(|x| x.name == p.pod.name);
+        let ph = health_pods.iter().find(|x| *x.name == *p.pod.name);
         // The report's fields as the aggregate's pod entry carries them
         // (from the pod's last valid report; raw counters beside clamped),
         // or, for a pod it has no entry for, as the view kept them.

@@ -308,7 +308,7 @@ mod tests {
     fn pod(name: &str, image: Option<&str>) -> PodHealth {
         PodHealth {
             name: name.into(),
-            image: image.map(str::to_owned),
+            image: image.map(Into::into),
             ..PodHealth::default()
         }
     }

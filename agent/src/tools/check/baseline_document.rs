@@ -373,13 +373,14 @@ impl BaselineDocument {
             .map(|n| {
                 let name =
                     node_report_url(&n.url).map_or_else(|_| n.url.clone(), |u| u.to_string());
+                let name: std::sync::Arc<str> = name.into();
                 PodHealth {
                     uid: name.clone(),
                     name,
-                    incarnation: n.incarnation.clone(),
+                    incarnation: n.incarnation.as_deref().map(Into::into),
                     sampled_at: Some(self.taken_at),
                     ready: n.ready,
-                    state: n.state.clone(),
+                    state: n.state.as_deref().map(Into::into),
                     outbox_messages: n.outbox_messages,
                     replication_lag_entries: n.replication_lag_entries,
                     fd_timeout_count: n.fd_timeout_count,
@@ -582,7 +583,7 @@ mod tests {
         assert_eq!(seed.peer_connection_failures, Some(4));
         assert_eq!(seed.pods.len(), 2);
         let a = &seed.pods[0];
-        assert_eq!(a.name, "http://a:1/status/rollout");
+        assert_eq!(&*a.name, "http://a:1/status/rollout");
         assert_eq!(a.incarnation.as_deref(), Some("i-1"));
         assert_eq!(
             (a.fd_timeout_count, a.fd_timeout_count_raw),

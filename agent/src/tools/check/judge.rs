@@ -333,7 +333,7 @@ pub fn culprits(
     health: &RolloutHealth,
     baseline: Option<&RolloutHealth>,
 ) -> Vec<String> {
-    let at_start = |name: &str| baseline.and_then(|b| b.pods.iter().find(|p| p.name == name));
+    let at_start = |name: &str| baseline.and_then(|b| b.pods.iter().find(|p| &*p.name == name));
     health
         .pods
         .iter()
@@ -366,7 +366,7 @@ pub fn culprits(
                 .is_some_and(|f| f.phase.as_deref() == Some(kura_schemas::health::FENCING_PHASE)),
             _ => false,
         })
-        .map(|p| p.name.clone())
+        .map(|p| p.name.to_string())
         .collect()
 }
 

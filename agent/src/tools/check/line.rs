@@ -105,7 +105,7 @@ fn nodes_with_reasons(report: &PollReport) -> String {
                 .health
                 .pods
                 .iter()
-                .find(|p| &p.name == n)
+                .find(|p| *p.name == **n)
                 .and_then(|p| p.error.as_deref())
             {
                 Some(error) => format!("{n} ({error})"),

@@ -936,7 +936,13 @@ impl Demo {
                     verdicts: seen.changes.remove(&s.id).unwrap_or_default(),
                     sampled_pods: d.map(|d| d.health.sampled_pods),
                     pod_ips: d
-                        .map(|d| d.health.pods.iter().filter_map(|p| p.ip.clone()).collect())
+                        .map(|d| {
+                            d.health
+                                .pods
+                                .iter()
+                                .filter_map(|p| p.ip.as_deref().map(str::to_owned))
+                                .collect()
+                        })
                         .unwrap_or_default(),
                     spec_image: d.map(|d| d.gate.target_image.clone()).unwrap_or_default(),
                     verdict: d.map(|d| d.gate.verdict),
