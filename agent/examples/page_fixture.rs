@@ -117,11 +117,11 @@ fn pod_name(f: &Fixture, i: usize) -> String {
 fn pod_target(pod: &SimPodHandle, image: &str) -> PodTarget {
     PodTarget {
         identity: std::sync::Arc::new(PodIdentity {
-            name: pod.name().to_owned(),
-            uid: pod.uid().to_owned(),
+            name: pod.name().into(),
+            uid: pod.uid().into(),
             restart_count: pod.restarts(),
-            image: Some(image.to_owned()),
-            ip: Some(pod.addr().ip().to_string()),
+            image: Some(image.into()),
+            ip: Some(pod.addr().ip().to_string().into()),
         }),
         addr: Ok(pod.addr()),
     }

@@ -724,10 +724,10 @@ mod tests {
         PodSample {
             replication_lag_entries: None,
             pod: std::sync::Arc::new(PodIdentity {
-                name: format!("acme-{i}"),
-                uid: format!("u-{i}"),
+                name: format!("acme-{i}").into(),
+                uid: format!("u-{i}").into(),
                 restart_count: 0,
-                image: Some(image.to_owned()),
+                image: Some(image.into()),
                 ip: None,
             }),
             received_at: at,

@@ -474,7 +474,7 @@ impl FleetView {
             }
         }
         view.pods
-            .retain(|p| sweep.current_pods.contains(&p.pod.name));
+            .retain(|p| sweep.current_pods.iter().any(|n| **n == *p.pod.name));
         view.pods.sort_by(|a, b| a.pod.name.cmp(&b.pod.name));
         // Pushing grows the list by doubling (three pods get room for
         // four); a few hundred bytes per slot, kept for the instance's life.
@@ -661,7 +661,7 @@ mod tests {
             replication_lag_entries: None,
             pod: std::sync::Arc::new(PodIdentity {
                 name: name.into(),
-                uid: format!("u-{name}"),
+                uid: format!("u-{name}").into(),
                 ..Default::default()
             }),
             received_at: ts(at),
@@ -724,7 +724,7 @@ mod tests {
             replication_lag_entries: None,
             pod: std::sync::Arc::new(PodIdentity {
                 name: name.into(),
-                uid: format!("u-{name}"),
+                uid: format!("u-{name}").into(),
                 ..Default::default()
             }),
             received_at: ts(at),
@@ -767,7 +767,7 @@ mod tests {
         let kept: Vec<(&str, bool)> = view
             .pods
             .iter()
-            .map(|p| (p.pod.name.as_str(), p.report.is_some()))
+            .map(|p| (&*p.pod.name, p.report.is_some()))
             .collect();
         assert_eq!(kept, [("a-0", false), ("a-1", true), ("a-2", false)]);
         let SampleResult::Report(sent) = &samples[1].result else {

@@ -88,8 +88,8 @@ fn sweep(pods: &[Pod], at: Timestamp) -> RolloutHealth {
         .enumerate()
         .map(|(i, p)| PodSample {
             pod: std::sync::Arc::new(PodIdentity {
-                name: format!("acme-{i}"),
-                uid: format!("u-{i}"),
+                name: format!("acme-{i}").into(),
+                uid: format!("u-{i}").into(),
                 ..PodIdentity::default()
             }),
             received_at: at,

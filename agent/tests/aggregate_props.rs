@@ -183,8 +183,8 @@ fn materialize(
             samples.push(PodSample {
                 replication_lag_entries: None,
                 pod: std::sync::Arc::new(PodIdentity {
-                    name: format!("acme-{i:02}"),
-                    uid: format!("uid-{}", p.uid),
+                    name: format!("acme-{i:02}").into(),
+                    uid: format!("uid-{}", p.uid).into(),
                     restart_count: p.restarts,
                     image: None,
                     ip: None,

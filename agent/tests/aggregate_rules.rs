@@ -39,7 +39,7 @@ fn sample(name: &str, at: Timestamp, result: SampleResult) -> PodSample {
         replication_lag_entries: None,
         pod: std::sync::Arc::new(PodIdentity {
             name: name.into(),
-            uid: format!("uid-{name}"),
+            uid: format!("uid-{name}").into(),
             restart_count: 0,
             image: None,
             ip: None,

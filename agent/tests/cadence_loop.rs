@@ -40,7 +40,7 @@ fn target(sim: &Simulator, spec_image: &str, pod_images: &[&str]) -> InstanceTar
             .zip(pod_images)
             .map(|((identity, addr), image)| {
                 let mut identity = std::sync::Arc::unwrap_or_clone(identity);
-                identity.image = Some((*image).to_owned());
+                identity.image = Some((*image).into());
                 PodTarget {
                     identity: std::sync::Arc::new(identity),
                     addr: Ok(addr),

@@ -84,11 +84,11 @@ impl Sim {
             .map(|(i, node)| PodSample {
                 replication_lag_entries: None,
                 pod: std::sync::Arc::new(PodIdentity {
-                    name: format!("{}-{i}", self.info.name),
-                    uid: format!("uid-{}-{i}", self.info.name),
+                    name: format!("{}-{i}", self.info.name).into(),
+                    uid: format!("uid-{}-{i}", self.info.name).into(),
                     restart_count: 0,
-                    image: Some(self.image.to_owned()),
-                    ip: Some(format!("10.0.0.{i}")),
+                    image: Some(self.image.into()),
+                    ip: Some(format!("10.0.0.{i}").into()),
                 }),
                 received_at: at,
                 result: if self.answering {
@@ -98,7 +98,7 @@ impl Sim {
                 },
             })
             .collect();
-        let names: Vec<String> = samples.iter().map(|s| s.pod.name.clone()).collect();
+        let names: Vec<String> = samples.iter().map(|s| s.pod.name.to_string()).collect();
         let judged = self.engine.step(&self.info, self.image, &samples, at);
         let (health, gate) = (judged.health, judged.gate);
         view.record_sweep(

@@ -369,7 +369,7 @@ async fn pod_rows_show_outbox_capacity_fullness_and_fence_state() {
         replication_lag_entries: None,
         pod: std::sync::Arc::new(PodIdentity {
             name: name.into(),
-            uid: format!("u-{name}"),
+            uid: format!("u-{name}").into(),
             restart_count: 0,
             image: Some("img:3".into()),
             ip: Some("10.0.0.9".into()),
@@ -392,7 +392,7 @@ async fn pod_rows_show_outbox_capacity_fullness_and_fence_state() {
         sample("shapes-2", report("newest-unfenced.json")),
         sample("shapes-3", SampleResult::Report(Box::new(fuller))),
     ];
-    let names: Vec<String> = samples.iter().map(|s| s.pod.name.clone()).collect();
+    let names: Vec<String> = samples.iter().map(|s| s.pod.name.to_string()).collect();
     f.view.record_sweep(
         &InstanceKey::new("kura", "shapes"),
         SweepRecord {

@@ -669,8 +669,8 @@ async fn cost_per_poll() {
     .await;
     let pod = &sim.pods()[0];
     let identity = Arc::new(PodIdentity {
-        name: pod.name().to_owned(),
-        uid: pod.uid().to_owned(),
+        name: pod.name().into(),
+        uid: pod.uid().into(),
         restart_count: 0,
         image: None,
         ip: None,

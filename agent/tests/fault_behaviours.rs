@@ -161,7 +161,7 @@ async fn run() {
         "two normal pods and one slow within the timeout"
     );
     for ((name, want), sample) in wants.iter().zip(&samples) {
-        assert_eq!(sample.pod.name, *name);
+        assert_eq!(&*sample.pod.name, *name);
         check(name, &sample.result, want);
         // The published aggregate carries the same outcome per pod.
         let entry = health.pods.iter().find(|p| &*p.name == *name).unwrap();

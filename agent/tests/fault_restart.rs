@@ -75,7 +75,7 @@ impl Run {
         // The pods run the image the spec names (replaced at once): the
         // agent holds a verdict at not_converged while a pod runs another.
         for s in &mut samples {
-            Arc::make_mut(&mut s.pod).image = Some(image.to_owned());
+            Arc::make_mut(&mut s.pod).image = Some(image.into());
         }
         let judged = engine.step(&self.info, image, &samples, Timestamp::now());
         let (h, g) = ((*judged.health).clone(), (*judged.gate).clone());

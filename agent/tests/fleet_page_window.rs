@@ -82,11 +82,11 @@ fn story(view: &FleetView) -> Timestamp {
                 .enumerate()
                 .map(|(p, node)| PodSample {
                     pod: std::sync::Arc::new(PodIdentity {
-                        name: format!("{}-{p}", info.name),
-                        uid: format!("uid-{}-{p}", info.name),
+                        name: format!("{}-{p}", info.name).into(),
+                        uid: format!("uid-{}-{p}", info.name).into(),
                         restart_count: 0,
-                        image: Some(image.to_owned()),
-                        ip: Some(format!("10.{}.{}.{p}", i / 250, i % 250)),
+                        image: Some(image.into()),
+                        ip: Some(format!("10.{}.{}.{p}", i / 250, i % 250).into()),
                     }),
                     received_at: at,
                     result: if upgraded && i % 97 == 0 {
@@ -97,7 +97,7 @@ fn story(view: &FleetView) -> Timestamp {
                     replication_lag_entries: None,
                 })
                 .collect();
-            let names: Vec<String> = samples.iter().map(|s| s.pod.name.clone()).collect();
+            let names: Vec<String> = samples.iter().map(|s| s.pod.name.to_string()).collect();
             let judged = engine.step(info, image, &samples, at);
             let (health, gate) = (judged.health, judged.gate);
             view.record_sweep(

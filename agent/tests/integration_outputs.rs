@@ -87,7 +87,7 @@ fn target(name: &str, sim: &Simulator, pod_image: &str) -> InstanceTarget {
         .filter(|(p, _)| p.name.starts_with(&format!("{name}-")))
         .map(|(identity, addr)| {
             let mut identity = std::sync::Arc::unwrap_or_clone(identity);
-            identity.image = Some(pod_image.to_owned());
+            identity.image = Some(pod_image.into());
             PodTarget {
                 identity: std::sync::Arc::new(identity),
                 addr: Ok(addr),

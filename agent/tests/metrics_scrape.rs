@@ -204,7 +204,7 @@ fn target(name: &str, sim: &Simulator, expected_pods: u32) -> InstanceTarget {
         .filter(|(p, _)| p.name.starts_with(&format!("{name}-")))
         .map(|(identity, addr)| {
             let mut identity = std::sync::Arc::unwrap_or_clone(identity);
-            identity.image = Some(IMAGE.to_owned());
+            identity.image = Some(IMAGE.into());
             PodTarget {
                 identity: std::sync::Arc::new(identity),
                 addr: Ok(addr),

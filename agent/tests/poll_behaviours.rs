@@ -45,7 +45,7 @@ async fn healthy_pod_gives_its_report_over_a_distinct_loopback_address() {
     let samples = poller.poll_pods(&sim.targets()).await;
     assert_eq!(samples.len(), 3);
     for (s, pod) in samples.iter().zip(sim.pods()) {
-        assert_eq!(s.pod.name, pod.name());
+        assert_eq!(&*s.pod.name, pod.name());
         match &s.result {
             SampleResult::Report(r) => assert_eq!(**r, pod.node().report()),
             SampleResult::Error(e) => panic!("{}: {e}", pod.name()),

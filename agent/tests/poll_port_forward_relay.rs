@@ -35,11 +35,11 @@ impl PortForwardRelay for Kubelet {
 fn target(name: &str, uid: &str, octet: u8, port: u16) -> (Arc<PodIdentity>, SocketAddr) {
     let ip = IpAddr::V4(Ipv4Addr::new(192, 0, 2, octet));
     let identity = PodIdentity {
-        name: name.to_owned(),
-        uid: uid.to_owned(),
+        name: name.into(),
+        uid: uid.into(),
         restart_count: 0,
         image: None,
-        ip: Some(ip.to_string()),
+        ip: Some(ip.to_string().into()),
     };
     (Arc::new(identity), SocketAddr::new(ip, port))
 }
@@ -119,7 +119,7 @@ async fn node_local_pods_are_polled_through_the_relay_never_by_pod_ip() {
         target("stranger-0", "uid-stranger-0", 13, port),
     ];
     let samples = poller.poll_pods_port_forward(NAMESPACE, &targets).await;
-    let names: Vec<&str> = samples.iter().map(|s| s.pod.name.as_str()).collect();
+    let names: Vec<&str> = samples.iter().map(|s| &*s.pod.name).collect();
     assert_eq!(names, ["edge-0", "edge-1", "gone-0", "stranger-0"]);
     let SampleResult::Report(report) = &samples[0].result else {
         panic!("edge-0: {:?}", samples[0].result);

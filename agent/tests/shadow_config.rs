@@ -56,7 +56,7 @@ fn config(shadow: bool) -> Arc<EngineConfig> {
 fn pod_target(pod: &SimPodHandle, image: &str) -> PodTarget {
     PodTarget {
         identity: std::sync::Arc::new(PodIdentity {
-            image: Some(image.to_owned()),
+            image: Some(image.into()),
             ..pod.identity()
         }),
         addr: Ok(pod.addr()),

@@ -83,7 +83,10 @@ async fn broken_scenario_fails_each_pod_its_own_way() {
         ("identity-mismatch", "identity_mismatch"),
         ("flapping", "ok"),
     ];
-    let want: Vec<_> = want.iter().map(|(n, r)| (n.to_string(), *r)).collect();
+    let want: Vec<_> = want
+        .iter()
+        .map(|(n, r)| (std::sync::Arc::<str>::from(*n), *r))
+        .collect();
     assert_eq!(got, want);
 }
 

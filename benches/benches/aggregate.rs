@@ -52,11 +52,11 @@ fn sweeps(pods: usize, sweeps: usize) -> Vec<(Timestamp, Vec<PodSample>)> {
                     PodSample {
                         replication_lag_entries: None,
                         pod: std::sync::Arc::new(PodIdentity {
-                            name: format!("acme-eu-{p}"),
-                            uid: format!("0f6e2a9c-1b3d-4c5e-8f7a-9b0c1d2e3f{p:02}"),
+                            name: format!("acme-eu-{p}").into(),
+                            uid: format!("0f6e2a9c-1b3d-4c5e-8f7a-9b0c1d2e3f{p:02}").into(),
                             restart_count: 0,
                             image: Some("ghcr.io/tuist/kura:0.6.0".into()),
-                            ip: Some(format!("10.0.{p}.10")),
+                            ip: Some(format!("10.0.{p}.10").into()),
                         }),
                         received_at: now,
                         result,
@@ -103,8 +103,8 @@ fn reverse_sweep(pods: usize, at: Timestamp) -> Vec<PodSample> {
         .map(|p| PodSample {
             replication_lag_entries: None,
             pod: std::sync::Arc::new(PodIdentity {
-                name: format!("acme-eu-{p:06}"),
-                uid: format!("uid-{p}"),
+                name: format!("acme-eu-{p:06}").into(),
+                uid: format!("uid-{p}").into(),
                 restart_count: 0,
                 image: None,
                 ip: None,

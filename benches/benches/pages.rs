@@ -85,11 +85,11 @@ fn story(view: &FleetView, instances: usize, sweeps: usize) -> Timestamp {
                 .map(|(p, node)| PodSample {
                     replication_lag_entries: None,
                     pod: std::sync::Arc::new(PodIdentity {
-                        name: format!("{}-{p}", info.name),
-                        uid: format!("uid-{}-{p}", info.name),
+                        name: format!("{}-{p}", info.name).into(),
+                        uid: format!("uid-{}-{p}", info.name).into(),
                         restart_count: 0,
-                        image: Some(image.to_owned()),
-                        ip: Some(format!("10.{}.{}.{p}", i / 250, i % 250)),
+                        image: Some(image.into()),
+                        ip: Some(format!("10.{}.{}.{p}", i / 250, i % 250).into()),
                     }),
                     received_at: at,
                     result: if upgraded && i % 97 == 0 && p == 1 {
@@ -99,7 +99,7 @@ fn story(view: &FleetView, instances: usize, sweeps: usize) -> Timestamp {
                     },
                 })
                 .collect();
-            let names: Vec<String> = samples.iter().map(|s| s.pod.name.clone()).collect();
+            let names: Vec<String> = samples.iter().map(|s| s.pod.name.to_string()).collect();
             let judged = engine.step(info, image, &samples, at);
             let (health, gate) = (judged.health, judged.gate);
             view.record_sweep(

@@ -294,7 +294,8 @@ pub fn fleet(
                         } else {
                             OLD_IMAGE
                         }
-                        .to_owned(),
+                        .to_owned()
+                        .into(),
                     );
                     PodTarget {
                         identity: std::sync::Arc::new(identity),
@@ -747,8 +748,8 @@ mod tests {
             .map(|i| {
                 (
                     std::sync::Arc::new(PodIdentity {
-                        name: format!("pod-{i}"),
-                        uid: format!("u-{i}"),
+                        name: format!("pod-{i}").into(),
+                        uid: format!("u-{i}").into(),
                         ..PodIdentity::default()
                     }),
                     SocketAddr::from(([127, 0, 0, 1], 4000)),

@@ -207,11 +207,11 @@ impl InstanceAggregator {
         for sample in samples {
             let pod = match self
                 .pods
-                .binary_search_by(|p| (*p.detail.name).cmp(sample.pod.name.as_str()))
+                .binary_search_by(|p| (*p.detail.name).cmp(&*sample.pod.name))
             {
                 Ok(i) if self.pods[i].listed => continue,
                 Ok(i) => &mut self.pods[i],
-                Err(_) => match fresh_index.entry(sample.pod.name.as_str()) {
+                Err(_) => match fresh_index.entry(&*sample.pod.name) {
                     Entry::Occupied(_) => continue,
                     Entry::Vacant(slot) => {
                         slot.insert(fresh.len());

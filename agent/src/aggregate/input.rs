@@ -283,7 +283,7 @@ fn parse_sweep(index: usize, v: &Value) -> Result<Sweep, InputError> {
     let mut names: HashSet<String> = HashSet::with_capacity(pods.len());
     for (i, pod) in pods.iter().enumerate() {
         let sample = parse_pod(index, i, at, pod)?;
-        if !names.insert(sample.pod.name.clone()) {
+        if !names.insert(sample.pod.name.to_string()) {
             return Err(err(
                 &Place::Pod {
                     sweep: index,
@@ -339,12 +339,12 @@ fn parse_pod(
     )?;
     let restarts = u64_field(o, &p, "restartCount")?;
     let pod = PodIdentity {
-        name: name.to_owned(),
-        uid: string(o, &p, "uid")?.to_owned(),
+        name: name.into(),
+        uid: string(o, &p, "uid")?.into(),
         restart_count: u32::try_from(restarts)
             .map_err(|_| err(&p, "restartCount", format!("{restarts} is too large")))?,
-        image: optional_string(o, &p, "image")?,
-        ip: optional_string(o, &p, "ip")?,
+        image: optional_string(o, &p, "image")?.map(Into::into),
+        ip: optional_string(o, &p, "ip")?.map(Into::into),
     };
     let received_at = match o.get("receivedAt") {
         None => at,

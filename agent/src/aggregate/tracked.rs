@@ -36,7 +36,7 @@ impl TrackedPod {
     pub(crate) fn new(pod: &PodIdentity, now: Timestamp) -> Self {
         TrackedPod {
             detail: Arc::new(PodHealth {
-                name: Arc::from(pod.name.as_str()),
+                name: Arc::clone(&pod.name),
                 ..PodHealth::default()
             }),
             fd: None,
@@ -92,10 +92,10 @@ impl TrackedPod {
         }
         // A valid sample always moves `sampledAt`: the entry changes.
         let d = Arc::make_mut(&mut self.detail);
-        set_str(&mut d.uid, &pod.uid);
+        share(&mut d.uid, &pod.uid);
         d.restart_count = pod.restart_count;
-        set_opt(&mut d.image, pod.image.as_deref());
-        set_opt(&mut d.ip, pod.ip.as_deref());
+        share_opt(&mut d.image, pod.image.as_ref());
+        share_opt(&mut d.ip, pod.ip.as_ref());
         set_opt(&mut d.incarnation, report.incarnation());
         d.sampled_at = Some(at);
         d.error = None;
@@ -136,10 +136,10 @@ impl TrackedPod {
         }
         let d = Arc::make_mut(&mut self.detail);
         if identity_moved {
-            set_str(&mut d.uid, &pod.uid);
+            share(&mut d.uid, &pod.uid);
             d.restart_count = pod.restart_count;
-            set_opt(&mut d.image, pod.image.as_deref());
-            set_opt(&mut d.ip, pod.ip.as_deref());
+            share_opt(&mut d.image, pod.image.as_ref());
+            share_opt(&mut d.ip, pod.ip.as_ref());
         }
         set_opt(&mut d.error, Some(reason));
     }
@@ -165,6 +165,23 @@ fn publish_counters(d: &mut PodHealth, fd: Option<Counter>, peer: Option<Counter
 fn set_str(dst: &mut Arc<str>, src: &str) {
     if **dst != *src {
         *dst = Arc::from(src);
+    }
+}
+
+/// Hold discovery's text itself (the entry then shares the pod identity's
+/// allocation instead of holding a copy, also after discovery made the
+/// identity anew with the same values, as a re-list does).
+fn share(dst: &mut Arc<str>, src: &Arc<str>) {
+    if !Arc::ptr_eq(dst, src) {
+        *dst = Arc::clone(src);
+    }
+}
+
+fn share_opt(dst: &mut Option<Arc<str>>, src: Option<&Arc<str>>) {
+    match (dst.as_mut(), src) {
+        (Some(d), Some(s)) => share(d, s),
+        (None, Some(s)) => *dst = Some(Arc::clone(s)),
+        (_, None) => *dst = None,
     }
 }
 

@@ -116,11 +116,15 @@ pub fn pod_identity(pod: &PodObject, container_name: &str) -> Option<PodIdentity
         })
         .map_or(0, |s| u32::try_from(s.restart_count).unwrap_or(0));
     Some(PodIdentity {
-        name,
-        uid,
+        name: name.into(),
+        uid: uid.into(),
         restart_count,
-        image: container.and_then(|c| c.image.clone()),
-        ip: pod.status.as_ref().and_then(|s| s.pod_ip.clone()),
+        image: container.and_then(|c| c.image.as_deref()).map(Into::into),
+        ip: pod
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ip.as_deref())
+            .map(Into::into),
     })
 }
 

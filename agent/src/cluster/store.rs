@@ -99,8 +99,7 @@ struct PodsOf(Vec<PodFacts>);
 
 impl PodsOf {
     fn find(&self, name: &str) -> Result<usize, usize> {
-        self.0
-            .binary_search_by(|p| p.identity.name.as_str().cmp(name))
+        self.0.binary_search_by(|p| (*p.identity.name).cmp(name))
     }
     fn get(&self, name: &str) -> Option<&PodFacts> {
         self.find(name).ok().map(|i| &self.0[i])
@@ -1213,7 +1212,7 @@ mod tests {
             }
         );
         assert_eq!(acme.spec_image, "ghcr.io/tuist/kura:0.6.0");
-        let names: Vec<_> = acme.pods.iter().map(|p| p.identity.name.as_str()).collect();
+        let names: Vec<_> = acme.pods.iter().map(|p| &*p.identity.name).collect();
         assert_eq!(names, ["acme-0", "acme-1"]);
         assert_eq!(
             acme.pods[0].addr,

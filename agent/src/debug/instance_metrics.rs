@@ -637,9 +637,9 @@ mod tests {
         PodView {
             pod: Arc::new(crate::model::PodIdentity {
                 name: name.into(),
-                uid: format!("uid-{name}"),
+                uid: format!("uid-{name}").into(),
                 restart_count: 0,
-                image: image.map(str::to_owned),
+                image: image.map(Into::into),
                 ip: Some("10.1.2.3".into()),
             }),
             received_at: ts("2026-07-21T10:00:00Z"),

@@ -21,20 +21,22 @@ pub struct InstanceInfo {
 /// A pod as discovery sees it (never as a report claims it). Held as
 /// `Arc<PodIdentity>` from the watch's store through the targets, the
 /// samples and the fleet view: one allocation per pod, not a copy of its
-/// strings in each.
+/// strings in each. Its texts are shared too (`Arc<str>`): the pod's
+/// entry in the published aggregate ([`kura_schemas::PodHealth`]) holds
+/// the same name, UID, image and IP, not copies.
 #[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PodIdentity {
     /// Pod name: the key of the per-pod counter state.
-    pub name: String,
+    pub name: Arc<str>,
     /// Pod UID.
-    pub uid: String,
+    pub uid: Arc<str>,
     /// The Kura container's restart count.
     pub restart_count: u32,
     /// The Kura container's image.
-    pub image: Option<String>,
+    pub image: Option<Arc<str>>,
     /// The pod IP, when it has one.
-    pub ip: Option<String>,
+    pub ip: Option<Arc<str>>,
 }
 
 /// The outcome of one poll.

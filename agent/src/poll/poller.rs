@@ -463,7 +463,7 @@ impl Poller {
 /// pod than `pod` ([`PollError::IdentityMismatch`]).
 fn same_pod(pod: &PodIdentity, report: NodeReport) -> Result<NodeReport, PollError> {
     match report.pod_uid() {
-        Some(uid) if uid != pod.uid => Err(PollError::IdentityMismatch),
+        Some(uid) if uid != &*pod.uid => Err(PollError::IdentityMismatch),
         _ => Ok(report),
     }
 }

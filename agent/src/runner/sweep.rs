@@ -122,7 +122,7 @@ pub async fn sweep(
     let pod_names: Vec<String> = target
         .pods
         .iter()
-        .map(|p| p.identity.name.clone())
+        .map(|p| p.identity.name.to_string())
         .collect();
     let mut desired = Some(desired);
     let mut shadow = shadow;

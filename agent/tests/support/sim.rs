@@ -16,11 +16,11 @@ pub trait PodIdentityOf {
 impl PodIdentityOf for SimPodHandle {
     fn identity(&self) -> PodIdentity {
         PodIdentity {
-            name: self.name().to_owned(),
-            uid: self.uid().to_owned(),
+            name: self.name().into(),
+            uid: self.uid().into(),
             restart_count: self.restarts(),
             image: None,
-            ip: Some(self.addr().ip().to_string()),
+            ip: Some(self.addr().ip().to_string().into()),
         }
     }
 }

@@ -189,7 +189,7 @@ impl BaselineDocument {
             .iter()
             .map(|s| match &s.result {
                 SampleResult::Report(r) => BaselineNode {
-                    url: s.pod.name.clone(),
+                    url: s.pod.name.to_string(),
                     sampled: true,
                     error: None,
                     incarnation: r.incarnation().map(str::to_owned),
@@ -201,7 +201,7 @@ impl BaselineDocument {
                     peer_connection_failures: r.peer_connection_failure_count,
                 },
                 SampleResult::Error(e) => BaselineNode {
-                    url: s.pod.name.clone(),
+                    url: s.pod.name.to_string(),
                     sampled: false,
                     error: Some(e.clone()),
                     incarnation: None,

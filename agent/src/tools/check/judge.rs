@@ -413,8 +413,8 @@ mod tests {
             .map(|(i, n)| PodSample {
                 replication_lag_entries: None,
                 pod: std::sync::Arc::new(PodIdentity {
-                    name: format!("http://n{i}/status/rollout"),
-                    uid: format!("http://n{i}/status/rollout"),
+                    name: format!("http://n{i}/status/rollout").into(),
+                    uid: format!("http://n{i}/status/rollout").into(),
                     ..PodIdentity::default()
                 }),
                 received_at: at,

@@ -31,9 +31,9 @@ impl CheckNode {
         let name = url.to_string();
         CheckNode {
             identity: Arc::new(PodIdentity {
-                uid: name.clone(),
-                ip: url.host().map(str::to_owned),
-                name,
+                uid: name.as_str().into(),
+                ip: url.host().map(Into::into),
+                name: name.into(),
                 restart_count: 0,
                 image: None,
             }),

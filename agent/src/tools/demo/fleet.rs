@@ -209,11 +209,11 @@ pub fn pod_target(pod: &SimPodHandle, image: &str, node_local: bool) -> PodTarge
     };
     PodTarget {
         identity: std::sync::Arc::new(PodIdentity {
-            name: pod.name().to_owned(),
-            uid: pod.uid().to_owned(),
+            name: pod.name().into(),
+            uid: pod.uid().into(),
             restart_count: pod.restarts(),
-            image: Some(image.to_owned()),
-            ip: Some(addr.ip().to_string()),
+            image: Some(image.into()),
+            ip: Some(addr.ip().to_string().into()),
         }),
         addr: Ok(addr),
     }

@@ -80,11 +80,11 @@ pub fn parse_target(
         .parse()
         .map_err(|_| ProtocolError::Unexpected(format!("bad address {addr:?} of pod {name}")))?;
     let pod = PodIdentity {
-        name: name.to_owned(),
-        uid: uid.to_owned(),
+        name: name.into(),
+        uid: uid.into(),
         restart_count: 0,
-        image: Some(IMAGE.to_owned()),
-        ip: Some(addr.ip().to_string()),
+        image: Some(IMAGE.into()),
+        ip: Some(addr.ip().to_string().into()),
     };
     Ok((Arc::new(pod), addr))
 }
@@ -287,7 +287,10 @@ mod tests {
         let mut out = Vec::new();
         let mut seen = Vec::new();
         serve(input.as_bytes(), &mut out, Some(1), |targets| {
-            seen = targets.iter().map(|(p, a)| (p.name.clone(), *a)).collect();
+            seen = targets
+                .iter()
+                .map(|(p, a)| (p.name.to_string(), *a))
+                .collect();
             Counting(0)
         })
         .expect("serve");
