@@ -522,7 +522,11 @@ async fn three_agents_share_thirty_instances_and_hand_over_on_a_crash() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let settle_time = t_start.elapsed();
-    let members_all: Vec<Member> = ids.iter().map(Member::new).collect();
+    // Every agent here publishes exact balance (this version's).
+    let members_all: Vec<Member> = ids
+        .iter()
+        .map(|id| Member::with_balance(id.clone(), true))
+        .collect();
     for (i, owned) in owned_at_start.iter().enumerate() {
         for key in owned {
             assert_eq!(
@@ -594,7 +598,7 @@ async fn three_agents_share_thirty_instances_and_hand_over_on_a_crash() {
         .iter()
         .enumerate()
         .filter(|(i, _)| *i != victim)
-        .map(|(_, id)| Member::new(id))
+        .map(|(_, id)| Member::with_balance(id.clone(), true))
         .collect();
 
     // Wait until every moved instance was written by a survivor.

@@ -85,6 +85,9 @@ pub struct MemberSnapshot {
     /// The unit count its Lease publishes (`None`: an agent that assigns
     /// by instance key).
     pub published_units: Option<String>,
+    /// Whether its Lease publishes exact balance (`false`: an agent
+    /// before it; the group then assigns with the tenth's slack).
+    pub exact_balance: bool,
 }
 
 /// One Lease of the group: what membership reads of it, and whether it is

@@ -45,6 +45,13 @@ pub const RECENT_CHANGES: usize = 64;
 /// The Lease annotation carrying the unit count its holder assigns with:
 /// replicas own units only while every member publishes the same count.
 pub const UNITS_ANNOTATION: &str = "kura.tuist.dev/shard-units";
+/// The Lease annotation saying its holder assigns units with exact balance
+/// ([`BALANCE_EXACT`]; absent on agents before it): a set of members is
+/// assigned with exact balance only when every one carries it
+/// ([`super::assign::Balance::of`]).
+pub const BALANCE_ANNOTATION: &str = "kura.tuist.dev/shard-balance";
+/// The value of [`BALANCE_ANNOTATION`] for exact balance.
+pub const BALANCE_EXACT: &str = "exact";
 /// The default unit count (`--shard-units`).
 pub const DEFAULT_UNITS: u32 = 64;
 
@@ -161,6 +168,10 @@ pub fn lease_record(lease: &Lease) -> LeaseRecord {
         renew_time: spec.and_then(|s| s.renew_time.as_ref()).map(|t| t.0),
         duration_seconds: spec.and_then(|s| s.lease_duration_seconds),
         units: lease.annotations().get(UNITS_ANNOTATION).cloned(),
+        exact: lease
+            .annotations()
+            .get(BALANCE_ANNOTATION)
+            .is_some_and(|v| v.trim() == BALANCE_EXACT),
     }
 }
 
@@ -351,10 +362,10 @@ impl Shard {
                     GROUP_LABEL.to_owned(),
                     self.config.group.clone(),
                 )])),
-                annotations: Some(BTreeMap::from([(
-                    UNITS_ANNOTATION.to_owned(),
-                    self.config.units.to_string(),
-                )])),
+                annotations: Some(BTreeMap::from([
+                    (UNITS_ANNOTATION.to_owned(), self.config.units.to_string()),
+                    (BALANCE_ANNOTATION.to_owned(), BALANCE_EXACT.to_owned()),
+                ])),
                 ..ObjectMeta::default()
             },
             spec: Some(LeaseSpec {
@@ -667,6 +678,7 @@ impl Shard {
                         .iter()
                         .find(|l| l.holder_id() == Some(m.id.as_str()))
                         .and_then(|l| l.units.clone()),
+                    exact_balance: m.exact,
                 })
                 .collect(),
             leases: leases

@@ -78,6 +78,9 @@ pub struct LeaseRecord {
     /// The unit count the holder assigns with (its
     /// `kura.tuist.dev/shard-units` annotation), `None` when absent.
     pub units: Option<String>,
+    /// Whether the holder assigns with exact balance (its
+    /// `kura.tuist.dev/shard-balance: exact` annotation).
+    pub exact: bool,
 }
 
 pub(super) fn plus(ts: Timestamp, d: Duration) -> Timestamp {
@@ -113,13 +116,22 @@ impl LeaseRecord {
 
 /// The holders of the Leases current at `now`, sorted and deduplicated.
 pub fn live_members(leases: &[LeaseRecord], now: Timestamp) -> Vec<Member> {
-    leases
-        .iter()
-        .filter(|l| l.is_current(now))
-        .filter_map(|l| l.holder_id().map(str::to_owned))
-        .collect::<BTreeSet<_>>()
+    members_of(leases.iter().filter(|l| l.is_current(now)))
+}
+
+/// The holders of `leases`, sorted and deduplicated, each exact when every
+/// one of its Leases says so.
+fn members_of<'a>(leases: impl Iterator<Item = &'a LeaseRecord>) -> Vec<Member> {
+    let mut holders: BTreeMap<String, bool> = BTreeMap::new();
+    for l in leases {
+        if let Some(h) = l.holder_id() {
+            let exact = holders.entry(h.to_owned()).or_insert(true);
+            *exact &= l.exact;
+        }
+    }
+    holders
         .into_iter()
-        .map(Member::new)
+        .map(|(id, exact)| Member::with_balance(id, exact))
         .collect()
 }
 
@@ -127,15 +139,12 @@ pub fn live_members(leases: &[LeaseRecord], now: Timestamp) -> Vec<Member> {
 /// `now` (for a holder with several current Leases, the earliest
 /// acquisition counts).
 pub fn settled_members(leases: &[LeaseRecord], now: Timestamp, settle: Duration) -> Vec<Member> {
-    leases
-        .iter()
-        .filter(|l| l.is_current(now))
-        .filter(|l| l.acquire_time.is_some_and(|a| plus(a, settle) <= now))
-        .filter_map(|l| l.holder_id().map(str::to_owned))
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .map(Member::new)
-        .collect()
+    members_of(
+        leases
+            .iter()
+            .filter(|l| l.is_current(now))
+            .filter(|l| l.acquire_time.is_some_and(|a| plus(a, settle) <= now)),
+    )
 }
 
 /// Why a replica may not act (rule 1), for its log and its refusals.
@@ -217,6 +226,8 @@ pub struct Departure {
     pub seen: Timestamp,
     /// The unit count its Lease carried.
     pub units: Option<String>,
+    /// Whether its Lease carried exact balance.
+    pub exact: bool,
 }
 
 /// What this replica has seen of the group's Leases over time: when its
@@ -225,9 +236,9 @@ pub struct Departure {
 /// every state of the Lease view ([`Departures::observe`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Departures {
-    /// Per holder: its earliest `acquireTime` and its unit count, as last
-    /// observed.
-    known: BTreeMap<String, (Option<Timestamp>, Option<String>)>,
+    /// Per holder: its earliest `acquireTime`, its unit count and whether
+    /// it assigns with exact balance, as last observed.
+    known: BTreeMap<String, (Option<Timestamp>, Option<String>, bool)>,
     /// Departures seen less than `settle` ago, oldest first.
     recent: VecDeque<Departure>,
     /// When the first complete Lease list was observed.
@@ -247,31 +258,37 @@ impl Departures {
         now: Timestamp,
         settle: Duration,
     ) {
-        let mut current: BTreeMap<String, (Option<Timestamp>, Option<String>)> = BTreeMap::new();
+        let mut current: BTreeMap<String, (Option<Timestamp>, Option<String>, bool)> =
+            BTreeMap::new();
         for l in leases {
             let Some(h) = l.holder_id() else { continue };
-            let e = current
-                .entry(h.to_owned())
-                .or_insert((l.acquire_time, l.units.clone()));
+            let e =
+                current
+                    .entry(h.to_owned())
+                    .or_insert((l.acquire_time, l.units.clone(), l.exact));
             let earlier = match (e.0, l.acquire_time) {
                 (None, _) => true,
                 (Some(a), Some(b)) => b < a,
                 (Some(_), None) => false,
             };
+            let exact = e.2 && l.exact;
             if earlier {
-                *e = (l.acquire_time, l.units.clone());
+                *e = (l.acquire_time, l.units.clone(), exact);
+            } else {
+                e.2 = exact;
             }
         }
-        for (holder, (acquired, units)) in &self.known {
+        for (holder, (acquired, units, exact)) in &self.known {
             let gone = match current.get(holder) {
                 None => true,
-                Some((a, _)) => a != acquired,
+                Some((a, _, _)) => a != acquired,
             };
             if gone {
                 self.recent.push_back(Departure {
                     holder: holder.clone(),
                     seen: now,
                     units: units.clone(),
+                    exact: *exact,
                 });
             }
         }
@@ -311,10 +328,11 @@ pub fn recently_departed(
     now: Timestamp,
     settle: Duration,
 ) -> Vec<Member> {
-    let mut out: BTreeSet<String> = departures
-        .recent(now, settle)
-        .map(|d| d.holder.clone())
-        .collect();
+    // Per holder: exact when every record of it says so.
+    let mut out: BTreeMap<String, bool> = BTreeMap::new();
+    for d in departures.recent(now, settle) {
+        *out.entry(d.holder.clone()).or_insert(true) &= d.exact;
+    }
     let live: BTreeSet<&str> = leases
         .iter()
         .filter(|l| l.is_current(now))
@@ -325,12 +343,12 @@ pub fn recently_departed(
             continue;
         };
         if !live.contains(h) && e <= now && plus(e, settle) > now {
-            out.insert(h.to_owned());
+            *out.entry(h.to_owned()).or_insert(true) &= l.exact;
         }
     }
     out.into_iter()
-        .filter(|h| !settled.iter().any(|m| &m.id == h))
-        .map(Member::new)
+        .filter(|(h, _)| !settled.iter().any(|m| &m.id == h))
+        .map(|(id, exact)| Member::with_balance(id, exact))
         .collect()
 }
 
@@ -676,6 +694,7 @@ mod tests {
             renew_time: Some(t(renewed)),
             duration_seconds: Some(secs),
             units: Some("16".to_owned()),
+            exact: false,
         }
     }
 
@@ -1179,6 +1198,9 @@ mod tests {
         /// Crash (`false`) or graceful leave (`true`) at this time.
         stop: Option<(i64, bool)>,
         outage: Option<(i64, i64)>,
+        /// Publishes exact balance (a newer agent) or not (an older one:
+        /// a group in a rolling upgrade).
+        exact: bool,
     }
 
     const L: i64 = 15_000;
@@ -1219,6 +1241,7 @@ mod tests {
                 renew_time: Some(tm(r)),
                 duration_seconds: Some(15),
                 units: Some("16".to_owned()),
+                exact: self.exact,
             })
         }
 
@@ -1251,7 +1274,7 @@ mod tests {
         )
     }
 
-    fn scenario(initial: usize, events: &[(i64, Event)], lags: &[i64]) -> Vec<Rep> {
+    fn scenario(initial: usize, events: &[(i64, Event)], lags: &[i64], exact: &[bool]) -> Vec<Rep> {
         let mut reps: Vec<Rep> = (0..initial)
             .map(|i| Rep {
                 id: format!("r{i}"),
@@ -1259,6 +1282,7 @@ mod tests {
                 lag: 0,
                 stop: None,
                 outage: None,
+                exact: true,
             })
             .collect();
         let mut events = events.to_vec();
@@ -1274,6 +1298,7 @@ mod tests {
                     lag: 0,
                     stop: None,
                     outage: None,
+                    exact: true,
                 }),
                 Event::Leave(i) | Event::Crash(i) if alive.len() > 1 => {
                     let i = alive[i % alive.len()];
@@ -1288,6 +1313,7 @@ mod tests {
         }
         for (i, r) in reps.iter_mut().enumerate() {
             r.lag = lags[i % lags.len()];
+            r.exact = exact[i % exact.len()];
         }
         reps
     }
@@ -1374,8 +1400,26 @@ mod tests {
             events in prop::collection::vec(event(), 1..6),
             lags in prop::collection::vec(prop_oneof![Just(0i64), 0i64..9_900, Just(9_900i64)], 1..6),
             count in prop::sample::select(vec![4u32, 16, 64]),
+            exact in prop::collection::vec(prop_oneof![3 => Just(true), 1 => Just(false)], 1..4),
         ) {
-            let reps = scenario(initial, &events, &lags);
+            let reps = scenario(initial, &events, &lags, &exact);
+            simulate(&reps, units(count))?;
+        }
+
+        /// The same in a rolling upgrade: the replicas that start first
+        /// assign with the tenth (older agents), the ones that join later
+        /// with exact balance, while the older ones leave or crash.
+        #[test]
+        fn no_unit_ever_has_two_owners_across_a_rolling_upgrade(
+            initial in 2usize..5,
+            events in prop::collection::vec(event(), 1..6),
+            lags in prop::collection::vec(prop_oneof![Just(0i64), 0i64..9_900, Just(9_900i64)], 1..6),
+            count in prop::sample::select(vec![4u32, 16, 64]),
+        ) {
+            let mut reps = scenario(initial, &events, &lags, &[true]);
+            for (i, r) in reps.iter_mut().enumerate() {
+                r.exact = i >= initial;
+            }
             simulate(&reps, units(count))?;
         }
     }

@@ -19,12 +19,30 @@
 pub struct Member {
     /// The replica's identity (its Lease's `holderIdentity`).
     pub id: String,
+    /// Whether it assigns units with exact balance (its Lease carries
+    /// `kura.tuist.dev/shard-balance: exact`; agents before it do not):
+    /// a set of members is assigned with exact balance only when every
+    /// one of them does ([`super::assign::Balance::of`]).
+    pub exact: bool,
 }
 
 impl Member {
-    /// A member with this identity.
+    /// A member with this identity that does not publish exact balance
+    /// (an agent before it).
     pub fn new(id: impl Into<String>) -> Self {
-        Member { id: id.into() }
+        Member {
+            id: id.into(),
+            exact: false,
+        }
+    }
+
+    /// A member with this identity publishing exact balance (`true`) or
+    /// not.
+    pub fn with_balance(id: impl Into<String>, exact: bool) -> Self {
+        Member {
+            id: id.into(),
+            exact,
+        }
     }
 }
 
