@@ -87,11 +87,14 @@ pub fn unit_key(unit: u16) -> String {
 
 /// Assigns every unit of `count` to one of `members` (see the module
 /// documentation), with the members' [`Balance::of`]. Independent of the
-/// order of `members`; duplicates count once.
+/// order of `members`; an id given more than once counts once, exact only
+/// if every one of its entries is.
 pub fn assign(count: UnitCount, members: &[Member]) -> Assignment {
     let mut members = members.to_vec();
+    // Sorted by id, then `exact: false` first: the first entry of an id
+    // is exact only if all are.
     members.sort();
-    members.dedup();
+    members.dedup_by(|later, first| later.id == first.id);
     let n = members.len();
     if n == 0 {
         return Assignment {
@@ -229,19 +232,23 @@ mod tests {
             .count()
     }
 
+    /// Each unit's owner's first letter, in unit order.
+    fn owners_of(a: &Assignment) -> String {
+        (0..a.len())
+            .filter_map(|u| u16::try_from(u).ok())
+            .map(|u| {
+                a.owner(u)
+                    .map_or('-', |m| m.id.chars().next().unwrap_or('?'))
+            })
+            .collect()
+    }
+
     #[test]
     fn the_assignment_is_pinned() {
         // A change here changes ownership across a rolling upgrade with
         // mixed versions (the count annotation does not catch it).
         let m = members(&["a".into(), "b".into(), "c".into()]);
-        let a = assign(count(16), &m);
-        let owners: String = (0..16)
-            .map(|u| {
-                a.owner(u)
-                    .map_or('-', |m| m.id.chars().next().unwrap_or('?'))
-            })
-            .collect();
-        assert_eq!(owners, PINNED_16_ABC);
+        assert_eq!(owners_of(&assign(count(16), &m)), PINNED_16_ABC);
         assert_eq!(cap(count(16), 3), 6);
         assert_eq!(cap(count(256), 17), 17);
         assert_eq!(cap(count(64), 3), 24);
@@ -254,22 +261,8 @@ mod tests {
     #[test]
     fn the_exact_assignment_is_pinned() {
         let m = exact(&["a".into(), "b".into(), "c".into()]);
-        let a = assign(count(16), &m);
-        let owners: String = (0..16)
-            .map(|u| {
-                a.owner(u)
-                    .map_or('-', |m| m.id.chars().next().unwrap_or('?'))
-            })
-            .collect();
-        assert_eq!(owners, PINNED_16_ABC_EXACT);
-        let owners: String = (0..64)
-            .map(|u| {
-                assign(count(64), &m)
-                    .owner(u)
-                    .map_or('-', |m| m.id.chars().next().unwrap_or('?'))
-            })
-            .collect();
-        assert_eq!(owners, PINNED_64_ABC_EXACT);
+        assert_eq!(owners_of(&assign(count(16), &m)), PINNED_16_ABC_EXACT);
+        assert_eq!(owners_of(&assign(count(64), &m)), PINNED_64_ABC_EXACT);
         assert_eq!(cap_with(count(16), 3, Balance::Exact), 6);
         assert_eq!(cap_with(count(64), 3, Balance::Exact), 22);
         assert_eq!(cap_with(count(256), 17, Balance::Exact), 16);
@@ -290,6 +283,26 @@ mod tests {
     /// and, with the tenth, 24).
     const PINNED_64_ABC_EXACT: &str =
         "bbcbacbbabbcbbbbbccabaccabaabcaccaacaacbbbcbcabcababcaccccaaccaa";
+
+    #[test]
+    fn an_id_given_twice_counts_once_and_exact_only_if_both_are() {
+        let ids = names(11, 3);
+        let mut twice = exact(&ids);
+        twice.push(Member::with_balance(ids[0].clone(), false));
+        let a = assign(count(64), &twice);
+        assert_eq!(a.members().len(), 3);
+        // The tenth's map (one member not exact), by owner id.
+        let ids_of = |a: &Assignment| -> Vec<Option<String>> {
+            (0..64u16)
+                .map(|u| a.owner(u).map(|m| m.id.clone()))
+                .collect()
+        };
+        assert_eq!(ids_of(&a), ids_of(&assign(count(64), &members(&ids))));
+        assert_ne!(ids_of(&a), ids_of(&assign(count(64), &exact(&ids))));
+        let mut same = exact(&ids);
+        same.push(Member::with_balance(ids[0].clone(), true));
+        assert_eq!(assign(count(64), &same), assign(count(64), &exact(&ids)));
+    }
 
     #[test]
     fn one_member_without_exact_balance_makes_the_whole_set_tenth() {

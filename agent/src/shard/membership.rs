@@ -1274,6 +1274,12 @@ mod tests {
         )
     }
 
+    /// Each replica's view lag, in ms: none, up to settle − 0.1 s, or
+    /// exactly that.
+    fn lags() -> impl Strategy<Value = Vec<i64>> {
+        prop::collection::vec(prop_oneof![Just(0i64), 0i64..9_900, Just(9_900i64)], 1..6)
+    }
+
     fn scenario(initial: usize, events: &[(i64, Event)], lags: &[i64], exact: &[bool]) -> Vec<Rep> {
         let mut reps: Vec<Rep> = (0..initial)
             .map(|i| Rep {
@@ -1398,7 +1404,7 @@ mod tests {
         fn no_unit_ever_has_two_owners(
             initial in 2usize..5,
             events in prop::collection::vec(event(), 1..6),
-            lags in prop::collection::vec(prop_oneof![Just(0i64), 0i64..9_900, Just(9_900i64)], 1..6),
+            lags in lags(),
             count in prop::sample::select(vec![4u32, 16, 64]),
             exact in prop::collection::vec(prop_oneof![3 => Just(true), 1 => Just(false)], 1..4),
         ) {
@@ -1413,7 +1419,7 @@ mod tests {
         fn no_unit_ever_has_two_owners_across_a_rolling_upgrade(
             initial in 2usize..5,
             events in prop::collection::vec(event(), 1..6),
-            lags in prop::collection::vec(prop_oneof![Just(0i64), 0i64..9_900, Just(9_900i64)], 1..6),
+            lags in lags(),
             count in prop::sample::select(vec![4u32, 16, 64]),
         ) {
             let mut reps = scenario(initial, &events, &lags, &[true]);
