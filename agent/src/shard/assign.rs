@@ -232,6 +232,14 @@ mod tests {
             .count()
     }
 
+    /// Each unit's owner's id, in unit order.
+    fn owner_ids(a: &Assignment) -> Vec<Option<String>> {
+        (0..a.len())
+            .filter_map(|u| u16::try_from(u).ok())
+            .map(|u| a.owner(u).map(|m| m.id.clone()))
+            .collect()
+    }
+
     /// Each unit's owner's first letter, in unit order.
     fn owners_of(a: &Assignment) -> String {
         (0..a.len())
@@ -292,13 +300,8 @@ mod tests {
         let a = assign(count(64), &twice);
         assert_eq!(a.members().len(), 3);
         // The tenth's map (one member not exact), by owner id.
-        let ids_of = |a: &Assignment| -> Vec<Option<String>> {
-            (0..64u16)
-                .map(|u| a.owner(u).map(|m| m.id.clone()))
-                .collect()
-        };
-        assert_eq!(ids_of(&a), ids_of(&assign(count(64), &members(&ids))));
-        assert_ne!(ids_of(&a), ids_of(&assign(count(64), &exact(&ids))));
+        assert_eq!(owner_ids(&a), owner_ids(&assign(count(64), &members(&ids))));
+        assert_ne!(owner_ids(&a), owner_ids(&assign(count(64), &exact(&ids))));
         let mut same = exact(&ids);
         same.push(Member::with_balance(ids[0].clone(), true));
         assert_eq!(assign(count(64), &same), assign(count(64), &exact(&ids)));
@@ -314,20 +317,16 @@ mod tests {
         assert_eq!(Balance::of(&members(&ids)), Balance::Tenth);
         // The mixed set assigns exactly as agents before exact balance do
         // (they see the same ids).
-        let old = assign(count(64), &members(&ids));
-        let new = assign(count(64), &mixed);
-        for u in 0..64u16 {
-            assert_eq!(
-                old.owner(u).map(|m| &m.id),
-                new.owner(u).map(|m| &m.id),
-                "unit {u}"
-            );
-        }
+        assert_eq!(
+            owner_ids(&assign(count(64), &mixed)),
+            owner_ids(&assign(count(64), &members(&ids)))
+        );
     }
 
     /// Exact balance at 3 members, 64 units (the chart's 3 replicas):
     /// never more than 22 units (a third of 64, rounded up), where the
-    /// tenth reaches 24; a join or leave moves a bounded number of units.
+    /// tenth reaches 24; a join or leave moves at most twice the ideal
+    /// (64 / 4 units for a join, 64 / 3 for a leave).
     #[test]
     fn exact_balance_at_three_members_over_many_groups() {
         let c = count(64);
@@ -340,13 +339,13 @@ mod tests {
             exact_max = exact_max.max(e.loads().iter().map(|(_, l)| *l).max().unwrap_or(0));
             let joined = assign(c, &exact(&ids));
             assert!(
-                moved(&e, &joined) <= 3 * 16 + 8,
+                moved(&e, &joined) <= 2 * 16,
                 "seed {seed}: a join moved {}",
                 moved(&e, &joined)
             );
             let left = assign(c, &exact(&ids[1..3]));
             assert!(
-                moved(&e, &left) <= 2 * 22 + 8,
+                moved(&e, &left) <= 2 * 64 / 3,
                 "seed {seed}: a leave moved {}",
                 moved(&e, &left)
             );

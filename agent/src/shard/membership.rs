@@ -271,12 +271,11 @@ impl Departures {
                 (Some(a), Some(b)) => b < a,
                 (Some(_), None) => false,
             };
-            let exact = e.2 && l.exact;
             if earlier {
-                *e = (l.acquire_time, l.units.clone(), exact);
-            } else {
-                e.2 = exact;
+                (e.0, e.1) = (l.acquire_time, l.units.clone());
             }
+            // Exact only if every Lease of the holder says so.
+            e.2 &= l.exact;
         }
         for (holder, (acquired, units, exact)) in &self.known {
             let gone = match current.get(holder) {
