@@ -4571,3 +4571,120 @@ async fn a_rollback_after_a_hard_stop_is_recorded_for_every_consumer() {
         "never healthy on A: {seen:?}"
     );
 }
+
+/// The sockets of this process connected to `port` (TCP, any state but
+/// listening): the inodes of `/proc/self/fd` found in `/proc/net/tcp{,6}`
+/// with that remote port.
+fn sockets_to(port: u16) -> usize {
+    let mut mine = BTreeSet::new();
+    for fd in std::fs::read_dir("/proc/self/fd").expect("fds").flatten() {
+        if let Ok(link) = std::fs::read_link(fd.path()) {
+            let link = link.to_string_lossy().into_owned();
+            if let Some(inode) = link
+                .strip_prefix("socket:[")
+                .and_then(|s| s.strip_suffix(']'))
+            {
+                mine.insert(inode.to_owned());
+            }
+        }
+    }
+    let mut count = 0;
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            let (Some(remote), Some(state), Some(inode)) = (cols.get(2), cols.get(3), cols.get(9))
+            else {
+                continue;
+            };
+            let remote_port = remote
+                .rsplit(':')
+                .next()
+                .and_then(|p| u16::from_str_radix(p, 16).ok());
+            // 0A: listening.
+            if remote_port == Some(port) && *state != "0A" && mine.contains(*inode) {
+                count += 1;
+            }
+        }
+    }
+    count
+}
+
+/// The agent's API client (`ApiClients::new`, what `kura-agent run`
+/// builds) speaks HTTP/2 to the API server: twenty watches and a list at
+/// once share one connection, where kube's own HTTP/1.1 client opens one
+/// per watch (asserted too, so the count is known to see connections).
+/// Past [`STREAMS_PER_CONNECTION`] requests in flight it opens another
+/// connection: 260 watches (more than the 250 streams the API server
+/// allows a connection) and a list take three, and the list does not wait
+/// for a stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real API server: scripts/e2e.sh"]
+async fn the_api_client_multiplexes_watches_on_connections_of_at_most_100_streams() {
+    use futures::StreamExt as _;
+    use kura_agent::cli::run::STREAMS_PER_CONNECTION;
+    let config = admin_config().await;
+    let port = config.cluster_url.port_u16().expect("API server port");
+    // The admin client stays alive (and its idle connection counted in
+    // `before`) throughout.
+    let admin = admin().await;
+    let ns = create_namespace(&admin, "h2").await;
+    async fn watches(client: &Client, ns: &str, n: usize) -> Vec<tokio::task::JoinHandle<()>> {
+        let mut tasks = Vec::new();
+        for i in 0..n {
+            let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+            let lp = kube::api::WatchParams::default()
+                .labels(&format!("watch-{i}=x"))
+                .timeout(120);
+            let mut stream = pods.watch(&lp, "0").await.expect("watch").boxed();
+            tasks.push(tokio::spawn(async move {
+                while stream.next().await.is_some() {}
+            }));
+        }
+        let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+        tokio::time::timeout(Duration::from_secs(30), pods.list(&ListParams::default()))
+            .await
+            .expect("the list waited for a stream")
+            .expect("list");
+        tasks
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = sockets_to(port);
+
+    let clients = kura_agent::cli::run::ApiClients::new(config.clone()).expect("clients");
+    let tasks = watches(&clients.api, &ns, 20).await;
+    let multiplexed = sockets_to(port).saturating_sub(before);
+    for t in &tasks {
+        t.abort();
+    }
+
+    let many = 260;
+    let clients = kura_agent::cli::run::ApiClients::new(config.clone()).expect("clients");
+    let tasks = watches(&clients.api, &ns, many).await;
+    let lanes = sockets_to(port).saturating_sub(before + multiplexed);
+    for t in &tasks {
+        t.abort();
+    }
+
+    let http1 = Client::try_from(config).expect("kube's client");
+    let tasks = watches(&http1, &ns, 20).await;
+    let one_each = sockets_to(port).saturating_sub(before + multiplexed + lanes);
+    for t in &tasks {
+        t.abort();
+    }
+    eprintln!(
+        "20 watches and a list: {multiplexed} connection(s) over HTTP/2, {one_each} over kube's HTTP/1.1 client; {many} watches and a list: {lanes} over HTTP/2"
+    );
+    assert_eq!(multiplexed, 1, "the agent's client shares one connection");
+    assert_eq!(
+        lanes,
+        (many + 1).div_ceil(STREAMS_PER_CONNECTION),
+        "one connection per {STREAMS_PER_CONNECTION} streams in flight"
+    );
+    assert!(
+        one_each >= 20,
+        "kube's HTTP/1.1 client: {one_each} connections"
+    );
+}

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use clap::Parser;
-use kura_agent::cli::run::{RunArgs, run_with_client};
+use kura_agent::cli::run::{ApiClients, RunArgs, run_with_clients};
 use metrics_exporter_prometheus::{PrometheusHandle, PrometheusRecorder};
 use tokio::sync::oneshot;
 
@@ -87,8 +87,10 @@ impl Agent {
                 }
                 .expect("agent runtime");
                 let ran = runtime.block_on(async move {
-                    let client = kube::Client::try_from(config).expect("agent client");
-                    let run = run_with_client(args, client, metrics, async {
+                    // The shipped binary's clients: HTTP/2 to the test
+                    // API server, HTTP/1.1 for port-forwards.
+                    let clients = ApiClients::new(config).expect("agent clients");
+                    let run = run_with_clients(args, clients, metrics, async {
                         let _ = stopped.await;
                     });
                     tokio::select! {

@@ -3,9 +3,12 @@
 //! the debug endpoint and metrics, and shuts down gracefully on SIGTERM
 //! (in-flight and pending status writes get a bounded time to finish).
 
+mod api_client;
 mod args;
+mod lanes;
 mod publication;
 
+pub use api_client::{ApiClients, STREAMS_PER_CONNECTION, multiplexed, multiplexed_by};
 pub use args::{ConfigError, RunArgs};
 
 use crate::cli::gate_file::GateConfigs;
@@ -124,12 +127,12 @@ async fn run_async(
         http::header::USER_AGENT,
         user_agent(&args.resolve_identity()?),
     ));
-    let client = kube::Client::try_from(config)?;
+    let clients = ApiClients::new(config)?;
     let metrics = crate::telemetry::prometheus_builder()
         .and_then(|b| b.install_recorder())
         .map_err(|e| RunError::Metrics(e.to_string()))?;
     crate::telemetry::describe();
-    run_with_gates(args, gates, client, metrics, shutdown).await
+    run_with_gates(args, gates, clients, metrics, shutdown).await
 }
 
 /// The `User-Agent` of the agent's requests to the API server, naming its
@@ -143,35 +146,39 @@ pub fn user_agent(identity: &str) -> http::HeaderValue {
         .unwrap_or_else(|_| http::HeaderValue::from_static(product))
 }
 
-/// The agent with a given client and metrics handle (the end-to-end tests
-/// call this with a client for the test API server); reads the gate
-/// configuration files first.
-pub async fn run_with_client(
+/// The agent with given clients and metrics handle (the end-to-end tests
+/// call this with [`ApiClients::new`] of the test API server's
+/// configuration); reads the gate configuration files first.
+pub async fn run_with_clients(
     args: RunArgs,
-    client: kube::Client,
+    clients: ApiClients,
     metrics: metrics_exporter_prometheus::PrometheusHandle,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), RunError> {
     let gates = args.gate.load().map_err(ConfigError::from)?;
-    run_with_gates(args, gates, client, metrics, shutdown).await
+    run_with_gates(args, gates, clients, metrics, shutdown).await
 }
 
-/// The agent with its gate configurations already read (`gates`), a
-/// client and a metrics handle.
+/// The agent with its gate configurations already read (`gates`), its
+/// clients and a metrics handle.
 async fn run_with_gates(
     args: RunArgs,
     gates: GateConfigs,
-    client: kube::Client,
+    clients: ApiClients,
     metrics: metrics_exporter_prometheus::PrometheusHandle,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), RunError> {
+    let ApiClients {
+        api: client,
+        isolated,
+    } = clients;
     let agent = args.resolve_identity()?;
     let upkeep = tokio::spawn(crate::telemetry::upkeep(metrics.clone()));
     let loop_config = args.loop_config(agent.clone(), gates.live, gates.shadow);
     loop_config.validate().map_err(ConfigError::from)?;
     let shard_config = args.shard.config(&agent).map_err(ConfigError::from)?;
     let units = shard_config.as_ref().map(|c| c.units);
-    let sharding = Sharding::start(client.clone(), shard_config);
+    let sharding = Sharding::start(isolated.clone(), shard_config);
     tracing::info!(%agent, namespaces = ?args.discovery.namespaces, sharding = sharding.is_on(),
         rollout_interval = ?loop_config.cadence.rollout_interval,
         steady_interval = ?loop_config.cadence.steady_interval,
@@ -282,7 +289,7 @@ async fn run_with_gates(
     let targets = sharding.narrow(Arc::new(ClusterTargets::new(discovery)));
     let agent_loop = AgentLoop::new(
         loop_config,
-        Poller::with_port_forward(args.poll.config(), client.clone()),
+        Poller::with_port_forward(args.poll.config(), isolated.clone()),
         targets,
         Arc::new(handle.clone()),
         view,
@@ -314,7 +321,7 @@ async fn run_with_gates(
     }
     driver.abort();
     upkeep.abort();
-    sharding.stop(client).await;
+    sharding.stop(isolated).await;
     let _ = stop_server.send(());
     let _ = server.await;
     tracing::info!("stopped");
