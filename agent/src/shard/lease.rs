@@ -27,7 +27,8 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 
 use super::membership::{
-    Departures, LeaseRecord, Membership, Observed, OwnLease, PlanCache, Timing, view_is_fresh,
+    Departures, LeaseRecord, Membership, Observed, OwnLease, PlanCache, ScopeHold, Timing,
+    view_is_fresh,
 };
 use crate::model::members::{
     LeaseSnapshot, MemberSnapshot, MembersSnapshot, OwnLeaseSnapshot, OwnershipChange,
@@ -192,6 +193,8 @@ struct State {
     /// The membership the pods are kept for, and the targets read under
     /// ([`Shard::refresh_scope`]).
     scope: Option<Membership>,
+    /// How the kept units follow the membership after an unsteady view.
+    scope_hold: ScopeHold,
     /// Departures seen in the Lease view, and when it was first listed.
     departures: Departures,
     /// The scheme conflict last logged.
@@ -276,6 +279,7 @@ impl Shard {
                 released: false,
                 gathered: false,
                 scope: None,
+                scope_hold: ScopeHold::default(),
                 departures: Departures::default(),
                 conflict: None,
             }),
@@ -569,7 +573,11 @@ impl Shard {
                 });
             let gathered_now = gathered && !s.gathered;
             s.gathered = gathered;
-            let same = s.scope.as_ref().is_some_and(|m| m.same_group(&fresh));
+            let fresh = s.scope_hold.narrow(fresh, now, self.config.lease_duration);
+            let same = s
+                .scope
+                .as_ref()
+                .is_some_and(|m| m.same_group(&fresh) && m.plan == fresh.plan);
             if same {
                 gathered_now
             } else {
