@@ -7,8 +7,9 @@
 //! watch, each with its TLS state, its read buffer and hyper's request
 //! channel. With watch units that is two watches per unit (22 units for
 //! the largest of 3 replicas): about 50 connections and 3 MiB of the
-//! replica's memory (benches/PERFORMANCE.md, "HTTP/2 connections by
-//! streams in flight"), and as many TLS connections on the API server.
+//! replica's memory (benches/PERFORMANCE.md, "HTTP/2 by lanes, and no
+//! unit gained after a lapse"), and as many TLS connections on the API
+//! server.
 //!
 //! One HTTP/2 connection carries at most [`STREAMS_PER_CONNECTION`]
 //! requests in flight (a watch holds its stream for as long as it runs):
