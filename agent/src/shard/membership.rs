@@ -695,10 +695,20 @@ impl Membership {
 pub struct ScopeHold {
     /// The units kept when the view was last steady (and not in a hold).
     base: Option<BTreeSet<u16>>,
-    /// Whether the view was unsteady since it was last steady for `hold`.
-    lapsed: bool,
-    /// Since when the view is steady again after a lapse.
-    steady_since: Option<Timestamp>,
+    /// Where the view stands since it was last steady.
+    phase: HoldPhase,
+}
+
+/// Where [`ScopeHold`]'s view stands.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum HoldPhase {
+    /// Steady (or never steady yet): the membership is followed as is.
+    #[default]
+    Steady,
+    /// Unsteady now.
+    Unsteady,
+    /// Steady again since then, less than `hold` ago.
+    Recovering(Timestamp),
 }
 
 impl ScopeHold {
@@ -715,17 +725,15 @@ impl ScopeHold {
             }
             return fresh;
         };
-        if unsteady {
-            self.lapsed = true;
-            self.steady_since = None;
-        } else if self.lapsed {
-            let since = *self.steady_since.get_or_insert(now);
-            if plus(since, hold) <= now {
-                self.lapsed = false;
-                self.steady_since = None;
+        self.phase = match (unsteady, self.phase) {
+            (true, _) => HoldPhase::Unsteady,
+            (false, HoldPhase::Unsteady) => HoldPhase::Recovering(now),
+            (false, HoldPhase::Recovering(since)) if plus(since, hold) > now => {
+                HoldPhase::Recovering(since)
             }
-        }
-        if !self.lapsed {
+            (false, _) => HoldPhase::Steady,
+        };
+        if self.phase == HoldPhase::Steady {
             if *base != fresh.plan.kept {
                 self.base = Some(fresh.plan.kept.clone());
             }
@@ -974,6 +982,16 @@ mod tests {
         assert_eq!(
             hold.narrow(joined.clone(), t(3), Duration::from_secs(15)),
             joined
+        );
+        assert!(joined.plan.kept.len() < 16, "{:?}", joined.plan.kept);
+        // b and c leave gracefully (their Leases deleted), the view steady
+        // throughout: a gains their units at once, as before.
+        let left = obs.at(&[lease("a", 0, 4, 15)], t(4), 4);
+        assert!(left.fence.is_none(), "{:?}", left.fence);
+        assert_eq!(left.plan.kept.len(), 16);
+        assert_eq!(
+            hold.narrow(left.clone(), t(4), Duration::from_secs(15)),
+            left
         );
     }
 

@@ -111,12 +111,7 @@ impl ApiClients {
 /// otherwise), at most [`STREAMS_PER_CONNECTION`] requests in flight a
 /// connection, with kube's default layers. Ignores
 /// `config.tls_server_name` ([`ApiClients::new`] does not call it then).
-pub fn multiplexed(config: &kube::Config) -> Result<kube::Client, kube::Error> {
-    multiplexed_by(config, STREAMS_PER_CONNECTION)
-}
-
-/// [`multiplexed`] with at most `streams` requests in flight a connection.
-pub fn multiplexed_by(config: &kube::Config, streams: usize) -> Result<kube::Client, kube::Error> {
+fn multiplexed(config: &kube::Config) -> Result<kube::Client, kube::Error> {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     let tls = config.rustls_client_config()?;
@@ -138,7 +133,8 @@ pub fn multiplexed_by(config: &kube::Config, streams: usize) -> Result<kube::Cli
         .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
         .http2_keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
         .http2_keep_alive_while_idle(true);
-    let client: Lanes<_, kube::client::Body> = Lanes::new(builder, connector, streams);
+    let client: Lanes<_, kube::client::Body> =
+        Lanes::new(builder, connector, STREAMS_PER_CONNECTION);
     let service = ServiceBuilder::new()
         .layer(config.base_uri_layer())
         .option_layer(

@@ -8,7 +8,7 @@ mod args;
 mod lanes;
 mod publication;
 
-pub use api_client::{ApiClients, STREAMS_PER_CONNECTION, multiplexed, multiplexed_by};
+pub use api_client::{ApiClients, STREAMS_PER_CONNECTION};
 pub use args::{ConfigError, RunArgs};
 
 use crate::cli::gate_file::GateConfigs;
