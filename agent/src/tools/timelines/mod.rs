@@ -151,10 +151,11 @@ impl Endpoint {
         let stream = TcpStream::connect(self.authority.as_str())
             .await
             .map_err(FetchError::Connect)?;
-        let (mut sender, connection) =
-            hyper::client::conn::http1::handshake::<_, Empty<Bytes>>(TokioIo::new(stream))
-                .await
-                .map_err(|e| FetchError::Http(e.to_string()))?;
+        let (mut sender, connection) = hyper::client::conn::http1::Builder::new()
+            .max_buf_size(READ_BUFFER_MAX)
+            .handshake::<_, Empty<Bytes>>(TokioIo::new(stream))
+            .await
+            .map_err(|e| FetchError::Http(e.to_string()))?;
         let driver = tokio::spawn(connection);
         let request = Request::get(path)
             .header(HOST, &self.authority)
@@ -175,6 +176,12 @@ impl Endpoint {
         answer
     }
 }
+
+/// The most the connection's read buffer may grow to. Hyper's default
+/// (about 400 KiB) is reached when the server writes faster than the
+/// answer is read, as on a loaded machine; a debug tool fetching one
+/// answer at a time needs far less, and its memory stays about the body.
+const READ_BUFFER_MAX: usize = 32 * 1024;
 
 /// A body, copied into one buffer as its frames arrive (however small they
 /// are, memory stays about the bytes received), at most `limit` bytes.
