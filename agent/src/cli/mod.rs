@@ -33,12 +33,20 @@ pub enum LogFormat {
 
 /// The one logging set-up of every subcommand: to standard error, as JSON
 /// lines or text, filtered by `RUST_LOG` (else `default_filter`).
+///
+/// A line that cannot be written is lost, and nothing else happens.
+/// tracing-subscriber's default reports a failed write with `eprintln!`,
+/// to the same standard error, and `eprintln!` panics when that write
+/// fails too: a full disk under the log file (or a closed pipe) ended the
+/// agent with a panic at its next log line from the main thread (a
+/// 30,000-pod run on a full disk, 2026-12-07: a replica exited 101).
 pub fn init_logging(format: LogFormat, default_filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .log_internal_errors(false);
     let _ = match format {
         LogFormat::Json => builder.json().try_init(),
         LogFormat::Text => builder.try_init(),
