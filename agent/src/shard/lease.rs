@@ -43,6 +43,10 @@ pub const GROUP_LABEL: &str = "kura.tuist.dev/agent-group";
 pub const LEASE_FIELD_MANAGER: &str = "kura-health-agent-lease";
 /// Ownership changes kept for the debug endpoint.
 pub const RECENT_CHANGES: usize = 64;
+/// The `ownership changed` log names at most this many instances (the
+/// first, in key order) and counts the rest: a replica's first read
+/// gains thousands at once.
+pub const LOGGED_CHANGES: usize = 32;
 /// The Lease annotation carrying the unit count its holder assigns with:
 /// replicas own units only while every member publishes the same count.
 pub const UNITS_ANNOTATION: &str = "kura.tuist.dev/shard-units";
@@ -635,10 +639,17 @@ impl Shard {
             metrics::counter!(telemetry::OWNERSHIP_CHANGES_TOTAL, "change" => change)
                 .increment(keys.len() as u64);
             let fence = membership.fence.map(|f| f.to_string());
-            tracing::info!(change, count = keys.len(), instances = ?keys.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            let named: Vec<String> = keys
+                .iter()
+                .take(LOGGED_CHANGES)
+                .map(ToString::to_string)
+                .collect();
+            tracing::info!(change, count = keys.len(), instances = ?named,
+                unnamed = keys.len() - named.len(),
                 members = ?members, fence = ?fence, "ownership changed");
-            for k in keys {
-                s.changes_total += 1;
+            // Only the last RECENT_CHANGES can stay in the ring.
+            s.changes_total += keys.len() as u64;
+            for k in &keys[keys.len().saturating_sub(RECENT_CHANGES)..] {
                 if s.changes.len() == RECENT_CHANGES {
                     s.changes.pop_front();
                 }
