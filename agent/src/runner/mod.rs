@@ -694,6 +694,22 @@ mod tests {
         assert_eq!(reads_over_30_reconciles(None).await, 30);
     }
 
+    /// A loop over `source` sweeping each instance every minute, with an
+    /// in-memory sink (tests that place tasks and look at them).
+    fn minute_loop(source: &StaticTargets) -> AgentLoop {
+        AgentLoop::new(
+            LoopConfig {
+                cadence: Cadence::fixed(Duration::from_secs(60)),
+                ..LoopConfig::default()
+            },
+            Poller::new(PollConfig::default()),
+            Arc::new(source.clone()),
+            Arc::new(MemorySink::new()),
+            FleetView::new(),
+            Arc::new(SystemClock),
+        )
+    }
+
     /// Targets in any order, across namespaces, each get one task; a
     /// repeated one is placed once; one the source no longer names is
     /// stopped, and only that one.
@@ -711,17 +727,7 @@ mod tests {
             in_ns("zeta", "a"),
             in_ns("mid", "m"),
         ]);
-        let agent_loop = AgentLoop::new(
-            LoopConfig {
-                cadence: Cadence::fixed(Duration::from_secs(60)),
-                ..LoopConfig::default()
-            },
-            Poller::new(PollConfig::default()),
-            Arc::new(source.clone()),
-            Arc::new(MemorySink::new()),
-            FleetView::new(),
-            Arc::new(SystemClock),
-        );
+        let agent_loop = minute_loop(&source);
         let mut running = BTreeMap::new();
         agent_loop.apply_targets(&mut running);
         let names = |running: &BTreeMap<InstanceKey, Running>| {
@@ -756,17 +762,7 @@ mod tests {
             ..InstanceTarget::bare("acme", image, 0)
         };
         let source = StaticTargets::new(vec![target("img", "Running")]);
-        let agent_loop = AgentLoop::new(
-            LoopConfig {
-                cadence: Cadence::fixed(Duration::from_secs(60)),
-                ..LoopConfig::default()
-            },
-            Poller::new(PollConfig::default()),
-            Arc::new(source.clone()),
-            Arc::new(MemorySink::new()),
-            FleetView::new(),
-            Arc::new(SystemClock),
-        );
+        let agent_loop = minute_loop(&source);
         let mut running = BTreeMap::new();
         agent_loop.apply_targets(&mut running);
         let key = InstanceKey::new("kura", "acme");
