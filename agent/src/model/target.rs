@@ -96,6 +96,12 @@ impl InstanceTarget {
         InstanceKey::of(&self.info)
     }
 
+    /// Namespace and name, the order targets are kept in (an
+    /// [`InstanceKey`]'s), without building the key.
+    pub fn name_order(&self) -> (&str, &str) {
+        (&self.info.namespace, &self.info.name)
+    }
+
     /// Whether the instance has converged on `spec.image`: `spec.replicas`
     /// pods, none left out, every one running `spec.image` by its pod spec.
     pub fn converged(&self) -> bool {

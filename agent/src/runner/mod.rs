@@ -261,13 +261,13 @@ impl AgentLoop {
     /// benches/PERFORMANCE.md).
     fn apply_targets(&self, running: &mut BTreeMap<InstanceKey, Running>) {
         let mut current = self.source.targets();
-        current.sort_unstable_by(|a, b| by_name(a).cmp(&by_name(b)));
+        current.sort_unstable_by(|a, b| a.name_order().cmp(&b.name_order()));
         // A source names an instance once; were it to repeat one, one
         // target of it is kept, as a map would.
-        current.dedup_by(|a, b| by_name(a) == by_name(b));
+        current.dedup_by(|a, b| a.name_order() == b.name_order());
         let has = |key: &InstanceKey| {
             current
-                .binary_search_by(|t| by_name(t).cmp(&(&*key.namespace, &*key.name)))
+                .binary_search_by(|t| t.name_order().cmp(&(&*key.namespace, &*key.name)))
                 .is_ok()
         };
         let gone: Vec<InstanceKey> = running.keys().filter(|k| !has(k)).cloned().collect();
@@ -403,13 +403,6 @@ impl AgentLoop {
             }
         }
     }
-}
-
-/// The order [`AgentLoop::apply_targets`] sorts targets in: by
-/// namespace, then name (an [`InstanceKey`]'s order), without building
-/// the key.
-fn by_name(target: &InstanceTarget) -> (&str, &str) {
-    (&target.info.namespace, &target.info.name)
 }
 
 /// What the supervisor keeps between reconciles.
